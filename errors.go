@@ -1,0 +1,87 @@
+package shardid
+
+import "errors"
+
+// These errors can be returned by Parse, ID.UnmarshalText, ID.UnmarshalJSON
+// and ID.Scan (and their NullID counterparts).
+var (
+	// ErrSyntax is returned when text is not a canonical decimal ID: empty,
+	// a sign, a space, a leading zero, an exponent, a fraction or any other
+	// character that is not a decimal digit.
+	ErrSyntax = errors.New("shardid: invalid syntax")
+
+	// ErrRange is returned when a value is negative or larger than the
+	// largest int64. A valid ID is never negative.
+	ErrRange = errors.New("shardid: value out of range")
+
+	// ErrUnsupportedType is returned when Scan is given a source type it
+	// cannot convert, such as a float or a time.
+	ErrUnsupportedType = errors.New("shardid: unsupported scan type")
+)
+
+// These errors can be returned by NewLayout and Layout.WithWorkerBits.
+var (
+	// ErrInvalidLayout is returned when a layout's field widths, order or
+	// time unit do not describe a usable 64-bit ID.
+	ErrInvalidLayout = errors.New("shardid: invalid layout")
+
+	// ErrEpochInFuture is returned when a layout's epoch is after the
+	// current time.
+	ErrEpochInFuture = errors.New("shardid: epoch is in the future")
+)
+
+// These errors can be returned by Layout.Compose and by a Generator.
+var (
+	// ErrShardRange is returned when a shard does not fit the layout's shard
+	// field.
+	ErrShardRange = errors.New("shardid: shard out of range")
+
+	// ErrWorkerRange is returned when a worker id does not fit the layout's
+	// worker field.
+	ErrWorkerRange = errors.New("shardid: worker out of range")
+
+	// ErrSeqRange is returned when a sequence number does not fit the
+	// layout's sequence field.
+	ErrSeqRange = errors.New("shardid: sequence out of range")
+
+	// ErrTimeBeforeEpoch is returned when a time (or the clock) is before the
+	// layout's epoch.
+	ErrTimeBeforeEpoch = errors.New("shardid: time is before the epoch")
+
+	// ErrTimeOverflow is returned when a time is at or after the layout's
+	// End: its time field would not fit, or the ID would be negative.
+	ErrTimeOverflow = errors.New("shardid: time is past the end of the layout")
+)
+
+// These errors can be returned by NewGenerator and Generator methods.
+var (
+	// ErrNoWorker is returned by NewGenerator when the layout has worker bits
+	// and no worker id was given with WithWorker. Picking worker 0 silently
+	// is how two processes end up issuing the same IDs.
+	ErrNoWorker = errors.New("shardid: layout has worker bits but no worker id was given")
+
+	// ErrClockBackwards is returned when the clock reads further behind the
+	// last time unit a shard used than the generator tolerates (see
+	// WithMaxClockBackwards). No ID is issued; the call may be retried once
+	// the clock has caught up.
+	ErrClockBackwards = errors.New("shardid: clock moved backwards")
+
+	// ErrSequenceExhausted is returned when a shard's sequence for the
+	// current time unit is used up and the clock does not reach the next
+	// unit within the time that should take (a stopped or very slow clock).
+	ErrSequenceExhausted = errors.New("shardid: sequence exhausted and the clock is not advancing")
+)
+
+// detailError adds context to a sentinel error while keeping errors.Is
+// working: "shardid: shard out of range: 9000 is not in [0, 8192)".
+type detailError struct {
+	err    error
+	detail string
+}
+
+func (e *detailError) Error() string { return e.err.Error() + ": " + e.detail }
+func (e *detailError) Unwrap() error { return e.err }
+
+func withDetail(err error, detail string) error {
+	return &detailError{err: err, detail: detail}
+}
