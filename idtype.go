@@ -154,8 +154,22 @@ func (id *ID) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// trimJSONSpace removes the white space JSON allows around a value.
+// encoding/json has already removed it; other callers may not have.
+func trimJSONSpace(b []byte) []byte {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
 // unmarshalJSONInt decodes an ID from a JSON string, number or null.
 func unmarshalJSONInt(b []byte) (v int64, null bool, err error) {
+	b = trimJSONSpace(b)
 	if string(b) == "null" {
 		return 0, true, nil
 	}
