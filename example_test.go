@@ -1,0 +1,142 @@
+package shardid_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/shardid/shardid"
+)
+
+func Example() {
+	g, err := shardid.NewGenerator(shardid.Instagram)
+	if err != nil {
+		log.Fatal(err)
+	}
+	userID := int64(31341)
+	id, err := g.Next(int(userID % 2000)) // the shard comes from the sharding key
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("shard:", id.Shard())
+	fmt.Println("recent:", time.Since(id.Time()) < time.Minute)
+	// Output:
+	// shard: 1341
+	// recent: true
+}
+
+func ExampleParse() {
+	id, err := shardid.Parse("182432091342174089")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(id.Time().Format(time.RFC3339), id.Shard(), id.Seq())
+
+	_, err = shardid.Parse("-1")
+	fmt.Println(errors.Is(err, shardid.ErrSyntax))
+	// Output:
+	// 2011-09-09T17:00:00Z 1341 905
+	// true
+}
+
+func ExampleID_MarshalJSON() {
+	type Photo struct {
+		ID      shardid.ID `json:"id"`
+		Caption string     `json:"caption"`
+	}
+	b, _ := json.Marshal(Photo{ID: 182432091342174089, Caption: "sunset"})
+	fmt.Println(string(b))
+
+	// Clients may send the ID back as a string or as a number.
+	var p Photo
+	_ = json.Unmarshal([]byte(`{"id":182432091342174089}`), &p)
+	fmt.Println(p.ID)
+	// Output:
+	// {"id":"182432091342174089","caption":"sunset"}
+	// 182432091342174089
+}
+
+func ExampleNullID() {
+	type Comment struct {
+		ID       shardid.ID     `json:"id"`
+		ParentID shardid.NullID `json:"parent_id"`
+	}
+	b, _ := json.Marshal([]Comment{
+		{ID: 1, ParentID: shardid.NullIDOf(182432091342174089)},
+		{ID: 2},
+	})
+	fmt.Println(string(b))
+	// Output:
+	// [{"id":"1","parent_id":"182432091342174089"},{"id":"2","parent_id":null}]
+}
+
+func ExampleLayout_Decompose() {
+	// A real Tweet ID, from Twitter's API documentation.
+	p := shardid.Snowflake.Decompose(1050118621198921728)
+	fmt.Println(p.Time.Format(time.RFC3339Nano), "datacenter", p.Shard, "worker", p.Worker, "seq", p.Seq)
+	// Output:
+	// 2018-10-10T20:19:24.211Z datacenter 10 worker 27 seq 0
+}
+
+func ExampleLayout_Compose() {
+	id, err := shardid.Instagram.Compose(shardid.Parts{
+		Time:  time.Date(2011, 9, 9, 17, 0, 0, 0, time.UTC),
+		Shard: 31341 % 2000,
+		Seq:   5001 % 1024,
+	})
+	fmt.Println(id, err)
+	// Output:
+	// 182432091342174089 <nil>
+}
+
+func ExampleLayout_WithWorkerBits() {
+	// Eight processes writing to the same shards: 3 worker bits, 128 IDs
+	// per shard per millisecond for each.
+	l, err := shardid.Instagram.WithWorkerBits(3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(l)
+	fmt.Println("ends", l.End().Format("2006-01-02"))
+
+	g, err := shardid.NewGenerator(l, shardid.WithWorker(5))
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, _ := g.Next(1341)
+	fmt.Println("worker", l.Decompose(id).Worker, "shard", id.Shard())
+	// Output:
+	// instagram+w3(41 time | 13 shard | 3 worker | 7 seq, 1ms since 2011-01-01T00:00:00Z)
+	// ends 2045-11-03
+	// worker 5 shard 1341
+}
+
+func ExampleNewLayout() {
+	l, err := shardid.NewLayout(shardid.LayoutConfig{
+		Name:       "mine",
+		Epoch:      time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
+		TimeBits:   41,
+		ShardBits:  10,
+		WorkerBits: 4,
+		SeqBits:    8,
+	})
+	fmt.Println(l, err)
+	// Output:
+	// mine(41 time | 10 shard | 4 worker | 8 seq, 1ms since 2024-01-01T00:00:00Z) <nil>
+}
+
+func ExampleGenerator_NextN() {
+	g, err := shardid.NewGenerator(shardid.Instagram)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ids := make([]shardid.ID, 5000) // one call for a whole batch of rows
+	if err := g.NextN(42, ids); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(ids[0] < ids[4999], ids[4999].Shard())
+	// Output:
+	// true 42
+}
