@@ -85,3 +85,33 @@ func (e *detailError) Unwrap() error { return e.err }
 func withDetail(err error, detail string) error {
 	return &detailError{err: err, detail: detail}
 }
+
+// These errors can be returned by NewPlugin and by creates through the
+// plugin (as the *gorm.DB's Error).
+var (
+	// ErrInvalidConfig is returned by NewPlugin when the configuration
+	// cannot work, such as more logical shards than the layout holds.
+	ErrInvalidConfig = errors.New("shardid: invalid plugin configuration")
+
+	// ErrInvalidTag is returned when a model's shardid struct tags are
+	// wrong: an unknown value, two sharding keys, or a key or ID field of a
+	// type the plugin cannot use.
+	ErrInvalidTag = errors.New("shardid: invalid model tag")
+
+	// ErrNoShardKey is returned when a row has no sharding key and the
+	// plugin is strict. A ShardKey function or method may return it to say
+	// that a row has no key.
+	ErrNoShardKey = errors.New("shardid: row has no sharding key")
+
+	// ErrInvalidShardKey is returned when a row's sharding key cannot name a
+	// shard: a negative number, an empty string, or an unassigned ID.
+	ErrInvalidShardKey = errors.New("shardid: invalid sharding key")
+
+	// ErrNotAddressable is returned when a create needs to set the ID of a
+	// row it cannot write to, such as a struct passed by value: pass a
+	// pointer.
+	ErrNotAddressable = errors.New("shardid: cannot set the ID of a row passed by value")
+
+	// ErrNilRow is returned when a slice of rows holds a nil pointer.
+	ErrNilRow = errors.New("shardid: nil row")
+)

@@ -1,0 +1,194 @@
+package shardid
+
+import (
+	"context"
+	"math"
+	"reflect"
+
+	"gorm.io/gorm/schema"
+)
+
+// ShardKeyer is implemented by models that compute their own sharding key.
+// The plugin calls ShardKey on a pointer to the row and takes the shard as
+// the key modulo PluginConfig.LogicalShards. A negative key is an error;
+// returning ErrNoShardKey means the row has none.
+type ShardKeyer interface {
+	ShardKey() (int64, error)
+}
+
+// The struct tag values the plugin reads, as in `shardid:"key"`.
+const (
+	tagName  = "shardid"
+	tagKey   = "key" // the field is the sharding key
+	tagID    = "id"  // the field is the ID, for plain int64 and uint64 primary keys
+)
+
+var (
+	idType       = reflect.TypeFor[ID]()
+	nullIDType   = reflect.TypeFor[NullID]()
+	shardKeyerTy = reflect.TypeFor[ShardKeyer]()
+)
+
+// keyKind says how a key field's value becomes a shard.
+type keyKind uint8
+
+const (
+	keyInt    keyKind = iota + 1 // key % LogicalShards
+	keyUint                      // key % LogicalShards
+	keyString                    // fnv1a(key) % LogicalShards
+	keyID                        // the ID's own shard: colocation
+	keyNullID                    // the ID's own shard, when valid
+)
+
+// model is what the plugin knows about one schema, computed once.
+type model struct {
+	id      *schema.Field // the ID field; nil: the plugin leaves the model alone
+	idUint  bool          // the ID field is a uint64
+	key     *schema.Field // the tagged sharding-key field, or nil
+	keyKind keyKind
+	method  bool  // *T implements ShardKeyer
+	err     error // a problem with the model's tags, reported on every create
+}
+
+// analyze finds the ID and the sharding key of s.
+func analyze(s *schema.Schema) *model {
+	m := &model{}
+	var tagged []*schema.Field
+	for _, f := range s.Fields {
+		if f.Tag.Get(tagName) == tagID {
+			tagged = append(tagged, f)
+		}
+	}
+	switch {
+	case len(tagged) == 1:
+		m.id = tagged[0]
+	case len(tagged) > 1:
+		// Only a many2many join table, which copies both owners' tags,
+		// has more than one: its key columns are never the plugin's to fill.
+		return m
+	case s.PrioritizedPrimaryField != nil && s.PrioritizedPrimaryField.IndirectFieldType == idType:
+		m.id = s.PrioritizedPrimaryField
+	default:
+		return m
+	}
+	switch k := m.id.FieldType.Kind(); {
+	case k == reflect.Int64:
+	case k == reflect.Uint64:
+		m.idUint = true
+	default:
+		m.err = modelError(s, "ID field "+m.id.Name+" is a "+m.id.FieldType.String()+"; want shardid.ID, int64 or uint64")
+		return m
+	}
+	if m.id.DefaultValue != "" && m.id.DefaultValueInterface == nil && !m.id.AutoIncrement {
+		// default:(-) or default:f(): the database makes the ID and GORM
+		// reads it back with RETURNING.
+		m.id = nil
+		return m
+	}
+
+	m.method = reflect.PointerTo(s.ModelType).Implements(shardKeyerTy)
+	for _, f := range s.Fields {
+		switch tag := f.Tag.Get(tagName); tag {
+		case "", tagID:
+			continue
+		case tagKey:
+			if m.key != nil {
+				m.err = modelError(s, "two sharding keys, "+m.key.Name+" and "+f.Name)
+				return m
+			}
+			m.key = f
+		default:
+			m.err = modelError(s, "field "+f.Name+` has tag shardid:"`+tag+`"; want "key" or "id"`)
+			return m
+		}
+	}
+	if m.key != nil {
+		switch t := m.key.IndirectFieldType; {
+		case t == idType:
+			m.keyKind = keyID
+		case t == nullIDType:
+			m.keyKind = keyNullID
+		case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
+			m.keyKind = keyInt
+		case t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uint64:
+			m.keyKind = keyUint
+		case t.Kind() == reflect.String:
+			m.keyKind = keyString
+		default:
+			m.err = modelError(s, "sharding key "+m.key.Name+" is a "+t.String()+"; want an integer, a string or a shardid.ID")
+		}
+	}
+	return m
+}
+
+func modelError(s *schema.Schema, detail string) error {
+	return withDetail(ErrInvalidTag, s.Name+": "+detail)
+}
+
+// keyOf returns the shard that row's key field names. ok is false when the
+// field is a nil pointer or a NULL NullID: the row has no key.
+func (p *Plugin) keyOf(ctx context.Context, m *model, row reflect.Value) (shard int, ok bool, err error) {
+	v := m.key.ReflectValueOf(ctx, row)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return 0, false, nil
+		}
+		v = v.Elem()
+	}
+	return p.shardOfValue(m, v)
+}
+
+// shardOfValue turns a key value of m's key kind into a shard.
+func (p *Plugin) shardOfValue(m *model, v reflect.Value) (shard int, ok bool, err error) {
+	switch m.keyKind {
+	case keyInt:
+		return p.shardOfKey(v.Int())
+	case keyUint:
+		u := v.Uint()
+		if u > math.MaxInt64 {
+			return 0, false, withDetail(ErrInvalidShardKey, "key out of range")
+		}
+		return p.shardOfKey(int64(u))
+	case keyString:
+		s := v.String()
+		if s == "" {
+			return 0, false, withDetail(ErrInvalidShardKey, "empty string key")
+		}
+		return int(fnv1a(s) % uint64(p.shards)), true, nil
+	case keyNullID:
+		if !v.Field(1).Bool() { // NullID.Valid, read without boxing
+			return 0, false, nil
+		}
+		return p.shardOfID(ID(v.Field(0).Int()))
+	case keyID:
+		return p.shardOfID(ID(v.Int()))
+	}
+	return 0, false, nil
+}
+
+func (p *Plugin) shardOfKey(key int64) (int, bool, error) {
+	if key < 0 {
+		return 0, false, withDetail(ErrInvalidShardKey, "negative key")
+	}
+	return int(key % int64(p.shards)), true, nil
+}
+
+// shardOfID returns the shard encoded in id: rows keyed by another row's ID
+// live on that row's shard.
+func (p *Plugin) shardOfID(id ID) (int, bool, error) {
+	if id <= 0 {
+		return 0, false, withDetail(ErrInvalidShardKey, "key is an unassigned (zero) ID")
+	}
+	return p.layout.Decompose(id).Shard, true, nil
+}
+
+// fnv1a is the 64-bit FNV-1a hash of s: the documented, stable hash of string
+// sharding keys. Written out so that hashing does not allocate.
+func fnv1a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
