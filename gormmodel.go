@@ -18,9 +18,9 @@ type ShardKeyer interface {
 
 // The struct tag values the plugin reads, as in `shardid:"key"`.
 const (
-	tagName  = "shardid"
-	tagKey   = "key" // the field is the sharding key
-	tagID    = "id"  // the field is the ID, for plain int64 and uint64 primary keys
+	tagName = "shardid"
+	tagKey  = "key" // the field is the sharding key
+	tagID   = "id"  // the field is the ID, for plain int64 and uint64 primary keys
 )
 
 var (
