@@ -143,11 +143,11 @@ func TestPluginSQL(t *testing.T) {
 				if dialect == "postgres" {
 					// GORM saves children as an upsert; the plugin has it
 					// return the stored IDs.
-					mock.ExpectQuery(children+` ON CONFLICT ("id") DO UPDATE SET "photo_id"="excluded"."photo_id" RETURNING "id"`).
+					mock.ExpectQuery(children + ` ON CONFLICT ("id") DO UPDATE SET "photo_id"="excluded"."photo_id" RETURNING "id"`).
 						WithArgs(args...).
 						WillReturnRows(sqlmock.NewRows([]string{"id"}).AddRow(id(5, 1)).AddRow(id(5, 2)))
 				} else {
-					mock.ExpectExec(q(dialect, children)+" ON DUPLICATE KEY UPDATE `photo_id`=VALUES(`photo_id`)").
+					mock.ExpectExec(q(dialect, children) + " ON DUPLICATE KEY UPDATE `photo_id`=VALUES(`photo_id`)").
 						WithArgs(args...).
 						WillReturnResult(sqlmock.NewResult(0, 2))
 				}
