@@ -19,7 +19,7 @@ import (
 // Many goroutines create rows for the same few users through one *gorm.DB:
 // no duplicate-key error, ever, and every row is there.
 func TestPluginConcurrentCreatesPostgres(t *testing.T) {
-	db, _ := setupDB(t, openPostgres, shardid.PluginConfig{})
+	db, _ := setupDB(t, func(t *testing.T) *gorm.DB { return openPostgres(t) }, shardid.PluginConfig{})
 	sqlDB, _ := db.DB()
 	sqlDB.SetMaxOpenConns(16)
 	const workers, perWorker = 16, 60
@@ -145,7 +145,7 @@ type DBDefault struct {
 }
 
 func TestPluginLeavesDatabaseDefaults(t *testing.T) {
-	db, _ := setupDB(t, openPostgres, shardid.PluginConfig{})
+	db, _ := setupDB(t, func(t *testing.T) *gorm.DB { return openPostgres(t) }, shardid.PluginConfig{})
 	fresh(t, db, &DBDefault{})
 	for _, q := range []string{
 		"DROP SEQUENCE IF EXISTS db_defaults_seq",

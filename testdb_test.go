@@ -23,7 +23,7 @@ var dialects = []struct {
 	name string
 	open func(t *testing.T) *gorm.DB
 }{
-	{"postgres", openPostgres},
+	{"postgres", func(t *testing.T) *gorm.DB { return openPostgres(t) }},
 	{"mysql", openMySQL},
 	{"sqlite", openSQLite},
 }
@@ -37,7 +37,7 @@ func envOr(key, def string) string {
 
 // unreachable skips the test, loudly, or fails it under CI=true, where a
 // missing server must never pass for a green run.
-func unreachable(t *testing.T, what string, err error) {
+func unreachable(t testing.TB, what string, err error) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("%s unreachable under CI=true: %v", what, err)
@@ -49,7 +49,7 @@ func gormConfig() *gorm.Config {
 	return &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}
 }
 
-func openPostgres(t *testing.T) *gorm.DB {
+func openPostgres(t testing.TB) *gorm.DB {
 	t.Helper()
 	dsn := envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)
 	db, err := gorm.Open(postgres.Open(dsn), gormConfig())
@@ -96,7 +96,7 @@ func ping(db *gorm.DB) error {
 	return sqlDB.Ping()
 }
 
-func closeAtEnd(t *testing.T, db *gorm.DB) {
+func closeAtEnd(t testing.TB, db *gorm.DB) {
 	t.Cleanup(func() {
 		if sqlDB, err := db.DB(); err == nil {
 			sqlDB.Close()
@@ -105,7 +105,7 @@ func closeAtEnd(t *testing.T, db *gorm.DB) {
 }
 
 // fresh drops and re-creates the tables of models.
-func fresh(t *testing.T, db *gorm.DB, models ...any) {
+func fresh(t testing.TB, db *gorm.DB, models ...any) {
 	t.Helper()
 	if err := db.Migrator().DropTable(models...); err != nil {
 		t.Fatal(err)
