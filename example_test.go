@@ -7,7 +7,10 @@ import (
 	"log"
 	"time"
 
+	"github.com/glebarez/sqlite"
 	"github.com/shardid/shardid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 )
 
 func Example() {
@@ -139,4 +142,48 @@ func ExampleGenerator_NextN() {
 	fmt.Println(ids[0] < ids[4999], ids[4999].Shard())
 	// Output:
 	// true 42
+}
+
+func ExampleNewPlugin() {
+	db, err := gorm.Open(sqlite.Open("file::memory:"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	plugin, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2000})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := db.Use(plugin); err != nil {
+		log.Fatal(err)
+	}
+
+	type Comment struct {
+		ID      shardid.ID
+		PhotoID shardid.ID `shardid:"key"` // colocated with its photo
+		Body    string
+	}
+	type Photo struct {
+		ID       shardid.ID
+		UserID   int64 `shardid:"key"` // shard = UserID % 2000
+		Caption  string
+		Comments []Comment
+	}
+	if err := db.AutoMigrate(&Photo{}, &Comment{}); err != nil {
+		log.Fatal(err)
+	}
+
+	photo := Photo{UserID: 31341, Caption: "sunset", Comments: []Comment{{Body: "wow"}}}
+	if err := db.Create(&photo).Error; err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("photo on shard", photo.ID.Shard())
+	fmt.Println("comment on shard", photo.Comments[0].ID.Shard())
+
+	var back Photo
+	db.Preload("Comments").First(&back, photo.ID)
+	fmt.Println(back.ID == photo.ID, back.Comments[0].Body)
+	// Output:
+	// photo on shard 1341
+	// comment on shard 1341
+	// true wow
 }

@@ -66,11 +66,17 @@ func BenchmarkPostgresInsert(b *testing.B) {
 		many func(n int) any
 	}{
 		{"plugin", func() any { user++; return &BenchPlugin{UserID: user, Caption: "c"} },
-			func(n int) any { return batch(n, func(i int64) BenchPlugin { return BenchPlugin{UserID: i, Caption: "c"} }) }},
+			func(n int) any {
+				return batch(n, func(i int64) BenchPlugin { return BenchPlugin{UserID: i, Caption: "c"} })
+			}},
 		{"bigserial", func() any { user++; return &BenchSerial{UserID: user, Caption: "c"} },
-			func(n int) any { return batch(n, func(i int64) BenchSerial { return BenchSerial{UserID: i, Caption: "c"} }) }},
+			func(n int) any {
+				return batch(n, func(i int64) BenchSerial { return BenchSerial{UserID: i, Caption: "c"} })
+			}},
 		{"plpgsql", func() any { user++; return &BenchPLpgSQL{UserID: user, Caption: "c"} },
-			func(n int) any { return batch(n, func(i int64) BenchPLpgSQL { return BenchPLpgSQL{UserID: i, Caption: "c"} }) }},
+			func(n int) any {
+				return batch(n, func(i int64) BenchPLpgSQL { return BenchPLpgSQL{UserID: i, Caption: "c"} })
+			}},
 	} {
 		b.Run(table.name+"/Create", func(b *testing.B) {
 			for b.Loop() {
