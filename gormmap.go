@@ -69,10 +69,7 @@ func (p *Plugin) shardOfMap(m *model, row reflect.Value) (int, error) {
 			shard, ok, err = p.shardOfMapValue(m, v)
 		}
 	}
-	if err != nil {
-		return 0, err
-	}
-	return p.shardOrDefault(shard, ok)
+	return p.shardOrDefault(shard, ok, err)
 }
 
 // shardOfMapValue reads a key of whatever type the map holds: an int where

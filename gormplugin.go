@@ -282,10 +282,7 @@ func (p *Plugin) shardOfRow(ctx context.Context, m *model, row reflect.Value) (i
 	case m.key != nil:
 		shard, ok, err = p.keyOf(ctx, m, row)
 	}
-	if err != nil {
-		return 0, err
-	}
-	return p.shardOrDefault(shard, ok)
+	return p.shardOrDefault(shard, ok, err)
 }
 
 func rowInterface(row reflect.Value) any {
@@ -313,7 +310,12 @@ func (p *Plugin) shardFromKeyFunc(fn func(any) (int64, error), row any) (int, bo
 	return p.shardOfKey(key)
 }
 
-func (p *Plugin) shardOrDefault(shard int, ok bool) (int, error) {
+// shardOrDefault settles the shard of a row whose key lookup gave shard, ok
+// and err: a row without a key gets the default shard, unless strict.
+func (p *Plugin) shardOrDefault(shard int, ok bool, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
 	if ok {
 		return shard, nil
 	}

@@ -51,27 +51,24 @@ func gormConfig() *gorm.Config {
 
 func openPostgres(t testing.TB) *gorm.DB {
 	t.Helper()
-	dsn := envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)
-	db, err := gorm.Open(postgres.Open(dsn), gormConfig())
-	if err == nil {
-		err = ping(db)
-	}
-	if err != nil {
-		unreachable(t, "PostgreSQL ("+dsn+")", err)
-	}
-	closeAtEnd(t, db)
-	return db
+	return openServer(t, "PostgreSQL", "SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN, postgres.Open)
 }
 
 func openMySQL(t *testing.T) *gorm.DB {
 	t.Helper()
-	dsn := envOr("SHARDID_TEST_MYSQL_DSN", defaultMySQLDSN)
-	db, err := gorm.Open(mysql.Open(dsn), gormConfig())
+	return openServer(t, "MySQL/MariaDB", "SHARDID_TEST_MYSQL_DSN", defaultMySQLDSN, mysql.Open)
+}
+
+// openServer opens the server named by the environment variable env, or def.
+func openServer(t testing.TB, what, env, def string, open func(dsn string) gorm.Dialector) *gorm.DB {
+	t.Helper()
+	dsn := envOr(env, def)
+	db, err := gorm.Open(open(dsn), gormConfig())
 	if err == nil {
 		err = ping(db)
 	}
 	if err != nil {
-		unreachable(t, "MySQL/MariaDB ("+dsn+")", err)
+		unreachable(t, what+" ("+dsn+")", err)
 	}
 	closeAtEnd(t, db)
 	return db

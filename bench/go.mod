@@ -1,6 +1,6 @@
 module github.com/shardid/shardid/bench
 
-go 1.24
+go 1.25.0
 
 replace github.com/shardid/shardid => ../
 
@@ -15,6 +15,6 @@ require (
 require (
 	github.com/jinzhu/inflection v1.0.0 // indirect
 	github.com/jinzhu/now v1.1.5 // indirect
-	golang.org/x/text v0.20.0 // indirect
+	golang.org/x/text v0.29.0 // indirect
 	gorm.io/gorm v1.31.2 // indirect
 )
