@@ -57,7 +57,13 @@ type Legacy struct {
 	Region int64 `shardid:"key"`
 }
 
-var allModels = []any{&Photo{}, &Comment{}, &PhotoMeta{}, &Tag{}, "photo_tags", &Account{}, &Legacy{}}
+// LegacyU is an existing table with a uint64 key, opted in.
+type LegacyU struct {
+	ID     uint64 `gorm:"primaryKey;autoIncrement:false" shardid:"id"`
+	Region uint32 `shardid:"key"`
+}
+
+var allModels = []any{&Photo{}, &Comment{}, &PhotoMeta{}, &Tag{}, "photo_tags", &Account{}, &Legacy{}, &LegacyU{}}
 
 func setupDB(t *testing.T, open func(*testing.T) *gorm.DB, cfg shardid.PluginConfig) (*gorm.DB, *shardid.Plugin) {
 	t.Helper()
@@ -72,7 +78,7 @@ func setupDB(t *testing.T, open func(*testing.T) *gorm.DB, cfg shardid.PluginCon
 	if err := db.Migrator().DropTable(allModels...); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.AutoMigrate(&Photo{}, &Comment{}, &PhotoMeta{}, &Tag{}, &Account{}, &Legacy{}); err != nil {
+	if err := db.AutoMigrate(&Photo{}, &Comment{}, &PhotoMeta{}, &Tag{}, &Account{}, &Legacy{}, &LegacyU{}); err != nil {
 		t.Fatal(err)
 	}
 	return db, p
@@ -403,6 +409,14 @@ func TestPluginCompositeAndLegacyKeys(t *testing.T) {
 		}
 		if shardid.ID(legacy[0].ID).Shard() != 1 || shardid.ID(legacy[1].ID).Shard() != 2 || legacy[2].ID != 77 {
 			t.Errorf("opted-in int64 keys: %+v", legacy)
+		}
+		u := LegacyU{Region: 4000000001}
+		if err := db.Create(&u).Error; err != nil {
+			t.Fatal(err)
+		}
+		var ub LegacyU
+		if err := db.First(&ub, u.ID).Error; err != nil || u.ID == 0 || shardid.ID(u.ID).Shard() != 1 || ub != u {
+			t.Errorf("opted-in uint64 key: %+v, read back %+v, %v", u, ub, err)
 		}
 	})
 }
