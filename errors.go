@@ -114,4 +114,11 @@ var (
 
 	// ErrNilRow is returned when a slice of rows holds a nil pointer.
 	ErrNilRow = errors.New("shardid: nil row")
+
+	// ErrWrongShard is returned when a row created through a Router's
+	// *gorm.DB belongs to a shard that lives elsewhere: another schema, or
+	// another database. GORM creates children on their parent's connection,
+	// so a child keyed to another database would otherwise land in the
+	// wrong place.
+	ErrWrongShard = errors.New("shardid: row belongs to another shard than the statement is routed to")
 )

@@ -10,17 +10,23 @@ import (
 // assignMap fills the ID of a row given as a map, as in
 // db.Model(&Photo{}).Create(map[string]any{...}). Keys may be field names or
 // column names, as GORM allows. i is the row's index in a slice, or -1.
-func (p *Plugin) assignMap(stmt *gorm.Statement, m *model, row reflect.Value, i int) error {
+func (p *Plugin) assignMap(stmt *gorm.Statement, m *model, row reflect.Value, i int, rt *route) error {
 	if row.Type().Key().Kind() != reflect.String {
 		return nil
 	}
 	idKey, cur := mapLookup(row, m.id.Name, m.id.DBName)
 	if cur.IsValid() && !cur.IsZero() {
+		if cur.CanInt() || cur.CanUint() {
+			return p.checkPreset(rt, cur, stmt, i)
+		}
 		return nil
 	}
 	shard, err := p.shardOfMap(m, row)
 	if err != nil {
 		return rowError(err, stmt.Schema, i)
+	}
+	if err := p.checkRoute(rt, shard, stmt, i); err != nil {
+		return err
 	}
 	id, err := p.gen.Next(shard)
 	if err != nil {

@@ -138,11 +138,40 @@ func (p *Plugin) assignIDs(db *gorm.DB) {
 	if m.id == nil {
 		return
 	}
-	if err := p.assign(db.Statement, m); err != nil {
+	var rt *route
+	if v, ok := db.Statement.Settings.Load(settingRoute); ok {
+		r := v.(route)
+		rt = &r
+	}
+	if err := p.assign(db.Statement, m, rt); err != nil {
 		db.AddError(err)
 		return
 	}
 	p.returnStoredID(db, m)
+}
+
+// checkRoute fails when a row of shard s is created through a statement
+// routed to a shard that lives elsewhere. rt is nil for unrouted statements.
+func (p *Plugin) checkRoute(rt *route, s int, stmt *gorm.Statement, i int) error {
+	if rt == nil || rt.r.sameTarget(rt.shard, s) {
+		return nil
+	}
+	return rowError(withDetail(ErrWrongShard, "shard "+strconv.Itoa(s)+" on "+rt.r.DatabaseName(s)+
+		", statement routed to shard "+strconv.Itoa(rt.shard)+" on "+rt.r.DatabaseName(rt.shard)), stmt.Schema, i)
+}
+
+// checkPreset applies checkRoute to a row whose ID is already set.
+func (p *Plugin) checkPreset(rt *route, idv reflect.Value, stmt *gorm.Statement, i int) error {
+	if rt == nil {
+		return nil
+	}
+	var id ID
+	if idv.CanUint() {
+		id = ID(idv.Uint())
+	} else {
+		id = ID(idv.Int())
+	}
+	return p.checkRoute(rt, p.layout.Decompose(id).Shard, stmt, i)
 }
 
 // model returns what the plugin knows of s, analysing it the first time.
@@ -154,23 +183,23 @@ func (p *Plugin) model(s *schema.Schema) *model {
 	return m.(*model)
 }
 
-func (p *Plugin) assign(stmt *gorm.Statement, m *model) error {
+func (p *Plugin) assign(stmt *gorm.Statement, m *model, rt *route) error {
 	rv := stmt.ReflectValue
 	switch rv.Kind() {
 	case reflect.Struct:
-		return p.assignStruct(stmt, m, rv)
+		return p.assignStruct(stmt, m, rv, rt)
 	case reflect.Map:
-		return p.assignMap(stmt, m, rv, -1)
+		return p.assignMap(stmt, m, rv, -1, rt)
 	case reflect.Slice, reflect.Array:
-		return p.assignRows(stmt, m, rv)
+		return p.assignRows(stmt, m, rv, rt)
 	}
 	return nil
 }
 
-func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value) error {
+func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value, rt *route) error {
 	idv := m.id.ReflectValueOf(stmt.Context, row)
 	if !idv.IsZero() {
-		return nil
+		return p.checkPreset(rt, idv, stmt, -1)
 	}
 	if !idv.CanSet() {
 		return withDetail(ErrNotAddressable, stmt.Schema.Name)
@@ -178,6 +207,9 @@ func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value)
 	shard, err := p.shardOfRow(stmt.Context, m, row)
 	if err != nil {
 		return rowError(err, stmt.Schema, -1)
+	}
+	if err := p.checkRoute(rt, shard, stmt, -1); err != nil {
+		return err
 	}
 	id, err := p.gen.Next(shard)
 	if err != nil {
@@ -190,7 +222,7 @@ func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value)
 // assignRows fills the zero IDs of a slice or array of rows. Consecutive
 // rows of one shard (a batch of one user's photos) take their IDs in one
 // NextN call.
-func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value) error {
+func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt *route) error {
 	var (
 		ids   [runSize]ID
 		rows  [runSize]int // indices into rv
@@ -215,7 +247,7 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value) er
 		switch row.Kind() {
 		case reflect.Struct:
 		case reflect.Map:
-			if err := p.assignMap(stmt, m, row, i); err != nil {
+			if err := p.assignMap(stmt, m, row, i, rt); err != nil {
 				return err
 			}
 			continue
@@ -226,6 +258,9 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value) er
 		}
 		idv := m.id.ReflectValueOf(stmt.Context, row)
 		if !idv.IsZero() {
+			if err := p.checkPreset(rt, idv, stmt, i); err != nil {
+				return err
+			}
 			continue
 		}
 		if !idv.CanSet() {
@@ -234,6 +269,9 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value) er
 		s, err := p.shardOfRow(stmt.Context, m, row)
 		if err != nil {
 			return rowError(err, stmt.Schema, i)
+		}
+		if err := p.checkRoute(rt, s, stmt, i); err != nil {
+			return err
 		}
 		if n > 0 && (s != shard || n == runSize) {
 			if err := flush(); err != nil {

@@ -1,0 +1,297 @@
+package shardid
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// settingRoute is the statement setting through which a routed *gorm.DB
+// carries its logical shard. Settings, unlike the context, survive
+// WithContext and reach association creates and preloads.
+const settingRoute = PluginName + ":route"
+
+// callbackRoute is the name of the callbacks that qualify tables by schema.
+const callbackRoute = PluginName + ":route"
+
+// route is the value of settingRoute.
+type route struct {
+	r     *Router
+	shard int
+}
+
+// RouterConfig configures a Router.
+type RouterConfig struct {
+	// Databases are the physical databases. Several may share one server.
+	// At least one is required.
+	Databases []*gorm.DB
+
+	// Names names the databases in errors and in the shard map, one per
+	// database. If nil, they are "db0", "db1", ...
+	Names []string
+
+	// LogicalShards is the number of logical shards. If 0, it is
+	// DefaultLogicalShards. It must be at most the layout's Shards() and
+	// should equal the plugin's.
+	LogicalShards int
+
+	// Map gives, for each logical shard, the index of its database in
+	// Databases. If nil, the shards are split into contiguous ranges, one per
+	// database. Change it later with SetMap.
+	Map []int
+
+	// SchemaPattern, if not empty, puts each logical shard in its own
+	// PostgreSQL schema, or MySQL database, named by formatting the shard
+	// number with it: "shard_%04d" gives shard_0005. Names must match
+	// [a-z_][a-z0-9_]* and be at most 63 bytes.
+	SchemaPattern string
+
+	// Plugin, if not nil, is installed on every database, and checks that
+	// rows created through the router belong to the shard they are routed to.
+	Plugin *Plugin
+
+	// Layout decodes IDs for ForID. If it is the zero Layout, the plugin's
+	// layout is used, or Instagram.
+	Layout Layout
+}
+
+// Router maps logical shards onto physical databases and routes by ID.
+//
+// ForShard, ForID and ForKey return a *gorm.DB for the database that holds
+// the shard, with tables qualified by the shard's schema when the router
+// has a SchemaPattern. They cost an array lookup: the *gorm.DB of every
+// logical shard is prepared in advance.
+//
+// Router is safe for concurrent use; SetMap may be called while other
+// goroutines route.
+type Router struct {
+	dbs     []*gorm.DB
+	names   []string
+	layout  Layout
+	shards  int
+	schemas []string // per logical shard; nil without SchemaPattern
+	plugin  *Plugin
+	table   atomic.Pointer[routeTable]
+}
+
+// routeTable is one immutable version of the shard map.
+type routeTable struct {
+	dbOf     []int      // logical shard → database index
+	sessions []*gorm.DB // logical shard → prepared session
+}
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// NewRouter validates cfg and returns a router. It registers on each
+// database the callbacks that qualify tables by schema, and installs the
+// plugin when cfg.Plugin is set.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	bad := func(format string, args ...any) (*Router, error) {
+		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if len(cfg.Databases) == 0 {
+		return bad("no databases")
+	}
+	r := &Router{dbs: cfg.Databases, shards: cfg.LogicalShards, plugin: cfg.Plugin, layout: cfg.Layout}
+	if r.shards == 0 {
+		r.shards = DefaultLogicalShards
+	}
+	if r.layout.unit == 0 {
+		r.layout = Instagram
+		if cfg.Plugin != nil {
+			r.layout = cfg.Plugin.layout
+		}
+	}
+	if r.shards < 1 || r.shards > r.layout.Shards() {
+		return bad("LogicalShards %d not in [1, %d]", r.shards, r.layout.Shards())
+	}
+	if cfg.Plugin != nil && cfg.Plugin.LogicalShards() != r.shards {
+		return bad("the router has %d logical shards, the plugin %d", r.shards, cfg.Plugin.LogicalShards())
+	}
+	r.names = cfg.Names
+	if r.names == nil {
+		for i := range r.dbs {
+			r.names = append(r.names, "db"+strconv.Itoa(i))
+		}
+	}
+	if len(r.names) != len(r.dbs) {
+		return bad("%d names for %d databases", len(r.names), len(r.dbs))
+	}
+	for i, db := range r.dbs {
+		if db == nil {
+			return bad("database %d is nil", i)
+		}
+	}
+	if cfg.SchemaPattern != "" {
+		if strings.Count(cfg.SchemaPattern, "%") != 1 || !strings.Contains(cfg.SchemaPattern, "%0") && !strings.Contains(cfg.SchemaPattern, "%d") {
+			return bad("SchemaPattern %q must have exactly one %%d verb", cfg.SchemaPattern)
+		}
+		r.schemas = make([]string, r.shards)
+		seen := make(map[string]bool, r.shards)
+		for s := range r.schemas {
+			name := fmt.Sprintf(cfg.SchemaPattern, s)
+			if !schemaName.MatchString(name) || seen[name] {
+				return bad("SchemaPattern %q gives the schema name %q for shard %d: want distinct names matching %s",
+					cfg.SchemaPattern, name, s, schemaName)
+			}
+			seen[name] = true
+			r.schemas[s] = name
+		}
+	}
+	for _, db := range r.dbs {
+		if err := r.register(db); err != nil {
+			return nil, err
+		}
+		if cfg.Plugin != nil {
+			if err := db.Use(cfg.Plugin); err != nil && err != gorm.ErrRegistered {
+				return nil, err
+			}
+		}
+	}
+	m := cfg.Map
+	if m == nil {
+		m = make([]int, r.shards)
+		for s := range m {
+			m[s] = s * len(r.dbs) / r.shards
+		}
+	}
+	if err := r.SetMap(m); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// register adds the table-qualifying callback to every processor of db
+// that names a table, once.
+func (r *Router) register(db *gorm.DB) error {
+	cb := db.Callback()
+	for _, reg := range []struct {
+		registered bool
+		add        func(string, func(*gorm.DB)) error
+	}{
+		{cb.Create().Get(callbackRoute) != nil, cb.Create().Before("gorm:create").Register},
+		{cb.Query().Get(callbackRoute) != nil, cb.Query().Before("gorm:query").Register},
+		{cb.Update().Get(callbackRoute) != nil, cb.Update().Before("gorm:update").Register},
+		{cb.Delete().Get(callbackRoute) != nil, cb.Delete().Before("gorm:delete").Register},
+		{cb.Row().Get(callbackRoute) != nil, cb.Row().Before("gorm:row").Register},
+	} {
+		if !reg.registered {
+			if err := reg.add(callbackRoute, qualifyTable); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// qualifyTable puts a routed statement's table in its shard's schema, as
+// db.Table("shard_0005.photos") would.
+func qualifyTable(db *gorm.DB) {
+	v, ok := db.Statement.Settings.Load(settingRoute)
+	if !ok || db.Error != nil {
+		return
+	}
+	rt := v.(route)
+	if rt.r.schemas == nil || db.Statement.Table == "" || strings.Contains(db.Statement.Table, ".") {
+		return
+	}
+	if e := db.Statement.TableExpr; e != nil && strings.Contains(e.SQL, ".") {
+		return // qualified by the caller
+	}
+	db.Statement.TableExpr = &clause.Expr{SQL: db.Statement.Quote(rt.r.schemas[rt.shard] + "." + db.Statement.Table)}
+}
+
+// SetMap replaces the shard map: m[s] is the index of the database that
+// holds logical shard s. Callers routing at the same time see either the
+// old map or the new one, never a mix.
+func (r *Router) SetMap(m []int) error {
+	if len(m) != r.shards {
+		return withDetail(ErrInvalidConfig, fmt.Sprintf("the map has %d shards, the router %d", len(m), r.shards))
+	}
+	t := &routeTable{dbOf: make([]int, r.shards), sessions: make([]*gorm.DB, r.shards)}
+	for s, d := range m {
+		if d < 0 || d >= len(r.dbs) {
+			return withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d maps to database %d of %d", s, d, len(r.dbs)))
+		}
+		t.dbOf[s] = d
+		// A Session is safe to reuse and to share between goroutines.
+		t.sessions[s] = r.dbs[d].Set(settingRoute, route{r: r, shard: s}).Session(&gorm.Session{})
+	}
+	r.table.Store(t)
+	return nil
+}
+
+// Map returns a copy of the current shard map.
+func (r *Router) Map() []int { return append([]int(nil), r.table.Load().dbOf...) }
+
+// LogicalShards returns the number of logical shards.
+func (r *Router) LogicalShards() int { return r.shards }
+
+// Databases returns the physical databases, in the order of the config.
+func (r *Router) Databases() []*gorm.DB { return append([]*gorm.DB(nil), r.dbs...) }
+
+// DatabaseName returns the name of the database that holds shard.
+func (r *Router) DatabaseName(shard int) string {
+	if shard < 0 || shard >= r.shards {
+		return ""
+	}
+	return r.names[r.table.Load().dbOf[shard]]
+}
+
+// Schema returns the schema (or MySQL database) of shard, or "" when the
+// router has no SchemaPattern.
+func (r *Router) Schema(shard int) string {
+	if r.schemas == nil || shard < 0 || shard >= r.shards {
+		return ""
+	}
+	return r.schemas[shard]
+}
+
+// ForShard returns a *gorm.DB for logical shard n. It may be kept and used
+// from many goroutines. For a shard out of range, the *gorm.DB carries
+// ErrShardRange and every operation on it fails.
+func (r *Router) ForShard(n int) *gorm.DB {
+	if n < 0 || n >= r.shards {
+		tx := r.dbs[0].Session(&gorm.Session{NewDB: true})
+		_ = tx.AddError(withDetail(ErrShardRange, rangeDetail(n, r.shards)))
+		return tx
+	}
+	return r.table.Load().sessions[n]
+}
+
+// ForID returns a *gorm.DB for the shard that id names.
+func (r *Router) ForID(id ID) *gorm.DB { return r.ForShard(r.ShardOf(id)) }
+
+// ForKey returns a *gorm.DB for the shard of an integer sharding key,
+// key % LogicalShards, as the plugin computes it.
+func (r *Router) ForKey(key int64) *gorm.DB {
+	if key < 0 {
+		return r.ForShard(-1)
+	}
+	return r.ForShard(int(key % int64(r.shards)))
+}
+
+// ShardOf returns the logical shard id names.
+func (r *Router) ShardOf(id ID) int { return r.layout.Decompose(id).Shard }
+
+// Get loads the row with primary key id into dest from the shard id names.
+func (r *Router) Get(ctx context.Context, dest any, id ID) error {
+	return r.ForID(id).WithContext(ctx).First(dest, id).Error
+}
+
+// sameTarget reports whether a row of shard s may be written through a
+// statement routed to shard routed: the same schema, or the same database
+// when there are no schemas.
+func (r *Router) sameTarget(routed, s int) bool {
+	if r.schemas != nil {
+		return routed == s
+	}
+	t := r.table.Load()
+	return s >= 0 && s < r.shards && t.dbOf[routed] == t.dbOf[s]
+}
