@@ -25,7 +25,7 @@ var dialects = []struct {
 }{
 	{"postgres", func(t *testing.T) *gorm.DB { return openPostgres(t) }},
 	{"mysql", openMySQL},
-	{"sqlite", openSQLite},
+	{"sqlite", func(t *testing.T) *gorm.DB { return openSQLite(t) }},
 }
 
 func envOr(key, def string) string {
@@ -74,7 +74,7 @@ func openServer(t testing.TB, what, env, def string, open func(dsn string) gorm.
 	return db
 }
 
-func openSQLite(t *testing.T) *gorm.DB {
+func openSQLite(t testing.TB) *gorm.DB {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "shardid.db")
 	db, err := gorm.Open(sqlite.Open(path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"), gormConfig())
