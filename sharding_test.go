@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/shardid/shardid"
@@ -342,5 +343,30 @@ func TestRouterRemapWhileRouting(t *testing.T) {
 	b.Model(&RPhoto{}).Count(&nb)
 	if na != 0 || nb != 1 {
 		t.Errorf("after remapping shard 0 to db1: %d rows on db0, %d on db1", na, nb)
+	}
+}
+
+// Gather stops starting queries once its context is done, and says so.
+func TestGatherHonoursContext(t *testing.T) {
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openSQLite(t)},
+		LogicalShards: 100, SchemaPattern: "s_%d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var ran atomic.Int64
+	_, err = shardid.Gather(ctx, r, shardid.GatherOptions{Workers: 2},
+		func(id shardid.ID) shardid.ID { return id },
+		func(ctx context.Context, db *gorm.DB) ([]shardid.ID, error) {
+			if ran.Add(1) == 10 {
+				cancel()
+			}
+			return nil, nil
+		})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Gather after cancel: %v, want context.Canceled", err)
+	}
+	if n := ran.Load(); n >= 100 {
+		t.Errorf("%d of 100 queries ran after the context was cancelled at the 10th", n)
 	}
 }
