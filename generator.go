@@ -40,14 +40,16 @@ const spinWindow = 2 * time.Millisecond
 // Generator is safe for concurrent use by multiple goroutines. Shards do not
 // contend with each other.
 type Generator struct {
-	layout  Layout
-	worker  int
-	base    int64 // worker << workerShift, or'ed into every ID
-	maxBack int64 // in ticks
-	unit    int64 // nanoseconds
-	now     func() time.Time
-	pause   func(remaining time.Duration) // waitPause, or a fake in tests
-	st      *genState
+	layout      Layout
+	worker      int
+	base        int64 // worker << workerShift, or'ed into every ID
+	maxBack     int64 // in ticks
+	unit        int64 // nanoseconds
+	now         func() time.Time
+	customClock bool                          // now is not time.Now
+	pause       func(remaining time.Duration) // waitPause, or a fake in tests
+	st          *genState
+	guard       *leaseGuard // nil unless the worker id is leased
 }
 
 // genState is the state that generators of one layout and worker share.
@@ -128,6 +130,7 @@ func NewGenerator(l Layout, opts ...GeneratorOption) (*Generator, error) {
 		pause:   waitPause,
 	}
 	if g.now != nil {
+		g.customClock = true
 		g.st = newGenState(l, g.now())
 		return g, nil
 	}
@@ -175,6 +178,9 @@ func (g *Generator) Next(shard int) (ID, error) {
 		if err != nil {
 			return 0, err
 		}
+		if err := g.guard.allow(now); err != nil {
+			return 0, err
+		}
 		prev := last.Load()
 		next := now << s
 		if next <= prev {
@@ -214,6 +220,9 @@ func (g *Generator) NextN(shard int, ids []ID) error {
 	for len(ids) > 0 {
 		now, _, err := g.tick()
 		if err != nil {
+			return err
+		}
+		if err := g.guard.allow(now); err != nil {
 			return err
 		}
 		prev := last.Load()
@@ -306,4 +315,28 @@ func waitPause(remaining time.Duration) {
 func (g *Generator) backwardsError(prevTick, now int64) error {
 	return withDetail(ErrClockBackwards, fmt.Sprintf("clock is %v behind the last ID, more than the %v tolerated",
 		time.Duration((prevTick-now)*g.unit), time.Duration(g.maxBack*g.unit)))
+}
+
+// raiseFloor makes every shard's next ID come from a unit after floor: the
+// last unit a previous holder of the worker id may have used.
+func (g *Generator) raiseFloor(floor int64) {
+	want := (floor+1)<<g.layout.seqBits - 1
+	for i := range g.st.last {
+		last := &g.st.last[i]
+		for {
+			cur := last.Load()
+			if cur >= want || last.CompareAndSwap(cur, want) {
+				break
+			}
+		}
+	}
+}
+
+// highWater returns the last unit any shard used.
+func (g *Generator) highWater() int64 {
+	var hw int64
+	for i := range g.st.last {
+		hw = max(hw, g.st.last[i].Load()>>g.layout.seqBits)
+	}
+	return hw
 }

@@ -54,7 +54,9 @@ func openPostgres(t testing.TB) *gorm.DB {
 	return openServer(t, "PostgreSQL", "SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN, postgres.Open)
 }
 
-func openMySQL(t *testing.T) *gorm.DB {
+func openMySQL(t *testing.T) *gorm.DB { t.Helper(); return openMySQLTB(t) }
+
+func openMySQLTB(t testing.TB) *gorm.DB {
 	t.Helper()
 	return openServer(t, "MySQL/MariaDB", "SHARDID_TEST_MYSQL_DSN", defaultMySQLDSN, mysql.Open)
 }

@@ -1,0 +1,131 @@
+package shardid
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// SQLLeaseStore keeps worker-id leases in a table of a PostgreSQL or
+// MySQL/MariaDB database, which it creates. Expiry is judged by the
+// database's clock, so the processes' clocks do not matter.
+//
+// The table holds one row per worker id: (worker, owner, expires_at in Unix
+// milliseconds, last_tick, version). Use one table per layout.
+type SQLLeaseStore struct {
+	DB    *gorm.DB
+	Table string // If empty, "shardid_workers". It must match [a-z_][a-z0-9_]*.
+}
+
+func (s *SQLLeaseStore) table() (string, error) {
+	t := s.Table
+	if t == "" {
+		t = "shardid_workers"
+	}
+	if !schemaName.MatchString(t) {
+		return "", withDetail(ErrInvalidConfig, fmt.Sprintf("lease table name %q: want %s", t, schemaName))
+	}
+	return t, nil
+}
+
+// nowMs is the database's clock in Unix milliseconds.
+func (s *SQLLeaseStore) nowMs() string {
+	if s.DB.Dialector.Name() == "mysql" {
+		return "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+	}
+	return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+}
+
+// setup creates the table and the rows of workers ids 0 to workers-1.
+func (s *SQLLeaseStore) setup(ctx context.Context, t string, workers int) error {
+	db := s.DB.WithContext(ctx)
+	err := db.Exec("CREATE TABLE IF NOT EXISTS " + t + ` (
+		worker     INT PRIMARY KEY,
+		owner      VARCHAR(200) NOT NULL DEFAULT '',
+		expires_at BIGINT NOT NULL DEFAULT 0,
+		last_tick  BIGINT NOT NULL DEFAULT 0,
+		version    BIGINT NOT NULL DEFAULT 0)`).Error
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for w := range workers {
+		if w > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(" + strconv.Itoa(w) + ")")
+	}
+	if s.DB.Dialector.Name() == "mysql" {
+		return db.Exec("INSERT IGNORE INTO " + t + " (worker) VALUES " + b.String()).Error
+	}
+	return db.Exec("INSERT INTO " + t + " (worker) VALUES " + b.String() + " ON CONFLICT DO NOTHING").Error
+}
+
+// Claim implements LeaseStore. It locks the first free row with
+// SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claims take different ids.
+func (s *SQLLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (int, int64, error) {
+	t, err := s.table()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := s.setup(ctx, t, workers); err != nil {
+		return 0, 0, err
+	}
+	var row struct {
+		Worker   int
+		LastTick int64
+	}
+	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Raw("SELECT worker, last_tick FROM "+t+" WHERE worker < ? AND expires_at < "+s.nowMs()+
+			" ORDER BY CASE WHEN worker = ? THEN 0 ELSE 1 END, worker LIMIT 1 FOR UPDATE SKIP LOCKED",
+			workers, prefer).Scan(&row)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return ErrNoFreeWorker
+		}
+		return tx.Exec("UPDATE "+t+" SET owner = ?, expires_at = "+s.nowMs()+" + ?, version = version + 1 WHERE worker = ?",
+			owner, ttl.Milliseconds(), row.Worker).Error
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return row.Worker, row.LastTick, nil
+}
+
+// Renew implements LeaseStore. The row must still name owner: a lease that
+// expired but was not claimed by anyone else is renewed.
+func (s *SQLLeaseStore) Renew(ctx context.Context, worker int, owner string, ttl time.Duration, promise int64) error {
+	t, err := s.table()
+	if err != nil {
+		return err
+	}
+	// version changes on every write, so MySQL counts the row as affected
+	// even when nothing else did.
+	res := s.DB.WithContext(ctx).Exec("UPDATE "+t+" SET expires_at = "+s.nowMs()+" + ?, last_tick = GREATEST(last_tick, ?),"+
+		" version = version + 1 WHERE worker = ? AND owner = ?", ttl.Milliseconds(), promise, worker, owner)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != 1 {
+		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is no longer held by %s", worker, owner))
+	}
+	return nil
+}
+
+// Release implements LeaseStore. It records last exactly, lowering the
+// promise renewals wrote: the holder's last unit is at or above every earlier
+// holder's, since its generator started above them.
+func (s *SQLLeaseStore) Release(ctx context.Context, worker int, owner string, last int64) error {
+	t, err := s.table()
+	if err != nil {
+		return err
+	}
+	return s.DB.WithContext(ctx).Exec("UPDATE "+t+" SET owner = '', expires_at = 0, last_tick = ?,"+
+		" version = version + 1 WHERE worker = ? AND owner = ?", last, worker, owner).Error
+}
