@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -364,8 +363,4 @@ func TestFileLeaseStoreLocks(t *testing.T) {
 	if _, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &shardid.FileLeaseStore{Path: path}, Layout: shardid.Instagram}); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("a corrupt state file: %v, want a refusal", err)
 	}
-	_ = strconv.Itoa
 }
-
-// helperInsert is filled in by the end-to-end test.
-func helperInsert(t *testing.T, store shardid.LeaseStore) {}
