@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/shardid/shardid"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -89,6 +90,17 @@ func TestLeaseStoreFaults(t *testing.T) {
 			sqlDB, _ := db.DB()
 			sqlDB.SetConnMaxIdleTime(100 * time.Millisecond) // let broken connections go quickly
 			return &shardid.SQLLeaseStore{DB: db}, pg.Stop, pg.Start
+		}},
+		{"mysql", func(t *testing.T) (shardid.LeaseStore, func(), func()) {
+			m := startMariaDBInstance(t)
+			db, err := gorm.Open(mysql.Open(m.DSN("test")), gormConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			closeAtEnd(t, db)
+			sqlDB, _ := db.DB()
+			sqlDB.SetConnMaxIdleTime(100 * time.Millisecond)
+			return &shardid.SQLLeaseStore{DB: db}, m.Stop, func() { m.Start() }
 		}},
 		{"redis", func(t *testing.T) (shardid.LeaseStore, func(), func()) {
 			r := startRedisInstance(t)

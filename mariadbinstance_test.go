@@ -1,0 +1,102 @@
+package shardid_test
+
+import (
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // for the readiness check
+)
+
+// mariaDBInstance is a MariaDB server of the test's own, on its own port
+// and data directory, that the test may stop and start.
+type mariaDBInstance struct {
+	t    testing.TB
+	dir  string
+	port int
+	cmd  *exec.Cmd
+}
+
+func startMariaDBInstance(t testing.TB) *mariaDBInstance {
+	t.Helper()
+	if _, err := os.Stat("/usr/sbin/mariadbd"); err != nil {
+		unreachable(t, "mariadbd (to start a MariaDB of the test's own)", err)
+	}
+	root, err := os.MkdirTemp("", "shardid-mariadb-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(root, 0o755)
+	if os.Geteuid() == 0 {
+		if u, err := user.Lookup("mysql"); err == nil {
+			uid, _ := strconv.Atoi(u.Uid)
+			gid, _ := strconv.Atoi(u.Gid)
+			os.Chown(root, uid, gid)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	m := &mariaDBInstance{t: t, dir: root, port: port}
+	install := exec.Command("mariadb-install-db", "--no-defaults", "--user=mysql", "--datadir="+m.datadir(),
+		"--auth-root-authentication-method=normal", "--skip-test-db")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	}
+	m.Start()
+	t.Cleanup(func() {
+		m.Stop()
+		os.RemoveAll(root)
+	})
+	return m
+}
+
+func (m *mariaDBInstance) datadir() string { return filepath.Join(m.dir, "data") }
+
+// DSN returns a DSN for database db, which Start creates.
+func (m *mariaDBInstance) DSN(db string) string {
+	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?parseTime=true", m.port, db)
+}
+
+// Start starts the server, with extra arguments, and waits for it.
+func (m *mariaDBInstance) Start(args ...string) {
+	m.t.Helper()
+	m.cmd = exec.Command("/usr/sbin/mariadbd", append([]string{"--no-defaults", "--user=mysql",
+		"--datadir=" + m.datadir(), "--port=" + strconv.Itoa(m.port), "--bind-address=127.0.0.1",
+		"--socket=" + filepath.Join(m.dir, "sock"), "--pid-file=" + filepath.Join(m.dir, "pid"),
+		"--skip-log-bin", "--innodb-buffer-pool-size=32M"}, args...)...)
+	if err := m.cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	db, _ := sql.Open("mysql", m.DSN(""))
+	defer db.Close()
+	for range 300 {
+		if db.Ping() == nil {
+			if _, err := db.Exec("CREATE DATABASE IF NOT EXISTS test"); err != nil {
+				m.t.Fatal(err)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m.t.Fatal("mariadbd did not start")
+}
+
+// Stop kills the server at once.
+func (m *mariaDBInstance) Stop() {
+	if m.cmd != nil && m.cmd.Process != nil {
+		m.cmd.Process.Kill()
+		m.cmd.Wait()
+		m.cmd = nil
+	}
+}
