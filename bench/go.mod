@@ -1,6 +1,6 @@
 module github.com/shardid/shardid/bench
 
-go 1.25.0
+go 1.26.0
 
 replace github.com/shardid/shardid => ../
 
@@ -13,8 +13,12 @@ require (
 )
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/jinzhu/inflection v1.0.0 // indirect
 	github.com/jinzhu/now v1.1.5 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.29.0 // indirect
 	gorm.io/gorm v1.31.2 // indirect
 )
