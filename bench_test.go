@@ -133,3 +133,43 @@ func BenchmarkScan(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUUIDShortNext is one atomic add.
+func BenchmarkUUIDShortNext(b *testing.B) {
+	g, _ := NewUUIDShortGenerator(1, time.Unix(1714979289, 0), 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = g.Next()
+	}
+}
+
+func BenchmarkUUIDShortNextParallel(b *testing.B) {
+	g, _ := NewUUIDShortGenerator(1, time.Unix(1714979289, 0), 0)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = g.Next()
+		}
+	})
+}
+
+// BenchmarkFlakeNext saturates one worker: 65,536 per ms is far above what
+// one goroutine makes, so this is the cost of a flake.
+func BenchmarkFlakeNext(b *testing.B) {
+	fg, _ := NewFlakeGenerator(0xABCDEF)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := fg.Next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFlakeString(b *testing.B) {
+	f, _ := ComposeFlake(1714979289123, 0x0123456789AB, 0x0102)
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, _ = f.AppendText(buf[:0])
+	}
+}

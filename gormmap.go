@@ -21,22 +21,28 @@ func (p *Plugin) assignMap(stmt *gorm.Statement, m *model, row reflect.Value, i 
 		}
 		return nil
 	}
-	shard, err := p.shardOfMap(m, row)
-	if err != nil {
-		return rowError(err, stmt.Schema, i)
-	}
-	if err := p.checkRoute(rt, shard, stmt, i); err != nil {
-		return err
-	}
-	id, err := p.gen.Next(shard)
-	if err != nil {
-		return err
+	v := reflect.New(m.id.FieldType).Elem()
+	if m.short {
+		if err := p.fillUUIDShort(stmt, v); err != nil {
+			return err
+		}
+	} else {
+		shard, err := p.shardOfMap(m, row)
+		if err != nil {
+			return rowError(err, stmt.Schema, i)
+		}
+		if err := p.checkRoute(rt, shard, stmt, i); err != nil {
+			return err
+		}
+		id, err := p.gen.Next(shard)
+		if err != nil {
+			return err
+		}
+		setID(v, id)
 	}
 	if !idKey.IsValid() {
 		idKey = reflect.ValueOf(m.id.DBName).Convert(row.Type().Key())
 	}
-	v := reflect.New(m.id.FieldType).Elem()
-	setID(v, id)
 	if elem := row.Type().Elem(); elem.Kind() != reflect.Interface {
 		if !v.Type().ConvertibleTo(elem) {
 			return withDetail(ErrInvalidTag, stmt.Schema.Name+": cannot store an ID in a map of "+elem.String())

@@ -24,9 +24,10 @@ const (
 )
 
 var (
-	idType       = reflect.TypeFor[ID]()
-	nullIDType   = reflect.TypeFor[NullID]()
-	shardKeyerTy = reflect.TypeFor[ShardKeyer]()
+	idType        = reflect.TypeFor[ID]()
+	uuidShortType = reflect.TypeFor[UUIDShort]()
+	nullIDType    = reflect.TypeFor[NullID]()
+	shardKeyerTy  = reflect.TypeFor[ShardKeyer]()
 )
 
 // keyKind says how a key field's value becomes a shard.
@@ -44,6 +45,7 @@ const (
 type model struct {
 	id      *schema.Field // the ID field; nil: the plugin leaves the model alone
 	idUint  bool          // the ID field is a uint64
+	short   bool          // the ID is a UUIDShort, filled from PluginConfig.UUIDShort
 	key     *schema.Field // the tagged sharding-key field, or nil
 	keyKind keyKind
 	method  bool  // *T implements ShardKeyer
@@ -68,6 +70,9 @@ func analyze(s *schema.Schema) *model {
 		return m
 	case s.PrioritizedPrimaryField != nil && s.PrioritizedPrimaryField.IndirectFieldType == idType:
 		m.id = s.PrioritizedPrimaryField
+	case s.PrioritizedPrimaryField != nil && s.PrioritizedPrimaryField.IndirectFieldType == uuidShortType:
+		m.id = s.PrioritizedPrimaryField
+		m.short = true
 	default:
 		return m
 	}

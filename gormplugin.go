@@ -53,6 +53,11 @@ type PluginConfig struct {
 	// Strict makes a row without a sharding key an error, ErrNoShardKey,
 	// instead of a row on DefaultShard.
 	Strict bool
+
+	// UUIDShort, if not nil, fills zero primary keys of type UUIDShort, which
+	// have no shard. Without it, a model with a UUIDShort key must get it
+	// from the database: `gorm:"default:(uuid_short())"` on MariaDB.
+	UUIDShort *UUIDShortGenerator
 }
 
 // Plugin is a GORM plugin that assigns IDs on create. For each row whose ID
@@ -162,7 +167,7 @@ func (p *Plugin) checkRoute(rt *route, s int, stmt *gorm.Statement, i int) error
 
 // checkPreset applies checkRoute to a row whose ID is already set.
 func (p *Plugin) checkPreset(rt *route, idv reflect.Value, stmt *gorm.Statement, i int) error {
-	if rt == nil {
+	if rt == nil || idv.Type() == uuidShortType { // a UUIDShort names no shard
 		return nil
 	}
 	var id ID
@@ -203,6 +208,9 @@ func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value,
 	}
 	if !idv.CanSet() {
 		return withDetail(ErrNotAddressable, stmt.Schema.Name)
+	}
+	if m.short {
+		return p.fillUUIDShort(stmt, idv)
 	}
 	shard, err := p.shardOfRow(stmt.Context, m, row)
 	if err != nil {
@@ -266,6 +274,12 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 		if !idv.CanSet() {
 			return withDetail(ErrNotAddressable, stmt.Schema.Name+" row "+strconv.Itoa(i))
 		}
+		if m.short {
+			if err := p.fillUUIDShort(stmt, idv); err != nil {
+				return err
+			}
+			continue
+		}
 		s, err := p.shardOfRow(stmt.Context, m, row)
 		if err != nil {
 			return rowError(err, stmt.Schema, i)
@@ -283,6 +297,15 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 		n++
 	}
 	return flush()
+}
+
+// fillUUIDShort sets a UUIDShort key from the configured generator.
+func (p *Plugin) fillUUIDShort(stmt *gorm.Statement, idv reflect.Value) error {
+	if p.cfg.UUIDShort == nil {
+		return withDetail(ErrInvalidConfig, stmt.Schema.Name+" has a UUIDShort key and PluginConfig.UUIDShort is nil")
+	}
+	idv.SetUint(uint64(p.cfg.UUIDShort.Next()))
+	return nil
 }
 
 // indirect follows pointers and interfaces; a nil one gives the invalid Value.

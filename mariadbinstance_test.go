@@ -21,10 +21,13 @@ type mariaDBInstance struct {
 	t    testing.TB
 	dir  string
 	port int
+	args []string
 	cmd  *exec.Cmd
 }
 
-func startMariaDBInstance(t testing.TB) *mariaDBInstance {
+// startMariaDBInstance starts a MariaDB of the test's own; args go to
+// mariadbd every time it starts.
+func startMariaDBInstance(t testing.TB, args ...string) *mariaDBInstance {
 	t.Helper()
 	if _, err := os.Stat("/usr/sbin/mariadbd"); err != nil {
 		unreachable(t, "mariadbd (to start a MariaDB of the test's own)", err)
@@ -47,7 +50,7 @@ func startMariaDBInstance(t testing.TB) *mariaDBInstance {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	m := &mariaDBInstance{t: t, dir: root, port: port}
+	m := &mariaDBInstance{t: t, dir: root, port: port, args: args}
 	install := exec.Command("mariadb-install-db", "--no-defaults", "--user=mysql", "--datadir="+m.datadir(),
 		"--auth-root-authentication-method=normal", "--skip-test-db")
 	if out, err := install.CombinedOutput(); err != nil {
@@ -68,13 +71,13 @@ func (m *mariaDBInstance) DSN(db string) string {
 	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?parseTime=true", m.port, db)
 }
 
-// Start starts the server, with extra arguments, and waits for it.
-func (m *mariaDBInstance) Start(args ...string) {
+// Start starts the server and waits for it.
+func (m *mariaDBInstance) Start() {
 	m.t.Helper()
 	m.cmd = exec.Command("/usr/sbin/mariadbd", append([]string{"--no-defaults", "--user=mysql",
 		"--datadir=" + m.datadir(), "--port=" + strconv.Itoa(m.port), "--bind-address=127.0.0.1",
 		"--socket=" + filepath.Join(m.dir, "sock"), "--pid-file=" + filepath.Join(m.dir, "pid"),
-		"--skip-log-bin", "--innodb-buffer-pool-size=32M"}, args...)...)
+		"--skip-log-bin", "--innodb-buffer-pool-size=32M"}, m.args...)...)
 	if err := m.cmd.Start(); err != nil {
 		m.t.Fatal(err)
 	}
