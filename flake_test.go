@@ -138,3 +138,29 @@ func FuzzFlakeText(f *testing.F) {
 		}
 	})
 }
+
+func FuzzFlakeScanJSON(f *testing.F) {
+	f.Add([]byte(`"0000018f-4cbb-3823-0123-456789ab0102"`))
+	f.Add([]byte("0123456789abcdef"))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fl Flake
+		if err := fl.UnmarshalJSON(b); err == nil {
+			out, _ := fl.MarshalJSON()
+			var back Flake
+			if err := back.UnmarshalJSON(out); err != nil || back != fl {
+				t.Fatalf("JSON round trip of %q: %v, %v", b, back, err)
+			}
+		} else if !errors.Is(err, ErrSyntax) {
+			t.Fatalf("UnmarshalJSON: untyped error %v", err)
+		}
+		var sc Flake
+		if err := sc.Scan(b); err == nil {
+			if len(b) == 16 && !bytes.Equal(sc[:], b) {
+				t.Fatalf("Scan of 16 raw bytes gave %x", sc)
+			}
+		} else if !errors.Is(err, ErrSyntax) {
+			t.Fatalf("Scan: untyped error %v", err)
+		}
+	})
+}

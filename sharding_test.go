@@ -370,3 +370,27 @@ func TestGatherHonoursContext(t *testing.T) {
 		t.Errorf("%d of 100 queries ran after the context was cancelled at the 10th", n)
 	}
 }
+
+func TestRouterForPinterestID(t *testing.T) {
+	a, b := openSQLite(t), openSQLite(t)
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{a, b}, Names: []string{"a", "b"}, LogicalShards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AutoMigrate(&RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := shardid.ComposePinterest(3, 1, 42) // shard 3 lives on b
+	if err := r.ForPinterestID(p).Create(&RPhoto{ID: shardid.ID(p), UserID: 3}).Error; err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	b.Model(&RPhoto{}).Count(&n)
+	if n != 1 || r.DatabaseName(p.Shard()) != "b" {
+		t.Errorf("routed to %s, %d rows on b", r.DatabaseName(p.Shard()), n)
+	}
+	big, _ := shardid.ComposePinterest(5000, 1, 1) // more shards than the router has
+	if err := r.ForPinterestID(big).First(&RPhoto{}).Error; !errors.Is(err, shardid.ErrShardRange) {
+		t.Errorf("shard 5000 of 4: %v, want ErrShardRange", err)
+	}
+}
