@@ -236,6 +236,10 @@ func (r *Router) LogicalShards() int { return r.shards }
 // Databases returns the physical databases, in the order of the config.
 func (r *Router) Databases() []*gorm.DB { return append([]*gorm.DB(nil), r.dbs...) }
 
+// Names returns the names of the physical databases, in the order of
+// Databases.
+func (r *Router) Names() []string { return append([]string(nil), r.names...) }
+
 // DatabaseName returns the name of the database that holds shard.
 func (r *Router) DatabaseName(shard int) string {
 	if shard < 0 || shard >= r.shards {

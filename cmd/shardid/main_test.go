@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/shardid/shardid"
+)
+
+// shardidCmd runs the command line and returns its exit status and output.
+func shardidCmd(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"decode", "182432091342174089"},
+			"182432091342174089 layout=instagram time=2011-09-09T17:00:00.000Z shard=1341 worker=0 seq=905\n"},
+		{[]string{"decode", "--layout", "snowflake", "1050118621198921728"},
+			"1050118621198921728 layout=snowflake time=2018-10-10T20:19:24.211Z shard=10 worker=27 seq=0\n"},
+		{[]string{"decode", "--layout", "sonyflake", "503466179894427375"},
+			"503466179894427375 layout=sonyflake time=2024-03-05T06:07:08.090Z shard=0 worker=48879 seq=7\n"},
+		{[]string{"decode", "--layout", "simpleflake", "10588822437893921370"},
+			"10588822437893921370 layout=simpleflake time=2040-01-01T00:00:00.000Z shard=0 worker=0 seq=5921370\n"},
+		{[]string{"decode", "--layout", "pinterest", "492718648320576"},
+			"492718648320576 layout=pinterest shard=7 type=2 local=123456\n"},
+		{[]string{"decode", "--layout", "uuidshort", "14440291385552666624"},
+			"14440291385552666624 layout=uuidshort time=2024-05-06T07:08:09.000Z shard=200 seq=0\n"},
+		// The same bits with another epoch: Unix ms or RFC 3339 (2020 is a
+		// leap year: 251 days and 17 hours later is September 8).
+		{[]string{"decode", "--epoch", "1293840000000", "182432091342174089"},
+			"182432091342174089 layout=instagram time=2011-09-09T17:00:00.000Z shard=1341 worker=0 seq=905\n"},
+		{[]string{"decode", "--epoch", "2020-01-01T00:00:00Z", "182432091342174089"},
+			"182432091342174089 layout=instagram time=2020-09-08T17:00:00.000Z shard=1341 worker=0 seq=905\n"},
+	}
+	for _, tc := range tests {
+		code, out, errs := shardidCmd(t, "", tc.args...)
+		if code != 0 || out != tc.want {
+			t.Errorf("shardid %v = %d, %q (%s); want %q", tc.args, code, out, errs, tc.want)
+		}
+	}
+}
+
+func TestDecodeJSONAndStdin(t *testing.T) {
+	code, out, _ := shardidCmd(t, "182432091342174089\n  1050118621198921728\n", "decode", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines: %s", len(lines), out)
+	}
+	var d map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &d); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"id": "182432091342174089", "layout": "instagram", "time": "2011-09-09T17:00:00.000Z",
+		"unix_ms": float64(1315587600000), "shard": float64(1341), "worker": float64(0), "seq": float64(905)}
+	for k, v := range want {
+		if d[k] != v {
+			t.Errorf("%s = %#v, want %#v (%s)", k, d[k], v, lines[0])
+		}
+	}
+	_, out, _ = shardidCmd(t, "", "decode", "--json", "--layout", "pinterest", "492718648320576")
+	if !strings.Contains(out, `"type":2`) || !strings.Contains(out, `"local":123456`) || strings.Contains(out, `"time"`) {
+		t.Errorf("pinterest JSON: %s", out)
+	}
+}
+
+func TestDecodeBadIDs(t *testing.T) {
+	code, out, errs := shardidCmd(t, "", "decode", "abc", "182432091342174089", "-5", "99999999999999999999")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if !strings.Contains(out, "shard=1341") {
+		t.Errorf("the good ID was not decoded: %q", out)
+	}
+	for _, bad := range []string{"abc: shardid: invalid syntax", "-5: shardid: invalid syntax", "99999999999999999999: shardid: value out of range"} {
+		if !strings.Contains(errs, bad) {
+			t.Errorf("stderr lacks %q: %s", bad, errs)
+		}
+	}
+	if code, _, errs := shardidCmd(t, "", "decode", "--layout", "nope", "1"); code != 1 || !strings.Contains(errs, "unknown layout") {
+		t.Errorf("an unknown layout: %d %s", code, errs)
+	}
+	if code, _, _ := shardidCmd(t, "", "decode", "--epoch", "yesterday", "1"); code != 1 {
+		t.Errorf("a bad epoch: exit %d", code)
+	}
+}
+
+func TestNew(t *testing.T) {
+	code, out, errs := shardidCmd(t, "", "new", "--key", "31341", "-n", "5000")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Fields(out)
+	if len(lines) != 5000 {
+		t.Fatalf("%d IDs, want 5000", len(lines))
+	}
+	var prev shardid.ID
+	for _, l := range lines {
+		id, err := shardid.Parse(l)
+		if err != nil || id <= prev || id.Shard() != 1341 {
+			t.Fatalf("ID %q: %v, shard %d, previous %v", l, err, id.Shard(), prev)
+		}
+		prev = id
+	}
+	if code, _, errs := shardidCmd(t, "", "new", "--layout", "snowflake"); code != 1 || !strings.Contains(errs, "worker") {
+		t.Errorf("snowflake without --worker: %d %s", code, errs)
+	}
+	if code, out, _ := shardidCmd(t, "", "new", "--layout", "snowflake", "--worker", "3", "--shard", "1"); code != 0 ||
+		shardid.Snowflake.Decompose(shardid.MustParse(strings.TrimSpace(out))).Worker != 3 {
+		t.Errorf("snowflake with --worker 3: %d %q", code, out)
+	}
+	if code, _, _ := shardidCmd(t, "", "new", "--shard", "1", "--key", "2"); code != 2 {
+		t.Errorf("--shard and --key: exit %d, want 2", code)
+	}
+}
+
+func TestSQL(t *testing.T) {
+	code, out, errs := shardidCmd(t, "", "sql", "--schema", "shard_0005", "--shard", "5", "--table", "photos")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	want, _ := shardid.PostgresNextID(shardid.Instagram, "shard_0005", 5, 0)
+	def, _ := shardid.PostgresDefault("shard_0005", "photos", "id")
+	if out != want+def+"\n" {
+		t.Errorf("sql printed\n%s\nwant what the router installs\n%s%s", out, want, def)
+	}
+	for _, args := range [][]string{
+		{"sql", "--schema", `x"; drop`, "--shard", "1"},
+		{"sql", "--dialect", "mysql", "--schema", "s", "--shard", "1"},
+		{"sql", "--schema", "s", "--shard", "9000"},
+	} {
+		if code, _, errs := shardidCmd(t, "", args...); code != 1 || errs == "" {
+			t.Errorf("shardid %v: exit %d, %q", args, code, errs)
+		}
+	}
+	if code, _, _ := shardidCmd(t, "", "sql"); code != 2 {
+		t.Errorf("sql without --schema: exit %d, want 2", code)
+	}
+}
+
+func TestHelpAndUsage(t *testing.T) {
+	for _, c := range commands {
+		if code, _, errs := shardidCmd(t, "", c.name, "--help"); code != 0 || !strings.Contains(errs, "Usage: shardid "+c.name) {
+			t.Errorf("%s --help: exit %d, %q", c.name, code, errs)
+		}
+	}
+	if code, _, errs := shardidCmd(t, "", "frobnicate"); code != 2 || !strings.Contains(errs, "unknown command") {
+		t.Errorf("an unknown command: exit %d, %q", code, errs)
+	}
+	if code, _, _ := shardidCmd(t, ""); code != 2 {
+		t.Errorf("no command: exit %d, want 2", code)
+	}
+	if code, _, _ := shardidCmd(t, "", "decode", "--nope"); code != 2 {
+		t.Errorf("an unknown flag: exit %d, want 2", code)
+	}
+}
+
+// The demo runs with no server, writes and reads everything back, and finds
+// no duplicate.
+func TestDemoEmbedded(t *testing.T) {
+	code, out, errs := shardidCmd(t, "", "demo", "--users", "60", "--photos", "4", "--dir", t.TempDir())
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+	for _, want := range []string{"2000 logical shards on embedded SQLite", "wrote 240 photos and 480 comments",
+		"duplicate IDs: 0", "0 missing", "db3", "the 3 newest photos"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}

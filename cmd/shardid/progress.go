@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// progress draws a one-line progress bar on w while work is done, from
+// another goroutine: rows done, rate and time left.
+type progress struct {
+	w     io.Writer
+	label string
+	total int64
+	done  atomic.Int64
+	start time.Time
+	stop  chan struct{}
+	ended chan struct{}
+}
+
+func startProgress(w io.Writer, label string, total int64) *progress {
+	p := &progress{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(p.ended)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				p.draw()
+				fmt.Fprintln(p.w)
+				return
+			case <-t.C:
+				p.draw()
+			}
+		}
+	}()
+	return p
+}
+
+func (p *progress) Add(n int) { p.done.Add(int64(n)) }
+
+func (p *progress) draw() {
+	done := p.done.Load()
+	frac := float64(done) / float64(max(p.total, 1))
+	const width = 30
+	bar := strings.Repeat("█", int(frac*width)) + strings.Repeat("░", width-int(frac*width))
+	el := time.Since(p.start)
+	rate := float64(done) / max(el.Seconds(), 1e-9)
+	eta := "--"
+	if rate > 0 && done < p.total {
+		eta = time.Duration(float64(p.total-done) / rate * float64(time.Second)).Round(time.Second).String()
+	}
+	fmt.Fprintf(p.w, "\r%-9s %s %3.0f%% %d/%d rows %8.0f rows/s eta %s   ", p.label, bar, frac*100, done, p.total, rate, eta)
+}
+
+// Finish draws the last state and ends the line.
+func (p *progress) Finish() {
+	close(p.stop)
+	<-p.ended
+}
