@@ -1,10 +1,14 @@
 package shardid_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -186,4 +190,95 @@ func ExampleNewPlugin() {
 	// photo on shard 1341
 	// comment on shard 1341
 	// true wow
+}
+
+func ExampleNewRouter() {
+	open := func() *gorm.DB {
+		db, err := gorm.Open(sqlite.Open("file::memory:"), &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return db
+	}
+	plugin, _ := shardid.NewPlugin(shardid.PluginConfig{})
+	router, err := shardid.NewRouter(shardid.RouterConfig{
+		Databases: []*gorm.DB{open(), open()},
+		Names:     []string{"east", "west"}, // shards 0-999 and 1000-1999
+		Plugin:    plugin,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	type Photo struct {
+		ID     shardid.ID
+		UserID int64 `shardid:"key"`
+	}
+	if err := router.Migrate(context.Background(), &Photo{}); err != nil {
+		log.Fatal(err)
+	}
+	photo := Photo{UserID: 31341}
+	if err := router.ForKey(photo.UserID).Create(&photo).Error; err != nil {
+		log.Fatal(err)
+	}
+	var back Photo
+	err = router.Get(context.Background(), &back, photo.ID) // the ID alone finds the database
+	fmt.Println(router.DatabaseName(photo.ID.Shard()), back.UserID, err)
+	// Output:
+	// west 31341 <nil>
+}
+
+func ExampleAcquireLease() {
+	// A state file guards one worker id across restarts; SQLLeaseStore and
+	// RedisLeaseStore share worker ids between processes.
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	layout, _ := shardid.Instagram.WithWorkerBits(3)
+	lease, err := shardid.AcquireLease(context.Background(), shardid.LeaseConfig{
+		Store:  &shardid.FileLeaseStore{Path: filepath.Join(dir, "worker-5")},
+		Layout: layout,
+		Prefer: 5,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Close(context.Background())
+	id, err := lease.Generator().Next(1341)
+	fmt.Println(lease.Worker(), layout.Decompose(id).Worker, err)
+	// Output:
+	// 5 5 <nil>
+}
+
+func ExampleNewUUIDShortGenerator() {
+	// A MariaDB server with server_id 200, started at this second, that has
+	// given 41 values: the next is its 42nd.
+	g, _ := shardid.NewUUIDShortGenerator(200, time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC), 41)
+	v := g.Next()
+	p := v.Decompose()
+	fmt.Println(v, p.ServerID, p.Start.Format(time.RFC3339), p.Counter)
+	// Output:
+	// 14440291385552666665 200 2024-05-06T07:08:09Z 41
+}
+
+func ExampleComposePinterest() {
+	id, _ := shardid.ComposePinterest(7, 2, 123456)
+	fmt.Println(id, id.Shard(), id.Type(), id.Local())
+	// Output:
+	// 492718648320576 7 2 123456
+}
+
+func ExampleComposeFlake() {
+	f, _ := shardid.ComposeFlake(1714979289123, 0x0123456789AB, 0x0102)
+	fmt.Println(f, f.Time().Format(time.RFC3339Nano))
+	// Output:
+	// 0000018f-4cbb-3823-0123-456789ab0102 2024-05-06T07:08:09.123Z
+}
+
+func ExamplePostgresNextID() {
+	sql, err := shardid.PostgresNextID(shardid.Instagram, "shard_0005", 5, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(strings.SplitN(sql, "\n", 3)[1])
+	// Output:
+	// CREATE OR REPLACE FUNCTION "shard_0005".next_id() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 }
