@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/shardid/shardid"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 )
 
 // shardidCmd runs the command line and returns its exit status and output.
@@ -178,5 +183,74 @@ func TestDemoEmbedded(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// The demo on the real servers: PostgreSQL with a schema per logical shard
+// and comment IDs from next_id(), and MySQL/MariaDB.
+func TestDemoOnServers(t *testing.T) {
+	for _, tc := range []struct {
+		name, flag, env, def, want string
+		prepare                    func(dsn string) error
+	}{
+		{"postgres", "--postgres", "SHARDID_TEST_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable",
+			"16 logical shards on PostgreSQL, a schema per logical shard", dropDemoSchemas},
+		{"mysql", "--mysql", "SHARDID_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true",
+			"16 logical shards on MySQL/MariaDB", dropDemoTables},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := os.Getenv(tc.env)
+			if dsn == "" {
+				dsn = tc.def
+			}
+			if err := tc.prepare(dsn); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("%s unreachable under CI=true: %v", tc.name, err)
+				}
+				t.Skipf("SKIPPING: %s unreachable: %v", tc.name, err)
+			}
+			code, out, errs := shardidCmd(t, "", "demo", tc.flag, dsn, "--shards", "16", "--users", "20", "--photos", "3")
+			if code != 0 {
+				t.Fatalf("exit %d: %s\n%s", code, errs, out)
+			}
+			for _, want := range []string{tc.want, "wrote 60 photos and 120 comments", "duplicate IDs: 0", "0 missing"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("demo output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+func dropDemoSchemas(dsn string) error {
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return err
+	}
+	defer closeDB(db)
+	var schemas []string
+	if err := db.Raw("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'demo\\_%'").Scan(&schemas).Error; err != nil {
+		return err
+	}
+	for _, s := range schemas {
+		if err := db.Exec(`DROP SCHEMA "` + s + `" CASCADE`).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func dropDemoTables(dsn string) error {
+	db, err := gorm.Open(mysql.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return err
+	}
+	defer closeDB(db)
+	return db.Migrator().DropTable("comments", "photos")
+}
+
+func closeDB(db *gorm.DB) {
+	if sqlDB, err := db.DB(); err == nil {
+		sqlDB.Close()
 	}
 }
