@@ -22,8 +22,8 @@ func (p *Plugin) assignMap(stmt *gorm.Statement, m *model, row reflect.Value, i 
 		return nil
 	}
 	v := reflect.New(m.id.FieldType).Elem()
-	if m.short {
-		if err := p.fillUUIDShort(stmt, v); err != nil {
+	if m.short || m.source != "" {
+		if err := p.fillOther(stmt, m, v); err != nil {
 			return err
 		}
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"reflect"
+	"strings"
 
 	"gorm.io/gorm/schema"
 )
@@ -46,6 +47,7 @@ type model struct {
 	id      *schema.Field // the ID field; nil: the plugin leaves the model alone
 	idUint  bool          // the ID field is a uint64
 	short   bool          // the ID is a UUIDShort, filled from PluginConfig.UUIDShort
+	source  string        // the ID comes from PluginConfig.Sources[source], not the generator
 	key     *schema.Field // the tagged sharding-key field, or nil
 	keyKind keyKind
 	method  bool  // *T implements ShardKeyer
@@ -56,14 +58,17 @@ type model struct {
 func analyze(s *schema.Schema) *model {
 	m := &model{}
 	var tagged []*schema.Field
+	var source string
 	for _, f := range s.Fields {
-		if f.Tag.Get(tagName) == tagID {
+		if role, opt := parseTag(f.Tag.Get(tagName)); role == tagID {
 			tagged = append(tagged, f)
+			source = opt
 		}
 	}
 	switch {
 	case len(tagged) == 1:
 		m.id = tagged[0]
+		m.source = source
 	case len(tagged) > 1:
 		// Only a many2many join table, which copies both owners' tags,
 		// has more than one: its key columns are never the plugin's to fill.
@@ -93,17 +98,19 @@ func analyze(s *schema.Schema) *model {
 
 	m.method = reflect.PointerTo(s.ModelType).Implements(shardKeyerTy)
 	for _, f := range s.Fields {
-		switch tag := f.Tag.Get(tagName); tag {
-		case "", tagID:
+		tag := f.Tag.Get(tagName)
+		role, opt := parseTag(tag)
+		switch {
+		case role == "" || role == tagID && (opt == "" || strings.HasPrefix(tag, "id,source=")):
 			continue
-		case tagKey:
+		case role == tagKey && opt == "":
 			if m.key != nil {
 				m.err = modelError(s, "two sharding keys, "+m.key.Name+" and "+f.Name)
 				return m
 			}
 			m.key = f
 		default:
-			m.err = modelError(s, "field "+f.Name+` has tag shardid:"`+tag+`"; want "key" or "id"`)
+			m.err = modelError(s, "field "+f.Name+` has tag shardid:"`+tag+`"; want "key", "id" or "id,source=NAME"`)
 			return m
 		}
 	}
@@ -124,6 +131,17 @@ func analyze(s *schema.Schema) *model {
 		}
 	}
 	return m
+}
+
+// parseTag splits a shardid tag into its role ("id" or "key") and the
+// source name of "id,source=NAME".
+func parseTag(tag string) (role, source string) {
+	role, rest, _ := strings.Cut(tag, ",")
+	source, _ = strings.CutPrefix(rest, "source=")
+	if rest != "" && source == "" {
+		source = rest // not a source option: makes the tag invalid below
+	}
+	return role, source
 }
 
 func modelError(s *schema.Schema, detail string) error {

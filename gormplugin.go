@@ -58,6 +58,12 @@ type PluginConfig struct {
 	// have no shard. Without it, a model with a UUIDShort key must get it
 	// from the database: `gorm:"default:(uuid_short())"` on MariaDB.
 	UUIDShort *UUIDShortGenerator
+
+	// Sources are ID sources that models ask for by name with the tag
+	// `shardid:"id,source=NAME"` on their ID field: a TicketAllocator or a
+	// SegmentAllocator, for compact IDs without a clock. Such IDs carry no
+	// shard.
+	Sources map[string]IDSource
 }
 
 // Plugin is a GORM plugin that assigns IDs on create. For each row whose ID
@@ -167,7 +173,7 @@ func (p *Plugin) checkRoute(rt *route, s int, stmt *gorm.Statement, i int) error
 
 // checkPreset applies checkRoute to a row whose ID is already set.
 func (p *Plugin) checkPreset(rt *route, idv reflect.Value, stmt *gorm.Statement, i int) error {
-	if rt == nil || idv.Type() == uuidShortType { // a UUIDShort names no shard
+	if rt == nil || idv.Type() == uuidShortType || p.model(stmt.Schema).source != "" { // these name no shard
 		return nil
 	}
 	var id ID
@@ -209,8 +215,8 @@ func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value,
 	if !idv.CanSet() {
 		return withDetail(ErrNotAddressable, stmt.Schema.Name)
 	}
-	if m.short {
-		return p.fillUUIDShort(stmt, idv)
+	if m.short || m.source != "" {
+		return p.fillOther(stmt, m, idv)
 	}
 	shard, err := p.shardOfRow(stmt.Context, m, row)
 	if err != nil {
@@ -274,8 +280,8 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 		if !idv.CanSet() {
 			return withDetail(ErrNotAddressable, stmt.Schema.Name+" row "+strconv.Itoa(i))
 		}
-		if m.short {
-			if err := p.fillUUIDShort(stmt, idv); err != nil {
+		if m.short || m.source != "" {
+			if err := p.fillOther(stmt, m, idv); err != nil {
 				return err
 			}
 			continue
@@ -299,12 +305,25 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 	return flush()
 }
 
-// fillUUIDShort sets a UUIDShort key from the configured generator.
-func (p *Plugin) fillUUIDShort(stmt *gorm.Statement, idv reflect.Value) error {
-	if p.cfg.UUIDShort == nil {
-		return withDetail(ErrInvalidConfig, stmt.Schema.Name+" has a UUIDShort key and PluginConfig.UUIDShort is nil")
+// fillOther sets an ID that does not come from the generator: a UUIDShort,
+// or one from a named source.
+func (p *Plugin) fillOther(stmt *gorm.Statement, m *model, idv reflect.Value) error {
+	if m.short {
+		if p.cfg.UUIDShort == nil {
+			return withDetail(ErrInvalidConfig, stmt.Schema.Name+" has a UUIDShort key and PluginConfig.UUIDShort is nil")
+		}
+		idv.SetUint(uint64(p.cfg.UUIDShort.Next()))
+		return nil
 	}
-	idv.SetUint(uint64(p.cfg.UUIDShort.Next()))
+	src, ok := p.cfg.Sources[m.source]
+	if !ok {
+		return withDetail(ErrInvalidConfig, stmt.Schema.Name+" asks for the ID source "+strconv.Quote(m.source)+", which PluginConfig.Sources lacks")
+	}
+	id, err := src.Next(stmt.Context)
+	if err != nil {
+		return err
+	}
+	setID(idv, ID(id))
 	return nil
 }
 

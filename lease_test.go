@@ -90,6 +90,10 @@ func TestHelperProcess(t *testing.T) {
 	if mode == "" {
 		return
 	}
+	if mode == "segment" {
+		helperSegment(t)
+		os.Exit(0)
+	}
 	store := storeFor(t, os.Getenv("SHARDID_STORE"), os.Getenv("SHARDID_NS"))
 	switch mode {
 	case "claim":
