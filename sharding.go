@@ -20,6 +20,9 @@ const settingRoute = PluginName + ":route"
 // callbackRoute is the name of the callbacks that qualify tables by schema.
 const callbackRoute = PluginName + ":route"
 
+// callbackMoving is the name of the callbacks that report fenced writes.
+const callbackMoving = PluginName + ":moving"
+
 // route is the value of settingRoute.
 type route struct {
 	r     *Router
@@ -183,6 +186,21 @@ func (r *Router) register(db *gorm.DB) error {
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackRoute, qualifyTable); err != nil {
+				return err
+			}
+		}
+	}
+	// A write refused by a move's fence becomes ErrShardMoving.
+	for _, reg := range []struct {
+		registered bool
+		add        func(string, func(*gorm.DB)) error
+	}{
+		{cb.Create().Get(callbackMoving) != nil, cb.Create().After("gorm:create").Register},
+		{cb.Update().Get(callbackMoving) != nil, cb.Update().After("gorm:update").Register},
+		{cb.Delete().Get(callbackMoving) != nil, cb.Delete().After("gorm:delete").Register},
+	} {
+		if !reg.registered {
+			if err := reg.add(callbackMoving, markMoving); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,186 @@
+package shardid
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Catalog keeps the shard map where every process can read it: a table in a
+// PostgreSQL or MySQL/MariaDB database, with a version number that changes
+// with every change. Routers follow it (Router.Follow) and pick up a new map
+// without a restart.
+type Catalog struct {
+	DB    *gorm.DB
+	Table string // If empty, "shardid_shard_map". It must match [a-z_][a-z0-9_]*.
+}
+
+func (c *Catalog) table() (string, error) {
+	t := c.Table
+	if t == "" {
+		t = "shardid_shard_map"
+	}
+	if !schemaName.MatchString(t) {
+		return "", withDetail(ErrInvalidConfig, fmt.Sprintf("catalog table %q: want %s", t, schemaName))
+	}
+	return t, nil
+}
+
+// setup creates the catalog's tables: one row per shard, and one row
+// holding the version.
+func (c *Catalog) setup(ctx context.Context) (string, error) {
+	t, err := c.table()
+	if err != nil {
+		return "", err
+	}
+	db := c.DB.WithContext(ctx)
+	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + t + ` (
+		shard    INT PRIMARY KEY,
+		db_name  VARCHAR(200) NOT NULL)`).Error; err != nil {
+		return "", err
+	}
+	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + t + `_version (
+		id      INT PRIMARY KEY,
+		version BIGINT NOT NULL)`).Error; err != nil {
+		return "", err
+	}
+	return t, nil
+}
+
+// Save stores r's current map as a new version and returns it.
+func (c *Catalog) Save(ctx context.Context, r *Router) (int64, error) {
+	t, err := c.setup(ctx)
+	if err != nil {
+		return 0, err
+	}
+	m, names := r.Map(), r.Names()
+	var version int64
+	err = c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// Lock the version row first: concurrent saves serialize here.
+		if err := tx.Raw("SELECT version FROM " + t + "_version WHERE id = 1 FOR UPDATE").Scan(&version).Error; err != nil {
+			return err
+		}
+		version++
+		if version == 1 {
+			if err := tx.Exec("INSERT INTO "+t+"_version (id, version) VALUES (1, ?)", version).Error; err != nil {
+				return err
+			}
+		} else if err := tx.Exec("UPDATE "+t+"_version SET version = ? WHERE id = 1", version).Error; err != nil {
+			return err
+		}
+		if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
+			return err
+		}
+		for lo := 0; lo < len(m); lo += 500 {
+			args := []any{}
+			q := "INSERT INTO " + t + " (shard, db_name) VALUES "
+			for s := lo; s < min(lo+500, len(m)); s++ {
+				if s > lo {
+					q += ","
+				}
+				q += "(?, ?)"
+				args = append(args, s, names[m[s]])
+			}
+			if err := tx.Exec(q, args...).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return version, err
+}
+
+// Version returns the catalog's current version, 0 when it holds no map.
+func (c *Catalog) Version(ctx context.Context) (int64, error) {
+	t, err := c.setup(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var v int64
+	err = c.DB.WithContext(ctx).Raw("SELECT COALESCE(MAX(version), 0) FROM " + t + "_version").Scan(&v).Error
+	return v, err
+}
+
+// Load returns the catalog's map for r (database indexes by name) and its
+// version.
+func (c *Catalog) Load(ctx context.Context, r *Router) ([]int, int64, error) {
+	t, err := c.setup(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	var (
+		rows []struct {
+			Shard  int
+			DBName string
+		}
+		version int64
+	)
+	err = c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Raw("SELECT COALESCE(MAX(version), 0) FROM " + t + "_version").Scan(&version).Error; err != nil {
+			return err
+		}
+		return tx.Raw("SELECT shard, db_name FROM " + t + " ORDER BY shard").Scan(&rows).Error
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(rows) != r.LogicalShards() {
+		return nil, version, withDetail(ErrInvalidConfig, fmt.Sprintf("the catalog maps %d shards, the router has %d", len(rows), r.LogicalShards()))
+	}
+	index := map[string]int{}
+	for i, n := range r.Names() {
+		index[n] = i
+	}
+	m := make([]int, len(rows))
+	for _, row := range rows {
+		d, ok := index[row.DBName]
+		if !ok || row.Shard < 0 || row.Shard >= len(m) {
+			return nil, version, withDetail(ErrInvalidConfig, fmt.Sprintf("the catalog maps shard %d to %q, which the router does not know", row.Shard, row.DBName))
+		}
+		m[row.Shard] = d
+	}
+	return m, version, nil
+}
+
+// Follow loads the catalog's map into r now, and then whenever its version
+// changes, checking every interval (1s if 0), until ctx is done. It returns
+// after the first load; errors of later loads go to onError, if not nil.
+func (r *Router) Follow(ctx context.Context, c *Catalog, interval time.Duration, onError func(error)) error {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	m, version, err := c.Load(ctx, r)
+	if err != nil {
+		return err
+	}
+	if err := r.SetMap(m); err != nil {
+		return err
+	}
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			v, err := c.Version(ctx)
+			if err == nil && v != version {
+				m, v, err = c.Load(ctx, r)
+				if err == nil {
+					err = r.SetMap(m)
+				}
+				if err == nil {
+					version = v
+				}
+			}
+			if err != nil && onError != nil && ctx.Err() == nil {
+				onError(err)
+			}
+		}
+	}()
+	return nil
+}

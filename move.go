@@ -1,0 +1,366 @@
+package shardid
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// ErrShardMoving is returned by writes to a logical shard whose tables are
+// fenced for a move. It is retryable: once routers follow the new map, the
+// write goes to the shard's new database.
+var ErrShardMoving = errors.New("shardid: shard is moving; retry")
+
+// fenceMessage is what the fence trigger raises; callbacks turn it into
+// ErrShardMoving.
+const fenceMessage = "shardid: shard is fenced for a move"
+
+// MoveOptions configures MoveShard.
+type MoveOptions struct {
+	// Models are the shard's tables, as models. Each must have an "id"
+	// primary key. Required.
+	Models []any
+
+	// Batch is how many rows each copy statement moves. If 0, 1000.
+	Batch int
+
+	// FenceFor is how long the source stays fenced if the move dies before
+	// it flips the map: after that the source is writable again. If 0, 1m.
+	FenceFor time.Duration
+
+	// Progress, if not nil, is called after every batch with the table and
+	// the rows copied from it so far.
+	Progress func(table string, copied int64)
+}
+
+// MoveResult says what MoveShard did.
+type MoveResult struct {
+	Shard    int
+	From, To string
+	Tables   []TableCheck // as verified on both sides
+	Version  int64        // the catalog version of the new map
+	Fenced   time.Duration
+}
+
+// TableCheck is a table's row count and checksum, equal on both sides.
+type TableCheck struct {
+	Table    string
+	Rows     int64
+	Checksum uint64
+}
+
+// MoveShard moves logical shard to the database named target, with every ID
+// unchanged: it creates the shard's schema and tables on the target, copies
+// the rows in batches, fences the source (its tables refuse writes, so a
+// router still on the old map gets ErrShardMoving instead of writing to the
+// wrong place), copies again what changed meanwhile, verifies row counts and
+// checksums per table on both sides, and only then flips the map in r and in
+// the catalog. Writes to the shard fail with ErrShardMoving from the fence
+// until routers follow the new map; other shards are untouched.
+//
+// The source keeps its copy, fenced, until DropShardCopy. If the move fails
+// before the flip, the map still points at the source, which is writable
+// again after FenceFor, or at once with Unfence; the move can be run again.
+//
+// The router needs a SchemaPattern; both databases must be PostgreSQL.
+func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target string, opts MoveOptions) (MoveResult, error) {
+	res := MoveResult{Shard: shard, To: target}
+	if err := r.checkMove(shard); err != nil {
+		return res, err
+	}
+	to := slices.Index(r.names, target)
+	from := r.table.Load().dbOf[shard]
+	res.From = r.names[from]
+	if to < 0 || to == from {
+		return res, withDetail(ErrInvalidConfig, fmt.Sprintf("move shard %d from %s to %q: not another database of the router", shard, res.From, target))
+	}
+	for _, db := range []*gorm.DB{r.dbs[from], r.dbs[to]} {
+		if db.Dialector.Name() != "postgres" {
+			return res, withDetail(ErrInvalidConfig, "moving shards needs PostgreSQL on both sides, not "+db.Dialector.Name())
+		}
+	}
+	if len(opts.Models) == 0 {
+		return res, withDetail(ErrInvalidConfig, "MoveOptions.Models is empty")
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 1000
+	}
+	if opts.FenceFor <= 0 {
+		opts.FenceFor = time.Minute
+	}
+	src, dst, schema := r.dbs[from], r.dbs[to], r.schemas[shard]
+	tables, err := tableNames(src, opts.Models)
+	if err != nil {
+		return res, err
+	}
+
+	// 1. The schema and tables on the target.
+	if err := migrateShard(ctx, dst, schema, opts.Models); err != nil {
+		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
+	}
+	// 2. A first copy, while the source takes writes.
+	for _, t := range tables {
+		if _, err := copyTable(ctx, src, dst, schema+"."+t, opts.Batch, opts.Progress); err != nil {
+			return res, err
+		}
+	}
+	// 3. The fence: from here on no write reaches the source.
+	fenced := time.Now()
+	if err := r.Fence(ctx, shard, opts.Models, opts.FenceFor); err != nil {
+		return res, err
+	}
+	// 4. What changed during the first copy, then 5. verification.
+	for _, t := range tables {
+		q := schema + "." + t
+		if _, err := copyTable(ctx, src, dst, q, opts.Batch, opts.Progress); err != nil {
+			return res, err
+		}
+		if err := deleteMissing(ctx, src, dst, q); err != nil {
+			return res, err
+		}
+		a, err := checkTable(ctx, src, q)
+		if err != nil {
+			return res, err
+		}
+		b, err := checkTable(ctx, dst, q)
+		if err != nil {
+			return res, err
+		}
+		if a != b {
+			return res, fmt.Errorf("shardid: shard %d table %s differs after the copy: %d rows (%x) on %s, %d (%x) on %s",
+				shard, t, a.Rows, a.Checksum, res.From, b.Rows, b.Checksum, target)
+		}
+		a.Table = t
+		res.Tables = append(res.Tables, a)
+	}
+	if time.Since(fenced) > opts.FenceFor*8/10 {
+		return res, fmt.Errorf("shardid: the final copy of shard %d took %v, too close to the %v fence: not flipping", shard, time.Since(fenced), opts.FenceFor)
+	}
+	// 6. The flip: this router at once, the others through the catalog.
+	m := r.Map()
+	m[shard] = to
+	if err := r.SetMap(m); err != nil {
+		return res, err
+	}
+	if c != nil {
+		if res.Version, err = c.Save(ctx, r); err != nil {
+			return res, fmt.Errorf("shardid: shard %d is on %s, but the catalog was not updated: %w", shard, target, err)
+		}
+	}
+	// The source stays fenced for good: a router that has not followed the
+	// catalog yet must not write there.
+	if err := fenceTables(ctx, src, schema, tables, time.Time{}); err != nil {
+		return res, fmt.Errorf("shardid: shard %d moved, but its old copy on %s could not be fenced for good: %w", shard, res.From, err)
+	}
+	res.Fenced = time.Since(fenced)
+	return res, nil
+}
+
+func (r *Router) checkMove(shard int) error {
+	if r.schemas == nil {
+		return withDetail(ErrInvalidConfig, "moving shards needs a SchemaPattern: a schema per logical shard")
+	}
+	if shard < 0 || shard >= r.shards {
+		return withDetail(ErrShardRange, rangeDetail(shard, r.shards))
+	}
+	return nil
+}
+
+// Fence makes the tables of shard, on the database that holds it now, refuse
+// every write with ErrShardMoving for d (for good when d is 0).
+func (r *Router) Fence(ctx context.Context, shard int, models []any, d time.Duration) error {
+	if err := r.checkMove(shard); err != nil {
+		return err
+	}
+	db := r.dbs[r.table.Load().dbOf[shard]]
+	tables, err := tableNames(db, models)
+	if err != nil {
+		return err
+	}
+	until := time.Time{}
+	if d > 0 {
+		until = time.Now().Add(d)
+	}
+	return fenceTables(ctx, db, r.schemas[shard], tables, until)
+}
+
+// Unfence lets writes through to shard's tables again: the way to abort a
+// move before its flip.
+func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
+	if err := r.checkMove(shard); err != nil {
+		return err
+	}
+	db := r.dbs[r.table.Load().dbOf[shard]]
+	tables, err := tableNames(db, models)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if err := db.WithContext(ctx).Exec(fmt.Sprintf(`DROP TRIGGER IF EXISTS shardid_fence ON "%s"."%s"`, r.schemas[shard], t)).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DropShardCopy drops the copy of shard left on the database named from by
+// a move. It refuses while the map still points there.
+func (r *Router) DropShardCopy(ctx context.Context, shard int, from string) error {
+	if err := r.checkMove(shard); err != nil {
+		return err
+	}
+	d := slices.Index(r.names, from)
+	if d < 0 || r.table.Load().dbOf[shard] == d {
+		return withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d lives on %q: its copy there is not a leftover", shard, from))
+	}
+	return r.dbs[d].WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + r.schemas[shard] + `" CASCADE`).Error
+}
+
+// fenceTables installs the fence trigger on tables of schema, until the
+// given time (for good when zero). Creating the trigger waits for the
+// writers under way, so every write before it is committed and none after.
+func fenceTables(ctx context.Context, db *gorm.DB, schema string, tables []string, until time.Time) error {
+	cond := "TRUE"
+	if !until.IsZero() {
+		cond = "clock_timestamp() < TIMESTAMPTZ '" + until.UTC().Format("2006-01-02 15:04:05.999999Z07:00") + "'"
+	}
+	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%s".shardid_fence() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF %s THEN
+		RAISE EXCEPTION '%s' USING ERRCODE = '55000';
+	END IF;
+	RETURN NULL;
+END $$`, schema, cond, fenceMessage)
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(fn).Error; err != nil {
+			return err
+		}
+		for _, t := range tables {
+			q := fmt.Sprintf(`"%s"."%s"`, schema, t)
+			if err := tx.Exec(`DROP TRIGGER IF EXISTS shardid_fence ON ` + q).Error; err != nil {
+				return err
+			}
+			if err := tx.Exec(fmt.Sprintf(`CREATE TRIGGER shardid_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
+				FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_fence()`, q, schema)).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// markMoving turns the fence's error into ErrShardMoving. It is registered
+// after GORM's create, update and delete callbacks.
+func markMoving(db *gorm.DB) {
+	if db.Error != nil && !errors.Is(db.Error, ErrShardMoving) && strings.Contains(db.Error.Error(), fenceMessage) {
+		db.Error = errors.Join(ErrShardMoving, db.Error)
+	}
+}
+
+// tableNames returns the table names of models, validated.
+func tableNames(db *gorm.DB, models []any) ([]string, error) {
+	var names []string
+	for _, m := range models {
+		stmt := &gorm.Statement{DB: db}
+		if err := stmt.Parse(m); err != nil {
+			return nil, err
+		}
+		if !schemaName.MatchString(stmt.Schema.Table) {
+			return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", stmt.Schema.Table, schemaName))
+		}
+		names = append(names, stmt.Schema.Table)
+	}
+	return names, nil
+}
+
+// copyTable upserts every row of table from src into dst, in id order, in
+// batches.
+func copyTable(ctx context.Context, src, dst *gorm.DB, table string, batch int, progress func(string, int64)) (int64, error) {
+	var copied int64
+	var after any = int64(-1 << 63)
+	for {
+		var rows []map[string]any
+		if err := src.WithContext(ctx).Table(table).Where("id > ?", after).Order("id").Limit(batch).Find(&rows).Error; err != nil {
+			return copied, fmt.Errorf("shardid: reading %s: %w", table, err)
+		}
+		if len(rows) == 0 {
+			return copied, nil
+		}
+		var cols []string
+		for k := range rows[0] {
+			if k != "id" {
+				cols = append(cols, k)
+			}
+		}
+		err := dst.WithContext(ctx).Table(table).Clauses(clause.OnConflict{
+			Columns: []clause.Column{{Name: "id"}}, DoUpdates: clause.AssignmentColumns(cols),
+		}).Create(&rows).Error
+		if err != nil {
+			return copied, fmt.Errorf("shardid: writing %s: %w", table, err)
+		}
+		copied += int64(len(rows))
+		after = rows[len(rows)-1]["id"]
+		if progress != nil {
+			progress(table, copied)
+		}
+	}
+}
+
+// deleteMissing deletes from dst the rows of table that src no longer has.
+func deleteMissing(ctx context.Context, src, dst *gorm.DB, table string) error {
+	var have, want []int64
+	if err := dst.WithContext(ctx).Table(table).Order("id").Pluck("id", &have).Error; err != nil {
+		return err
+	}
+	if err := src.WithContext(ctx).Table(table).Order("id").Pluck("id", &want).Error; err != nil {
+		return err
+	}
+	var gone []int64
+	for _, id := range have {
+		if _, ok := slices.BinarySearch(want, id); !ok {
+			gone = append(gone, id)
+		}
+	}
+	for len(gone) > 0 {
+		n := min(len(gone), 1000)
+		if err := dst.WithContext(ctx).Exec("DELETE FROM "+table+" WHERE id IN ?", gone[:n]).Error; err != nil {
+			return err
+		}
+		gone = gone[n:]
+	}
+	return nil
+}
+
+// checkTable counts the rows of table and hashes them (FNV-1a 64 over each
+// row's JSON, in id order).
+func checkTable(ctx context.Context, db *gorm.DB, table string) (TableCheck, error) {
+	h := fnv.New64a()
+	var n int64
+	var after any = int64(-1 << 63)
+	for {
+		var rows []map[string]any
+		if err := db.WithContext(ctx).Table(table).Where("id > ?", after).Order("id").Limit(5000).Find(&rows).Error; err != nil {
+			return TableCheck{}, err
+		}
+		if len(rows) == 0 {
+			return TableCheck{Rows: n, Checksum: h.Sum64()}, nil
+		}
+		for _, row := range rows {
+			b, err := json.Marshal(row) // map keys are sorted: a stable text
+			if err != nil {
+				return TableCheck{}, err
+			}
+			h.Write(b)
+		}
+		n += int64(len(rows))
+		after = rows[len(rows)-1]["id"]
+	}
+}

@@ -1,0 +1,261 @@
+package shardid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+const moveShards = 8
+
+// moveRouter builds a router over the two PostgreSQL databases, opening
+// its own connections, as another process would.
+func moveRouter(t *testing.T, p *shardid.Plugin) *shardid.Router {
+	t.Helper()
+	a := openPostgres(t)
+	openSecondPostgres(t) // creates the database when needed
+	dsn2 := envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)
+	b, err := gorm.Open(postgres.Open(replaceDB(dsn2)), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, b)
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{a, b}, Names: []string{"pg1", "pg2"},
+		LogicalShards: moveShards, SchemaPattern: "shardid_mv_%04d", Plugin: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func replaceDB(dsn string) string {
+	return fmt.Sprint(dsn[:len(dsn)-len("dbname=test sslmode=disable")], "dbname=shardid_test2 sslmode=disable")
+}
+
+func freshMoveSetup(t *testing.T) (*shardid.Router, *shardid.Catalog, *shardid.Plugin) {
+	t.Helper()
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: moveShards})
+	r := moveRouter(t, p)
+	for _, db := range r.Databases() {
+		for s := range moveShards {
+			db.Exec(fmt.Sprintf("DROP SCHEMA IF EXISTS shardid_mv_%04d CASCADE", s))
+		}
+	}
+	r.Databases()[0].Exec("DROP TABLE IF EXISTS shardid_mv_catalog, shardid_mv_catalog_version")
+	if err := r.Migrate(context.Background(), &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	c := &shardid.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
+	if _, err := c.Save(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	return r, c, p
+}
+
+// Shard 3 moves from pg1 to pg2 while writers on two routers keep writing
+// to it and to other shards: every acknowledged write ends on the target,
+// nothing lands on the source after the fence, every row is found by its
+// unchanged ID, and the other router follows the catalog.
+func TestMoveShardUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a move under load takes seconds")
+	}
+	r, c, p := freshMoveSetup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r2 := moveRouter(t, p)
+	if err := r2.Follow(ctx, c, 50*time.Millisecond, func(err error) { t.Error(err) }); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu      sync.Mutex
+		acked   []RPhoto
+		retries int
+		wg      sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for w := range 6 {
+		router := r
+		if w >= 4 {
+			router = r2
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				user := int64(3 + moveShards*(i%5)) // shard 3 mostly
+				if i%4 == 0 {
+					user = int64(1 + moveShards*w) // shard 1, not moving
+				}
+				ph := RPhoto{UserID: user, Caption: fmt.Sprint(w, "/", i)}
+				for {
+					err := router.ForKey(user).Create(&ph).Error
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, shardid.ErrShardMoving) {
+						t.Errorf("writer %d: %v", w, err)
+						return
+					}
+					mu.Lock()
+					retries++
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+				}
+				mu.Lock()
+				acked = append(acked, ph)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	res, err := r.MoveShard(ctx, c, 3, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200, FenceFor: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("moved %+v; %d writes acknowledged, %d retried during the move", res, len(acked), retries)
+
+	if r.DatabaseName(3) != "pg2" || r2.DatabaseName(3) != "pg2" || r2.DatabaseName(1) != "pg1" {
+		t.Fatalf("after the move: shard 3 on %s (and %s on the follower), shard 1 on %s", r.DatabaseName(3), r2.DatabaseName(3), r2.DatabaseName(1))
+	}
+	var onTarget, onSource []shardid.ID
+	r.Databases()[1].Table("shardid_mv_0003.r_photos").Order("id").Pluck("id", &onTarget)
+	r.Databases()[0].Table("shardid_mv_0003.r_photos").Order("id").Pluck("id", &onSource)
+	for _, id := range onSource {
+		if _, ok := slices.BinarySearch(onTarget, id); !ok {
+			t.Errorf("row %v is on the source but not on the target", id)
+		}
+	}
+	moved := 0
+	for _, ph := range acked {
+		var got RPhoto
+		if err := r2.Get(ctx, &got, ph.ID); err != nil || got.Caption != ph.Caption {
+			t.Fatalf("acknowledged photo %v: %+v, %v", ph.ID, got, err)
+		}
+		if ph.ID.Shard() == 3 {
+			moved++
+			if _, ok := slices.BinarySearch(onTarget, ph.ID); !ok {
+				t.Errorf("acknowledged photo %v of shard 3 is not on the target", ph.ID)
+			}
+		}
+	}
+	if moved == 0 || len(onTarget) != moved {
+		t.Errorf("the target holds %d rows of shard 3, %d were acknowledged", len(onTarget), moved)
+	}
+	// The old copy refuses writes for good, and is dropped on request.
+	err = r.Databases()[0].Exec("INSERT INTO shardid_mv_0003.r_photos (id, user_id, caption) VALUES (1, 3, 'late')").Error
+	if err == nil {
+		t.Error("the old copy accepted a write after the move")
+	}
+	if err := r.DropShardCopy(ctx, 3, "pg2"); !errors.Is(err, shardid.ErrInvalidConfig) {
+		t.Errorf("dropping the live copy: %v, want a refusal", err)
+	}
+	if err := r.DropShardCopy(ctx, 3, "pg1"); err != nil {
+		t.Errorf("dropping the old copy: %v", err)
+	}
+}
+
+// A fence refuses writes with ErrShardMoving, only on its shard, and lifts
+// by itself when its time runs out (a move that died) or with Unfence (an
+// abort).
+func TestFenceTimesOutAndUnfence(t *testing.T) {
+	r, _, _ := freshMoveSetup(t)
+	ctx := context.Background()
+	if err := r.Fence(ctx, 2, []any{&RPhoto{}}, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("a write to the fenced shard: %v, want ErrShardMoving", err)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil {
+		t.Errorf("another shard: %v", err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; err != nil {
+		t.Errorf("after the fence ran out: %v", err)
+	}
+	if err := r.Fence(ctx, 2, []any{&RPhoto{}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("under a fence for good: %v, want ErrShardMoving", err)
+	}
+	if err := r.Unfence(ctx, 2, []any{&RPhoto{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; err != nil {
+		t.Errorf("after Unfence: %v", err)
+	}
+}
+
+// A target that is down fails the move cleanly: the map is unchanged and
+// the source keeps taking writes. Run again once the target is up, the move
+// completes, over what the failed attempt left.
+func TestMoveToATargetThatIsDown(t *testing.T) {
+	pg := startPostgresInstance(t)
+	src := openPostgres(t)
+	for s := range 4 {
+		src.Exec(fmt.Sprintf("DROP SCHEMA IF EXISTS shardid_mvd_%04d CASCADE", s))
+	}
+	dst, err := gorm.Open(postgres.Open(pg.DSN()), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"src", "dst"},
+		LogicalShards: 4, SchemaPattern: "shardid_mvd_%04d", Plugin: p, Map: []int{0, 0, 0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	for u := range int64(40) {
+		if err := r.ForKey(u).Create(&RPhoto{UserID: u}).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	pg.Stop()
+	if _, err := r.MoveShard(ctx, nil, 1, "dst", shardid.MoveOptions{Models: []any{&RPhoto{}}}); err == nil {
+		t.Fatal("a move to a stopped database succeeded")
+	}
+	if r.DatabaseName(1) != "src" {
+		t.Errorf("after the failed move shard 1 is on %s", r.DatabaseName(1))
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil {
+		t.Errorf("the source after the failed move: %v", err)
+	}
+	pg.Start()
+	var res shardid.MoveResult
+	for try := 0; try < 5; try++ { // the pool may hold connections the restart broke
+		if res, err = r.MoveShard(ctx, nil, 1, "dst", shardid.MoveOptions{Models: []any{&RPhoto{}}}); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.DatabaseName(1) != "dst" || len(res.Tables) != 1 || res.Tables[0].Rows != 11 {
+		t.Errorf("the retried move: %+v, shard 1 on %s", res, r.DatabaseName(1))
+	}
+}
