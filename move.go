@@ -117,6 +117,14 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err := r.Fence(ctx, shard, opts.Models, opts.FenceFor); err != nil {
 		return res, err
 	}
+	flipped := false
+	defer func() {
+		if !flipped {
+			// The source is still the shard's home: let writes through at
+			// once rather than when the fence runs out.
+			_ = r.Unfence(context.WithoutCancel(ctx), shard, opts.Models)
+		}
+	}()
 	// 4. What changed during the first copy, then 5. verification.
 	for _, t := range tables {
 		q := schema + "." + t
@@ -150,6 +158,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err := r.SetMap(m); err != nil {
 		return res, err
 	}
+	flipped = true
 	if c != nil {
 		if res.Version, err = c.Save(ctx, r); err != nil {
 			return res, fmt.Errorf("shardid: shard %d is on %s, but the catalog was not updated: %w", shard, target, err)

@@ -259,3 +259,86 @@ func TestMoveToATargetThatIsDown(t *testing.T) {
 		t.Errorf("the retried move: %+v, shard 1 on %s", res, r.DatabaseName(1))
 	}
 }
+
+// Shards 0-3 live on pg1, 4-7 on pg2.
+
+// A move killed in the middle of its copy (its context cancelled) leaves the
+// map on the source and the source writable; run again, it completes.
+func TestMoveInterruptedMidCopy(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	for i := range int64(3000) {
+		if err := r.ForKey(1 + moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i}).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := r.MoveShard(ctx, c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
+		Progress: func(_ string, copied int64) {
+			if copied >= 1000 {
+				cancel() // killed mid-copy
+			}
+		}})
+	if err == nil {
+		t.Fatal("the cancelled move succeeded")
+	}
+	if r.DatabaseName(1) != "pg1" {
+		t.Errorf("after the interrupted move shard 1 is on %s", r.DatabaseName(1))
+	}
+	if v, _ := c.Version(context.Background()); v != 1 {
+		t.Errorf("the catalog moved to version %d", v)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil {
+		t.Errorf("the source after the interrupted move: %v", err)
+	}
+	res, err := r.MoveShard(context.Background(), c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Tables[0].Rows != 3001 || r.DatabaseName(1) != "pg2" || res.Version != 2 {
+		t.Errorf("the second move: %+v", res)
+	}
+}
+
+// A move whose final copy fails after the fence (the target refuses a row,
+// as a full disk would) lifts the fence at once and leaves the map alone.
+func TestMoveFailingAfterTheFence(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	var first shardid.ID
+	for i := range int64(50) {
+		ph := RPhoto{UserID: 2 + moveShards*i}
+		if err := r.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = ph.ID
+		}
+	}
+	// The target refuses the caption "doomed". The first row gets it after
+	// the first copy has passed it, so only the copy after the fence meets it.
+	if err := r.Databases()[1].Exec(`CREATE SCHEMA IF NOT EXISTS shardid_mv_0002;
+		CREATE TABLE IF NOT EXISTS shardid_mv_0002.r_photos (id bigint PRIMARY KEY, user_id bigint, caption text CHECK (caption <> 'doomed'))`).Error; err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	_, err := r.MoveShard(context.Background(), c, 2, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 10,
+		Progress: func(string, int64) {
+			calls++
+			if calls == 3 { // first copy, rows 21-30: row 1 is behind it
+				if err := r.ForKey(2).Model(&RPhoto{}).Where("id = ?", first).Update("caption", "doomed").Error; err != nil {
+					t.Error(err)
+				}
+			}
+		}})
+	if err == nil {
+		t.Fatal("the move succeeded though the target refused a row")
+	}
+	if calls < 5 { // the first copy reports its 5 batches; the failing batch reports nothing
+		t.Fatalf("the move failed after %d batches, before its copy after the fence: %v", calls, err)
+	}
+	if r.DatabaseName(2) != "pg1" {
+		t.Errorf("shard 2 is on %s after the failed move", r.DatabaseName(2))
+	}
+	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; err != nil {
+		t.Errorf("the source right after the failed move: %v (the fence should be lifted)", err)
+	}
+}
