@@ -70,7 +70,8 @@ type TableCheck struct {
 // before the flip, the map still points at the source, which is writable
 // again after FenceFor, or at once with Unfence; the move can be run again.
 //
-// The router needs a SchemaPattern; both databases must be PostgreSQL.
+// The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
+// database per shard on MySQL); both databases must be of one kind.
 func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target string, opts MoveOptions) (MoveResult, error) {
 	res := MoveResult{Shard: shard, To: target}
 	if err := r.checkMove(shard); err != nil {
@@ -82,10 +83,8 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if to < 0 || to == from {
 		return res, withDetail(ErrInvalidConfig, fmt.Sprintf("move shard %d from %s to %q: not another database of the router", shard, res.From, target))
 	}
-	for _, db := range []*gorm.DB{r.dbs[from], r.dbs[to]} {
-		if db.Dialector.Name() != "postgres" {
-			return res, withDetail(ErrInvalidConfig, "moving shards needs PostgreSQL on both sides, not "+db.Dialector.Name())
-		}
+	if d1, d2 := r.dbs[from].Dialector.Name(), r.dbs[to].Dialector.Name(); d1 != d2 || (d1 != "postgres" && d1 != "mysql") {
+		return res, withDetail(ErrInvalidConfig, "moving shards needs PostgreSQL or MySQL/MariaDB on both sides, not "+d1+" and "+d2)
 	}
 	if len(opts.Models) == 0 {
 		return res, withDetail(ErrInvalidConfig, "MoveOptions.Models is empty")
@@ -213,11 +212,25 @@ func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
 		return err
 	}
 	for _, t := range tables {
-		if err := db.WithContext(ctx).Exec(fmt.Sprintf(`DROP TRIGGER IF EXISTS shardid_fence ON "%s"."%s"`, r.schemas[shard], t)).Error; err != nil {
-			return err
+		for _, q := range dropFence(db, r.schemas[shard], t) {
+			if err := db.WithContext(ctx).Exec(q).Error; err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// dropFence returns the statements that remove the fence of one table.
+func dropFence(db *gorm.DB, schema, table string) []string {
+	if db.Dialector.Name() == "mysql" {
+		var qs []string
+		for _, ev := range []string{"i", "u", "d"} {
+			qs = append(qs, fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`shardid_fence_%s_%s`", schema, ev, table))
+		}
+		return qs
+	}
+	return []string{fmt.Sprintf(`DROP TRIGGER IF EXISTS shardid_fence ON "%s"."%s"`, schema, table)}
 }
 
 // DropShardCopy drops the copy of shard left on the database named from by
@@ -230,6 +243,9 @@ func (r *Router) DropShardCopy(ctx context.Context, shard int, from string) erro
 	if d < 0 || r.table.Load().dbOf[shard] == d {
 		return withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d lives on %q: its copy there is not a leftover", shard, from))
 	}
+	if r.dbs[d].Dialector.Name() == "mysql" {
+		return r.dbs[d].WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + r.schemas[shard] + "`").Error
+	}
 	return r.dbs[d].WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + r.schemas[shard] + `" CASCADE`).Error
 }
 
@@ -237,6 +253,9 @@ func (r *Router) DropShardCopy(ctx context.Context, shard int, from string) erro
 // given time (for good when zero). Creating the trigger waits for the
 // writers under way, so every write before it is committed and none after.
 func fenceTables(ctx context.Context, db *gorm.DB, schema string, tables []string, until time.Time) error {
+	if db.Dialector.Name() == "mysql" {
+		return fenceMySQL(ctx, db, schema, tables, until)
+	}
 	cond := "TRUE"
 	if !until.IsZero() {
 		cond = "clock_timestamp() < TIMESTAMPTZ '" + until.UTC().Format("2006-01-02 15:04:05.999999Z07:00") + "'"
@@ -264,6 +283,32 @@ END $$`, schema, cond, fenceMessage)
 		}
 		return nil
 	})
+}
+
+// fenceMySQL fences with row triggers, one per write event: MySQL has no
+// statement triggers. Creating a trigger takes the table's metadata lock,
+// so it waits for the transactions that wrote to it.
+func fenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string, until time.Time) error {
+	cond := "TRUE"
+	if !until.IsZero() {
+		cond = "UTC_TIMESTAMP(6) < '" + until.UTC().Format("2006-01-02 15:04:05.999999") + "'"
+	}
+	for _, t := range tables {
+		for _, q := range dropFence(db, schema, t) {
+			if err := db.WithContext(ctx).Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		for ev, event := range map[string]string{"i": "INSERT", "u": "UPDATE", "d": "DELETE"} {
+			q := fmt.Sprintf("CREATE TRIGGER `%s`.`shardid_fence_%s_%s` BEFORE %s ON `%s`.`%s` FOR EACH ROW "+
+				"BEGIN IF %s THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%s'; END IF; END",
+				schema, ev, t, event, schema, t, cond, fenceMessage)
+			if err := db.WithContext(ctx).Exec(q).Error; err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // markMoving turns the fence's error into ErrShardMoving. It is registered

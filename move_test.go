@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -340,5 +341,94 @@ func TestMoveFailingAfterTheFence(t *testing.T) {
 	}
 	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; err != nil {
 		t.Errorf("the source right after the failed move: %v (the fence should be lifted)", err)
+	}
+}
+
+// MariaDB to MariaDB, a database per shard: the same move, under writes.
+func TestMoveShardMariaDB(t *testing.T) {
+	src := openMySQL(t)
+	for s := range 4 {
+		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_mm_%04d", s))
+	}
+	inst := startMariaDBInstance(t)
+	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
+		LogicalShards: 4, SchemaPattern: "shardid_mm_%04d", Plugin: p, Map: []int{0, 0, 0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		acked   []shardid.ID
+		retries int
+		wg      sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				user := int64(1 + 4*(i%7) + w) // shards 1 and 2
+				ph := RPhoto{UserID: user}
+				for {
+					err := r.ForKey(user).Create(&ph).Error
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, shardid.ErrShardMoving) {
+						t.Errorf("writer %d: %v", w, err)
+						return
+					}
+					mu.Lock()
+					retries++
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+				}
+				mu.Lock()
+				acked = append(acked, ph.ID)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	res, err := r.MoveShard(ctx, nil, 1, "my2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100})
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("moved %+v; %d acknowledged, %d retried", res, len(acked), retries)
+	var onTarget []shardid.ID
+	dst.Table("shardid_mm_0001.r_photos").Order("id").Pluck("id", &onTarget)
+	for _, id := range acked {
+		var got RPhoto
+		if err := r.Get(ctx, &got, id); err != nil {
+			t.Fatalf("acknowledged %v: %v", id, err)
+		}
+		if _, ok := slices.BinarySearch(onTarget, id); id.Shard() == 1 && !ok {
+			t.Errorf("acknowledged %v of shard 1 is not on the target", id)
+		}
+	}
+	if err := src.Exec("INSERT INTO shardid_mm_0001.r_photos (id, user_id) VALUES (1, 1)").Error; err == nil {
+		t.Error("the old copy accepted a write")
+	}
+	if err := r.DropShardCopy(ctx, 1, "my1"); err != nil {
+		t.Error(err)
 	}
 }
