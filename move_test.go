@@ -19,10 +19,12 @@ const moveShards = 8
 
 // moveRouter builds a router over the two PostgreSQL databases, opening
 // its own connections, as another process would.
-func moveRouter(t *testing.T, p *shardid.Plugin) *shardid.Router {
+func moveRouter(t *testing.T, p *shardid.Plugin) *shardid.Router { return moveRouterB(t, p) }
+
+func moveRouterB(t testing.TB, p *shardid.Plugin) *shardid.Router {
 	t.Helper()
 	a := openPostgres(t)
-	openSecondPostgres(t) // creates the database when needed
+	openSecondPostgresTB(t) // creates the database when needed
 	dsn2 := envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)
 	b, err := gorm.Open(postgres.Open(replaceDB(dsn2)), gormConfig())
 	if err != nil {

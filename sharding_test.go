@@ -44,7 +44,9 @@ const routerShards = 16
 
 // openSecondPostgres opens (creating it when needed) a second database on
 // the PostgreSQL server, to act as a second physical shard.
-func openSecondPostgres(t *testing.T) *gorm.DB {
+func openSecondPostgres(t *testing.T) *gorm.DB { t.Helper(); return openSecondPostgresTB(t) }
+
+func openSecondPostgresTB(t testing.TB) *gorm.DB {
 	t.Helper()
 	db := openPostgres(t)
 	var n int64
