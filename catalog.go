@@ -2,9 +2,13 @@ package shardid
 
 import (
 	"context"
+	"database/sql/driver"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 )
 
@@ -72,6 +76,12 @@ func (c *Catalog) Save(ctx context.Context, r *Router) (int64, error) {
 		}
 		if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
 			return err
+		}
+		if c.DB.Dialector.Name() == "postgres" {
+			// Delivered at commit to every router listening (Follow).
+			if err := tx.Exec("SELECT pg_notify(?, ?)", t, strconv.FormatInt(version, 10)).Error; err != nil {
+				return err
+			}
 		}
 		for lo := 0; lo < len(m); lo += 500 {
 			args := []any{}
@@ -145,8 +155,10 @@ func (c *Catalog) Load(ctx context.Context, r *Router) ([]int, int64, error) {
 }
 
 // Follow loads the catalog's map into r now, and then whenever its version
-// changes, checking every interval (1s if 0), until ctx is done. It returns
-// after the first load; errors of later loads go to onError, if not nil.
+// changes, checking every interval (1s if 0), until ctx is done. On
+// PostgreSQL it also listens for the catalog's notifications, so a new map
+// arrives as soon as it is saved. It returns after the first load; errors of
+// later loads go to onError, if not nil.
 func (r *Router) Follow(ctx context.Context, c *Catalog, interval time.Duration, onError func(error)) error {
 	if interval <= 0 {
 		interval = time.Second
@@ -158,6 +170,10 @@ func (r *Router) Follow(ctx context.Context, c *Catalog, interval time.Duration,
 	if err := r.SetMap(m); err != nil {
 		return err
 	}
+	wake := make(chan struct{}, 1)
+	if c.DB.Dialector.Name() == "postgres" {
+		go c.listen(ctx, wake)
+	}
 	go func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -166,6 +182,7 @@ func (r *Router) Follow(ctx context.Context, c *Catalog, interval time.Duration,
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-wake:
 			}
 			v, err := c.Version(ctx)
 			if err == nil && v != version {
@@ -184,3 +201,54 @@ func (r *Router) Follow(ctx context.Context, c *Catalog, interval time.Duration,
 	}()
 	return nil
 }
+
+// listen waits for the catalog's notifications on a connection of its own
+// and wakes Follow for each, until ctx is done. If the driver is not pgx, or
+// the connection breaks, Follow goes on polling; listen retries every few
+// seconds.
+func (c *Catalog) listen(ctx context.Context, wake chan<- struct{}) {
+	t, err := c.table()
+	if err != nil {
+		return
+	}
+	sqlDB, err := c.DB.DB()
+	if err != nil {
+		return
+	}
+	for ctx.Err() == nil {
+		conn, err := sqlDB.Conn(ctx)
+		if err == nil {
+			err = conn.Raw(func(dc any) error {
+				sc, ok := dc.(*stdlib.Conn)
+				if !ok {
+					return errNotPgx
+				}
+				pc := sc.Conn()
+				if _, err := pc.Exec(ctx, "LISTEN "+t); err != nil {
+					return err
+				}
+				for {
+					if _, err := pc.WaitForNotification(ctx); err != nil {
+						return err
+					}
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				}
+			})
+			// The session listened: do not hand it back to the pool.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			conn.Close()
+		}
+		if errors.Is(err, errNotPgx) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+		}
+	}
+}
+
+var errNotPgx = errors.New("not a pgx connection")

@@ -434,3 +434,31 @@ func TestMoveShardMariaDB(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A router following the catalog on PostgreSQL hears of a new map through
+// LISTEN/NOTIFY, long before its polling interval.
+func TestFollowListens(t *testing.T) {
+	r, c, p := freshMoveSetup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r2 := moveRouter(t, p)
+	if err := r2.Follow(ctx, c, time.Hour, func(err error) { t.Error(err) }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let it LISTEN
+	m := r.Map()
+	m[0] = 1
+	if err := r.SetMap(m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Save(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for r2.DatabaseName(0) != "pg2" && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r2.DatabaseName(0) != "pg2" {
+		t.Errorf("the follower still routes shard 0 to %s, 3s after the save", r2.DatabaseName(0))
+	}
+}
