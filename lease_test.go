@@ -90,8 +90,12 @@ func TestHelperProcess(t *testing.T) {
 	if mode == "" {
 		return
 	}
-	if mode == "segment" {
+	switch mode {
+	case "segment":
 		helperSegment(t)
+		os.Exit(0)
+	case "movewriter":
+		helperMoveWriter(t)
 		os.Exit(0)
 	}
 	store := storeFor(t, os.Getenv("SHARDID_STORE"), os.Getenv("SHARDID_NS"))

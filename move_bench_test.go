@@ -19,7 +19,7 @@ func BenchmarkMoveShard(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("SHARDID_BENCH_MOVE_ROWS")); err == nil && v > 0 {
 		rows = v
 	}
-	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: moveShards})
+	p := movePlugin(b, 0)
 	ctx := context.Background()
 	for b.Loop() {
 		b.StopTimer()

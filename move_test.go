@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +20,66 @@ import (
 )
 
 const moveShards = 8
+
+// moveLayout has worker bits: the move tests write to one shard from
+// several processes, each with a worker id of its own.
+var moveLayout, _ = shardid.Instagram.WithWorkerBits(2)
+
+func movePlugin(t testing.TB, worker int) *shardid.Plugin {
+	t.Helper()
+	g, err := shardid.NewGenerator(moveLayout, shardid.WithWorker(worker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := shardid.NewPlugin(shardid.PluginConfig{Generator: g, LogicalShards: moveShards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// helperMoveWriter is a process with its own router, following the
+// catalog, that writes photos to shards 3 and 1 (retrying ErrShardMoving)
+// until its standard input closes, and then writes the IDs it got
+// acknowledged to $SHARDID_OUT.
+func helperMoveWriter(t *testing.T) {
+	worker, _ := strconv.Atoi(os.Getenv("SHARDID_WORKER"))
+	p := movePlugin(t, worker)
+	r := moveRouterB(t, p)
+	c := &shardid.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := r.Follow(ctx, c, 50*time.Millisecond, nil); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	stop := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(stop) }()
+	var acked []string
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			os.WriteFile(os.Getenv("SHARDID_OUT"), []byte(strings.Join(acked, "\n")), 0o644)
+			return
+		default:
+		}
+		user := int64(3 + moveShards*(i%5))
+		if i%4 == 0 {
+			user = 1
+		}
+		ph := RPhoto{UserID: user, Caption: "from a process"}
+		err := r.ForKey(user).Create(&ph).Error
+		for errors.Is(err, shardid.ErrShardMoving) {
+			time.Sleep(5 * time.Millisecond)
+			err = r.ForKey(user).Create(&ph).Error
+		}
+		if err != nil {
+			fmt.Println("error", err)
+			return
+		}
+		acked = append(acked, ph.ID.String())
+	}
+}
 
 // moveRouter builds a router over the two PostgreSQL databases, opening
 // its own connections, as another process would.
@@ -45,7 +109,7 @@ func replaceDB(dsn string) string {
 
 func freshMoveSetup(t *testing.T) (*shardid.Router, *shardid.Catalog, *shardid.Plugin) {
 	t.Helper()
-	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: moveShards})
+	p := movePlugin(t, 0)
 	r := moveRouter(t, p)
 	for _, db := range r.Databases() {
 		for s := range moveShards {
@@ -125,7 +189,23 @@ func TestMoveShardUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Two processes with routers of their own write too.
+	type proc struct {
+		stdin io.Closer
+		wait  func() error
+		out   string
+	}
+	var procs []proc
+	for i := range 2 {
+		out := fmt.Sprintf("%s/writer%d", t.TempDir(), i)
+		cmd := helperProcess(t, "movewriter", "SHARDID_OUT="+out, "SHARDID_WORKER="+strconv.Itoa(i+1))
+		in, _ := cmd.StdinPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, proc{in, cmd.Wait, out})
+	}
+	time.Sleep(500 * time.Millisecond)
 	res, err := r.MoveShard(ctx, c, 3, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200, FenceFor: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +213,23 @@ func TestMoveShardUnderLoad(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
+	fromProcs := 0
+	for _, p := range procs {
+		p.stdin.Close()
+		p.wait()
+		b, err := os.ReadFile(p.out)
+		if err != nil {
+			t.Fatalf("a writer process reported nothing: %v", err)
+		}
+		for _, line := range strings.Fields(string(b)) {
+			id := shardid.MustParse(line)
+			acked = append(acked, RPhoto{ID: id, Caption: "from a process"})
+			fromProcs++
+		}
+	}
+	if fromProcs == 0 {
+		t.Error("the writer processes acknowledged nothing")
+	}
 	t.Logf("moved %+v; %d writes acknowledged, %d retried during the move", res, len(acked), retries)
 
 	if r.DatabaseName(3) != "pg2" || r2.DatabaseName(3) != "pg2" || r2.DatabaseName(1) != "pg1" {
@@ -146,12 +243,9 @@ func TestMoveShardUnderLoad(t *testing.T) {
 			t.Errorf("row %v is on the source but not on the target", id)
 		}
 	}
+	// Every acknowledged row, read by its ID through the follower, 8 at a time.
 	moved := 0
 	for _, ph := range acked {
-		var got RPhoto
-		if err := r2.Get(ctx, &got, ph.ID); err != nil || got.Caption != ph.Caption {
-			t.Fatalf("acknowledged photo %v: %+v, %v", ph.ID, got, err)
-		}
 		if ph.ID.Shard() == 3 {
 			moved++
 			if _, ok := slices.BinarySearch(onTarget, ph.ID); !ok {
@@ -159,6 +253,25 @@ func TestMoveShardUnderLoad(t *testing.T) {
 			}
 		}
 	}
+	jobs := make(chan RPhoto)
+	var readers sync.WaitGroup
+	for range 8 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for ph := range jobs {
+				var got RPhoto
+				if err := r2.Get(ctx, &got, ph.ID); err != nil || got.Caption != ph.Caption {
+					t.Errorf("acknowledged photo %v: %+v, %v", ph.ID, got, err)
+				}
+			}
+		}()
+	}
+	for _, ph := range acked {
+		jobs <- ph
+	}
+	close(jobs)
+	readers.Wait()
 	if moved == 0 || len(onTarget) != moved {
 		t.Errorf("the target holds %d rows of shard 3, %d were acknowledged", len(onTarget), moved)
 	}
