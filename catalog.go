@@ -2,6 +2,7 @@ package shardid
 
 import (
 	"context"
+	"encoding/json"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -252,3 +253,57 @@ func (c *Catalog) listen(ctx context.Context, wake chan<- struct{}) {
 }
 
 var errNotPgx = errors.New("not a pgx connection")
+
+// CatalogSetup is what a process needs, besides the map, to build a router
+// from the catalog alone, as the shardid move command does.
+type CatalogSetup struct {
+	Databases     []CatalogDatabase
+	LogicalShards int
+	SchemaPattern string
+	Tables        []string // the tables of every logical shard
+}
+
+// CatalogDatabase is a physical database: its name in the map, its dialect
+// ("postgres" or "mysql") and its DSN.
+type CatalogDatabase struct {
+	Name, Dialect, DSN string
+}
+
+// SaveSetup stores setup in the catalog, replacing what was there.
+func (c *Catalog) SaveSetup(ctx context.Context, setup CatalogSetup) error {
+	t, err := c.setup(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(setup)
+	if err != nil {
+		return err
+	}
+	return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec("CREATE TABLE IF NOT EXISTS " + t + "_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)").Error; err != nil {
+			return err
+		}
+		if err := tx.Exec("DELETE FROM " + t + "_setup").Error; err != nil {
+			return err
+		}
+		return tx.Exec("INSERT INTO "+t+"_setup (id, setup) VALUES (1, ?)", string(b)).Error
+	})
+}
+
+// LoadSetup returns the setup SaveSetup stored.
+func (c *Catalog) LoadSetup(ctx context.Context) (CatalogSetup, error) {
+	var setup CatalogSetup
+	t, err := c.setup(ctx)
+	if err != nil {
+		return setup, err
+	}
+	var text string
+	if err := c.DB.WithContext(ctx).Raw("SELECT setup FROM " + t + "_setup WHERE id = 1").Scan(&text).Error; err != nil {
+		return setup, err
+	}
+	if text == "" {
+		return setup, withDetail(ErrInvalidConfig, "the catalog has no setup: see Catalog.SaveSetup")
+	}
+	err = json.Unmarshal([]byte(text), &setup)
+	return setup, err
+}

@@ -26,8 +26,13 @@ const fenceMessage = "shardid: shard is fenced for a move"
 // MoveOptions configures MoveShard.
 type MoveOptions struct {
 	// Models are the shard's tables, as models. Each must have an "id"
-	// primary key. Required.
+	// primary key. Models or Tables is required.
 	Models []any
+
+	// Tables names the shard's tables when there are no models (as in the
+	// shardid move command): their definitions are copied from the source,
+	// columns and primary key, without other indexes or defaults.
+	Tables []string
 
 	// Batch is how many rows each copy statement moves. If 0, 1000.
 	Batch int
@@ -86,8 +91,8 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if d1, d2 := r.dbs[from].Dialector.Name(), r.dbs[to].Dialector.Name(); d1 != d2 || (d1 != "postgres" && d1 != "mysql") {
 		return res, withDetail(ErrInvalidConfig, "moving shards needs PostgreSQL or MySQL/MariaDB on both sides, not "+d1+" and "+d2)
 	}
-	if len(opts.Models) == 0 {
-		return res, withDetail(ErrInvalidConfig, "MoveOptions.Models is empty")
+	if len(opts.Models) == 0 && len(opts.Tables) == 0 {
+		return res, withDetail(ErrInvalidConfig, "MoveOptions has neither Models nor Tables")
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = 1000
@@ -100,11 +105,30 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err != nil {
 		return res, err
 	}
+	for _, t := range opts.Tables {
+		if !schemaName.MatchString(t) {
+			return res, withDetail(ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", t, schemaName))
+		}
+	}
+	models := opts.Models
+	if len(models) == 0 {
+		tables = opts.Tables
+		models = nil
+		for _, t := range tables {
+			models = append(models, t) // a table name, for Fence and Unfence
+		}
+	}
 
 	// 1. The schema and tables on the target.
-	if err := migrateShard(ctx, dst, schema, opts.Models); err != nil {
+	if len(opts.Models) > 0 {
+		err = migrateShard(ctx, dst, schema, opts.Models)
+	} else {
+		err = copyDefinitions(ctx, src, dst, schema, tables)
+	}
+	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
+	opts.Models = models
 	// 2. A first copy, while the source takes writes.
 	for _, t := range tables {
 		if _, err := copyTable(ctx, src, dst, schema+"."+t, opts.Batch, opts.Progress); err != nil {
@@ -319,10 +343,18 @@ func markMoving(db *gorm.DB) {
 	}
 }
 
-// tableNames returns the table names of models, validated.
+// tableNames returns the table names of models, validated. A model may be
+// a table name itself.
 func tableNames(db *gorm.DB, models []any) ([]string, error) {
 	var names []string
 	for _, m := range models {
+		if name, ok := m.(string); ok {
+			if !schemaName.MatchString(name) {
+				return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", name, schemaName))
+			}
+			names = append(names, name)
+			continue
+		}
 		stmt := &gorm.Statement{DB: db}
 		if err := stmt.Parse(m); err != nil {
 			return nil, err
@@ -417,4 +449,65 @@ func checkTable(ctx context.Context, db *gorm.DB, table string) (TableCheck, err
 		n += int64(len(rows))
 		after = rows[len(rows)-1]["id"]
 	}
+}
+
+// copyDefinitions creates the schema and tables on dst as they are on src:
+// on MySQL with SHOW CREATE TABLE, on PostgreSQL from the columns and the
+// "id" primary key.
+func copyDefinitions(ctx context.Context, src, dst *gorm.DB, schema string, tables []string) error {
+	if dst.Dialector.Name() == "mysql" {
+		if err := dst.WithContext(ctx).Exec("CREATE DATABASE IF NOT EXISTS `" + schema + "`").Error; err != nil {
+			return err
+		}
+		for _, t := range tables {
+			var row struct {
+				Table       string `gorm:"column:Table"`
+				CreateTable string `gorm:"column:Create Table"`
+			}
+			if err := src.WithContext(ctx).Raw("SHOW CREATE TABLE `" + schema + "`.`" + t + "`").Scan(&row).Error; err != nil {
+				return err
+			}
+			ddl, ok := strings.CutPrefix(row.CreateTable, "CREATE TABLE `"+t+"`")
+			if !ok {
+				return fmt.Errorf("shardid: unexpected definition of %s.%s: %.60q", schema, t, row.CreateTable)
+			}
+			if err := dst.WithContext(ctx).Exec("CREATE TABLE IF NOT EXISTS `" + schema + "`.`" + t + "`" + ddl).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := dst.WithContext(ctx).Exec(`CREATE SCHEMA IF NOT EXISTS "` + schema + `"`).Error; err != nil {
+		return err
+	}
+	for _, t := range tables {
+		var cols []struct {
+			Name    string
+			Type    string
+			NotNull bool
+		}
+		err := src.WithContext(ctx).Raw(`SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null
+			FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
+			WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, schema, t).Scan(&cols).Error
+		if err != nil {
+			return err
+		}
+		if len(cols) == 0 {
+			return fmt.Errorf("shardid: %s.%s has no columns on the source", schema, t)
+		}
+		var defs []string
+		for _, c := range cols {
+			d := `"` + c.Name + `" ` + c.Type
+			if c.NotNull {
+				d += " NOT NULL"
+			}
+			defs = append(defs, d)
+		}
+		defs = append(defs, `PRIMARY KEY ("id")`)
+		q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s"."%s" (%s)`, schema, t, strings.Join(defs, ", "))
+		if err := dst.WithContext(ctx).Exec(q).Error; err != nil {
+			return err
+		}
+	}
+	return nil
 }

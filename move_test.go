@@ -521,7 +521,8 @@ func TestMoveShardMariaDB(t *testing.T) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	res, err := r.MoveShard(ctx, nil, 1, "my2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100})
+	// By table name: the definition comes from SHOW CREATE TABLE on the source.
+	res, err := r.MoveShard(ctx, nil, 1, "my2", shardid.MoveOptions{Tables: []string{"r_photos"}, Batch: 100})
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	wg.Wait()

@@ -5,6 +5,7 @@
 //	shardid new    [--layout L] [--shard N | --key K] [--worker W] [-n COUNT]
 //	shardid sql    --dialect postgres --schema NAME --shard N [--table T] [--worker W]
 //	shardid demo   [--postgres DSN] [--mysql DSN] [--shards N] [--users N] [--photos N]
+//	shardid move   --catalog DSN --shard N --to NAME [--dry-run] [--abort]
 //
 // Run "shardid COMMAND --help" for each command's flags.
 package main
@@ -33,6 +34,7 @@ var commands = []command{
 	{"new", "make new IDs", runNew},
 	{"sql", "print the SQL that makes IDs inside PostgreSQL", runSQL},
 	{"demo", "write and read sharded rows end to end (no server needed)", runDemo},
+	{"move", "move a logical shard to another database, every ID unchanged", runMove},
 }
 
 func main() {
