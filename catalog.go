@@ -2,8 +2,8 @@ package shardid
 
 import (
 	"context"
-	"encoding/json"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
