@@ -97,6 +97,9 @@ func TestHelperProcess(t *testing.T) {
 	case "movewriter":
 		helperMoveWriter(t)
 		os.Exit(0)
+	case "mover":
+		helperMover(t)
+		os.Exit(0)
 	}
 	store := storeFor(t, os.Getenv("SHARDID_STORE"), os.Getenv("SHARDID_NS"))
 	switch mode {

@@ -44,6 +44,11 @@ type MoveOptions struct {
 	// Progress, if not nil, is called after every batch with the table and
 	// the rows copied from it so far.
 	Progress func(table string, copied int64)
+
+	// OnStage, if not nil, is called as the move reaches each stage:
+	// "created" (the target's tables exist), "copied" (the first copy is
+	// done), "fenced", "verified" and "flipped".
+	OnStage func(stage string)
 }
 
 // MoveResult says what MoveShard did.
@@ -129,17 +134,25 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
 	opts.Models = models
+	stage := func(s string) {
+		if opts.OnStage != nil {
+			opts.OnStage(s)
+		}
+	}
+	stage("created")
 	// 2. A first copy, while the source takes writes.
 	for _, t := range tables {
 		if _, err := copyTable(ctx, src, dst, schema+"."+t, opts.Batch, opts.Progress); err != nil {
 			return res, err
 		}
 	}
+	stage("copied")
 	// 3. The fence: from here on no write reaches the source.
 	fenced := time.Now()
 	if err := r.Fence(ctx, shard, opts.Models, opts.FenceFor); err != nil {
 		return res, err
 	}
+	stage("fenced")
 	flipped := false
 	defer func() {
 		if !flipped {
@@ -172,6 +185,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		a.Table = t
 		res.Tables = append(res.Tables, a)
 	}
+	stage("verified")
 	if time.Since(fenced) > opts.FenceFor*8/10 {
 		return res, fmt.Errorf("shardid: the final copy of shard %d took %v, too close to the %v fence: not flipping", shard, time.Since(fenced), opts.FenceFor)
 	}
@@ -193,6 +207,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		return res, fmt.Errorf("shardid: shard %d moved, but its old copy on %s could not be fenced for good: %w", shard, res.From, err)
 	}
 	res.Fenced = time.Since(fenced)
+	stage("flipped")
 	return res, nil
 }
 

@@ -183,6 +183,12 @@ func TestMoveShardUnderLoad(t *testing.T) {
 					mu.Unlock()
 					time.Sleep(5 * time.Millisecond)
 				}
+				// Read it back at once, through the same router, while the
+				// move goes on.
+				var got RPhoto
+				if err := router.Get(ctx, &got, ph.ID); err != nil || got.Caption != ph.Caption {
+					t.Errorf("writer %d: reading back %v during the move: %+v, %v", w, ph.ID, got, err)
+				}
 				mu.Lock()
 				acked = append(acked, ph)
 				mu.Unlock()
@@ -574,5 +580,103 @@ func TestFollowListens(t *testing.T) {
 	}
 	if r2.DatabaseName(0) != "pg2" {
 		t.Errorf("the follower still routes shard 0 to %s, 3s after the save", r2.DatabaseName(0))
+	}
+}
+
+// helperMover runs a move of shard 1 to pg2 and dies (os.Exit, as a kill:
+// no deferred clean-up runs) at the stage named by $SHARDID_DIE_AT.
+func helperMover(t *testing.T) {
+	r := moveRouterB(t, movePlugin(t, 3))
+	c := &shardid.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
+	m, _, err := c.Load(context.Background(), r)
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	r.SetMap(m)
+	die := os.Getenv("SHARDID_DIE_AT")
+	batches := 0
+	_, err = r.MoveShard(context.Background(), c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
+		FenceFor: 2 * time.Second,
+		Progress: func(string, int64) {
+			if batches++; die == "mid-copy" && batches == 5 {
+				os.Exit(3)
+			}
+		},
+		OnStage: func(s string) {
+			if s == die {
+				os.Exit(3)
+			}
+		}})
+	fmt.Println("finished", err)
+}
+
+// A move killed at each stage, then aborted or run again: no row lost,
+// none duplicated, the map consistent.
+func TestMoveKilledAtEachStage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a mover at five stages")
+	}
+	for _, tc := range []struct {
+		stage   string
+		flipped bool // the catalog already names the target
+		fenced  bool // the source refuses writes until the fence runs out
+	}{
+		{"created", false, false},
+		{"mid-copy", false, false},
+		{"fenced", false, true},
+		{"verified", false, true},
+		{"flipped", true, true},
+	} {
+		t.Run(tc.stage, func(t *testing.T) {
+			r, c, _ := freshMoveSetup(t)
+			ctx := context.Background()
+			for i := range int64(1000) {
+				if err := r.ForKey(1 + moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i}).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := helperProcess(t, "mover", "SHARDID_DIE_AT="+tc.stage)
+			out, _ := cmd.Output() // stderr goes to the test's
+			if cmd.ProcessState.ExitCode() != 3 {
+				t.Fatalf("the mover did not die at %s: %s", tc.stage, out)
+			}
+			m, _, err := c.Load(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (m[1] == 1) != tc.flipped {
+				t.Fatalf("killed at %s, the catalog maps shard 1 to database %d", tc.stage, m[1])
+			}
+			r.SetMap(m)
+			err = r.ForKey(1).Create(&RPhoto{UserID: 1}).Error
+			if !tc.flipped && tc.fenced != errors.Is(err, shardid.ErrShardMoving) {
+				t.Errorf("killed at %s, a write to the source: %v", tc.stage, err)
+			}
+			if tc.flipped {
+				if err != nil {
+					t.Errorf("killed after the flip, a write to the target: %v", err)
+				}
+				// Nothing to resume: drop the old copy.
+				if err := r.DropShardCopy(ctx, 1, "pg1"); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			if tc.fenced { // abort, as shardid move --abort does
+				if err := r.Unfence(ctx, 1, []any{&RPhoto{}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var before int64
+			r.ForShard(1).Model(&RPhoto{}).Count(&before)
+			res, err := r.MoveShard(ctx, c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200})
+			if err != nil {
+				t.Fatalf("the move run again: %v", err)
+			}
+			if res.Tables[0].Rows != before || r.DatabaseName(1) != "pg2" {
+				t.Errorf("run again after a kill at %s: %+v, want %d rows", tc.stage, res, before)
+			}
+		})
 	}
 }
