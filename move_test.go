@@ -25,6 +25,18 @@ const moveShards = 8
 // several processes, each with a worker id of its own.
 var moveLayout, _ = shardid.Instagram.WithWorkerBits(2)
 
+// createRetrying creates ph through r, retrying while its shard is fenced
+// for a move, and returns how many times it had to retry.
+func createRetrying(r *shardid.Router, ph *RPhoto) (int, error) {
+	for retries := 0; ; retries++ {
+		err := r.ForKey(ph.UserID).Create(ph).Error
+		if !errors.Is(err, shardid.ErrShardMoving) {
+			return retries, err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func movePlugin(t testing.TB, worker int) *shardid.Plugin {
 	t.Helper()
 	g, err := shardid.NewGenerator(moveLayout, shardid.WithWorker(worker))
@@ -68,12 +80,7 @@ func helperMoveWriter(t *testing.T) {
 			user = 1
 		}
 		ph := RPhoto{UserID: user, Caption: "from a process"}
-		err := r.ForKey(user).Create(&ph).Error
-		for errors.Is(err, shardid.ErrShardMoving) {
-			time.Sleep(5 * time.Millisecond)
-			err = r.ForKey(user).Create(&ph).Error
-		}
-		if err != nil {
+		if _, err := createRetrying(r, &ph); err != nil {
 			fmt.Println("error", err)
 			return
 		}
@@ -169,20 +176,14 @@ func TestMoveShardUnderLoad(t *testing.T) {
 					user = int64(1 + moveShards*w) // shard 1, not moving
 				}
 				ph := RPhoto{UserID: user, Caption: fmt.Sprint(w, "/", i)}
-				for {
-					err := router.ForKey(user).Create(&ph).Error
-					if err == nil {
-						break
-					}
-					if !errors.Is(err, shardid.ErrShardMoving) {
-						t.Errorf("writer %d: %v", w, err)
-						return
-					}
-					mu.Lock()
-					retries++
-					mu.Unlock()
-					time.Sleep(5 * time.Millisecond)
+				n, err := createRetrying(router, &ph)
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
 				}
+				mu.Lock()
+				retries += n
+				mu.Unlock()
 				// Read it back at once, through the same router, while the
 				// move goes on.
 				var got RPhoto
@@ -506,20 +507,14 @@ func TestMoveShardMariaDB(t *testing.T) {
 				}
 				user := int64(1 + 4*(i%7) + w) // shards 1 and 2
 				ph := RPhoto{UserID: user}
-				for {
-					err := r.ForKey(user).Create(&ph).Error
-					if err == nil {
-						break
-					}
-					if !errors.Is(err, shardid.ErrShardMoving) {
-						t.Errorf("writer %d: %v", w, err)
-						return
-					}
-					mu.Lock()
-					retries++
-					mu.Unlock()
-					time.Sleep(5 * time.Millisecond)
+				n, err := createRetrying(r, &ph)
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
 				}
+				mu.Lock()
+				retries += n
+				mu.Unlock()
 				mu.Lock()
 				acked = append(acked, ph.ID)
 				mu.Unlock()
