@@ -17,12 +17,12 @@ func (p *Plugin) assignMap(stmt *gorm.Statement, m *model, row reflect.Value, i 
 	idKey, cur := mapLookup(row, m.id.Name, m.id.DBName)
 	if cur.IsValid() && !cur.IsZero() {
 		if cur.CanInt() || cur.CanUint() {
-			return p.checkPreset(rt, cur, stmt, i)
+			return p.checkPreset(rt, m, cur, stmt, i)
 		}
 		return nil
 	}
 	v := reflect.New(m.id.FieldType).Elem()
-	if m.short || m.source != "" {
+	if !m.namesShard() {
 		if err := p.fillOther(stmt, m, v); err != nil {
 			return err
 		}

@@ -144,6 +144,10 @@ func parseTag(tag string) (role, source string) {
 	return role, source
 }
 
+// namesShard reports whether the model's IDs carry a shard: not when they
+// are UUIDShorts or come from a ticket or segment source.
+func (m *model) namesShard() bool { return !m.short && m.source == "" }
+
 func modelError(s *schema.Schema, detail string) error {
 	return withDetail(ErrInvalidTag, s.Name+": "+detail)
 }

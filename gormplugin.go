@@ -172,8 +172,8 @@ func (p *Plugin) checkRoute(rt *route, s int, stmt *gorm.Statement, i int) error
 }
 
 // checkPreset applies checkRoute to a row whose ID is already set.
-func (p *Plugin) checkPreset(rt *route, idv reflect.Value, stmt *gorm.Statement, i int) error {
-	if rt == nil || idv.Type() == uuidShortType || p.model(stmt.Schema).source != "" { // these name no shard
+func (p *Plugin) checkPreset(rt *route, m *model, idv reflect.Value, stmt *gorm.Statement, i int) error {
+	if rt == nil || !m.namesShard() {
 		return nil
 	}
 	var id ID
@@ -210,12 +210,12 @@ func (p *Plugin) assign(stmt *gorm.Statement, m *model, rt *route) error {
 func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value, rt *route) error {
 	idv := m.id.ReflectValueOf(stmt.Context, row)
 	if !idv.IsZero() {
-		return p.checkPreset(rt, idv, stmt, -1)
+		return p.checkPreset(rt, m, idv, stmt, -1)
 	}
 	if !idv.CanSet() {
 		return withDetail(ErrNotAddressable, stmt.Schema.Name)
 	}
-	if m.short || m.source != "" {
+	if !m.namesShard() {
 		return p.fillOther(stmt, m, idv)
 	}
 	shard, err := p.shardOfRow(stmt.Context, m, row)
@@ -272,7 +272,7 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 		}
 		idv := m.id.ReflectValueOf(stmt.Context, row)
 		if !idv.IsZero() {
-			if err := p.checkPreset(rt, idv, stmt, i); err != nil {
+			if err := p.checkPreset(rt, m, idv, stmt, i); err != nil {
 				return err
 			}
 			continue
@@ -280,7 +280,7 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 		if !idv.CanSet() {
 			return withDetail(ErrNotAddressable, stmt.Schema.Name+" row "+strconv.Itoa(i))
 		}
-		if m.short || m.source != "" {
+		if !m.namesShard() {
 			if err := p.fillOther(stmt, m, idv); err != nil {
 				return err
 			}

@@ -106,22 +106,17 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		opts.FenceFor = time.Minute
 	}
 	src, dst, schema := r.dbs[from], r.dbs[to], r.schemas[shard]
-	tables, err := tableNames(src, opts.Models)
+	// defs are the shard's tables as models, or as names (validated by
+	// tableNames) when there are no models.
+	defs := opts.Models
+	if len(defs) == 0 {
+		for _, t := range opts.Tables {
+			defs = append(defs, t)
+		}
+	}
+	tables, err := tableNames(src, defs)
 	if err != nil {
 		return res, err
-	}
-	for _, t := range opts.Tables {
-		if !schemaName.MatchString(t) {
-			return res, withDetail(ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", t, schemaName))
-		}
-	}
-	models := opts.Models
-	if len(models) == 0 {
-		tables = opts.Tables
-		models = nil
-		for _, t := range tables {
-			models = append(models, t) // a table name, for Fence and Unfence
-		}
 	}
 
 	// 1. The schema and tables on the target.
@@ -133,7 +128,6 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
-	opts.Models = models
 	stage := func(s string) {
 		if opts.OnStage != nil {
 			opts.OnStage(s)
@@ -149,7 +143,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	stage("copied")
 	// 3. The fence: from here on no write reaches the source.
 	fenced := time.Now()
-	if err := r.Fence(ctx, shard, opts.Models, opts.FenceFor); err != nil {
+	if err := r.Fence(ctx, shard, defs, opts.FenceFor); err != nil {
 		return res, err
 	}
 	stage("fenced")
@@ -158,7 +152,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		if !flipped {
 			// The source is still the shard's home: let writes through at
 			// once rather than when the fence runs out.
-			_ = r.Unfence(context.WithoutCancel(ctx), shard, opts.Models)
+			_ = r.Unfence(context.WithoutCancel(ctx), shard, defs)
 		}
 	}()
 	// 4. What changed during the first copy, then 5. verification.
