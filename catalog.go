@@ -40,15 +40,15 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	db := c.DB.WithContext(ctx)
-	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + t + ` (
-		shard    INT PRIMARY KEY,
-		db_name  VARCHAR(200) NOT NULL)`).Error; err != nil {
-		return "", err
-	}
-	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + t + `_version (
-		id      INT PRIMARY KEY,
-		version BIGINT NOT NULL)`).Error; err != nil {
+	err = createObjects(ctx, c.DB, t,
+		"CREATE TABLE IF NOT EXISTS "+t+` (
+			shard    INT PRIMARY KEY,
+			db_name  VARCHAR(200) NOT NULL)`,
+		"CREATE TABLE IF NOT EXISTS "+t+`_version (
+			id      INT PRIMARY KEY,
+			version BIGINT NOT NULL)`,
+		"CREATE TABLE IF NOT EXISTS "+t+"_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)")
+	if err != nil {
 		return "", err
 	}
 	return t, nil
@@ -280,9 +280,6 @@ func (c *Catalog) SaveSetup(ctx context.Context, setup CatalogSetup) error {
 		return err
 	}
 	return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec("CREATE TABLE IF NOT EXISTS " + t + "_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)").Error; err != nil {
-			return err
-		}
 		if err := tx.Exec("DELETE FROM " + t + "_setup").Error; err != nil {
 			return err
 		}

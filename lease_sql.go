@@ -43,12 +43,12 @@ func (s *SQLLeaseStore) nowMs() string {
 // setup creates the table and the rows of workers ids 0 to workers-1.
 func (s *SQLLeaseStore) setup(ctx context.Context, t string, workers int) error {
 	db := s.DB.WithContext(ctx)
-	err := db.Exec("CREATE TABLE IF NOT EXISTS " + t + ` (
+	err := createObjects(ctx, s.DB, t, "CREATE TABLE IF NOT EXISTS "+t+` (
 		worker     INT PRIMARY KEY,
 		owner      VARCHAR(200) NOT NULL DEFAULT '',
 		expires_at BIGINT NOT NULL DEFAULT 0,
 		last_tick  BIGINT NOT NULL DEFAULT 0,
-		version    BIGINT NOT NULL DEFAULT 0)`).Error
+		version    BIGINT NOT NULL DEFAULT 0)`)
 	if err != nil {
 		return err
 	}

@@ -120,10 +120,10 @@ func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAlloca
 
 func (s *SegmentAllocator) setup(ctx context.Context) error {
 	db := s.cfg.DB.WithContext(ctx)
-	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + s.table + ` (
+	if err := createObjects(ctx, s.cfg.DB, s.table, "CREATE TABLE IF NOT EXISTS "+s.table+` (
 		biz_key VARCHAR(128) NOT NULL PRIMARY KEY,
 		max_id  BIGINT NOT NULL DEFAULT 0,
-		step    BIGINT NOT NULL DEFAULT 0)`).Error; err != nil {
+		step    BIGINT NOT NULL DEFAULT 0)`); err != nil {
 		return err
 	}
 	if s.cfg.DB.Dialector.Name() == "mysql" {

@@ -96,13 +96,12 @@ func NewTicketAllocator(ctx context.Context, cfg TicketConfig) (*TicketAllocator
 
 // setup creates the table or sequence. It is idempotent.
 func (s *ticketServer) setup(ctx context.Context) error {
-	db := s.db.WithContext(ctx)
 	if s.db.Dialector.Name() == "postgres" {
-		return db.Exec(fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s INCREMENT BY %d START WITH %d", s.name, s.n, s.offset)).Error
+		return createObjects(ctx, s.db, s.name, fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s INCREMENT BY %d START WITH %d", s.name, s.n, s.offset))
 	}
-	return db.Exec("CREATE TABLE IF NOT EXISTS " + s.name + ` (
+	return createObjects(ctx, s.db, s.name, "CREATE TABLE IF NOT EXISTS "+s.name+` (
 		id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-		stub CHAR(1) NOT NULL DEFAULT '' UNIQUE) ENGINE=InnoDB`).Error
+		stub CHAR(1) NOT NULL DEFAULT '' UNIQUE) ENGINE=InnoDB`)
 }
 
 // Next returns a new ticket.
