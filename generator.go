@@ -2,6 +2,7 @@ package shardid
 
 import (
 	"fmt"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -41,10 +42,17 @@ const spinWindow = 2 * time.Millisecond
 // Generator is safe for concurrent use by multiple goroutines. Shards do not
 // contend with each other.
 type Generator struct {
+	// The hot path's fields, copied from st (which they never change) so
+	// that Next reaches them in one step.
+	last       []atomic.Int64 // st.last
+	anchor     time.Time      // st.anchor
+	anchorNano int64          // st.anchorNano
+
 	st      *genState
 	guard   *leaseGuard // nil unless the worker id is leased
 	base    int64       // worker << workerShift, or'ed into every ID
 	unit    int64       // nanoseconds
+	div     divider     // divides by unit
 	maxNs   uint64      // the last nanosecond since the epoch in the layout's range
 	maxBack int64       // in ticks
 	layout  Layout
@@ -139,6 +147,7 @@ func NewGenerator(l Layout, opts ...GeneratorOption) (*Generator, error) {
 		base:    int64(o.worker) << l.workerShift,
 		maxBack: int64(o.maxBack) / int64(l.unit),
 		unit:    int64(l.unit),
+		div:     newDivider(uint64(l.unit)),
 		maxNs:   uint64((l.maxTick+1)*int64(l.unit) - 1),
 		now:     o.now,
 		epoch:   l.Epoch(),
@@ -147,19 +156,26 @@ func NewGenerator(l Layout, opts ...GeneratorOption) (*Generator, error) {
 	if g.now != nil {
 		g.customClock = true
 		g.st = g.newState(g.now())
-		return g, nil
+	} else {
+		g.st = g.sharedState(stateKey{ids: l.idKey(), worker: o.worker})
 	}
-	key := stateKey{ids: l.idKey(), worker: o.worker}
+	g.last, g.anchor, g.anchorNano = g.st.last, g.st.anchor, g.st.anchorNano
+	return g, nil
+}
+
+// sharedState returns the state of key, made on first use.
+func (g *Generator) sharedState(key stateKey) *genState {
 	states.mu.Lock()
 	defer states.mu.Unlock()
 	if states.m == nil {
 		states.m = make(map[stateKey]*genState)
 	}
-	if g.st = states.m[key]; g.st == nil {
-		g.st = g.newState(time.Now())
-		states.m[key] = g.st
+	st := states.m[key]
+	if st == nil {
+		st = g.newState(time.Now())
+		states.m[key] = st
 	}
-	return g, nil
+	return st
 }
 
 // newState returns a state anchored at anchor. Durations saturate, so an
@@ -196,7 +212,34 @@ func (g *Generator) Worker() int { return g.worker }
 // A caller paused anywhere in Next (a GC pause, CPU throttling, SIGSTOP) gets
 // an ID when it runs again, never an error caused by the pause.
 func (g *Generator) Next(shard int) (ID, error) {
-	all := g.st.last
+	// The fast path: the default clock, no lease, and a shard whose last ID
+	// is from an earlier unit or from the current unit with room left. It
+	// is nextSlow's first round for those cases, in the same order (the
+	// shard's word before the clock), with nothing else to call.
+	all := g.last
+	if uint(shard) < uint(len(all)) && g.now == nil && g.guard == nil {
+		last := &all[shard]
+		prev := last.Load()
+		if ns := g.anchorNano + int64(time.Since(g.anchor)); uint64(ns) <= g.maxNs {
+			s := g.layout.seqBits & 63
+			now := g.div.div(ns)
+			next := now << s
+			if next <= prev {
+				next = prev + 1 // same unit as the clock, or the slow path
+			}
+			if next>>s == now && last.CompareAndSwap(prev, next) {
+				return g.compose(shard, next), nil
+			}
+		}
+	}
+	return g.nextSlow(shard)
+}
+
+// nextSlow is Next for every case: a custom clock, a lease, a shard whose
+// sequence is used up or whose last unit is ahead of the clock, contention,
+// errors.
+func (g *Generator) nextSlow(shard int) (ID, error) {
+	all := g.last
 	if uint(shard) >= uint(len(all)) {
 		return 0, g.layout.checkShard(shard)
 	}
@@ -286,7 +329,7 @@ func (g *Generator) checkGuard(now int64) error {
 // each. It fails as Next does; on error the contents of ids are
 // unspecified, and IDs already reserved are never issued again.
 func (g *Generator) NextN(shard int, ids []ID) error {
-	all := g.st.last
+	all := g.last
 	if uint(shard) >= uint(len(all)) {
 		return g.layout.checkShard(shard)
 	}
@@ -295,9 +338,12 @@ func (g *Generator) NextN(shard int, ids []ID) error {
 	reread := false
 	for len(ids) > 0 {
 		prev := last.Load() // before the clock: see Next
-		now, _, err := g.tick()
-		if err != nil {
-			return err
+		now, ok := g.monoTick()
+		if !ok {
+			var err error
+			if now, _, err = g.tick(); err != nil {
+				return err
+			}
 		}
 		if g.guard != nil {
 			if err := g.checkGuard(now); err != nil {
@@ -333,8 +379,12 @@ func (g *Generator) NextN(shard int, ids []ID) error {
 				return err // see checkGuard
 			}
 		}
+		// The n IDs are in one unit (first's, the only open one from first
+		// on), with consecutive sequence numbers.
+		id, step := g.compose(shard, first), ID(1)<<g.layout.seqShift
 		for i := range ids[:n] {
-			ids[i] = g.compose(shard, first+int64(i))
+			ids[i] = id
+			id += step
 		}
 		ids = ids[n:]
 	}
@@ -344,10 +394,25 @@ func (g *Generator) NextN(shard int, ids []ID) error {
 // compose builds the ID for shard from a packed tick<<seqBits | seq word.
 func (g *Generator) compose(shard int, packed int64) ID {
 	l := &g.layout
-	return ID(packed>>l.seqBits<<l.timeShift |
-		int64(shard)<<l.shardShift |
+	return ID(packed>>(l.seqBits&63)<<(l.timeShift&63) |
+		int64(shard)<<(l.shardShift&63) |
 		g.base |
-		(packed&(1<<l.seqBits-1))<<l.seqShift)
+		(packed&(1<<(l.seqBits&63)-1))<<(l.seqShift&63))
+}
+
+// monoTick is tick's fast path: on the default clock and within the
+// layout's range it returns the current unit and true, reading the monotonic
+// clock once and nothing else. Otherwise it returns false, and the caller
+// calls tick.
+func (g *Generator) monoTick() (int64, bool) {
+	if g.now != nil {
+		return 0, false
+	}
+	ns := g.anchorNano + int64(time.Since(g.anchor))
+	if uint64(ns) > g.maxNs {
+		return 0, false
+	}
+	return g.div.div(ns), true
 }
 
 // tick returns the current time unit and the nanoseconds since the epoch.
@@ -356,11 +421,11 @@ func (g *Generator) tick() (tick, ns int64, err error) {
 	if g.now != nil {
 		return g.customTick()
 	}
-	ns = g.st.anchorNano + int64(time.Since(g.st.anchor))
+	ns = g.anchorNano + int64(time.Since(g.anchor))
 	if uint64(ns) > g.maxNs {
 		return 0, 0, g.outside(ns)
 	}
-	return ns / g.unit, ns, nil
+	return g.div.div(ns), ns, nil
 }
 
 // customTick is tick on a custom clock, which may read anything.
@@ -378,14 +443,14 @@ func (g *Generator) customTick() (tick, ns int64, err error) {
 	if uint64(ns) > g.maxNs {
 		return 0, 0, g.outside(ns)
 	}
-	return ns / g.unit, ns, nil
+	return g.div.div(ns), ns, nil
 }
 
 // outside returns the error for a clock ns nanoseconds from the epoch,
 // outside the layout's range.
 func (g *Generator) outside(ns int64) error {
 	at := g.epoch.Add(time.Duration(ns)).Format(time.RFC3339Nano)
-	if ns < 0 && (g.customClock || g.st.anchorNano <= 0) {
+	if ns < 0 && (g.customClock || g.anchorNano <= 0) {
 		return withDetail(ErrTimeBeforeEpoch, "clock reads "+at)
 	}
 	if ns < 0 {
@@ -394,6 +459,35 @@ func (g *Generator) outside(ns int64) error {
 		at = "beyond " + g.layout.End().Format(time.RFC3339Nano)
 	}
 	return withDetail(ErrTimeOverflow, "clock reads "+at)
+}
+
+// divider divides non-negative int64s by a constant without a division
+// instruction: by Granlund and Montgomery ("Division by invariant integers
+// using multiplication", 1994, theorem 4.2) with N = 63 bits of dividend,
+// l = ceil(log2 d) and m = floor(2^(63+l)/d) + 1, which fits 64 bits,
+// floor(n/d) = floor(m*n / 2^(63+l)) for every 0 <= n < 2^63.
+type divider struct {
+	m uint64
+	l uint8
+}
+
+func newDivider(d uint64) divider {
+	l := uint8(bits.Len64(d - 1)) // ceil(log2 d); 0 for d = 1
+	// floor(2^(63+l)/d), as the 128-bit 2^(63+l) divided by d: its high
+	// word 2^(63+l-64) (when l >= 1) is below d, so Div64 does not panic.
+	hi, lo := uint64(0), uint64(1)<<63
+	if l >= 1 {
+		hi, lo = uint64(1)<<(l-1), 0
+	}
+	q, _ := bits.Div64(hi, lo, d)
+	return divider{m: q + 1, l: l}
+}
+
+// div returns n/d for 0 <= n < 2^63.
+func (v divider) div(n int64) int64 {
+	hi, lo := bits.Mul64(uint64(n), v.m)
+	// hi < 2^63, so hi<<1 | lo>>63 is the product over 2^63.
+	return int64((hi<<1 | lo>>63) >> v.l)
 }
 
 // waitFor waits until the clock reaches unit target.

@@ -795,3 +795,32 @@ func TestGeneratorLeaseRevokedConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// The divider that turns nanoseconds into units agrees with the division
+// instruction, at the edges of its range and at random.
+func TestGeneratorDivider(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	divisors := []uint64{1, 2, 3, 7, 10, 1000, 1e6, 1e6 + 1, 1e7, 1e9, 3e9, 1 << 20, 1<<20 + 1, 1<<62 - 1, 1 << 62, 1<<63 - 1}
+	for range 200 {
+		divisors = append(divisors, 1+r.Uint64N(1<<r.IntN(63)))
+	}
+	for _, d := range divisors {
+		v := newDivider(d)
+		ns := []int64{0, 1, int64(d) - 1, math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - int64(d)}
+		if d < math.MaxInt64/2 {
+			ns = append(ns, int64(d), int64(d)+1, 2*int64(d)-1, 2*int64(d))
+		}
+		for range 1000 {
+			ns = append(ns, r.Int64())
+			ns = append(ns, r.Int64N(1<<r.IntN(63)+1))
+		}
+		for _, n := range ns {
+			if n < 0 {
+				continue
+			}
+			if got, want := v.div(n), n/int64(d); got != want {
+				t.Fatalf("%d / %d = %d, want %d", n, d, got, want)
+			}
+		}
+	}
+}
