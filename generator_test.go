@@ -824,3 +824,25 @@ func TestGeneratorDivider(t *testing.T) {
 		}
 	}
 }
+
+// Next and NextN allocate nothing, on the fast path and on the slow one (a
+// custom clock, a lease, a saturated shard).
+func TestGeneratorAllocs(t *testing.T) {
+	g, _ := NewGenerator(Instagram)
+	c := newFakeClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	slow := fakeGenerator(t, Instagram, c)
+	slow.guard = &leaseGuard{}
+	slow.guard.validTick.Store(math.MaxInt64)
+	ids := make([]ID, 100)
+	shard := 0
+	for name, fn := range map[string]func(){
+		"Next":       func() { _, _ = g.Next(shard % 2000); shard++ },
+		"NextN":      func() { _ = g.NextN(shard%2000, ids); shard++ },
+		"Next, slow": func() { _, _ = slow.Next(1) },
+		"NextN slow": func() { _ = slow.NextN(1, ids) },
+	} {
+		if n := testing.AllocsPerRun(1000, fn); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", name, n)
+		}
+	}
+}
