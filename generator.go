@@ -308,10 +308,11 @@ func (g *Generator) nextSlow(shard int) (ID, error) {
 // word (highWater). All of these are sequentially consistent atomics, so
 // they fall into one total order: if a compare-and-swap comes after Close's
 // read of that shard's word, it also comes after the store of -1, and so
-// does the load of validTick that follows it, which sees -1 (or a later
-// value renew stores only while the lease is not closed): the check fails
-// and the ID is burnt. If it comes before that read, the high-water mark
-// covers it. Either way no returned ID lies above the recorded end.
+// does the load of validTick that follows it, which sees -1: the check
+// fails and the ID is burnt. If it comes before that read, the high-water
+// mark covers it. Either way no returned ID lies above the recorded end.
+// This needs one thing of the lease: once Close has stored -1, nothing
+// stores another value into validTick (a renewal that raced Close must not).
 func (g *Generator) checkGuard(now int64) error {
 	if err := g.guard.allow(now); err != nil {
 		return err
