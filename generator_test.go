@@ -846,3 +846,32 @@ func TestGeneratorAllocs(t *testing.T) {
 		}
 	}
 }
+
+// A custom clock that jumps centuries, beyond what a time.Duration holds,
+// gets the error for where it reads, and the generator works again once it
+// reads a time in the layout's range.
+func TestGeneratorClockFarOutside(t *testing.T) {
+	c := newFakeClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := fakeGenerator(t, Instagram, c)
+	for _, tc := range []struct {
+		at  time.Time
+		err error
+	}{
+		{time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC), ErrTimeOverflow},
+		{time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ErrTimeOverflow},
+		{time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), ErrTimeBeforeEpoch},
+		{time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), ErrTimeBeforeEpoch},
+		{time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), nil},
+	} {
+		c.mu.Lock()
+		c.t = tc.at
+		c.mu.Unlock()
+		id, err := g.Next(1)
+		if !errors.Is(err, tc.err) {
+			t.Errorf("clock at %v: %d, %v; want %v", tc.at, id, err, tc.err)
+		}
+		if err == nil && !id.Time().Equal(tc.at) {
+			t.Errorf("clock at %v: ID from %v", tc.at, id.Time())
+		}
+	}
+}
