@@ -488,7 +488,7 @@ func newDivider(d uint64) divider {
 func (v divider) div(n int64) int64 {
 	hi, lo := bits.Mul64(uint64(n), v.m)
 	// hi < 2^63, so hi<<1 | lo>>63 is the product over 2^63.
-	return int64((hi<<1 | lo>>63) >> v.l)
+	return int64((hi<<1 | lo>>63) >> (v.l & 63))
 }
 
 // waitFor waits until the clock reaches unit target.
