@@ -34,10 +34,11 @@ const spinWindow = 2 * time.Millisecond
 //
 // Time is read from the monotonic clock alone, one read per call, anchored to
 // the wall clock once, so a wall-clock step inside a running process changes
-// nothing. All generators in a process whose layouts make the same IDs (see
-// Layout.Equal; the width of the time field does not matter) and with the
-// same worker id share one state, so building a new Generator per request
-// cannot repeat IDs; generators built WithClock share nothing.
+// nothing. All generators in a process whose layouts make the same IDs (the
+// same epoch, unit, and fields below the time field, wherever Order puts a
+// field of width 0; the width of the time field does not matter) and with
+// the same worker id share one state, so building a new Generator per
+// request cannot repeat IDs. Generators built WithClock share nothing.
 //
 // Generator is safe for concurrent use by multiple goroutines. Shards do not
 // contend with each other.
@@ -178,19 +179,16 @@ func (g *Generator) sharedState(key stateKey) *genState {
 	return st
 }
 
-// newState returns a state anchored at anchor. Durations saturate, so an
-// anchor more than 292 years from the epoch gives the largest or smallest
-// int64; under the default clock, which never goes back, an anchor past the
-// layout's end is clamped just past it, so that adding the time since the
-// anchor cannot overflow.
+// newState returns a state anchored at anchor. It depends on the layout's
+// epoch and shard width alone, not on the width of its time field: layouts
+// that differ only there share it. Durations saturate, so an anchor more
+// than 292 years after the epoch reads as the largest int64, past the end of
+// every layout; tick and outside tell the overflow of adding to it from a
+// time before the epoch.
 func (g *Generator) newState(anchor time.Time) *genState {
-	ns := int64(anchor.Sub(g.epoch))
-	if !g.customClock && ns > int64(g.maxNs) {
-		ns = int64(g.maxNs) + 1
-	}
 	return &genState{
 		anchor:     anchor,
-		anchorNano: ns,
+		anchorNano: int64(anchor.Sub(g.epoch)),
 		last:       make([]atomic.Int64, g.layout.Shards()),
 	}
 }

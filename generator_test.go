@@ -875,3 +875,33 @@ func TestGeneratorClockFarOutside(t *testing.T) {
 		}
 	}
 }
+
+// The shared state of layouts that differ only in the width of their time
+// field does not depend on which was made first: one whose time field
+// already ended does not stop the other.
+func TestGeneratorSharedStateAcrossTimeWidths(t *testing.T) {
+	epoch := time.Date(2000, 1, 1, 0, 0, 0, 123, time.UTC) // no other test's epoch
+	ended, err := NewLayout(LayoutConfig{Epoch: epoch, TimeBits: 38, ShardBits: 13, SeqBits: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, err := NewLayout(LayoutConfig{Epoch: epoch, TimeBits: 41, ShardBits: 13, SeqBits: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1, _ := NewGenerator(ended)
+	if _, err := g1.Next(1); !errors.Is(err, ErrTimeOverflow) {
+		t.Fatalf("a layout that ended in %v: %v, want ErrTimeOverflow", ended.End(), err)
+	}
+	g2, _ := NewGenerator(wide)
+	if g1.st != g2.st {
+		t.Fatal("the layouts do not share state")
+	}
+	id, err := g2.Next(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(wide.Decompose(id).Time); d < 0 || d > time.Minute {
+		t.Errorf("ID %d is from %v", id, wide.Decompose(id).Time)
+	}
+}
