@@ -1,6 +1,9 @@
 package shardid
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // These errors can be returned by Parse, ID.UnmarshalText, ID.UnmarshalJSON
 // and ID.Scan (and their NullID counterparts).
@@ -28,6 +31,11 @@ var (
 	// ErrEpochInFuture is returned when a layout's epoch is after the
 	// current time.
 	ErrEpochInFuture = errors.New("shardid: epoch is in the future")
+
+	// ErrEpochRange is returned when a layout's epoch is before
+	// 1677-09-21T00:12:43.145224192Z, the earliest instant int64 nanoseconds
+	// since 1970 can hold. It wraps ErrInvalidLayout.
+	ErrEpochRange = fmt.Errorf("%w: epoch is before 1677-09-21T00:12:43.145224192Z, the earliest time int64 nanoseconds hold", ErrInvalidLayout)
 )
 
 // These errors can be returned by Layout.Compose and by a Generator.
