@@ -27,29 +27,57 @@ var (
 	ErrLeaseLost = errors.New("shardid: worker id lease lost")
 )
 
+// A Claim is one holding of a worker id in a LeaseStore: what Claim
+// returns, and what Renew and Release are given back.
+//
+// A claim's identity is its Token, not its owner: two processes configured
+// with the same owner name hold different claims, and only the newer one can
+// be renewed.
+type Claim struct {
+	// Worker is the claimed worker id.
+	Worker int
+
+	// Last is the last time unit any earlier holder of Worker may have
+	// used; the new holder starts after it.
+	Last int64
+
+	// Token is the claim's fencing token: every claim of Worker, including
+	// a claim of it again after the lease expired or was released, gets a
+	// token greater than every earlier claim of Worker. Renew and Release
+	// succeed only while the claim with this token is the current one.
+	Token int64
+}
+
 // A LeaseStore keeps worker-id leases where every process can see them:
 // SQLLeaseStore, RedisLeaseStore, FileLeaseStore. With every lease it keeps
 // the last time unit its holders may have used, so that the next holder
 // starts after it.
 //
-// Implementations must make each method atomic: two processes never hold
-// one worker id at once.
+// Implementations must make each method atomic, and must fence with the
+// claim's token: once Worker has been claimed again, Renew and Release of
+// any earlier claim of it fail with ErrLeaseLost and change nothing. Two
+// processes then never hold one worker id at once.
 type LeaseStore interface {
 	// Claim leases a worker id in [0, workers) that no one holds (never
 	// leased, released, or expired) to owner for ttl, trying prefer first.
-	// It returns the id and the last unit any holder of it may have used.
-	// It returns ErrNoFreeWorker when all are held.
-	Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (worker int, last int64, err error)
+	// It returns the claim, with a new token and the last unit any holder
+	// of the id may have used. It returns ErrNoFreeWorker when all are
+	// held. owner only names the holder, for people reading the store.
+	Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (Claim, error)
 
-	// Renew extends owner's lease of worker by ttl and records that its
-	// holder may use units up to promise. It returns ErrLeaseLost when owner
-	// no longer holds worker.
-	Renew(ctx context.Context, worker int, owner string, ttl time.Duration, promise int64) error
+	// Renew extends claim c by ttl and records that its holder may use
+	// units up to promise (the record only ever grows). It returns
+	// ErrLeaseLost, changing nothing, when c is no longer the current
+	// claim of c.Worker: it was released, or the worker id was claimed
+	// again. A store may renew a claim that expired but that no one claimed
+	// again since.
+	Renew(ctx context.Context, c Claim, ttl time.Duration, promise int64) error
 
-	// Release gives worker back, recording last, the last unit its holder
+	// Release gives c.Worker back, recording last, the last unit its holder
 	// used, in place of the promise: it is at or above every earlier
-	// holder's last unit.
-	Release(ctx context.Context, worker int, owner string, last int64) error
+	// holder's last unit. It returns ErrLeaseLost, changing nothing, when c
+	// is no longer the current claim of c.Worker.
+	Release(ctx context.Context, c Claim, last int64) error
 }
 
 // LeaseConfig configures AcquireLease.
@@ -91,11 +119,19 @@ type Lease struct {
 	worker int
 	g      *Generator
 	guard  *leaseGuard
-	stop   chan struct{}
-	done   chan struct{}
+	cancel context.CancelFunc // stops the loop and cancels a renewal in flight
+	done   chan struct{}      // closed when the loop has returned
 
-	mu  sync.Mutex // protects err
-	err error      // the last renewal's error
+	renewMu sync.Mutex // serializes renewals
+
+	mu     sync.Mutex // protects claim, closed, err, and the guard's reopening
+	claim  Claim      // the current claim: its token fences renewals and the release
+	closed bool       // set by Close; a closed lease's guard is never reopened
+	err    error      // the last renewal's error
+
+	closeMu  sync.Mutex // serializes Close; protects stopped, released
+	stopped  bool       // the generator is revoked and the loop has returned
+	released bool       // the release succeeded, or found the lease lost
 }
 
 // leaseGuard is what a leased generator checks before each ID.
@@ -152,15 +188,14 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	if err := cfg.Layout.checkWorker(cfg.Prefer); err != nil {
 		return nil, err
 	}
-	l := &Lease{cfg: cfg, owner: cfg.Owner, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Lease{cfg: cfg, owner: cfg.Owner, done: make(chan struct{})}
 	if l.owner == "" {
 		l.owner = defaultOwner()
 	}
-	var last int64
 	for {
-		w, lt, err := cfg.Store.Claim(ctx, cfg.Layout.Workers(), cfg.Prefer, l.owner, cfg.TTL)
+		c, err := cfg.Store.Claim(ctx, cfg.Layout.Workers(), cfg.Prefer, l.owner, cfg.TTL)
 		if err == nil {
-			l.worker, last = w, lt
+			l.claim, l.worker = c, c.Worker
 			break
 		}
 		if !errors.Is(err, ErrNoFreeWorker) || !cfg.Wait {
@@ -174,23 +209,38 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	}
 	g, err := NewGenerator(cfg.Layout, append(append([]GeneratorOption(nil), cfg.Options...), WithWorker(l.worker))...)
 	if err != nil {
-		_ = cfg.Store.Release(ctx, l.worker, l.owner, last)
+		l.releaseAfterFailure(ctx, l.claim, l.claim.Last)
 		return nil, err
 	}
 	// On the default clock, units are real time and the unit check is the
 	// whole check; a custom clock may wander, so real time is checked too.
 	l.guard = &leaseGuard{anchor: time.Now(), realCheck: g.customClock}
 	l.guard.validTick.Store(-1)
-	g.raiseFloor(last)
+	g.raiseFloor(l.claim.Last)
 	g.guard = l.guard
 	l.g = g
 	// The first renewal sets the promise before any ID is made.
 	if err := l.renew(ctx); err != nil {
-		_ = cfg.Store.Release(context.WithoutCancel(ctx), l.worker, l.owner, last)
+		// The renewal may have claimed the id again, with a new token and a
+		// higher floor: release what is held now, above that floor.
+		l.mu.Lock()
+		c := l.claim
+		l.mu.Unlock()
+		l.releaseAfterFailure(ctx, c, g.highWater())
 		return nil, err
 	}
-	go l.loop()
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel = cancel
+	go l.loop(loopCtx)
 	return l, nil
+}
+
+// releaseAfterFailure gives back a claim AcquireLease cannot use, even when
+// ctx is done, waiting at most a TTL: unreleased, it frees itself by then.
+func (l *Lease) releaseAfterFailure(ctx context.Context, c Claim, last int64) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.TTL)
+	defer cancel()
+	_ = l.cfg.Store.Release(rctx, c, last)
 }
 
 func defaultOwner() string {
@@ -209,6 +259,14 @@ func (l *Lease) Worker() int { return l.worker }
 // Owner returns the name the lease is held under in the store.
 func (l *Lease) Owner() string { return l.owner }
 
+// Token returns the fencing token of the lease's current claim. It changes
+// when the lease, lost, is claimed again.
+func (l *Lease) Token() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.claim.Token
+}
+
 // Err returns the error of the last renewal, or nil when it succeeded.
 func (l *Lease) Err() error {
 	l.mu.Lock()
@@ -218,39 +276,110 @@ func (l *Lease) Err() error {
 
 // Close stops the generator, stops renewing and releases the worker id,
 // recording the last unit used so the next holder can start right after it.
+//
+// Once the first Close has begun, the generator issues no further ID, and
+// the recorded last unit covers every ID it issued. A renewal in flight is
+// cancelled and can no longer reopen the generator.
+//
+// Close may be called from several goroutines at once, and more than once:
+// calls wait for each other. When the release succeeds, Close returns nil,
+// and so do later calls. When the lease had been lost to another claim,
+// Close returns ErrLeaseLost once, and later calls nil: there is nothing to
+// release, and the store already covers every ID the generator issued.
+// When the release fails otherwise (ctx is done, the store is unreachable),
+// Close returns that error and a later Close tries the release again;
+// unreleased, the worker id becomes free when its lease expires, and its
+// next holder still starts after every unit this lease may have used.
 func (l *Lease) Close(ctx context.Context) error {
-	select {
-	case <-l.stop:
-		return nil
-	default:
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if !l.stopped {
+		// Revoke first, so that no renewal reopens the guard, then read the
+		// high-water mark: the generator checks the guard again after
+		// taking an ID, so none above the mark is ever returned.
+		l.mu.Lock()
+		l.closed = true
+		l.guard.validTick.Store(-1)
+		l.mu.Unlock()
+		l.cancel()
+		<-l.done
+		l.stopped = true
 	}
-	l.guard.validTick.Store(-1)
-	close(l.stop)
-	<-l.done
-	return l.cfg.Store.Release(ctx, l.worker, l.owner, l.g.highWater())
+	if l.released {
+		return nil
+	}
+	l.mu.Lock()
+	c := l.claim
+	l.mu.Unlock()
+	err := l.cfg.Store.Release(ctx, c, l.g.highWater())
+	if err == nil || errors.Is(err, ErrLeaseLost) {
+		l.released = true
+	}
+	return err
 }
 
-func (l *Lease) loop() {
+func (l *Lease) loop(ctx context.Context) {
 	defer close(l.done)
 	t := time.NewTicker(l.cfg.TTL / 3)
 	defer t.Stop()
 	for {
 		select {
-		case <-l.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TTL/3)
-			_ = l.renew(ctx)
+			rctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/3)
+			_ = l.renew(rctx)
 			cancel()
 		}
 	}
 }
 
 // renew extends the lease and, on success, lets the generator use units up
-// to the end of the new validity. A lease the store says is lost is claimed
-// again when its worker id is still free.
+// to the end of the new validity. A lease the store says is lost stops the
+// generator at once, and is claimed again when its worker id is still free.
 func (l *Lease) renew(ctx context.Context) error {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
 	start := time.Now()
+	g := l.g
+	l.mu.Lock()
+	c := l.claim
+	l.mu.Unlock()
+	now, promise := l.promise()
+	err := l.cfg.Store.Renew(ctx, c, l.cfg.TTL, promise)
+	if errors.Is(err, ErrLeaseLost) {
+		// Another claim may be issuing IDs already: stop now, whatever the
+		// local validity says.
+		l.revoke()
+		var nc Claim
+		nc, err = l.reclaim(ctx)
+		if err == nil {
+			l.mu.Lock()
+			l.claim = nc
+			l.mu.Unlock()
+			// The floor may have risen: promise from there.
+			now, promise = l.promise()
+			err = l.cfg.Store.Renew(ctx, nc, l.cfg.TTL, promise)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+	if err != nil || l.closed {
+		return err // a closed lease stays stopped
+	}
+	// Valid for the TTL from before the request was sent, less a margin,
+	// so the holder stops before the store lets anyone else in.
+	unit := int64(g.layout.unit)
+	valid := l.cfg.TTL - l.cfg.TTL/5
+	l.guard.validUntil.Store(int64(start.Add(valid).Sub(l.guard.anchor)))
+	l.guard.validTick.Store(min(now+int64(valid)/unit, promise))
+	return nil
+}
+
+// promise returns the current unit and the last unit the holder may use
+// until the next renewal: a TTL past the current unit or the last one used.
+func (l *Lease) promise() (now, promise int64) {
 	g := l.g
 	now, _, err := g.tick()
 	if err != nil {
@@ -258,47 +387,31 @@ func (l *Lease) renew(ctx context.Context) error {
 	}
 	unit := int64(g.layout.unit)
 	ttlTicks := (int64(l.cfg.TTL) + unit - 1) / unit
-	promise := max(now, g.highWater()) + ttlTicks
-	err = l.cfg.Store.Renew(ctx, l.worker, l.owner, l.cfg.TTL, promise)
-	if errors.Is(err, ErrLeaseLost) {
-		err = l.reclaim(ctx)
-		if err == nil {
-			err = l.cfg.Store.Renew(ctx, l.worker, l.owner, l.cfg.TTL, promise)
-		}
-	}
-	l.mu.Lock()
-	l.err = err
-	l.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	select {
-	case <-l.stop:
-		return nil // closed meanwhile: stay stopped
-	default:
-	}
-	// Valid for the TTL from before the request was sent, less a margin,
-	// so the holder stops before the store lets anyone else in.
-	valid := l.cfg.TTL - l.cfg.TTL/5
-	l.guard.validUntil.Store(int64(start.Add(valid).Sub(l.guard.anchor)))
-	l.guard.validTick.Store(min(now+int64(valid)/unit, promise))
-	return nil
+	return now, max(now, g.highWater()) + ttlTicks
 }
 
-// reclaim takes the worker id back after the store lost the lease (it
-// expired), if no one else holds it, raising the floor to what any holder
-// meanwhile may have used.
-func (l *Lease) reclaim(ctx context.Context) error {
-	w, last, err := l.cfg.Store.Claim(ctx, l.cfg.Layout.Workers(), l.worker, l.owner, l.cfg.TTL)
+// revoke stops the generator until a renewal succeeds.
+func (l *Lease) revoke() {
+	l.mu.Lock()
+	l.guard.validTick.Store(-1)
+	l.mu.Unlock()
+}
+
+// reclaim claims the worker id again after the store lost the lease (it
+// expired, or was claimed by another process since), if no one else holds
+// it, raising the floor to what any holder meanwhile may have used.
+func (l *Lease) reclaim(ctx context.Context) (Claim, error) {
+	c, err := l.cfg.Store.Claim(ctx, l.cfg.Layout.Workers(), l.worker, l.owner, l.cfg.TTL)
 	if err != nil {
-		return errors.Join(ErrLeaseLost, err)
+		return Claim{}, errors.Join(ErrLeaseLost, err)
 	}
-	if w != l.worker {
-		_ = l.cfg.Store.Release(ctx, w, l.owner, last)
-		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is held by another process", l.worker))
+	if c.Worker != l.worker {
+		// Another id was free: give it back as it was.
+		_ = l.cfg.Store.Release(ctx, c, c.Last)
+		return Claim{}, withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is held by another process", l.worker))
 	}
-	l.g.raiseFloor(last)
-	return nil
+	l.g.raiseFloor(c.Last)
+	return c, nil
 }
 
 // WorkerFromEnv reads a static worker id from the environment variable name
