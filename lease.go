@@ -102,8 +102,10 @@ type LeaseConfig struct {
 	// context is done, instead of returning ErrNoFreeWorker.
 	Wait bool
 
-	// Owner names the holder in the store. If empty, it is the host name,
-	// the process id and a random suffix.
+	// Owner names the holder in the store, for people reading it: the
+	// lease's identity is its claim's token, so two processes may share a
+	// name. If empty, it is the host name, the process id and a random
+	// suffix. It must be at most 200 bytes (the SQL store's column).
 	Owner string
 
 	// Options are passed to NewGenerator, such as WithMaxClockBackwards.
@@ -188,6 +190,9 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	if err := cfg.Layout.checkWorker(cfg.Prefer); err != nil {
 		return nil, err
 	}
+	if len(cfg.Owner) > maxOwnerLen {
+		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("lease owner of %d bytes, more than %d", len(cfg.Owner), maxOwnerLen))
+	}
 	l := &Lease{cfg: cfg, owner: cfg.Owner, done: make(chan struct{})}
 	if l.owner == "" {
 		l.owner = defaultOwner()
@@ -243,11 +248,15 @@ func (l *Lease) releaseAfterFailure(ctx context.Context, c Claim, last int64) {
 	_ = l.cfg.Store.Release(rctx, c, last)
 }
 
+// maxOwnerLen is the longest owner name, the width of the SQL store's column.
+const maxOwnerLen = 200
+
 func defaultOwner() string {
 	host, _ := os.Hostname()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
+	suffix := ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
+	return host[:min(len(host), maxOwnerLen-len(suffix))] + suffix
 }
 
 // Generator returns the generator that uses the leased worker id.

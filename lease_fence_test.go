@@ -49,6 +49,9 @@ func TestLeaseStoreTokens(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			store := st.make(t, "shardid_tokens_"+st.name)
 			const owner = "pod-7" // every claim below, under one name
+			if _, err := store.Claim(ctx, 0, 0, owner, time.Second); !errors.Is(err, shardid.ErrWorkerRange) {
+				t.Errorf("a claim among 0 worker ids: %v, want ErrWorkerRange", err)
+			}
 			c1, err := store.Claim(ctx, 1, 0, owner, 10*time.Second)
 			if err != nil {
 				t.Fatal(err)

@@ -41,6 +41,9 @@ const fileRecordFormat = "shardid-state v2 last=%020d token=%020d\n"
 
 // Claim implements LeaseStore. It returns prefer, with the next token.
 func (s *FileLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (Claim, error) {
+	if prefer < 0 || prefer >= workers {
+		return Claim{}, withDetail(ErrWorkerRange, rangeDetail(prefer, workers))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f != nil {

@@ -3,7 +3,9 @@ package shardid_test
 import (
 	"context"
 	"errors"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -384,4 +386,56 @@ func TestLeaseCloseCancelsStuckRenewal(t *testing.T) {
 	if mem.state(l.Worker()).held {
 		t.Error("Close did not release the worker id")
 	}
+}
+
+// Bad input to AcquireLease and the stores gets a typed error.
+func TestLeaseBadInput(t *testing.T) {
+	ctx := context.Background()
+	if _, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &memLeaseStore{}, Layout: tinyLayout,
+		Owner: strings.Repeat("x", 201)}); !errors.Is(err, shardid.ErrInvalidConfig) {
+		t.Errorf("an owner of 201 bytes: %v, want ErrInvalidConfig", err)
+	}
+	l, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &memLeaseStore{}, Layout: tinyLayout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.Owner()); n == 0 || n > 200 {
+		t.Errorf("the default owner %q has %d bytes", l.Owner(), n)
+	}
+	l.Close(ctx)
+	fs := &shardid.FileLeaseStore{Path: t.TempDir() + "/state"}
+	for _, c := range []struct{ workers, prefer int }{{8, 8}, {8, -1}, {0, 0}} {
+		if _, err := fs.Claim(ctx, c.workers, c.prefer, "x", time.Second); !errors.Is(err, shardid.ErrWorkerRange) {
+			t.Errorf("FileLeaseStore.Claim(workers %d, prefer %d): %v, want ErrWorkerRange", c.workers, c.prefer, err)
+		}
+	}
+}
+
+// A state file of version 1, without a token, is read as token 0 and
+// rewritten with the token.
+func TestFileLeaseStoreVersion1(t *testing.T) {
+	ctx := context.Background()
+	path := t.TempDir() + "/state"
+	if err := os.WriteFile(path, []byte("shardid-state v1 last=00000000000000001234\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := &shardid.FileLeaseStore{Path: path}
+	c, err := fs.Claim(ctx, 1, 0, "x", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != (shardid.Claim{Worker: 0, Last: 1234, Token: 1}) {
+		t.Errorf("claim from a version 1 file: %+v", c)
+	}
+	b, _ := os.ReadFile(path)
+	if want := "shardid-state v2 last=00000000000000001234 token=00000000000000000001\n"; string(b) != want {
+		t.Errorf("the file after the claim: %q, want %q", b, want)
+	}
+	if err := fs.Release(ctx, c, 2000); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = fs.Claim(ctx, 1, 0, "x", time.Second); err != nil || c.Last != 2000 || c.Token != 2 {
+		t.Errorf("claim after release: %+v, %v; want last 2000, token 2", c, err)
+	}
+	fs.Release(ctx, c, 2000)
 }

@@ -98,6 +98,9 @@ func (s *RedisLeaseStore) keys(worker int) []string {
 
 // Claim implements LeaseStore.
 func (s *RedisLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (Claim, error) {
+	if workers < 1 {
+		return Claim{}, withDetail(ErrWorkerRange, "no worker ids to claim from")
+	}
 	v, err := claimScript.Run(ctx, s.Client, nil, s.prefix(), workers, prefer, owner, max(ttl.Milliseconds(), 1)).Result()
 	if err != nil {
 		return Claim{}, err

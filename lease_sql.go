@@ -71,6 +71,9 @@ func (s *SQLLeaseStore) setup(ctx context.Context, t string, workers int) error 
 // SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claims take different ids.
 // The claim's token is the row's new version.
 func (s *SQLLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (Claim, error) {
+	if workers < 1 {
+		return Claim{}, withDetail(ErrWorkerRange, "no worker ids to claim from")
+	}
 	t, err := s.table()
 	if err != nil {
 		return Claim{}, err
