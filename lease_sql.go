@@ -34,10 +34,12 @@ func (s *SQLLeaseStore) table() (string, error) {
 	return t, nil
 }
 
-// nowMs is the database's clock in Unix milliseconds.
+// nowMs is the database's clock in Unix milliseconds. On MySQL it is
+// computed in UTC: UNIX_TIMESTAMP(NOW()) goes through the session's time
+// zone and is an hour off in the hour a daylight-saving change repeats.
 func (s *SQLLeaseStore) nowMs() string {
 	if s.DB.Dialector.Name() == "mysql" {
-		return "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+		return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 	}
 	return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
 }
