@@ -319,3 +319,36 @@ func TestLeaseSameOwnerFencing(t *testing.T) {
 		})
 	}
 }
+
+// Tokens keep growing after Redis lost every key (a restart without
+// persistence): a holder from before cannot renew a claim made after.
+func TestRedisLeaseTokensAfterDataLoss(t *testing.T) {
+	ctx := context.Background()
+	const ns = "shardid_tokenloss"
+	var store shardid.LeaseStore
+	for _, st := range leaseStores {
+		if st.name == "redis" {
+			store = st.make(t, ns)
+		}
+	}
+	c1, err := store.Claim(ctx, 1, 0, "pod-7", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := openRedis(t)
+	keys, _ := c.Keys(ctx, ns+":*").Result()
+	if err := c.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := store.Claim(ctx, 1, 0, "pod-7", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.Token <= c1.Token {
+		t.Errorf("token after Redis lost its keys: %d, not above the one before, %d", c2.Token, c1.Token)
+	}
+	if err := store.Renew(ctx, c1, 10*time.Second, 1); !errors.Is(err, shardid.ErrLeaseLost) {
+		t.Errorf("renewing the claim from before: %v, want ErrLeaseLost", err)
+	}
+	store.Release(ctx, c2, 0)
+}

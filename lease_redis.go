@@ -16,11 +16,12 @@ import (
 // one Lua script, so it is atomic, and expiry is judged by Redis's clock.
 //
 // A token is at least Redis's clock in microseconds, so tokens keep growing
-// even across a restart of a Redis that lost its keys. The last-unit keys,
-// though, protect a restart with the clock behind only as long as Redis
-// keeps them: run Redis with persistence (AOF, appendfsync always or
-// everysec) for that. The scripts touch keys they compute, so use a single
-// Redis (with replicas for failover at most), not a cluster.
+// even across a restart of a Redis that lost its keys. The last-unit keys
+// and the claims, though, count only as long as Redis keeps them: run Redis
+// with persistence (AOF with appendfsync always; everysec can lose the last
+// second), and do not fail over to an asynchronous replica, which can lack
+// the last claim or the last unit recorded. The scripts touch keys they
+// compute, so use a single Redis, not a cluster.
 type RedisLeaseStore struct {
 	Client redis.Cmdable
 	Prefix string // If empty, "shardid".
