@@ -283,10 +283,12 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.renewMu.Lock()
 	defer l.renewMu.Unlock()
 	start := time.Now()
-	g := l.g
 	l.mu.Lock()
-	c := l.claim
+	c, closed := l.claim, l.closed
 	l.mu.Unlock()
+	if closed {
+		return withDetail(ErrLeaseLost, "the lease is closed")
+	}
 	now, promise := l.promise()
 	err := l.cfg.Store.Renew(ctx, c, l.cfg.TTL, promise)
 	if errors.Is(err, ErrLeaseLost) {
@@ -296,23 +298,27 @@ func (l *Lease) renew(ctx context.Context) error {
 		var nc Claim
 		nc, err = l.reclaim(ctx)
 		if err == nil {
+			// Even if Close has begun meanwhile: it releases this claim.
 			l.mu.Lock()
 			l.claim = nc
 			l.mu.Unlock()
 			// The floor may have risen: promise from there.
-			now, promise = l.promise()
+			_, promise = l.promise()
 			err = l.cfg.Store.Renew(ctx, nc, l.cfg.TTL, promise)
 		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return withDetail(ErrLeaseLost, "the lease is closed") // and stays stopped
+	}
 	l.err = err
-	if err != nil || l.closed {
-		return err // a closed lease stays stopped
+	if err != nil {
+		return err
 	}
 	// Valid for the TTL from before the request was sent, less a margin,
 	// so the holder stops before the store lets anyone else in.
-	unit := int64(g.layout.unit)
+	unit := int64(l.g.layout.unit)
 	valid := l.cfg.TTL - l.cfg.TTL/5
 	l.guard.validUntil.Store(int64(start.Add(valid).Sub(l.guard.anchor)))
 	l.guard.validTick.Store(min(now+int64(valid)/unit, promise))

@@ -150,8 +150,8 @@ func TestLeaseCloseRacingRenewal(t *testing.T) {
 		<-done
 		if id, err := l.Generator().Next(1); !errors.Is(err, shardid.ErrLeaseLost) {
 			reopened++
-			if st := store.state(l.Worker()); err == nil && tinyLayout.Decompose(id).Time.UnixMilli() > st.last {
-				t.Logf("run %d: after Close, %v in unit %d, past the recorded end %d", i, id, tinyLayout.Decompose(id).Time.UnixMilli(), st.last)
+			if u := tinyLayout.Decompose(id).Time.Sub(tinyLayout.Epoch()).Milliseconds(); err == nil && u > store.state(l.Worker()).last {
+				t.Logf("run %d: after Close, %v in unit %d, past the recorded end %d", i, id, u, store.state(l.Worker()).last)
 			}
 		}
 	}
