@@ -47,7 +47,8 @@ type LeaseConfig struct {
 }
 
 // Lease is a worker id held in a LeaseStore, renewed in the background, and
-// the generator that uses it. Lease is safe for concurrent use.
+// the generator that uses it. Make one with AcquireLease; the zero Lease is
+// not usable. Lease is safe for concurrent use.
 type Lease struct {
 	cfg    LeaseConfig
 	owner  string
@@ -209,7 +210,9 @@ func (l *Lease) Token() int64 {
 	return l.claim.Token
 }
 
-// Err returns the error of the last renewal, or nil when it succeeded.
+// Err returns the error of the last renewal, or nil when it succeeded. It
+// is ErrLeaseLost when the store said the worker id was claimed again and
+// it could not be claimed back. Close leaves it as it was.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -219,9 +222,10 @@ func (l *Lease) Err() error {
 // Close stops the generator, stops renewing and releases the worker id,
 // recording the last unit used so the next holder can start right after it.
 //
-// Once the first Close has begun, the generator issues no further ID, and
-// the recorded last unit covers every ID it issued. A renewal in flight is
-// cancelled and can no longer reopen the generator.
+// Close first stops the generator, then reads the last unit it used: once
+// Close returns, even with an error, the generator issues no further ID,
+// and the recorded last unit covers every ID it issued. A renewal in flight
+// is cancelled and can no longer reopen the generator.
 //
 // Close may be called from several goroutines at once, and more than once:
 // calls wait for each other. When the release succeeds, Close returns nil,
