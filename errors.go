@@ -130,3 +130,20 @@ var (
 	// wrong place.
 	ErrWrongShard = errors.New("shardid: row belongs to another shard than the statement is routed to")
 )
+
+// These errors can be returned by AcquireLease, by a LeaseStore, and by the
+// generator of a Lease.
+var (
+	// ErrNoFreeWorker is returned when every worker id is leased by another
+	// process.
+	ErrNoFreeWorker = errors.New("shardid: no free worker id")
+
+	// ErrLeaseLost is returned by a leased generator when its lease could not
+	// be renewed in time (the store is gone, the network is cut, the process
+	// was paused), or was taken over, or was released. It issues no ID until
+	// the lease is renewed. A LeaseStore's Renew and Release, and
+	// Lease.Close, return it for a claim that is no longer current: its
+	// worker id was released or claimed again since, so its token no longer
+	// matches.
+	ErrLeaseLost = errors.New("shardid: worker id lease lost")
+)
