@@ -93,10 +93,10 @@ func TestDecodeBadIDs(t *testing.T) {
 			t.Errorf("stderr lacks %q: %s", bad, errs)
 		}
 	}
-	if code, _, errs := shardidCmd(t, "", "decode", "--layout", "nope", "1"); code != 1 || !strings.Contains(errs, "unknown layout") {
+	if code, _, errs := shardidCmd(t, "", "decode", "--layout", "nope", "1"); code != 2 || !strings.Contains(errs, "unknown layout") {
 		t.Errorf("an unknown layout: %d %s", code, errs)
 	}
-	if code, _, _ := shardidCmd(t, "", "decode", "--epoch", "yesterday", "1"); code != 1 {
+	if code, _, _ := shardidCmd(t, "", "decode", "--epoch", "yesterday", "1"); code != 2 {
 		t.Errorf("a bad epoch: exit %d", code)
 	}
 }
@@ -118,7 +118,7 @@ func TestNew(t *testing.T) {
 		}
 		prev = id
 	}
-	if code, _, errs := shardidCmd(t, "", "new", "--layout", "snowflake"); code != 1 || !strings.Contains(errs, "worker") {
+	if code, _, errs := shardidCmd(t, "", "new", "--layout", "snowflake"); code != 2 || !strings.Contains(errs, "--worker") {
 		t.Errorf("snowflake without --worker: %d %s", code, errs)
 	}
 	if code, out, _ := shardidCmd(t, "", "new", "--layout", "snowflake", "--worker", "3", "--shard", "1"); code != 0 ||
@@ -145,7 +145,7 @@ func TestSQL(t *testing.T) {
 		{"sql", "--dialect", "mysql", "--schema", "s", "--shard", "1"},
 		{"sql", "--schema", "s", "--shard", "9000"},
 	} {
-		if code, _, errs := shardidCmd(t, "", args...); code != 1 || errs == "" {
+		if code, _, errs := shardidCmd(t, "", args...); code != 2 || errs == "" {
 			t.Errorf("shardid %v: exit %d, %q", args, code, errs)
 		}
 	}
