@@ -25,16 +25,22 @@ func TestJavaScriptClientKeepsEveryDigit(t *testing.T) {
 	srv := httptest.NewServer(newHandler(db))
 	defer srv.Close()
 
-	// An ID a float64 holds exactly (its low bits zero, as with sequence 0)
-	// would not show a Number losing digits: take one it does not.
+	// An ID a float64 holds exactly (its low 10 bits zero: sequence 0, the
+	// first ID of a millisecond) would not show a Number losing digits: take
+	// one it does not, from a batch, whose IDs follow one another.
 	var p Photo
-	for i := 0; i == 0 || int64(float64(p.ID)) == int64(p.ID); i++ {
+	for i := 0; p.ID == 0; i++ {
 		if i == 100 {
-			t.Fatalf("100 IDs that a float64 holds exactly, the last %d", p.ID)
+			t.Fatal("100 batches of IDs that a float64 holds exactly")
 		}
-		p = Photo{UserID: 31341, Caption: "sunset"}
-		if err := db.Create(&p).Error; err != nil {
+		batch := []Photo{{UserID: 31341, Caption: "sunset"}, {UserID: 31341, Caption: "sunset"}}
+		if err := db.Create(&batch).Error; err != nil {
 			t.Fatal(err)
+		}
+		for _, b := range batch {
+			if int64(float64(b.ID)) != int64(b.ID) {
+				p = b
+			}
 		}
 	}
 	if p.ID < 1<<53 {
