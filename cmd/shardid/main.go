@@ -1,13 +1,16 @@
 // Command shardid decodes and makes sharded IDs, prints the SQL that makes
-// them inside PostgreSQL, and runs a demo of the whole library.
+// them inside PostgreSQL, moves logical shards, and runs a demo of the whole
+// library.
 //
 //	shardid decode [--layout L] [--epoch E] [--json] ID...
-//	shardid new    [--layout L] [--shard N | --key K] [--worker W] [-n COUNT]
-//	shardid sql    --dialect postgres --schema NAME --shard N [--table T] [--worker W]
-//	shardid demo   [--postgres DSN] [--mysql DSN] [--shards N] [--users N] [--photos N]
-//	shardid move   --catalog DSN --shard N --to NAME [--dry-run] [--abort]
+//	shardid new    [--layout L] [--shard N | --key K [--shards S]] [--worker W] [-n COUNT]
+//	shardid sql    --dialect postgres --schema NAME --shard N [--table T [--column C]] [--worker W]
+//	shardid demo   [--postgres DSN | --mysql DSN | --dir DIR] [--shards N] [--users N] [--photos N] [--keep]
+//	shardid move   --catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME)
 //
-// Run "shardid COMMAND --help" for each command's flags.
+// Run "shardid COMMAND --help" for each command's flags. A wrong flag or
+// argument exits with status 2 and a message that names it; a command that
+// fails exits with status 1.
 package main
 
 import (
