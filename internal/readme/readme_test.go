@@ -181,9 +181,9 @@ func moduleRoot(t *testing.T) string {
 	return root
 }
 
-// buildFragments compiles the fragments of readme (named readmePath in
-// messages) in a scratch package inside the module, and returns the
-// compiler's output when it fails.
+// buildFragments type-checks and vets the fragments of readme (named
+// readmePath in messages) in a scratch package inside the module, with one go
+// vet, and returns its output when it fails.
 func buildFragments(t *testing.T, readmePath, readme string) error {
 	t.Helper()
 	src, err := fragmentsFile(readmePath, goBlocks(readme))
@@ -200,7 +200,7 @@ func buildFragments(t *testing.T, readmePath, readme string) error {
 	if err := os.WriteFile(filepath.Join(dir, "snippets.go"), []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(goTool(), "build", "-o", os.DevNull, ".")
+	cmd := exec.Command(goTool(), "vet", ".")
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -216,8 +216,8 @@ func goTool() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
-// TestREADMESnippetsCompile builds every Go fragment of README.md against
-// the library, in one go build.
+// TestREADMESnippetsCompile type-checks (and vets) every Go fragment of
+// README.md against the library, in one go vet.
 func TestREADMESnippetsCompile(t *testing.T) {
 	root := moduleRoot(t)
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
