@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,7 +79,7 @@ func TestREADMEMoveShard(t *testing.T) {
 		}
 		t.Skipf("SKIPPING: PostgreSQL unreachable (set SHARDID_TEST_POSTGRES_DSN): %v", err)
 	}
-	defer closeDB(pg1)
+	t.Cleanup(func() { closeDB(pg1) })
 	var n int64
 	pg1.Raw("SELECT count(*) FROM pg_database WHERE datname = 'shardid_test2'").Scan(&n)
 	if n == 0 {
@@ -92,7 +93,7 @@ func TestREADMEMoveShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeDB(pg2)
+	t.Cleanup(func() { closeDB(pg2) })
 	clean := func() {
 		for _, db := range []*gorm.DB{pg1, pg2} {
 			db.Exec("DROP SCHEMA IF EXISTS shard_1341 CASCADE")
@@ -136,9 +137,18 @@ func TestREADMEMoveShard(t *testing.T) {
 		photos = append(photos, p)
 	}
 
+	// Follow's goroutine stops with ctx, before the databases close.
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	readmeMoveShard(ctx, router, pg1, func(err error) { t.Errorf("following the catalog: %v", err) })
+	t.Cleanup(cancel)
+	var (
+		mu         sync.Mutex
+		followErrs []error
+	)
+	readmeMoveShard(ctx, router, pg1, func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		followErrs = append(followErrs, err)
+	})
 
 	if got := router.DatabaseName(1341); got != "pg1" {
 		t.Errorf("after the move shard 1341 is on %s", got)
@@ -152,6 +162,11 @@ func TestREADMEMoveShard(t *testing.T) {
 	pg2.Raw("SELECT count(*) FROM pg_namespace WHERE nspname = 'shard_1341'").Scan(&n)
 	if n != 0 {
 		t.Error("the old copy on pg2 was not dropped")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(followErrs) > 0 {
+		t.Errorf("following the catalog: %v", followErrs)
 	}
 }
 
