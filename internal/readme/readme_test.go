@@ -64,21 +64,10 @@ const fragmentEnv = `package snippets
 
 import (
 	"context"
-	"fmt"
 	"log"
-	"time"
 
 	"github.com/shardid/shardid"
 	"gorm.io/gorm"
-)
-
-var (
-	_ = context.Background
-	_ = fmt.Sprint
-	_ = log.Fatal
-	_ = time.Second
-	_ = shardid.Instagram
-	_ gorm.DB
 )
 
 // The names README's snippets use without defining them.
@@ -111,24 +100,121 @@ type Comment struct {
 }
 `
 
-// fragmentsFile returns the Go file that holds every fragment as the body of
-// a function of its own. //line directives make the compiler's messages
-// point into README.md. Names a fragment defines at its top level are used
-// once at its end, so a snippet may define a name it does not use again.
-func fragmentsFile(readmePath string, blocks []block) (string, error) {
-	var b strings.Builder
-	b.WriteString(fragmentEnv)
+// envNames are the names fragmentEnv defines.
+var envNames = map[string]bool{"ctx": true, "err": true, "db": true, "pg1": true, "pg2": true, "catalogDB": true,
+	"userID": true, "workerID": true, "worker": true, "layout": true, "plugin": true, "router": true, "id": true,
+	"photo": true, "p": true, "onError": true, "Photo": true, "Comment": true}
+
+// knownImports are the packages README's fragments may use by their name,
+// besides the module's own packages (shardid, and every directory of the
+// module by its name, such as a package beside the root).
+var knownImports = map[string]string{
+	"context": "context", "errors": "errors", "fmt": "fmt", "log": "log", "os": "os", "slog": "log/slog",
+	"strings": "strings", "sync": "sync", "time": "time", "json": "encoding/json", "http": "net/http", "sql": "database/sql",
+	"gorm": "gorm.io/gorm", "clause": "gorm.io/gorm/clause", "logger": "gorm.io/gorm/logger",
+	"dbresolver": "gorm.io/plugin/dbresolver", "postgres": "gorm.io/driver/postgres", "mysql": "gorm.io/driver/mysql",
+	"sqlite": "github.com/glebarez/sqlite", "redis": "github.com/redis/go-redis/v9",
+}
+
+// fragmentFiles returns the scratch package: fragmentEnv, and a file per
+// fragment holding it as the body of a function of its own, with the imports
+// it uses. //line directives make the compiler's messages point into
+// README.md. Names a fragment defines at its top level are used once at its
+// end, so a snippet may define a name it does not use again.
+func fragmentFiles(root, readmePath string, blocks []block) map[string]string {
+	module := modulePath(root)
+	files := map[string]string{"env.go": fragmentEnv}
 	for i, bl := range blocks {
 		if bl.source != "" {
 			continue
 		}
-		fmt.Fprintf(&b, "\nfunc snippet%d() {\n//line %s:%d\n%s\n", i, readmePath, bl.line, bl.code)
+		var b strings.Builder
+		b.WriteString("package snippets\n\nimport (\n")
+		for _, name := range qualifiers(bl.code) {
+			if path, ok := knownImports[name]; ok {
+				fmt.Fprintf(&b, "\t%q\n", path)
+			} else if name == "shardid" {
+				fmt.Fprintf(&b, "\t%q\n", module)
+			} else if isPackageDir(filepath.Join(root, name)) {
+				fmt.Fprintf(&b, "\t%q\n", module+"/"+name)
+			}
+		}
+		fmt.Fprintf(&b, ")\n\nfunc snippet%d() {\n//line %s:%d\n%s\n", i, readmePath, bl.line, bl.code)
 		for _, name := range topLevelNames(bl.code) {
 			fmt.Fprintf(&b, "\t_ = %s\n", name)
 		}
 		b.WriteString("}\n")
+		files[fmt.Sprintf("snippet%02d.go", i)] = b.String()
 	}
-	return b.String(), nil
+	return files
+}
+
+// qualifiers returns the names code uses as X in X.Y that it does not define
+// itself and that fragmentEnv does not define: the packages it uses.
+func qualifiers(code string) []string {
+	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc f() {\n"+code+"\n}", 0)
+	if err != nil {
+		return nil
+	}
+	defined := map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.AssignStmt:
+			if n.Tok == token.DEFINE {
+				for _, l := range n.Lhs {
+					if id, ok := l.(*ast.Ident); ok {
+						defined[id.Name] = true
+					}
+				}
+			}
+		case *ast.ValueSpec:
+			for _, id := range n.Names {
+				defined[id.Name] = true
+			}
+		case *ast.TypeSpec:
+			defined[n.Name.Name] = true
+		case *ast.Field:
+			for _, id := range n.Names {
+				defined[id.Name] = true
+			}
+		case *ast.RangeStmt:
+			for _, e := range []ast.Expr{n.Key, n.Value} {
+				if id, ok := e.(*ast.Ident); ok && n.Tok == token.DEFINE {
+					defined[id.Name] = true
+				}
+			}
+		}
+		return true
+	})
+	seen := map[string]bool{}
+	var names []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && !defined[id.Name] && !envNames[id.Name] && !seen[id.Name] {
+				seen[id.Name] = true
+				names = append(names, id.Name)
+			}
+		}
+		return true
+	})
+	return names
+}
+
+// modulePath reads the module's path from its go.mod.
+func modulePath(root string) string {
+	b, _ := os.ReadFile(filepath.Join(root, "go.mod"))
+	for _, line := range strings.Split(string(b), "\n") {
+		if m, ok := strings.CutPrefix(line, "module "); ok {
+			return strings.TrimSpace(m)
+		}
+	}
+	return ""
+}
+
+// isPackageDir reports whether dir holds a Go package.
+func isPackageDir(dir string) bool {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	return len(files) > 0
 }
 
 // topLevelNames returns the names code defines outside any block ("x, err
@@ -186,19 +272,18 @@ func moduleRoot(t *testing.T) string {
 // vet, and returns its output when it fails.
 func buildFragments(t *testing.T, readmePath, readme string) error {
 	t.Helper()
-	src, err := fragmentsFile(readmePath, goBlocks(readme))
-	if err != nil {
-		return err
-	}
+	root := moduleRoot(t)
 	// Inside the module, so its go.mod resolves the imports; "_" keeps the
 	// directory out of ./... patterns.
-	dir, err := os.MkdirTemp(moduleRoot(t), "_readme-")
+	dir, err := os.MkdirTemp(root, "_readme-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "snippets.go"), []byte(src), 0o600); err != nil {
-		t.Fatal(err)
+	for name, src := range fragmentFiles(root, readmePath, goBlocks(readme)) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cmd := exec.Command(goTool(), "vet", ".")
 	cmd.Dir = dir
@@ -298,7 +383,10 @@ func TestREADMECheckerFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "README.md:12") || !strings.Contains(err.Error(), "NoSuchMethod") {
 		t.Fatalf("a snippet that does not compile: %v", err)
 	}
-	good := strings.Replace(readme, "id.NoSuchMethod()", "fmt.Println(id.Shard())", 1)
+	// Each fragment imports what it uses: here fmt, strings and errors, and
+	// a local variable named like a package (sql) is no import.
+	good := strings.Replace(readme, "id.NoSuchMethod()",
+		"fmt.Println(id.Shard(), strings.ToUpper(\"x\"), errors.Is(err, shardid.ErrSyntax))\nsql := g\n_, _ = sql.Next(2)", 1)
 	if err := buildFragments(t, "README.md", good); err != nil {
 		t.Fatalf("the fixed snippets: %v", err)
 	}
