@@ -621,6 +621,7 @@ func TestMoveKilledAtEachStage(t *testing.T) {
 		{"mid-copy", false, false},
 		{"fenced", false, true},
 		{"verified", false, true},
+		{"sealed", false, true}, // fenced for good, not flipped: abort or run again
 		{"flipped", true, true},
 	} {
 		t.Run(tc.stage, func(t *testing.T) {
