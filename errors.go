@@ -168,6 +168,13 @@ var (
 	// MoveOptions.FenceFor: writes may have reached the old copy after the
 	// last copy, so the map is not flipped.
 	ErrFenceLapsed = errors.New("shardid: the move's fence lapsed before the flip")
+
+	// ErrShardMoved is returned by Fence and Unfence when the copy of the
+	// shard they would change was fenced for good by a move (its old copy):
+	// the router's map is out of date, or the move failed after it fenced
+	// the old copy and before the catalog named the new one (run the move
+	// again to finish it).
+	ErrShardMoved = errors.New("shardid: this copy of the shard was moved away and is fenced for good")
 )
 
 // These errors can be returned by NewTicketAllocator, NewSegmentAllocator

@@ -17,7 +17,8 @@ import (
 // fenceTable is the table, in the schema (PostgreSQL) or database (MySQL)
 // of a fenced logical shard, whose one row says until when the shard's
 // tables refuse writes, by the database's clock, and which fence that is
-// (token, bumped by every change). The triggers read it: they are created
+// (token, bumped by every change), and whether a move sealed it (fenced the
+// shard's old copy for good). The triggers read it: they are created
 // once and never dropped while a shard moves, so changing the fence (from
 // a move's temporary fence to the old copy's fence for good) is one update
 // of a row, with no moment without a fence.
@@ -44,8 +45,8 @@ END $$`, schema, fenceTable, fenceMessage)
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		stmts := []string{
 			"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
-			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL)`, schema, fenceTable),
-			fmt.Sprintf(`INSERT INTO "%s".%s VALUES (1, '-infinity', 0) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
+			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
+			fmt.Sprintf(`INSERT INTO "%s".%s VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
 			fn,
 		}
 		for _, q := range stmts {
@@ -77,10 +78,10 @@ var mysqlFenceEvents = [...]struct{ letter, event string }{{"i", "INSERT"}, {"u"
 
 func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
 	exec := func(q string, args ...any) error { return db.WithContext(ctx).Exec(q, args...).Error }
-	if err := exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS `%s`.`%s` (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL) ENGINE=InnoDB", schema, fenceTable)); err != nil {
+	if err := exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS `%s`.`%s` (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL) ENGINE=InnoDB", schema, fenceTable)); err != nil {
 		return err
 	}
-	if err := exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` VALUES (1, '1000-01-01', 0)", schema, fenceTable)); err != nil {
+	if err := exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` VALUES (1, '1000-01-01', 0, FALSE)", schema, fenceTable)); err != nil {
 		return err
 	}
 	var have []struct {
@@ -124,31 +125,41 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 // the writers under way on those tables (PostgreSQL: a SHARE ROW EXCLUSIVE
 // lock; MySQL: the state row's exclusive lock, which waits for the shared
 // locks writers hold), so every write before it is committed and every
-// write after it sees the fence.
-func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, d time.Duration) (int64, error) {
+// write after it sees the fence. It refuses, with ErrShardMoved, to replace
+// a move's seal, unless overSeal (a move run again over a source whose
+// catalog entry it checked).
+func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, d time.Duration, overSeal bool) (int64, error) {
 	var token int64
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if db.Dialector.Name() == "mysql" {
-			st := fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
-			// Wait for the writers first: a statement's UTC_TIMESTAMP is its start.
-			if err := tx.Raw("SELECT token FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&token).Error; err != nil {
-				return err
-			}
-			until := "'9999-12-31 23:59:59'"
-			if d > 0 {
-				until = "UTC_TIMESTAMP(6) + INTERVAL " + strconv.FormatInt(d.Microseconds(), 10) + " MICROSECOND"
-			}
-			token++
-			return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ? WHERE id = 1", token).Error
+		var cur struct {
+			Token  int64 `gorm:"column:token"`
+			Sealed bool  `gorm:"column:sealed"`
 		}
-		if err := lockTables(tx, schema, tables); err != nil {
+		st := fmt.Sprintf(`"%s".%s`, schema, fenceTable)
+		if db.Dialector.Name() == "mysql" {
+			st = fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
+		} else if err := lockTables(tx, schema, tables); err != nil {
 			return err
 		}
+		// On MySQL this waits for the writers; then a new statement reads
+		// the clock (a statement's UTC_TIMESTAMP is its start).
+		if err := tx.Raw("SELECT token, sealed FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&cur).Error; err != nil {
+			return err
+		}
+		if cur.Sealed && !overSeal {
+			return ErrShardMoved
+		}
 		until := "'infinity'"
-		if d > 0 {
+		switch {
+		case db.Dialector.Name() == "mysql" && d > 0:
+			until = "UTC_TIMESTAMP(6) + INTERVAL " + strconv.FormatInt(d.Microseconds(), 10) + " MICROSECOND"
+		case db.Dialector.Name() == "mysql":
+			until = "'9999-12-31 23:59:59'"
+		case d > 0:
 			until = "clock_timestamp() + " + strconv.FormatInt(d.Microseconds(), 10) + " * interval '1 microsecond'"
 		}
-		return tx.Raw(fmt.Sprintf(`UPDATE "%s".%s SET fenced_until = %s, token = token + 1 WHERE id = 1 RETURNING token`, schema, fenceTable, until)).Scan(&token).Error
+		token = cur.Token + 1
+		return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE WHERE id = 1", token).Error
 	})
 	return token, err
 }
@@ -188,7 +199,7 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 			if got.Token != token || !got.Live {
 				return errFenceLapsed
 			}
-			return tx.Exec("UPDATE " + st + " SET fenced_until = '9999-12-31 23:59:59', token = token + 1 WHERE id = 1").Error
+			return tx.Exec("UPDATE " + st + " SET fenced_until = '9999-12-31 23:59:59', token = token + 1, sealed = TRUE WHERE id = 1").Error
 		}
 		if err := lockTables(tx, schema, tables); err != nil {
 			return err
@@ -200,7 +211,7 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		if got.Token != token || !got.Live {
 			return errFenceLapsed
 		}
-		return tx.Exec("UPDATE " + st + " SET fenced_until = 'infinity', token = token + 1 WHERE id = 1").Error
+		return tx.Exec("UPDATE " + st + " SET fenced_until = 'infinity', token = token + 1, sealed = TRUE WHERE id = 1").Error
 	})
 	if errors.Is(err, errFenceLapsed) {
 		why := "it ran out by the database's clock"
@@ -216,7 +227,8 @@ var errFenceLapsed = errors.New("fence lapsed")
 
 // liftFence lets writes through to the tables of schema again. With a token
 // above 0 it lifts only that fence (a move lifting its own, and not one
-// set since by someone else); it reports whether it lifted one.
+// set since by someone else) and reports whether it did. With token 0 it
+// lifts any fence but a move's seal, for which it returns ErrShardMoved.
 func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string, token int64) (bool, error) {
 	mysql := db.Dialector.Name() == "mysql"
 	var n int64
@@ -249,14 +261,25 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 	if mysql {
 		st, open = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'1000-01-01'"
 	}
-	q = "UPDATE " + st + " SET fenced_until = " + open + ", token = token + 1 WHERE id = 1"
-	args := []any{}
-	if token > 0 {
-		q += " AND token = ?"
-		args = append(args, token)
-	}
-	res := db.WithContext(ctx).Exec(q, args...)
-	return res.RowsAffected == 1, res.Error
+	lifted := false
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var cur struct {
+			Token  int64 `gorm:"column:token"`
+			Sealed bool  `gorm:"column:sealed"`
+		}
+		if err := tx.Raw("SELECT token, sealed FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&cur).Error; err != nil {
+			return err
+		}
+		switch {
+		case token > 0 && cur.Token != token:
+			return nil // not our fence any more
+		case token == 0 && cur.Sealed:
+			return ErrShardMoved
+		}
+		lifted = true
+		return tx.Exec("UPDATE " + st + " SET fenced_until = " + open + ", token = token + 1 WHERE id = 1").Error
+	})
+	return lifted, err
 }
 
 // moveLock is the lock a mover holds on the database that holds the shard,

@@ -19,6 +19,10 @@ import (
 // write goes to the shard's new database.
 var ErrShardMoving = errors.New("shardid: shard is moving; retry")
 
+// timeNow is the mover's clock, a seam for tests. It only measures
+// MoveResult.Fenced: fences are judged by the database's clock.
+var timeNow = time.Now
+
 // fenceMessage is what the fence trigger raises; callbacks turn it into
 // ErrShardMoving.
 const fenceMessage = "shardid: shard is fenced for a move"
@@ -98,8 +102,8 @@ type TableCheck struct {
 // the source, which is writable again at once (the move lifts its fence),
 // or after FenceFor if the mover died, or with Unfence; the move can be run
 // again. If it fails after (the catalog could not be reached), the source
-// refuses writes for good until the move is run again, which finishes it,
-// or, if the catalog still names the source, it is aborted with Unfence.
+// refuses writes for good (Fence and Unfence refuse it, ErrShardMoved) until
+// the move is run again, which finishes it.
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
@@ -181,8 +185,10 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	}
 	stage("copied")
 	// 3. The fence: from here on no write reaches the source.
-	fenced := time.Now()
-	token, err := setFence(ctx, src, schema, tables, opts.FenceFor)
+	fenced := timeNow()
+	// Over a seal too: a move run again after one that sealed the source
+	// and could not flip the catalog, which (checked above) names the source.
+	token, err := setFence(ctx, src, schema, tables, opts.FenceFor, true)
 	if err != nil {
 		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, res.From, err)
 	}
@@ -238,7 +244,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err := r.swapShard(shard, from, to); err != nil {
 		return res, err
 	}
-	res.Fenced = time.Since(fenced)
+	res.Fenced = timeNow().Sub(fenced)
 	stage("flipped")
 	return res, nil
 }
@@ -278,7 +284,7 @@ func (r *Router) checkMove(shard int) error {
 // every write with ErrShardMoving for d (for good when d is 0), judged by
 // that database's clock. Changing a fence (from d to for good, say) leaves
 // no moment without one. It returns ErrMoveInProgress while a move of the
-// shard runs.
+// shard runs, and ErrShardMoved for the old copy of a shard that moved.
 func (r *Router) Fence(ctx context.Context, shard int, models []any, d time.Duration) error {
 	if err := r.checkMove(shard); err != nil {
 		return err
@@ -299,15 +305,17 @@ func (r *Router) Fence(ctx context.Context, shard int, models []any, d time.Dura
 	if err := ensureFence(ctx, db, schema, tables); err != nil {
 		return err
 	}
-	_, err = setFence(ctx, db, schema, tables, d)
-	return err
+	if _, err = setFence(ctx, db, schema, tables, d, false); err != nil {
+		return fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, r.names[r.table.Load().dbOf[shard]], err)
+	}
+	return nil
 }
 
 // Unfence lets writes through to shard's tables again, on the database that
 // holds it now: the way to abort a move before its flip. It returns
-// ErrMoveInProgress while a move of the shard runs (stop the mover first).
-// Check the catalog before: the old copy of a shard that moved is fenced
-// for good, and must stay so.
+// ErrMoveInProgress while a move of the shard runs (stop the mover first),
+// and ErrShardMoved for the old copy of a shard that a move fenced for good,
+// which must stay so (run that move again to finish it).
 func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
 	if err := r.checkMove(shard); err != nil {
 		return err
@@ -322,8 +330,10 @@ func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
 		return err
 	}
 	defer lock.release()
-	_, err = liftFence(ctx, db, schema, tables, 0)
-	return err
+	if _, err = liftFence(ctx, db, schema, tables, 0); err != nil {
+		return fmt.Errorf("shardid: lifting the fence of shard %d: %w", shard, err)
+	}
+	return nil
 }
 
 // DropShardCopy drops the copy of shard left on the database named from by
