@@ -282,6 +282,23 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 	return lifted, err
 }
 
+// isSealed reports whether db holds a copy of schema that a move fenced
+// for good: an old copy.
+func isSealed(ctx context.Context, db *gorm.DB, schema string) (bool, error) {
+	var n int64
+	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&n).Error; err != nil || n == 0 {
+		return false, err
+	}
+	st := fmt.Sprintf(`"%s".%s`, schema, fenceTable)
+	if db.Dialector.Name() == "mysql" {
+		st = fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
+	}
+	var sealed bool
+	err := db.WithContext(ctx).Raw("SELECT sealed FROM " + st + " WHERE id = 1").Scan(&sealed).Error
+	return sealed, err
+}
+
 // moveLock is the lock a mover holds on the database that holds the shard,
 // on a session of its own, for the whole move: a second mover of the same
 // shard, or an abort (Unfence), is refused while it is held. The database

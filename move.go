@@ -158,6 +158,11 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 			return res, &catalogConflict{fmt.Sprintf("the catalog maps shard %d to %s, this router to %s: load the catalog's map first", shard, name, res.From)}
 		}
 	}
+	if old, err := isSealed(ctx, dst, schema); err != nil {
+		return res, err
+	} else if old {
+		return res, withDetail(ErrShardMoved, fmt.Sprintf("%s holds an old copy of shard %d: drop it first (DropShardCopy)", target, shard))
+	}
 	stage := func(s string) {
 		if opts.OnStage != nil {
 			opts.OnStage(s)

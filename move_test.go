@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -589,7 +590,7 @@ func helperMover(t *testing.T) {
 		return
 	}
 	r.SetMap(m)
-	die := os.Getenv("SHARDID_DIE_AT")
+	die, stop := os.Getenv("SHARDID_DIE_AT"), os.Getenv("SHARDID_STOP_AT")
 	batches := 0
 	_, err = r.MoveShard(context.Background(), c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
 		FenceFor: 2 * time.Second,
@@ -602,8 +603,12 @@ func helperMover(t *testing.T) {
 			if s == die {
 				os.Exit(3)
 			}
+			if s == stop { // paused, as by a GC pause or a stopped VM
+				fmt.Println("stopping")
+				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			}
 		}})
-	fmt.Println("finished", err)
+	fmt.Printf("finished lapsed=%v %v\n", errors.Is(err, shardid.ErrFenceLapsed), err)
 }
 
 // A move killed at each stage, then aborted or run again: no row lost,
