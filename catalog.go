@@ -47,7 +47,9 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 		"CREATE TABLE IF NOT EXISTS "+t+`_version (
 			id      INT PRIMARY KEY,
 			version BIGINT NOT NULL)`,
-		"CREATE TABLE IF NOT EXISTS "+t+"_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)")
+		"CREATE TABLE IF NOT EXISTS "+t+"_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)",
+		// Version 0, no map: there is always a row for changes to lock.
+		insertIgnore(c.DB, t+"_version (id, version) VALUES (1, 0)", "id"))
 	if err != nil {
 		return "", err
 	}
@@ -121,9 +123,7 @@ func (c *Catalog) save(ctx context.Context, r *Router, expected int64) (int64, e
 }
 
 // lockVersion reads the catalog's version and locks its row until the end
-// of tx, so that changes of the catalog take turns. It returns 0 when there
-// is no version yet (and then locks nothing: bumpVersion's insert conflicts
-// instead).
+// of tx, so that changes of the catalog take turns.
 func lockVersion(tx *gorm.DB, t string) (int64, error) {
 	var version int64
 	err := tx.Raw("SELECT version FROM " + t + "_version WHERE id = 1 FOR UPDATE").Scan(&version).Error
@@ -134,21 +134,7 @@ func lockVersion(tx *gorm.DB, t string) (int64, error) {
 // router listening in Follow, at commit).
 func bumpVersion(tx *gorm.DB, t string, version int64) (int64, error) {
 	version++
-	if version == 1 {
-		// Two first saves at once: the second insert waits for the first
-		// and then inserts nothing.
-		q := "INSERT INTO " + t + "_version (id, version) VALUES (1, 1) ON CONFLICT (id) DO NOTHING"
-		if tx.Dialector.Name() == "mysql" {
-			q = "INSERT IGNORE INTO " + t + "_version (id, version) VALUES (1, 1)"
-		}
-		res := tx.Exec(q)
-		if res.Error != nil {
-			return 0, res.Error
-		}
-		if res.RowsAffected != 1 {
-			return 0, &catalogConflict{"another process saved the first map meanwhile"}
-		}
-	} else if err := tx.Exec("UPDATE "+t+"_version SET version = ? WHERE id = 1", version).Error; err != nil {
+	if err := tx.Exec("UPDATE "+t+"_version SET version = ? WHERE id = 1", version).Error; err != nil {
 		return 0, err
 	}
 	if tx.Dialector.Name() == "postgres" {
@@ -157,6 +143,15 @@ func bumpVersion(tx *gorm.DB, t string, version int64) (int64, error) {
 		}
 	}
 	return version, nil
+}
+
+// insertIgnore is an INSERT INTO what that does nothing when the key
+// column conflicts.
+func insertIgnore(db *gorm.DB, what, key string) string {
+	if db.Dialector.Name() == "mysql" {
+		return "INSERT IGNORE INTO " + what
+	}
+	return "INSERT INTO " + what + " ON CONFLICT (" + key + ") DO NOTHING"
 }
 
 // catalogConflict is an ErrCatalogConflict with what was found.
