@@ -33,7 +33,8 @@ func ensureFence(ctx context.Context, db *gorm.DB, schema string, tables []strin
 	if db.Dialector.Name() == "mysql" {
 		return ensureFenceMySQL(ctx, db, schema, tables)
 	}
-	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql AS $$
+	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE u timestamptz;
 BEGIN
 	SELECT fenced_until INTO u FROM "%[1]s".%[2]s WHERE id = 1 FOR SHARE;

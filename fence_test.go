@@ -89,7 +89,7 @@ func TestFenceChangeLeavesNoGap(t *testing.T) {
 			if err := r.Unfence(ctx, 1, models); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.Exec(fmt.Sprintf("INSERT INTO %s.r_photos (id, user_id) VALUES (1, 1)", r.Schema(1))).Error; err != nil {
+			if err := db.Exec(fmt.Sprintf("INSERT INTO %s.r_photos (id, user_id) VALUES (99999999999, 1)", r.Schema(1))).Error; err != nil {
 				t.Errorf("a write after Unfence: %v", err)
 			}
 		})

@@ -114,7 +114,6 @@ func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAlloca
 		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("segment steps %d in [%d, %d], RefillAt %v", c.Step, c.MinStep, c.MaxStep, c.RefillAt))
 	}
 	s.step = c.Step
-	s.stop, s.cancel = context.WithCancel(context.Background())
 	if err := s.setup(ctx); err != nil {
 		return nil, err
 	}
@@ -122,6 +121,7 @@ func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAlloca
 	if err != nil {
 		return nil, err
 	}
+	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.cur.Store(seg)
 	return s, nil
 }
