@@ -229,20 +229,29 @@ func qualifyTable(db *gorm.DB) {
 // holds logical shard s. Callers routing at the same time see either the
 // old map or the new one, never a mix.
 func (r *Router) SetMap(m []int) error {
+	t, err := r.newRouteTable(m)
+	if err != nil {
+		return err
+	}
+	r.table.Store(t)
+	return nil
+}
+
+// newRouteTable builds the route table of map m, without storing it.
+func (r *Router) newRouteTable(m []int) (*routeTable, error) {
 	if len(m) != r.shards {
-		return withDetail(ErrInvalidConfig, fmt.Sprintf("the map has %d shards, the router %d", len(m), r.shards))
+		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("the map has %d shards, the router %d", len(m), r.shards))
 	}
 	t := &routeTable{dbOf: make([]int, r.shards), sessions: make([]*gorm.DB, r.shards)}
 	for s, d := range m {
 		if d < 0 || d >= len(r.dbs) {
-			return withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d maps to database %d of %d", s, d, len(r.dbs)))
+			return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d maps to database %d of %d", s, d, len(r.dbs)))
 		}
 		t.dbOf[s] = d
 		// A Session is safe to reuse and to share between goroutines.
 		t.sessions[s] = r.dbs[d].Set(settingRoute, route{r: r, shard: s}).Session(&gorm.Session{})
 	}
-	r.table.Store(t)
-	return nil
+	return t, nil
 }
 
 // Map returns a copy of the current shard map.
