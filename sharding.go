@@ -83,12 +83,12 @@ type RouterConfig struct {
 // logical shard is prepared in advance.
 //
 // Every error of a statement run through such a *gorm.DB (a query, create,
-// update, delete, Row/Rows, Exec or Raw) is a *ShardError that names the
+// update, delete, Rows, Exec or Raw) is a *ShardError that names the
 // logical shard and the database and wraps the error GORM or the driver
 // gave: errors.As finds the *ShardError, and errors.Is still finds
 // gorm.ErrRecordNotFound, ErrWrongShard or the driver's error through it.
 // Beginning a transaction (Begin, Transaction) is not a statement: its
-// error is GORM's own.
+// error is GORM's own; nor is the error that Row keeps in its *sql.Row.
 //
 // Router is safe for concurrent use; SetMap may be called while other
 // goroutines route.

@@ -140,6 +140,19 @@ func TestRouterErrorsNameTheShard(t *testing.T) {
 					t.Errorf("%s: %v (%T) does not wrap the driver's error", tc.name, se.Err, se.Err)
 				}
 			}
+			// A session kept across SetMap names the database it ran on, and
+			// a fresh one follows the new map.
+			kept := r.ForShard(2)
+			if err := r.SetMap([]int{0, 0, 0, 1}); err != nil {
+				t.Fatal(err)
+			}
+			err = kept.Find(&ps).Error
+			if !errors.As(err, &se) || se.Shard != 2 || se.Database != "other" {
+				t.Errorf("a session kept across SetMap: %v, want a ShardError of shard 2 on \"other\", where it ran", err)
+			}
+			if err := r.ForShard(2).Find(&ps).Error; err != nil {
+				t.Errorf("shard 2 after SetMap onto main: %v", err)
+			}
 			// The live database's shards keep working.
 			if err := r.ForKey(1).Create(&PlgGetPhoto{UserID: 1}).Error; err != nil {
 				t.Errorf("a create on the live database: %v", err)
