@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,12 +97,15 @@ func analyze(s *schema.Schema) *model {
 		m.id = prio
 	default:
 		// A composite primary key with no field named ID: its one field of
-		// type ID is the ID, whatever its name. With several, say
-		// (photo_id, tag_id) of a join table, none is filled, and a row
-		// that leaves one zero is refused rather than stored with ID 0.
+		// type ID is the ID, whatever its name. With several, none is
+		// filled, and a row that leaves one zero is refused rather than
+		// stored with ID 0. Key fields that refer to another row (the
+		// foreign keys of a belongs-to, as both of a many2many join
+		// table's are) are never the ID.
 		var ids []*schema.Field
+		fks := foreignKeys(s)
 		for _, f := range s.PrimaryFields {
-			if f.IndirectFieldType == idType {
+			if f.IndirectFieldType == idType && !fks[f] && !slices.Contains(ids, f) {
 				ids = append(ids, f)
 			}
 		}
@@ -180,6 +184,23 @@ func analyze(s *schema.Schema) *model {
 		}
 	}
 	return m
+}
+
+// foreignKeys returns the fields of s that are foreign keys of its
+// belongs-to relations.
+func foreignKeys(s *schema.Schema) map[*schema.Field]bool {
+	fks := make(map[*schema.Field]bool)
+	for _, rel := range s.Relationships.Relations {
+		if rel.Type != schema.BelongsTo {
+			continue
+		}
+		for _, ref := range rel.References {
+			if ref.ForeignKey != nil {
+				fks[ref.ForeignKey] = true
+			}
+		}
+	}
+	return fks
 }
 
 // idOptions are the options of an "id" tag.
