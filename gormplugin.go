@@ -191,11 +191,11 @@ func (p *Plugin) assignIDs(db *gorm.DB) {
 // checkRoute fails when a row of shard s is created through a statement
 // routed to a shard that lives elsewhere. rt is nil for unrouted statements.
 func (p *Plugin) checkRoute(rt *route, s int, stmt *gorm.Statement, i int) error {
-	if rt == nil || rt.r.sameTarget(rt.shard, s) {
+	if rt == nil || rt.r.sameTarget(*rt, s) {
 		return nil
 	}
 	return rowError(withDetail(ErrWrongShard, "shard "+strconv.Itoa(s)+" on "+rt.r.DatabaseName(s)+
-		", statement routed to shard "+strconv.Itoa(rt.shard)+" on "+rt.r.DatabaseName(rt.shard)), stmt.Schema, i)
+		", statement routed to shard "+strconv.Itoa(rt.shard)+" on "+rt.r.names[rt.db]), stmt.Schema, i)
 }
 
 // checkPreset applies checkRoute to a row whose ID is already set.

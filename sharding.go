@@ -381,12 +381,13 @@ func (r *Router) Get(ctx context.Context, dest any, id ID, scopes ...func(*gorm.
 }
 
 // sameTarget reports whether a row of shard s may be written through a
-// statement routed to shard routed: the same schema, or the same database
-// when there are no schemas.
-func (r *Router) sameTarget(routed, s int) bool {
-	if r.schemas != nil {
-		return routed == s
+// statement of route rt: the row's shard must live, under the current map,
+// on the database the statement runs on (a session kept across SetMap still
+// runs on the database it was made for), and in the same schema when there
+// are schemas.
+func (r *Router) sameTarget(rt route, s int) bool {
+	if s < 0 || s >= r.shards || r.table.Load().dbOf[s] != rt.db {
+		return false
 	}
-	t := r.table.Load()
-	return s >= 0 && s < r.shards && t.dbOf[routed] == t.dbOf[s]
+	return r.schemas == nil || rt.shard == s
 }

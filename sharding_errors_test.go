@@ -209,3 +209,30 @@ func TestRouterRefusesAnotherPlugin(t *testing.T) {
 		t.Errorf("Initialize again on its own database: %v", err)
 	}
 }
+
+// TestRouterKeptSessionAcrossSetMap: a session kept across SetMap still
+// runs on the database it was made for, so a create through it of a row
+// whose shard now lives elsewhere is refused, not written to the old
+// database; a session taken after SetMap writes to the new one.
+func TestRouterKeptSessionAcrossSetMap(t *testing.T) {
+	a, b := openSQLite(t), openSQLite(t)
+	r := twoDBRouter(t, a, b)
+	kept := r.ForShard(2) // on b
+	if err := r.SetMap([]int{0, 0, 0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	err := kept.Create(&PlgGetPhoto{UserID: 2}).Error
+	var se *shardid.ShardError
+	if !errors.Is(err, shardid.ErrWrongShard) || !errors.As(err, &se) || se.Database != "other" {
+		t.Errorf("a create through a session kept across SetMap: %v, want ErrWrongShard in a ShardError on \"other\"", err)
+	}
+	if err := r.ForShard(2).Create(&PlgGetPhoto{UserID: 2}).Error; err != nil {
+		t.Fatal(err)
+	}
+	var onA, onB int64
+	a.Model(&PlgGetPhoto{}).Count(&onA)
+	b.Model(&PlgGetPhoto{}).Count(&onB)
+	if onA != 1 || onB != 0 {
+		t.Errorf("rows: %d on the new database, %d on the old; want 1, 0", onA, onB)
+	}
+}
