@@ -190,9 +190,16 @@ func (p *Plugin) assignIDs(db *gorm.DB) {
 
 // checkRoute fails when a row of shard s is created through a statement
 // routed to a shard that lives elsewhere. rt is nil for unrouted statements.
+// A statement routed before a map change moved its shard off the database
+// it runs on gets ErrShardMoving, as a write to the fenced old copy would:
+// nothing is written, and routing again finds the new database.
 func (p *Plugin) checkRoute(rt *route, s int, stmt *gorm.Statement, i int) error {
 	if rt == nil || rt.r.sameTarget(*rt, s) {
 		return nil
+	}
+	if rt.r.table.Load().dbOf[rt.shard] != rt.db {
+		return rowError(withDetail(ErrShardMoving, "shard "+strconv.Itoa(rt.shard)+" is now on "+rt.r.DatabaseName(rt.shard)+
+			"; this *gorm.DB was routed to "+rt.r.names[rt.db]+" before the map changed: route again"), stmt.Schema, i)
 	}
 	return rowError(withDetail(ErrWrongShard, "shard "+strconv.Itoa(s)+" on "+rt.r.DatabaseName(s)+
 		", statement routed to shard "+strconv.Itoa(rt.shard)+" on "+rt.r.names[rt.db]), stmt.Schema, i)

@@ -212,8 +212,9 @@ func TestRouterRefusesAnotherPlugin(t *testing.T) {
 
 // TestRouterKeptSessionAcrossSetMap: a session kept across SetMap still
 // runs on the database it was made for, so a create through it of a row
-// whose shard now lives elsewhere is refused, not written to the old
-// database; a session taken after SetMap writes to the new one.
+// whose shard now lives elsewhere is refused with the retryable
+// ErrShardMoving (as the fenced old copy of a move would), not written to
+// the old database; a session taken after SetMap writes to the new one.
 func TestRouterKeptSessionAcrossSetMap(t *testing.T) {
 	a, b := openSQLite(t), openSQLite(t)
 	r := twoDBRouter(t, a, b)
@@ -223,8 +224,13 @@ func TestRouterKeptSessionAcrossSetMap(t *testing.T) {
 	}
 	err := kept.Create(&PlgGetPhoto{UserID: 2}).Error
 	var se *shardid.ShardError
-	if !errors.Is(err, shardid.ErrWrongShard) || !errors.As(err, &se) || se.Database != "other" {
-		t.Errorf("a create through a session kept across SetMap: %v, want ErrWrongShard in a ShardError on \"other\"", err)
+	if !errors.Is(err, shardid.ErrShardMoving) || !errors.As(err, &se) || se.Database != "other" {
+		t.Errorf("a create through a session kept across SetMap: %v, want ErrShardMoving in a ShardError on \"other\"", err)
+	}
+	// A row of another shard on the new database, through the stale
+	// session, is refused the same way.
+	if err := kept.Create(&PlgGetPhoto{UserID: 1}).Error; !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("a row of shard 1 through the stale session of shard 2: %v, want ErrShardMoving", err)
 	}
 	if err := r.ForShard(2).Create(&PlgGetPhoto{UserID: 2}).Error; err != nil {
 		t.Fatal(err)
