@@ -129,6 +129,29 @@ var (
 	// so a child keyed to another database would otherwise land in the
 	// wrong place.
 	ErrWrongShard = errors.New("shardid: row belongs to another shard than the statement is routed to")
+
+	// ErrPluginConflict is returned when a plugin meets a *gorm.DB that
+	// already has a different shardid plugin installed: NewRouter given a
+	// Plugin, or Plugin.Initialize. Keeping the other plugin would leave the
+	// IDs to a generator the caller did not choose (say, one without the
+	// worker id it leased).
+	ErrPluginConflict = errors.New("shardid: the database already has a different shardid plugin")
+
+	// ErrAmbiguousID is returned when a model has several primary-key
+	// fields of type ID, none named ID or tagged `shardid:"id"`, and a row
+	// leaves one of them zero: the plugin cannot tell which one to fill.
+	ErrAmbiguousID = errors.New("shardid: which primary-key field is the ID is ambiguous")
+
+	// ErrNoIDSource is returned when a row's key is zero and the plugin has
+	// nothing to fill it from: a Flake key without PluginConfig.Flake, or a
+	// PinterestID key without a type and source in its tag.
+	ErrNoIDSource = errors.New("shardid: no source configured for a zero key")
+
+	// ErrInvalidIDValue is returned when a create from a map carries an ID
+	// the plugin cannot read exactly: a float that is not an integer or is
+	// beyond 2^53, a string that is not a canonical decimal ID, a negative
+	// number, or a value of another type.
+	ErrInvalidIDValue = errors.New("shardid: invalid ID value in a map")
 )
 
 // These errors can be returned by AcquireLease, by a LeaseStore, and by the
