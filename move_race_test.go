@@ -164,6 +164,14 @@ func mariaMoveSetup(t *testing.T, prefix string) (newRouter func() *shardid.Rout
 	}
 	closeAtEnd(t, dst)
 	newRouter = func() *shardid.Router {
+		// Each router has connections and a plugin of its own, as another
+		// operator's process would: a *gorm.DB takes one shardid plugin.
+		src := openMySQL(t)
+		dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeAtEnd(t, dst)
 		p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
 		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
 			LogicalShards: 4, SchemaPattern: prefix + "_%04d", Plugin: p, Map: []int{0, 0, 0, 0}})
