@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
+	"github.com/shardid/shardid/internal/sqlddl"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -108,7 +108,8 @@ type routeTable struct {
 	sessions []*gorm.DB // logical shard → prepared session
 }
 
-var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+// schemaName matches the names of schemas and tables shardid accepts.
+var schemaName = sqlddl.Name
 
 // NewRouter validates cfg and returns a router. It registers on each
 // database the callbacks that qualify tables by schema and name failing
