@@ -218,6 +218,24 @@ func (r *Router) register(db *gorm.DB) error {
 			}
 		}
 	}
+	// A routed statement runs where its shard is now, first of all.
+	for _, reg := range []struct {
+		registered bool
+		add        func(string, func(*gorm.DB)) error
+	}{
+		{cb.Create().Get(callbackFollow) != nil, cb.Create().Before("*").Register},
+		{cb.Query().Get(callbackFollow) != nil, cb.Query().Before("*").Register},
+		{cb.Update().Get(callbackFollow) != nil, cb.Update().Before("*").Register},
+		{cb.Delete().Get(callbackFollow) != nil, cb.Delete().Before("*").Register},
+		{cb.Row().Get(callbackFollow) != nil, cb.Row().Before("*").Register},
+		{cb.Raw().Get(callbackFollow) != nil, cb.Raw().Before("*").Register},
+	} {
+		if !reg.registered {
+			if err := reg.add(callbackFollow, followMap); err != nil {
+				return err
+			}
+		}
+	}
 	// Any error of a routed statement names its shard and database.
 	for _, reg := range []struct {
 		registered bool
@@ -315,7 +333,11 @@ func (r *Router) newRouteTable(m []int) (*routeTable, error) {
 		}
 		t.dbOf[s] = d
 		// A Session is safe to reuse and to share between goroutines.
-		t.sessions[s] = r.dbs[d].Set(settingRoute, route{r: r, shard: s, db: d}).Session(&gorm.Session{})
+		// Its pool stands for the database that holds s under the map of
+		// the moment: a session kept across SetMap follows (followMap).
+		sess := r.dbs[d].Set(settingRoute, route{r: r, shard: s, db: d}).Session(&gorm.Session{})
+		sess.Statement.ConnPool = &routedPool{r: r, shard: s}
+		t.sessions[s] = sess
 	}
 	return t, nil
 }
