@@ -373,8 +373,13 @@ func (r *Router) Schema(shard int) string {
 }
 
 // ForShard returns a *gorm.DB for logical shard n. It may be kept and used
-// from many goroutines. For a shard out of range, the *gorm.DB carries
-// ErrShardRange and every operation on it fails.
+// from many goroutines, and follows SetMap: each statement through it, and
+// each transaction begun from it, runs on the database that holds n when it
+// starts. A transaction stays where it began; a kept *gorm.DB does not follow
+// n to a database of another dialect, nor away from one that has
+// dbresolver, and there refuses rows of the moved shard with ErrShardMoving.
+// For a shard out of range, the *gorm.DB carries ErrShardRange and every
+// operation on it fails.
 func (r *Router) ForShard(n int) *gorm.DB {
 	if n < 0 || n >= r.shards {
 		tx := r.dbs[0].Session(&gorm.Session{NewDB: true})
