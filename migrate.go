@@ -504,7 +504,9 @@ func recordTemplate(db *gorm.DB, dl migrateDialect, tmpl string, models []any) (
 			usable = false
 		}
 		recorded = append(recorded, recordedStmt{sql: q, table: table, index: index})
-		if in, ok := dl.(interface{ inlineIndexes(table, stmt string) []recordedStmt }); ok && index == "" {
+		if in, ok := dl.(interface {
+			inlineIndexes(table, stmt string) []recordedStmt
+		}); ok && index == "" {
 			derived = append(derived, in.inlineIndexes(table, q)...)
 		}
 	}
