@@ -477,3 +477,26 @@ func TestMigrateSchemasNeedAServer(t *testing.T) {
 		t.Fatalf("Migrate on SQLite with schemas = %v, want ErrInvalidConfig in a *ShardError for db0", err)
 	}
 }
+
+// TestMigrateCancelAnywhere lets Migrate's deadline pass at many points of
+// a first run: within catalog queries, DDL, between shards. Every error
+// must wrap context.DeadlineExceeded. (GORM's AutoMigrate drops the error of
+// an interrupted existence check and goes on to fail on the closed
+// connection with a bare "sql: connection is already closed".)
+func TestMigrateCancelAnywhere(t *testing.T) {
+	for _, d := range migDialects {
+		t.Run(d.name, func(t *testing.T) {
+			dbs := d.open(t)
+			r := migRouter(t, dbs, "migany", 8)
+			for _, delay := range []time.Duration{2, 10, 25, 45, 70, 100, 150, 220, 330, 500} {
+				ctx, cancel := context.WithTimeout(context.Background(), delay*time.Millisecond)
+				err := r.Migrate(ctx, migV1...)
+				cancel()
+				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("deadline after %v: Migrate = %v, want an error wrapping %v", delay*time.Millisecond, err, context.DeadlineExceeded)
+				}
+				dropMigSchemas(t, dbs, "migany")
+			}
+		})
+	}
+}
