@@ -205,8 +205,9 @@ type migrateDialect interface {
 	addColumn(table, name string, c catColumn) ([]string, bool)
 	// parse returns the table (and index) a recorded statement acts on.
 	parse(stmt string) (table, index string, ok bool)
-	// apply runs the actions' statements in the shards.
-	apply(ctx context.Context, db *sql.DB, acts []shardAction, done func(n int)) error
+	// apply runs the actions' statements in the shards, on conn and, if
+	// it helps, other connections of db.
+	apply(ctx context.Context, conn *sql.Conn, db *sql.DB, acts []shardAction, done func(n int)) error
 }
 
 // catSchema is what one schema holds: its tables by name. A missing schema
@@ -255,7 +256,7 @@ type recordedStmt struct {
 }
 
 // migrateDatabase migrates shards, all of them on database d.
-func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, models []any, rep *migrateReporter) error {
+func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, models []any, rep *migrateReporter) (rerr error) {
 	db := r.dbs[d].WithContext(ctx)
 	name := r.names[d]
 	bad := func(shard int, err error) error {
@@ -275,39 +276,58 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 	if err != nil {
 		return bad(-1, err)
 	}
+	// One connection holds the migration lock and does the work, so that a
+	// pool of one connection suffices; on MySQL, more connections help
+	// when the pool has them.
 	ctrl, err := sqlDB.Conn(ctx)
 	if err != nil {
 		return bad(-1, err)
 	}
-	defer ctrl.Close()
+	var (
+		unlock func() error
+		tmpl   string
+		reuse  = true // ctrl may go back to the pool
+	)
+	defer func() {
+		if rerr != nil {
+			reuse = false // its search_path or database may be a shard's
+		}
+		// Clean up even when ctx is done.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if tmpl != "" {
+			if _, err := ctrl.ExecContext(cctx, dl.dropSchema(tmpl)); err != nil {
+				reuse = false
+			}
+		}
+		if unlock != nil && unlock() != nil {
+			reuse = false // it may still hold the lock
+		}
+		if !reuse {
+			_ = ctrl.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		ctrl.Close()
+		if !reuse && tmpl != "" {
+			_, _ = sqlDB.ExecContext(cctx, dl.dropSchema(tmpl))
+		}
+	}()
 	if m, ok := dl.(*migrateMySQL); ok {
 		if err := m.detect(ctx, ctrl); err != nil {
 			return bad(-1, err)
 		}
+		// Without a default database to go back to, ctrl cannot be
+		// reset after USE.
+		reuse = m.current.Valid
 	}
-	unlock, err := dl.lock(ctx, ctrl, migrateLockName(r.schemas[shards[0]]))
-	if err != nil {
+	if unlock, err = dl.lock(ctx, ctrl, migrateLockName(r.schemas[shards[0]])); err != nil {
 		return bad(-1, err)
 	}
-	defer func() {
-		if unlock() != nil {
-			// A connection that may still hold the lock never goes back
-			// to the pool.
-			_ = ctrl.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
-
-	tmpl, err := templateName()
-	if err != nil {
+	if tmpl, err = templateName(); err != nil {
 		return bad(-1, err)
 	}
-	defer func() {
-		// Drop the template even when ctx is done.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_, _ = sqlDB.ExecContext(cctx, dl.dropSchema(tmpl))
-	}()
-	recorded, usable, err := recordTemplate(db, dl, tmpl, models)
+	onCtrl := db.Session(&gorm.Session{NewDB: true, Context: ctx})
+	onCtrl.Statement.ConnPool = ctrl
+	recorded, usable, err := recordTemplate(onCtrl, dl, tmpl, models)
 	if err != nil {
 		return bad(-1, fmt.Errorf("shardid: migrating the template schema %s: %w", tmpl, err))
 	}
@@ -334,7 +354,7 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 		}
 	}
 	rep.add(name, len(shards)-len(acts)-len(slow), 0, 0)
-	if err := dl.apply(ctx, sqlDB, acts, func(n int) { rep.add(name, n, n, 0) }); err != nil {
+	if err := dl.apply(ctx, ctrl, sqlDB, acts, func(n int) { rep.add(name, n, n, 0) }); err != nil {
 		var se *ShardError
 		if errors.As(err, &se) {
 			se.Database = name
@@ -347,7 +367,7 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 		if err := ctx.Err(); err != nil {
 			return bad(s, err)
 		}
-		if err := migrateShard(ctx, r.dbs[d], r.schemas[s], models); err != nil {
+		if err := migrateIn(onCtrl, r.schemas[s], models); err != nil {
 			return bad(s, err)
 		}
 		rep.add(name, 1, 1, 1)
@@ -446,53 +466,46 @@ func planShard(dl migrateDialect, have, want catSchema, recorded []recordedStmt,
 	return stmts, true
 }
 
-// recordTemplate creates schema tmpl on db, runs AutoMigrate of models
-// inside it and returns the statements AutoMigrate executed. usable is
+// recordTemplate creates schema tmpl on db, which is bound to one
+// connection, runs AutoMigrate of models inside it and returns the statements AutoMigrate executed. usable is
 // false when a statement cannot be replayed in another schema (it names a
 // schema, takes arguments, or has a form the fast path does not know).
 func recordTemplate(db *gorm.DB, dl migrateDialect, tmpl string, models []any) (recorded []recordedStmt, usable bool, err error) {
 	if err := db.Exec(dl.createSchema(tmpl)).Error; err != nil {
 		return nil, false, err
 	}
-	rec := &recordingPool{}
-	err = db.Connection(func(tx *gorm.DB) (err error) {
-		switch tx.Dialector.Name() {
+	rec := &recordingPool{ConnPool: db.Statement.ConnPool}
+	err = func() (err error) {
+		q := db.Statement.Quote(tmpl)
+		switch db.Dialector.Name() {
 		case "postgres":
-			if err := tx.Exec("SET search_path TO " + tx.Statement.Quote(tmpl)).Error; err != nil {
+			if err := db.Exec("SET search_path TO " + q).Error; err != nil {
 				return err
 			}
 			defer func() {
-				if rerr := tx.Exec("RESET search_path").Error; err == nil {
+				if rerr := db.Exec("RESET search_path").Error; err == nil {
 					err = rerr
 				}
 			}()
 		case "mysql":
-			var current sql.NullString
-			if err := tx.Statement.ConnPool.QueryRowContext(tx.Statement.Context, "SELECT DATABASE()").Scan(&current); err != nil {
-				return err
-			}
-			if err := tx.Exec("USE " + tx.Statement.Quote(tmpl)).Error; err != nil {
+			// Dropping the template resets the default database when
+			// there was none before.
+			if err := db.Exec("USE " + q).Error; err != nil {
 				return err
 			}
 			defer func() {
-				if !current.Valid {
-					// Nothing to go back to: the connection is not reused.
-					if conn, ok := tx.Statement.ConnPool.(*sql.Conn); ok {
-						_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+				if cur := dl.(*migrateMySQL).current; cur.Valid {
+					if rerr := db.Exec("USE " + mysqlIdent(cur.String)).Error; err == nil {
+						err = rerr
 					}
-					return
-				}
-				if rerr := tx.Exec("USE " + tx.Statement.Quote(current.String)).Error; err == nil {
-					err = rerr
 				}
 			}()
 		}
-		rec.ConnPool = tx.Statement.ConnPool
 		// A new Session has a Statement of its own.
-		mtx := tx.Session(&gorm.Session{NewDB: true, Context: tx.Statement.Context})
+		mtx := db.Session(&gorm.Session{NewDB: true, Context: db.Statement.Context})
 		mtx.Statement.ConnPool = rec
 		return mtx.AutoMigrate(models...)
-	})
+	}()
 	if err != nil {
 		return nil, false, err
 	}
@@ -528,55 +541,82 @@ func (p *recordingPool) ExecContext(ctx context.Context, query string, args ...a
 	if err == nil {
 		p.stmts = append(p.stmts, query)
 		p.args = p.args || len(args) > 0
+
 	}
 	return res, err
 }
 
 // migrateShard creates schema on db and migrates models inside it with
-// GORM's AutoMigrate.
-//
-// AutoMigrate runs on one connection whose search_path (PostgreSQL) or
-// default database (MySQL) is that schema, so join tables and indexes land
-// there too; the connection is reset before it goes back to the pool.
+// GORM's AutoMigrate, on a connection of its own.
 func migrateShard(ctx context.Context, db *gorm.DB, schema string, models []any) error {
+	return db.WithContext(ctx).Connection(func(tx *gorm.DB) error {
+		if tx.Dialector.Name() == "mysql" {
+			var current sql.NullString
+			if err := tx.Statement.ConnPool.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&current); err != nil {
+				return err
+			}
+			if !current.Valid {
+				// No default database to go back to: the connection
+				// does not return to the pool.
+				defer func() {
+					if conn, ok := tx.Statement.ConnPool.(*sql.Conn); ok {
+						_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+					}
+				}()
+			}
+		}
+		return migrateIn(tx, schema, models)
+	})
+}
+
+// migrateIn creates schema on tx, which is bound to one connection, and
+// migrates models inside it with GORM's AutoMigrate.
+//
+// AutoMigrate runs with the connection's search_path (PostgreSQL) or
+// default database (MySQL) set to that schema, so join tables and indexes
+// land there too; the connection is reset afterwards (on MySQL, when it had
+// a default database).
+func migrateIn(tx *gorm.DB, schema string, models []any) (err error) {
 	// schema matched schemaName in NewRouter: it needs no escaping, and is
 	// quoted all the same.
-	q := db.Statement.Quote(schema)
-	return db.WithContext(ctx).Connection(func(tx *gorm.DB) (err error) {
-		switch tx.Dialector.Name() {
-		case "postgres":
-			if err := tx.Exec("CREATE SCHEMA IF NOT EXISTS " + q).Error; err != nil {
-				return err
-			}
-			if err := tx.Exec("SET search_path TO " + q).Error; err != nil {
-				return err
-			}
-			defer func() {
-				if rerr := tx.Exec("RESET search_path").Error; err == nil {
-					err = rerr
-				}
-			}()
-		case "mysql":
-			var current string
-			if err := tx.Raw("SELECT DATABASE()").Scan(&current).Error; err != nil {
-				return err
-			}
-			if err := tx.Exec("CREATE DATABASE IF NOT EXISTS " + q).Error; err != nil {
-				return err
-			}
-			if err := tx.Exec("USE " + q).Error; err != nil {
-				return err
-			}
-			defer func() {
-				if rerr := tx.Exec("USE " + tx.Statement.Quote(current)).Error; err == nil {
-					err = rerr
-				}
-			}()
-		default:
-			return fmt.Errorf("shardid: schemas per shard need PostgreSQL or MySQL, not %s", tx.Dialector.Name())
+	q := tx.Statement.Quote(schema)
+	switch tx.Dialector.Name() {
+	case "postgres":
+		if err := tx.Exec("CREATE SCHEMA IF NOT EXISTS " + q).Error; err != nil {
+			return err
 		}
-		return tx.AutoMigrate(models...)
-	})
+		if err := tx.Exec("SET search_path TO " + q).Error; err != nil {
+			return err
+		}
+		defer func() {
+			if rerr := tx.Exec("RESET search_path").Error; err == nil {
+				err = rerr
+			}
+		}()
+	case "mysql":
+		var current sql.NullString
+		if err := tx.Statement.ConnPool.QueryRowContext(tx.Statement.Context, "SELECT DATABASE()").Scan(&current); err != nil {
+			return err
+		}
+		if err := tx.Exec("CREATE DATABASE IF NOT EXISTS " + q).Error; err != nil {
+			return err
+		}
+		if err := tx.Exec("USE " + q).Error; err != nil {
+			return err
+		}
+		defer func() {
+			if !current.Valid {
+				return
+			}
+			if rerr := tx.Exec("USE " + tx.Statement.Quote(current.String)).Error; err == nil {
+				err = rerr
+			}
+		}()
+	default:
+		return withDetail(ErrInvalidConfig, fmt.Sprintf("schemas per shard need PostgreSQL or MySQL, not %s", tx.Dialector.Name()))
+	}
+	// A new Session, so that nothing of the statements above carries over.
+	return tx.Session(&gorm.Session{NewDB: true, Context: tx.Statement.Context}).AutoMigrate(models...)
 }
 
 // sortedKeys returns m's keys in order, so that statements come in the

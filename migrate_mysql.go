@@ -16,6 +16,9 @@ type migrateMySQL struct {
 	// information_schema.COLUMNS gives defaults as SQL expressions (MySQL
 	// gives them unquoted, so columns are not added from them there).
 	mariaDB bool
+
+	// current is the default database of the connection detect ran on.
+	current sql.NullString
 }
 
 // mysqlWorkers is the number of connections that run one database's DDL:
@@ -23,10 +26,11 @@ type migrateMySQL struct {
 // disk.
 const mysqlWorkers = 4
 
-// detect learns which server conn is connected to.
+// detect learns which server conn is connected to, and its default
+// database.
 func (m *migrateMySQL) detect(ctx context.Context, conn *sql.Conn) error {
 	var v string
-	if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+	if err := conn.QueryRowContext(ctx, "SELECT VERSION(), DATABASE()").Scan(&v, &m.current); err != nil {
 		return err
 	}
 	m.mariaDB = strings.Contains(strings.ToLower(v), "mariadb")
@@ -232,9 +236,10 @@ func splitTopLevel(s string) []string {
 	return append(items, strings.TrimSpace(s[start:]))
 }
 
-// apply runs the actions on mysqlWorkers connections, each switching to a
+// apply runs the actions on conn and up to mysqlWorkers-1 more
+// connections of db, as many as its pool allows, each switching to a
 // shard's database with USE and back to its own at the end.
-func (m *migrateMySQL) apply(ctx context.Context, db *sql.DB, acts []shardAction, done func(n int)) error {
+func (m *migrateMySQL) apply(ctx context.Context, conn *sql.Conn, db *sql.DB, acts []shardAction, done func(n int)) error {
 	if len(acts) == 0 {
 		return nil
 	}
@@ -263,9 +268,31 @@ func (m *migrateMySQL) apply(ctx context.Context, db *sql.DB, acts []shardAction
 		next++
 		return acts[next-1], true
 	}
-	for range min(mysqlWorkers, len(acts)) {
+	workers := min(mysqlWorkers, len(acts))
+	if limit := db.Stats().MaxOpenConnections; limit > 0 {
+		workers = min(workers, limit)
+	}
+	for w := range workers {
 		wg.Go(func() {
-			if err := m.worker(ctx, db, take, done); err != nil {
+			if w == 0 {
+				if err := m.run(ctx, conn, take, done); err != nil {
+					fail(err)
+				}
+				return
+			}
+			extra, err := db.Conn(ctx)
+			if err != nil {
+				fail(err)
+				return
+			}
+			err = m.run(ctx, extra, take, done)
+			if err != nil || !m.current.Valid {
+				// A connection in doubt, or without a database to go
+				// back to, does not return to the pool.
+				_ = extra.Raw(func(any) error { return driver.ErrBadConn })
+			}
+			extra.Close()
+			if err != nil {
 				fail(err)
 			}
 		})
@@ -274,26 +301,12 @@ func (m *migrateMySQL) apply(ctx context.Context, db *sql.DB, acts []shardAction
 	return first
 }
 
-// worker runs actions from take on one connection until there are none.
-func (m *migrateMySQL) worker(ctx context.Context, db *sql.DB, take func() (shardAction, bool), done func(n int)) (err error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	var current sql.NullString
-	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&current); err != nil {
-		return err
-	}
+// run runs actions from take on conn until there are none, then makes the
+// connection's default database what it was.
+func (m *migrateMySQL) run(ctx context.Context, conn *sql.Conn, take func() (shardAction, bool), done func(n int)) (err error) {
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if !current.Valid || err != nil {
-			// No database to go back to, or a connection in doubt: it is
-			// not reused.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		} else if _, rerr := conn.ExecContext(cctx, "USE "+mysqlIdent(current.String)); rerr != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		if m.current.Valid && err == nil {
+			_, err = conn.ExecContext(ctx, "USE "+mysqlIdent(m.current.String))
 		}
 	}()
 	for {

@@ -169,20 +169,12 @@ func (migratePostgres) parse(stmt string) (table, index string, ok bool) {
 	return "", "", false
 }
 
-// apply runs the actions in transactions of up to pgBatchStatements
-// statements, one round trip each: DDL is transactional on PostgreSQL, and
+// apply runs the actions on conn in transactions of up to
+// pgBatchStatements statements, one round trip each: DDL is transactional on PostgreSQL, and
 // SET LOCAL search_path puts each shard's statements in its schema. When a
 // batch fails, its shards are run again one per transaction, to name the
 // one that fails.
-func (migratePostgres) apply(ctx context.Context, db *sql.DB, acts []shardAction, done func(n int)) error {
-	if len(acts) == 0 {
-		return nil
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+func (migratePostgres) apply(ctx context.Context, conn *sql.Conn, _ *sql.DB, acts []shardAction, done func(n int)) error {
 	run := func(batch []shardAction) error {
 		var b strings.Builder
 		for _, a := range batch {
