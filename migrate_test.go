@@ -500,3 +500,37 @@ func TestMigrateCancelAnywhere(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrateOneConnection migrates through pools of one connection each:
+// the lock, the template, the catalog and the DDL share it.
+func TestMigrateOneConnection(t *testing.T) {
+	for _, d := range migDialects {
+		t.Run(d.name, func(t *testing.T) {
+			dbs := d.open(t)
+			for _, db := range dbs {
+				sqlDB, err := db.DB()
+				if err != nil {
+					t.Fatal(err)
+				}
+				sqlDB.SetMaxOpenConns(1)
+			}
+			r := migRouter(t, dbs, "migone", 6)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var p progressLog
+			if err := r.MigrateWith(ctx, shardid.MigrateOptions{Progress: p.report}, migV1...); err != nil {
+				t.Fatalf("Migrate with one connection per pool: %v", err)
+			}
+			if m := p.last(t, 6); m.Altered != 6 || m.AutoMigrated != 0 {
+				t.Fatalf("%+v, want every shard altered by the fast path", m)
+			}
+			if err := r.MigrateWith(ctx, shardid.MigrateOptions{}, migV2...); err != nil {
+				t.Fatal(err)
+			}
+			ref := "migone_ref"
+			plainMigrate(t, dbs[0], ref, migV1...)
+			plainMigrate(t, dbs[0], ref, migV2...)
+			sameSchemas(t, r, ref)
+		})
+	}
+}
