@@ -244,7 +244,7 @@ func catalogExists(ctx context.Context, db *gorm.DB, table string) error {
 			return fmt.Errorf("--catalog: %w", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("--catalog: no catalog there: table %s does not exist (a program writes it with Catalog.Save and Catalog.SaveSetup)", t)
+			return fmt.Errorf("--catalog: no catalog there: table %s does not exist (a program writes it with reshard.Catalog.Save and SaveSetup)", t)
 		}
 	}
 	return nil
