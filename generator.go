@@ -2,6 +2,7 @@ package shardid
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,7 @@ type Generator struct {
 	pause       func(remaining time.Duration) // waitPause, or a fake in tests
 	st          *genState
 	guard       *leaseGuard // nil unless the worker id is leased
+	log         *genLog     // nil unless made WithLogger
 }
 
 // genState is the state that generators of one layout and worker share.
@@ -57,6 +59,7 @@ type genState struct {
 	anchor     time.Time      // when the state was made, with a monotonic reading under the default clock
 	anchorNano int64          // anchor as nanoseconds since the layout's epoch, from the wall clock
 	last       []atomic.Int64 // per shard: tick<<seqBits | seq of its last ID; 0 before the first
+	stats      genStats
 }
 
 // states holds the shared state of every generator made with the default
@@ -80,6 +83,7 @@ type generatorOptions struct {
 	hasWorker bool
 	maxBack   time.Duration
 	now       func() time.Time
+	logger    *slog.Logger
 }
 
 // WithWorker sets the generator's worker id. It is required when the layout
@@ -129,6 +133,9 @@ func NewGenerator(l Layout, opts ...GeneratorOption) (*Generator, error) {
 		now:     o.now,
 		pause:   waitPause,
 	}
+	if o.logger != nil {
+		g.log = &genLog{logger: o.logger}
+	}
 	if g.now != nil {
 		g.customClock = true
 		g.st = newGenState(l, g.now())
@@ -153,6 +160,7 @@ func newGenState(l Layout, anchor time.Time) *genState {
 		anchor:     anchor,
 		anchorNano: anchor.UnixNano() - l.epoch,
 		last:       make([]atomic.Int64, l.Shards()),
+		stats:      genStats{issued: make([]atomic.Int64, l.Shards())},
 	}
 }
 
@@ -169,17 +177,17 @@ func (g *Generator) Worker() int { return g.worker }
 // outside the layout's range.
 func (g *Generator) Next(shard int) (ID, error) {
 	if uint(shard) >= uint(len(g.st.last)) {
-		return 0, g.layout.checkShard(shard)
+		return 0, g.fail(g.layout.checkShard(shard))
 	}
 	last := &g.st.last[shard]
 	s := g.layout.seqBits
 	for {
 		now, _, err := g.tick()
 		if err != nil {
-			return 0, err
+			return 0, g.fail(err)
 		}
 		if err := g.guard.allow(now); err != nil {
-			return 0, err
+			return 0, g.fail(err)
 		}
 		prev := last.Load()
 		next := now << s
@@ -187,19 +195,25 @@ func (g *Generator) Next(shard int) (ID, error) {
 			// The same unit as the last ID, or the clock is behind it.
 			prevTick := prev >> s
 			if prevTick-now > g.maxBack {
-				return 0, g.backwardsError(prevTick, now)
+				return 0, g.tooFarBehind(shard, prevTick, now)
+			}
+			if prevTick > now {
+				g.clockBehind(shard, prevTick, now)
 			}
 			next = prev + 1
 			if next>>s != prevTick {
 				// prevTick's sequence is used up: the next unit is still
 				// ahead of the clock.
-				if err := g.waitFor(next >> s); err != nil {
+				if err := g.wait(shard, next>>s); err != nil {
 					return 0, err
 				}
 				continue
 			}
 		}
 		if last.CompareAndSwap(prev, next) {
+			if next>>s != prev>>s {
+				g.st.stats.unitDone(shard, prev, s)
+			}
 			return g.compose(shard, next), nil
 		}
 	}
@@ -213,31 +227,34 @@ func (g *Generator) Next(shard int) (ID, error) {
 // unspecified, and IDs already reserved are never issued again.
 func (g *Generator) NextN(shard int, ids []ID) error {
 	if uint(shard) >= uint(len(g.st.last)) {
-		return g.layout.checkShard(shard)
+		return g.fail(g.layout.checkShard(shard))
 	}
 	last := &g.st.last[shard]
 	s := g.layout.seqBits
 	for len(ids) > 0 {
 		now, _, err := g.tick()
 		if err != nil {
-			return err
+			return g.fail(err)
 		}
 		if err := g.guard.allow(now); err != nil {
-			return err
+			return g.fail(err)
 		}
 		prev := last.Load()
 		prevTick := prev >> s
 		first := now << s
 		if first <= prev {
 			if prevTick-now > g.maxBack {
-				return g.backwardsError(prevTick, now)
+				return g.tooFarBehind(shard, prevTick, now)
+			}
+			if prevTick > now {
+				g.clockBehind(shard, prevTick, now)
 			}
 			first = prev + 1
 		}
 		// Only units the clock has reached, or the last one used, are open.
 		limit := (max(now, prevTick) + 1) << s
 		if first >= limit {
-			if err := g.waitFor(first >> s); err != nil {
+			if err := g.wait(shard, first>>s); err != nil {
 				return err
 			}
 			continue
@@ -245,6 +262,9 @@ func (g *Generator) NextN(shard int, ids []ID) error {
 		n := min(int64(len(ids)), limit-first)
 		if !last.CompareAndSwap(prev, first+n-1) {
 			continue
+		}
+		if first>>s != prevTick {
+			g.st.stats.unitDone(shard, prev, s)
 		}
 		for i := range ids[:n] {
 			ids[i] = g.compose(shard, first+int64(i))
@@ -322,13 +342,7 @@ func (g *Generator) backwardsError(prevTick, now int64) error {
 func (g *Generator) raiseFloor(floor int64) {
 	want := (floor+1)<<g.layout.seqBits - 1
 	for i := range g.st.last {
-		last := &g.st.last[i]
-		for {
-			cur := last.Load()
-			if cur >= want || last.CompareAndSwap(cur, want) {
-				break
-			}
-		}
+		g.st.raiseShard(i, want, g.layout.seqBits)
 	}
 }
 
