@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -81,6 +82,11 @@ type LeaseConfig struct {
 	// Options are passed to NewGenerator, such as WithMaxClockBackwards.
 	// The worker id comes from the lease.
 	Options []GeneratorOption
+
+	// Logger, if not nil, gets the lease's events (a renewal failed, the
+	// lease lost, reacquired), and the generator's unless Options has a
+	// WithLogger of its own. If nil, nothing is logged.
+	Logger *slog.Logger
 }
 
 // Lease is a worker id held in a LeaseStore, renewed in the background, and
@@ -96,6 +102,8 @@ type Lease struct {
 
 	mu  sync.Mutex // protects err
 	err error      // the last renewal's error
+
+	stats leaseStats
 }
 
 // leaseGuard is what a leased generator checks before each ID.
@@ -153,6 +161,7 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 		return nil, err
 	}
 	l := &Lease{cfg: cfg, owner: cfg.Owner, stop: make(chan struct{}), done: make(chan struct{})}
+	l.stats.logger = cfg.Logger
 	if l.owner == "" {
 		l.owner = defaultOwner()
 	}
@@ -172,7 +181,8 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 		case <-time.After(cfg.TTL / 10):
 		}
 	}
-	g, err := NewGenerator(cfg.Layout, append(append([]GeneratorOption(nil), cfg.Options...), WithWorker(l.worker))...)
+	opts := []GeneratorOption{WithLogger(cfg.Logger)}
+	g, err := NewGenerator(cfg.Layout, append(append(opts, cfg.Options...), WithWorker(l.worker))...)
 	if err != nil {
 		_ = cfg.Store.Release(ctx, l.worker, l.owner, last)
 		return nil, err
@@ -185,10 +195,12 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	g.guard = l.guard
 	l.g = g
 	// The first renewal sets the promise before any ID is made.
+	start := time.Now()
 	if err := l.renew(ctx); err != nil {
 		_ = cfg.Store.Release(context.WithoutCancel(ctx), l.worker, l.owner, last)
 		return nil, err
 	}
+	l.renewed(start, nil)
 	go l.loop()
 	return l, nil
 }
@@ -240,7 +252,8 @@ func (l *Lease) loop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TTL/3)
-			_ = l.renew(ctx)
+			start := time.Now()
+			l.renewed(start, l.renew(ctx))
 			cancel()
 		}
 	}
@@ -298,6 +311,7 @@ func (l *Lease) reclaim(ctx context.Context) error {
 		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is held by another process", l.worker))
 	}
 	l.g.raiseFloor(last)
+	l.reclaimed()
 	return nil
 }
 
