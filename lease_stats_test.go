@@ -271,3 +271,32 @@ func TestLeaseStatsStoreDown(t *testing.T) {
 		t.Errorf("Next after the reacquisition: %v", err)
 	}
 }
+
+// TestLeaseStatsStoreForgot: the store loses its data (a Redis failover to
+// an empty replica) while the lease is valid and renewing fine. The next
+// renewal hears the lease is not there; the worker id is free and is claimed
+// again: one loss and one reacquisition, without a failed renewal.
+func TestLeaseStatsStoreForgot(t *testing.T) {
+	r := startRedisInstance(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	h := &logRecorder{}
+	l, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &shardid.RedisLeaseStore{Client: c},
+		Layout: shardid.Instagram, TTL: 600 * time.Millisecond, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(ctx)
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the lease to be claimed again", func() bool { return l.Stats().Reacquisitions == 1 })
+	if s := l.Stats(); s.State != shardid.LeaseHeld || s.Losses != 1 || s.RenewalFailures != 0 {
+		t.Errorf("after the store forgot the lease: %+v", s)
+	}
+	ev := h.events(shardid.EventLeaseLost, shardid.EventLeaseReacquired)
+	if len(ev) != 2 || ev[0].msg != shardid.EventLeaseLost || ev[1].msg != shardid.EventLeaseReacquired {
+		t.Errorf("logged %+v, want the loss then the reacquisition", ev)
+	}
+}
