@@ -34,19 +34,22 @@ const (
 	// or claimed again, and its generator issues IDs again.
 	EventLeaseReacquired = "shardid: lease reacquired"
 
-	// EventFenceSet is logged (at Info) when a move fences a shard's tables
-	// on its old database: writes to them fail with ErrShardMoving.
+	// EventFenceSet is logged (at Info) by a Router with a Logger when
+	// Fence, or a move, fences a shard's tables on the database that holds
+	// them: writes to them fail with ErrShardMoving.
 	EventFenceSet = "shardid: fence set"
 
-	// EventFenceLifted is logged (at Warn) when a move that failed before
-	// its flip lifts its fence: the shard stays where it was.
+	// EventFenceLifted is logged (at Warn) by a Router with a Logger when
+	// Unfence lifts a fence, as a move that failed before its flip does:
+	// the shard stays where it was and takes writes again.
 	EventFenceLifted = "shardid: fence lifted"
 
-	// EventShardMoved is logged (at Info) when a move flipped the map: the
-	// shard's old copy stays fenced for good.
+	// EventShardMoved is logged (at Info) by a Router with a Logger when a
+	// move flipped the map: the shard's old copy stays fenced for good.
 	EventShardMoved = "shardid: shard moved"
 
-	// EventMoveFailed is logged (at Error) when a move fails.
+	// EventMoveFailed is logged (at Error) by a Router with a Logger when a
+	// move fails.
 	EventMoveFailed = "shardid: move failed"
 )
 

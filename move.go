@@ -82,8 +82,8 @@ type TableCheck struct {
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
-func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target string, opts MoveOptions) (MoveResult, error) {
-	res := MoveResult{Shard: shard, To: target}
+func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target string, opts MoveOptions) (res MoveResult, err error) {
+	res = MoveResult{Shard: shard, To: target}
 	if err := r.checkMove(shard); err != nil {
 		return res, err
 	}
@@ -118,6 +118,9 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err != nil {
 		return res, err
 	}
+	mv := r.startMove(shard, res.From, target)
+	defer func() { mv.finish(res.Fenced, err) }()
+	opts.Progress = mv.progress(opts.Progress)
 
 	// 1. The schema and tables on the target.
 	if len(opts.Models) > 0 {
@@ -129,6 +132,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
 	stage := func(s string) {
+		mv.stage(s)
 		if opts.OnStage != nil {
 			opts.OnStage(s)
 		}
@@ -146,6 +150,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err := r.Fence(ctx, shard, defs, opts.FenceFor); err != nil {
 		return res, err
 	}
+	mv.fenced()
 	stage("fenced")
 	flipped := false
 	defer func() {
@@ -153,6 +158,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 			// The source is still the shard's home: let writes through at
 			// once rather than when the fence runs out.
 			_ = r.Unfence(context.WithoutCancel(ctx), shard, defs)
+			mv.lifted()
 		}
 	}()
 	// 4. What changed during the first copy, then 5. verification.
@@ -230,7 +236,11 @@ func (r *Router) Fence(ctx context.Context, shard int, models []any, d time.Dura
 	if d > 0 {
 		until = time.Now().Add(d)
 	}
-	return fenceTables(ctx, db, r.schemas[shard], tables, until)
+	if err := fenceTables(ctx, db, r.schemas[shard], tables, until); err != nil {
+		return err
+	}
+	r.fenceSet(shard, r.DatabaseName(shard), until)
+	return nil
 }
 
 // Unfence lets writes through to shard's tables again: the way to abort a
@@ -251,6 +261,7 @@ func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
 			}
 		}
 	}
+	r.fenceLifted(shard, r.DatabaseName(shard))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package shardid
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
@@ -62,6 +63,11 @@ type RouterConfig struct {
 	// Layout decodes IDs for ForID. If it is the zero Layout, the plugin's
 	// layout is used, or Instagram.
 	Layout Layout
+
+	// Logger, if not nil, gets the router's events: fences set and lifted,
+	// moves done or failed, routed statements that failed (at most one
+	// record per 10s). If nil, nothing is logged.
+	Logger *slog.Logger
 }
 
 // Router maps logical shards onto physical databases and routes by ID.
@@ -81,6 +87,7 @@ type Router struct {
 	schemas []string // per logical shard; nil without SchemaPattern
 	plugin  *Plugin
 	table   atomic.Pointer[routeTable]
+	stats   routerStats
 }
 
 // routeTable is one immutable version of the shard map.
@@ -131,6 +138,9 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			return bad("database %d is nil", i)
 		}
 	}
+	r.stats.logger = cfg.Logger
+	r.stats.dbErrs = make([]atomic.Uint64, len(r.dbs))
+	r.stats.shardErrs = make([]atomic.Uint64, r.shards)
 	if cfg.SchemaPattern != "" {
 		if strings.Count(cfg.SchemaPattern, "%") != 1 || !strings.Contains(cfg.SchemaPattern, "%0") && !strings.Contains(cfg.SchemaPattern, "%d") {
 			return bad("SchemaPattern %q must have exactly one %%d verb", cfg.SchemaPattern)
@@ -205,7 +215,7 @@ func (r *Router) register(db *gorm.DB) error {
 			}
 		}
 	}
-	return nil
+	return registerStats(db)
 }
 
 // qualifyTable puts a routed statement's table in its shard's schema, as
