@@ -62,6 +62,8 @@ type SegmentAllocator struct {
 	fetching chan struct{} // closed when the fetch under way ends; nil when none is
 	fetchErr error         // the last fetch's error
 	step     int64         // the step of the next fetch
+
+	stats segmentStats
 }
 
 // segment is one block: IDs in [start, end].
@@ -110,7 +112,7 @@ func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAlloca
 	if err := s.setup(ctx); err != nil {
 		return nil, err
 	}
-	seg, err := s.fetch(ctx, s.step)
+	seg, err := s.fetchCounted(ctx, s.step)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +202,7 @@ func (s *SegmentAllocator) startFetch(seg *segment) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		next, err := s.fetch(ctx, step)
+		next, err := s.fetchCounted(ctx, step)
 		s.mu.Lock()
 		s.next, s.fetchErr, s.fetching = next, err, nil
 		s.mu.Unlock()
@@ -238,6 +240,7 @@ func (s *SegmentAllocator) advance(ctx context.Context, seg *segment) error {
 			}
 		}
 		s.mu.Unlock()
+		s.stats.waits.Add(1)
 		select {
 		case <-wait:
 		case <-ctx.Done():

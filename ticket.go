@@ -59,6 +59,7 @@ type ticketServer struct {
 	mu        sync.Mutex // protects conn and downUntil
 	conn      *sql.Conn  // MySQL: one session with the increment set
 	downUntil time.Time
+	stats     ticketServerStats
 }
 
 // NewTicketAllocator sets up every server (the table or sequence) and
@@ -127,10 +128,12 @@ func (s *ticketServer) next(ctx context.Context, retry time.Duration) (int64, er
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if time.Now().Before(s.downUntil) {
+		s.stats.skips.Add(1)
 		return 0, fmt.Errorf("ticket server %d is skipped until %s", s.offset-1, s.downUntil.Format(time.TimeOnly))
 	}
 	id, err := s.ask(ctx)
 	if err != nil {
+		s.stats.failures.Add(1)
 		if s.conn != nil {
 			s.conn.Close()
 			s.conn = nil
@@ -140,6 +143,7 @@ func (s *ticketServer) next(ctx context.Context, retry time.Duration) (int64, er
 		}
 		return 0, fmt.Errorf("ticket server %d: %w", s.offset-1, err)
 	}
+	s.stats.tickets.Add(1)
 	return id, nil
 }
 
