@@ -1,6 +1,9 @@
 package shardid
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // These errors can be returned by Parse, ID.UnmarshalText, ID.UnmarshalJSON
 // and ID.Scan (and their NullID counterparts).
@@ -28,6 +31,11 @@ var (
 	// ErrEpochInFuture is returned when a layout's epoch is after the
 	// current time.
 	ErrEpochInFuture = errors.New("shardid: epoch is in the future")
+
+	// ErrEpochRange is returned when a layout's epoch is before
+	// 1677-09-21T00:12:43.145224192Z, the earliest instant int64 nanoseconds
+	// since 1970 can hold. It wraps ErrInvalidLayout.
+	ErrEpochRange = fmt.Errorf("%w: epoch is before 1677-09-21T00:12:43.145224192Z, the earliest time int64 nanoseconds hold", ErrInvalidLayout)
 )
 
 // These errors can be returned by Layout.Compose and by a Generator.
@@ -121,4 +129,21 @@ var (
 	// so a child keyed to another database would otherwise land in the
 	// wrong place.
 	ErrWrongShard = errors.New("shardid: row belongs to another shard than the statement is routed to")
+)
+
+// These errors can be returned by AcquireLease, by a LeaseStore, and by the
+// generator of a Lease.
+var (
+	// ErrNoFreeWorker is returned when every worker id is leased by another
+	// process.
+	ErrNoFreeWorker = errors.New("shardid: no free worker id")
+
+	// ErrLeaseLost is returned by a leased generator when its lease could not
+	// be renewed in time (the store is gone, the network is cut, the process
+	// was paused), or was taken over, or was released. It issues no ID until
+	// the lease is renewed. A LeaseStore's Renew and Release, and
+	// Lease.Close, return it for a claim that is no longer current: its
+	// worker id was released or claimed again since, so its token no longer
+	// matches.
+	ErrLeaseLost = errors.New("shardid: worker id lease lost")
 )

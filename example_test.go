@@ -243,9 +243,10 @@ func ExampleAcquireLease() {
 	}
 	defer lease.Close(context.Background())
 	id, err := lease.Generator().Next(1341)
-	fmt.Println(lease.Worker(), layout.Decompose(id).Worker, err)
+	// The first claim of the file's worker id has fencing token 1.
+	fmt.Println(lease.Worker(), lease.Token(), layout.Decompose(id).Worker, err)
 	// Output:
-	// 5 5 <nil>
+	// 5 1 5 <nil>
 }
 
 func ExampleNewUUIDShortGenerator() {

@@ -184,9 +184,10 @@ func (g *Generator) fail(err error) error {
 }
 
 // clockBehind records that the clock read unit now, behind prevTick, the
-// last unit shard used. It reads the clock again first: a caller paused
-// between its reading and its use of the word sees a newer word than its
-// reading, with a clock that is fine.
+// last unit shard used. It reads the clock again first and counts only a
+// clock still behind: one reading off for a moment is not a step. On the
+// default clock, whose reading is taken after the word is loaded, only a
+// raised floor (a lease's) puts the last unit ahead of the clock.
 func (g *Generator) clockBehind(shard int, prevTick, now int64) {
 	if again, _, err := g.tick(); err == nil && again > now {
 		if again >= prevTick {
@@ -220,9 +221,13 @@ func (g *Generator) tooFarBehind(shard int, prevTick, now int64) error {
 // wait waits for shard's next unit, target, counting the wait and its time.
 func (g *Generator) wait(shard int, target int64) error {
 	c := &g.st.stats
-	start := g.now()
+	now := time.Now
+	if g.now != nil {
+		now = g.now // a fake clock's waits take fake time
+	}
+	start := now()
 	err := g.waitFor(target)
-	c.waitNanos.Add(int64(g.now().Sub(start)))
+	c.waitNanos.Add(int64(now().Sub(start)))
 	c.waits.Add(1)
 	c.mu.Lock()
 	if c.shardWaits == nil {

@@ -242,9 +242,8 @@ func TestGeneratorStatsClockBehind(t *testing.T) {
 	}
 }
 
-// TestGeneratorStatsStaleReading: a caller whose clock reading is older
-// than the word it then loads (it was paused between the two) has not seen
-// the clock go back; a second reading shows it, and nothing is counted.
+// TestGeneratorStatsStaleReading: a clock that reads behind once and is
+// back on the next reading has not stepped back; nothing is counted.
 func TestGeneratorStatsStaleReading(t *testing.T) {
 	c := newFakeClock(time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC))
 	stale := atomic.Bool{}

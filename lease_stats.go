@@ -88,6 +88,12 @@ type leaseStats struct {
 	failing bool       // the last renewal failed
 }
 
+func (l *Lease) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
 // expiresIn returns the validity the lease has left, or 0.
 func (l *Lease) expiresIn() time.Duration {
 	if l.guard.validTick.Load() < 0 {
@@ -101,10 +107,8 @@ func (l *Lease) expiresIn() time.Duration {
 func (l *Lease) renewed(start time.Time, err error) {
 	s := &l.stats
 	s.latency.observe(time.Since(start))
-	select {
-	case <-l.stop:
+	if l.isClosed() {
 		return // closed meanwhile: nothing to report
-	default:
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -171,11 +175,9 @@ func (l *Lease) Stats() LeaseStats {
 	s.mu.Lock()
 	lost, failing := s.lost, s.failing
 	s.mu.Unlock()
-	select {
-	case <-l.stop:
+	if l.isClosed() {
 		out.State, out.ExpiresIn = LeaseClosed, 0
 		return out
-	default:
 	}
 	switch {
 	case lost || out.ExpiresIn == 0:
