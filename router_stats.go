@@ -107,11 +107,12 @@ func countError(db *gorm.DB) {
 		return
 	}
 	rt := v.(route)
-	rt.r.failed(rt.shard, db.Error)
+	rt.r.failed(rt.shard, rt.db, db.Error)
 }
 
-// failed counts err, the error of a statement routed to shard.
-func (r *Router) failed(shard int, err error) {
+// failed counts err, the error of a statement routed to shard on database
+// db.
+func (r *Router) failed(shard, db int, err error) {
 	s := &r.stats
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound), errors.Is(err, context.Canceled):
@@ -120,10 +121,9 @@ func (r *Router) failed(shard int, err error) {
 		s.fenced.Add(1)
 		return
 	}
-	if shard < 0 || shard >= len(s.shardErrs) {
+	if shard < 0 || shard >= len(s.shardErrs) || db < 0 || db >= len(s.dbErrs) {
 		return
 	}
-	db := r.table.Load().dbOf[shard]
 	s.shardErrs[shard].Add(1)
 	s.dbErrs[db].Add(1)
 	if s.logger != nil {
@@ -172,7 +172,7 @@ type MoveStats struct {
 
 	// Stage is the last stage the move reached: "started", then as
 	// MoveOptions.OnStage says ("created", "copied", "fenced", "verified",
-	// "flipped"), or "failed".
+	// "sealed", "flipped"), or "failed".
 	Stage string
 
 	// Started is when the move started; Ended when it flipped or failed,
@@ -182,9 +182,9 @@ type MoveStats struct {
 	// RowsCopied counts the rows copied to the target, by every pass.
 	RowsCopied int64
 
-	// Fenced is how long the shard's old copy has refused writes for the
-	// move, so far or in all (until the flip, or until the fence was lifted
-	// after a failure).
+	// Fenced is how long the shard's old copy refused writes for the move
+	// before the flip (MoveResult.Fenced), so far while it runs, or until
+	// the move lifted its fence after a failure.
 	Fenced time.Duration
 
 	// Err is the move's error, when it failed.
@@ -274,14 +274,14 @@ func (m *moveRecorder) lifted() {
 	}
 }
 
-// fenceSet logs that shard's tables on database refuse writes until until
-// (for good when zero).
-func (r *Router) fenceSet(shard int, database string, until time.Time) {
+// fenceSet logs that shard's tables on database refuse writes for d (for
+// good when 0), as the database's clock judges it.
+func (r *Router) fenceSet(shard int, database string, d time.Duration) {
 	attrs := []slog.Attr{slog.Int("shard", shard), slog.String("database", database)}
-	if until.IsZero() {
+	if d == 0 {
 		attrs = append(attrs, slog.Bool("for_good", true))
 	} else {
-		attrs = append(attrs, slog.Time("until", until))
+		attrs = append(attrs, slog.Duration("for", d))
 	}
 	logEvent(r.stats.logger, slog.LevelInfo, EventFenceSet, attrs...)
 }

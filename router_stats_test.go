@@ -121,8 +121,8 @@ func dropMonSchemas(t *testing.T, dbs ...*gorm.DB) {
 }
 
 // TestMoveStatsAndEvents moves a shard twice between two PostgreSQL
-// databases: the first move fails after its fence (its fence is too short
-// to flip safely), the second succeeds. Router.Stats follows each move and
+// databases: the first move fails after its fence (a fence of 1ms lapses
+// before the move can seal the old copy), the second succeeds. Router.Stats follows each move and
 // the router's logger gets the fence set, lifted, and the move's outcome; a
 // router still on the old map counts the write the old copy refuses.
 func TestMoveStatsAndEvents(t *testing.T) {
@@ -163,8 +163,8 @@ func TestMoveStatsAndEvents(t *testing.T) {
 	progressed := 0
 	_, err := r.MoveShard(ctx, nil, shard, to, shardid.MoveOptions{Models: []any{&MonRow{}}, FenceFor: time.Millisecond,
 		OnStage: func(s string) { stages = append(stages, s) }, Progress: func(string, int64) { progressed++ }})
-	if err == nil {
-		t.Fatal("a move with a 1ms fence succeeded")
+	if !errors.Is(err, shardid.ErrFenceLapsed) {
+		t.Fatalf("a move with a 1ms fence: %v, want ErrFenceLapsed", err)
 	}
 	s := r.Stats()
 	if len(s.Moves) != 1 {
@@ -206,9 +206,13 @@ func TestMoveStatsAndEvents(t *testing.T) {
 	for _, e := range ev {
 		msgs = append(msgs, e.msg)
 	}
+	// The fence for the move, then the seal: the old copy fenced for good.
 	if want := []string{shardid.EventFenceSet, shardid.EventFenceLifted, shardid.EventMoveFailed,
-		shardid.EventFenceSet, shardid.EventShardMoved}; !slices.Equal(msgs, want) {
-		t.Errorf("logged %q, want %q", msgs, want)
+		shardid.EventFenceSet, shardid.EventFenceSet, shardid.EventShardMoved}; !slices.Equal(msgs, want) {
+		t.Fatalf("logged %q, want %q", msgs, want)
+	}
+	if seal := ev[len(ev)-2]; !seal.attrs["for_good"].Bool() || seal.attrs["database"].String() != from {
+		t.Errorf("the seal: %+v", seal.attrs)
 	}
 	if last := ev[len(ev)-1]; last.attrs["rows_copied"].Int64() != 2*(rows+1) || last.attrs["to"].String() != to {
 		t.Errorf("the moved event: %+v", last.attrs)

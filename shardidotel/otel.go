@@ -120,7 +120,7 @@ var insts = [numInsts]inst{
 }
 
 // moveStages are the stages a move reports, in order.
-var moveStages = []string{"started", "created", "copied", "fenced", "verified", "flipped", "failed"}
+var moveStages = []string{"started", "created", "copied", "fenced", "verified", "sealed", "flipped", "failed"}
 
 // Register creates the instruments on meter and registers the callback that
 // reports src at each collection. Unregister the result to stop. The maps

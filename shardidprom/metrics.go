@@ -58,7 +58,7 @@ var (
 	routerGather = desc("shardid_router_gather_duration_seconds",
 		"Time each Gather fan-out took.", "router")
 	moveStage = desc("shardid_move_stage",
-		"1 for the stage the last move of a shard reached (started, created, copied, fenced, verified, flipped, failed), 0 for the others.", "router", "shard", "stage")
+		"1 for the stage the last move of a shard reached (started, created, copied, fenced, verified, sealed, flipped, failed), 0 for the others.", "router", "shard", "stage")
 	moveRows = desc("shardid_move_rows_copied",
 		"Rows the last move of a shard copied, by all its passes.", "router", "shard")
 	moveFenced = desc("shardid_move_fenced_seconds",
@@ -96,7 +96,7 @@ var allDescs = []*prometheus.Desc{
 }
 
 // moveStages are the stages a move reports, in order.
-var moveStages = []string{"started", "created", "copied", "fenced", "verified", "flipped", "failed"}
+var moveStages = []string{"started", "created", "copied", "fenced", "verified", "sealed", "flipped", "failed"}
 
 func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
