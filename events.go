@@ -35,13 +35,14 @@ const (
 	EventLeaseReacquired = "shardid: lease reacquired"
 
 	// EventFenceSet is logged (at Info) by a Router with a Logger when
-	// Fence, or a move, fences a shard's tables on the database that holds
-	// them: writes to them fail with ErrShardMoving.
+	// reshard.Fence, or a move, fences a shard's tables on the database that
+	// holds them (attribute for, or for_good for a moved shard's old copy):
+	// writes to them fail with ErrShardMoving.
 	EventFenceSet = "shardid: fence set"
 
 	// EventFenceLifted is logged (at Warn) by a Router with a Logger when
-	// Unfence lifts a fence, as a move that failed before its flip does:
-	// the shard stays where it was and takes writes again.
+	// reshard.Unfence lifts a fence, as a move that failed before its flip
+	// does: the shard stays where it was and takes writes again.
 	EventFenceLifted = "shardid: fence lifted"
 
 	// EventShardMoved is logged (at Info) by a Router with a Logger when a

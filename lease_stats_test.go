@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/redislease"
 )
 
 // logRecorder is a slog.Handler that keeps every record, for tests that
@@ -152,7 +153,7 @@ func TestLeaseStatsAndEvents(t *testing.T) {
 	h := &logRecorder{}
 	// Renewals every 500ms; the lease is valid for 1.2s after one.
 	const ttl = 1500 * time.Millisecond
-	a, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &shardid.RedisLeaseStore{Client: viaProxy},
+	a, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &redislease.Store{Client: viaProxy},
 		Layout: shardid.Instagram, TTL: ttl, Owner: "a", Logger: slog.New(h)})
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +192,7 @@ func TestLeaseStatsAndEvents(t *testing.T) {
 	// B takes the worker id over once A's lease expired in the store.
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	b, err := shardid.AcquireLease(wctx, shardid.LeaseConfig{Store: &shardid.RedisLeaseStore{Client: direct},
+	b, err := shardid.AcquireLease(wctx, shardid.LeaseConfig{Store: &redislease.Store{Client: direct},
 		Layout: shardid.Instagram, TTL: ttl, Owner: "b", Wait: true})
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +245,7 @@ func TestLeaseStatsStoreDown(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	h := &logRecorder{}
-	l, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &shardid.RedisLeaseStore{Client: c},
+	l, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &redislease.Store{Client: c},
 		Layout: shardid.Instagram, TTL: 600 * time.Millisecond, Logger: slog.New(h)})
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +283,7 @@ func TestLeaseStatsStoreForgot(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	h := &logRecorder{}
-	l, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &shardid.RedisLeaseStore{Client: c},
+	l, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: &redislease.Store{Client: c},
 		Layout: shardid.Instagram, TTL: 600 * time.Millisecond, Logger: slog.New(h)})
 	if err != nil {
 		t.Fatal(err)

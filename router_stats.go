@@ -69,8 +69,8 @@ type routerStats struct {
 	gather      durationHist
 	errLog      eventLimiter
 	mu          sync.Mutex // protects moves
-	moves       []*moveRecorder
-	moveByShard map[int]*moveRecorder
+	moves       []*MoveRecord
+	moveByShard map[int]*MoveRecord
 }
 
 // registerStats adds the callbacks that count the errors of routed
@@ -117,7 +117,7 @@ func (r *Router) failed(shard, db int, err error) {
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound), errors.Is(err, context.Canceled):
 		return
-	case errors.Is(err, ErrShardMoving) || strings.Contains(err.Error(), fenceMessage):
+	case errors.Is(err, ErrShardMoving) || strings.Contains(err.Error(), FenceMessage):
 		s.fenced.Add(1)
 		return
 	}
@@ -164,15 +164,15 @@ func (r *Router) Stats() RouterStats {
 	return out
 }
 
-// MoveStats is the progress of a move of a logical shard, as MoveShard
-// reports it.
+// MoveStats is the progress of a move of a logical shard, as the mover
+// (reshard.MoveShard) records it.
 type MoveStats struct {
 	Shard    int
 	From, To string
 
 	// Stage is the last stage the move reached: "started", then as
-	// MoveOptions.OnStage says ("created", "copied", "fenced", "verified",
-	// "sealed", "flipped"), or "failed".
+	// reshard.MoveOptions.OnStage says ("created", "copied", "fenced",
+	// "verified", "sealed", "flipped"), or "failed".
 	Stage string
 
 	// Started is when the move started; Ended when it flipped or failed,
@@ -183,7 +183,7 @@ type MoveStats struct {
 	RowsCopied int64
 
 	// Fenced is how long the shard's old copy refused writes for the move
-	// before the flip (MoveResult.Fenced), so far while it runs, or until
+	// before the flip (reshard.MoveResult.Fenced), so far while it runs, or until
 	// the move lifted its fence after a failure.
 	Fenced time.Duration
 
@@ -191,8 +191,11 @@ type MoveStats struct {
 	Err error
 }
 
-// moveRecorder follows one move for Router.Stats and logs its events.
-type moveRecorder struct {
+// MoveRecord is the record of one move of a logical shard, which
+// Router.Stats reports and whose events go to the router's Logger. A mover
+// (package reshard) makes it with Router.RecordMove and tells it what the
+// move reached. Its methods are safe for concurrent use.
+type MoveRecord struct {
 	r      *Router
 	logger *slog.Logger
 
@@ -203,28 +206,29 @@ type moveRecorder struct {
 	lastTable map[string]int64 // rows copied so far by the current pass, per table
 }
 
-// startMove records the start of a move of shard from one database to
-// another and returns its recorder.
-func (r *Router) startMove(shard int, from, to string) *moveRecorder {
-	m := &moveRecorder{r: r, logger: r.stats.logger, lastTable: map[string]int64{},
+// RecordMove records the start of a move of logical shard from the
+// database named from to the one named to, and returns its record. The
+// record replaces that of an earlier move of the shard in Stats.
+func (r *Router) RecordMove(shard int, from, to string) *MoveRecord {
+	m := &MoveRecord{r: r, logger: r.stats.logger, lastTable: map[string]int64{},
 		st: MoveStats{Shard: shard, From: from, To: to, Stage: "started", Started: time.Now()}}
 	s := &r.stats
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old := s.moveByShard[shard]; old != nil {
-		s.moves = slices.DeleteFunc(s.moves, func(x *moveRecorder) bool { return x == old })
+		s.moves = slices.DeleteFunc(s.moves, func(x *MoveRecord) bool { return x == old })
 	}
 	if s.moveByShard == nil {
-		s.moveByShard = make(map[int]*moveRecorder)
+		s.moveByShard = make(map[int]*MoveRecord)
 	}
 	s.moveByShard[shard] = m
 	s.moves = append(s.moves, m)
 	return m
 }
 
-// stage records that the move reached stage. The copies of a later stage
+// Stage records that the move reached stage. The copies of a later stage
 // are new passes over the tables.
-func (m *moveRecorder) stage(stage string) {
+func (m *MoveRecord) Stage(stage string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.Stage = stage
@@ -234,9 +238,10 @@ func (m *moveRecorder) stage(stage string) {
 	}
 }
 
-// progress returns a MoveOptions.Progress that counts the rows copied and
-// then calls user, if not nil.
-func (m *moveRecorder) progress(user func(table string, copied int64)) func(string, int64) {
+// Progress returns a progress callback (reshard.MoveOptions.Progress) that
+// counts the rows copied, copied being the rows of table copied so far in
+// the current pass, and then calls user, if not nil.
+func (m *MoveRecord) Progress(user func(table string, copied int64)) func(table string, copied int64) {
 	return func(table string, copied int64) {
 		m.mu.Lock()
 		if copied < m.lastTable[table] { // a new pass over the table within a stage
@@ -255,28 +260,36 @@ func (m *moveRecorder) progress(user func(table string, copied int64)) func(stri
 	}
 }
 
-// fenced records that the old copy now refuses writes.
-func (m *moveRecorder) fenced() {
+// Fenced records that the move's fence is set: the old copy refuses writes
+// from now on, and logs the event.
+func (m *MoveRecord) Fenced(d time.Duration) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.fencedAt = time.Now()
+	st := m.st
+	m.mu.Unlock()
+	m.r.LogFenceSet(st.Shard, st.From, d)
 }
 
-// lifted records that the fence of a move that did not flip was lifted, or
-// tried to be: the old copy is writable again, at once or when the fence
-// runs out.
-func (m *moveRecorder) lifted() {
+// Lifted records that a move that could not finish gave up its fence: the
+// old copy is writable again, at once when lifted (and the event is logged),
+// or when the fence runs out.
+func (m *MoveRecord) Lifted(lifted bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if !m.fencedAt.IsZero() {
 		m.st.Fenced = time.Since(m.fencedAt)
 		m.fencedAt = time.Time{}
 	}
+	st := m.st
+	m.mu.Unlock()
+	if lifted {
+		m.r.LogFenceLifted(st.Shard, st.From)
+	}
 }
 
-// fenceSet logs that shard's tables on database refuse writes for d (for
-// good when 0), as the database's clock judges it.
-func (r *Router) fenceSet(shard int, database string, d time.Duration) {
+// LogFenceSet logs (EventFenceSet) that the tables of logical shard on the
+// database named database refuse writes for d (for good when 0), as the
+// database's clock judges it. Package reshard calls it.
+func (r *Router) LogFenceSet(shard int, database string, d time.Duration) {
 	attrs := []slog.Attr{slog.Int("shard", shard), slog.String("database", database)}
 	if d == 0 {
 		attrs = append(attrs, slog.Bool("for_good", true))
@@ -286,14 +299,16 @@ func (r *Router) fenceSet(shard int, database string, d time.Duration) {
 	logEvent(r.stats.logger, slog.LevelInfo, EventFenceSet, attrs...)
 }
 
-// fenceLifted logs that shard's tables on database take writes again.
-func (r *Router) fenceLifted(shard int, database string) {
+// LogFenceLifted logs (EventFenceLifted) that the tables of logical shard
+// on the database named database take writes again. Package reshard calls
+// it.
+func (r *Router) LogFenceLifted(shard int, database string) {
 	logEvent(r.stats.logger, slog.LevelWarn, EventFenceLifted, slog.Int("shard", shard), slog.String("database", database))
 }
 
-// finish records the end of the move: fenced is the time the old copy
-// refused writes until the flip, when it flipped.
-func (m *moveRecorder) finish(fenced time.Duration, err error) {
+// Finish records the end of the move, and logs it: err is its error, or
+// nil when it flipped, after the old copy refused writes for fenced.
+func (m *MoveRecord) Finish(fenced time.Duration, err error) {
 	m.mu.Lock()
 	m.st.Ended = time.Now()
 	reached := m.st.Stage
@@ -319,7 +334,7 @@ func (m *moveRecorder) finish(fenced time.Duration, err error) {
 		slog.Duration("took", st.Ended.Sub(st.Started)))
 }
 
-func (m *moveRecorder) snapshot() MoveStats {
+func (m *MoveRecord) snapshot() MoveStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.st
