@@ -106,4 +106,3 @@ func TestRouterStatsDatabaseDown(t *testing.T) {
 		t.Errorf("logged %+v, want one routed-statement failure on pgown (the others held back)", ev)
 	}
 }
-
