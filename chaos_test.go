@@ -1,0 +1,665 @@
+package shardid_test
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+var (
+	chaosSeedFlag     = flag.Int64("chaos.seed", 0, "seed of TestChaos's faults (0: from the time; the seed is printed)")
+	chaosDurationFlag = flag.Duration("chaos.duration", 30*time.Second, "how long TestChaos injects faults")
+)
+
+// The fault test, in the spirit of Jepsen. Six writer processes (this test
+// binary, re-executed) take worker ids from three lease stores, a
+// PostgreSQL, a MariaDB and a Redis of the test's own, two processes per
+// store, and write batches of rows with the GORM plugin through routers of
+// their own into two PostgreSQL instances of the test's own, a schema per
+// logical shard, following a catalog. Meanwhile a driver, from a seed, picks
+// faults at random:
+//
+//   - pause: SIGSTOP a writer for 1.3 to 3 times the lease TTL, then SIGCONT;
+//   - kill: SIGKILL a writer and start a new one in its place, which prefers
+//     the worker id of a paused writer of its store when there is one;
+//   - restart: kill one of the four servers (both data databases, the
+//     catalog's among them, are lease stores or hold the catalog) and start
+//     it again;
+//   - clock: set a writer's clock (its generator's, WithClock) back or
+//     forward by up to 1.5s;
+//   - move: move two logical shards at once, each by a router of its own
+//     (two operators), to the other database, while the writers write to
+//     every shard; the old copies are dropped once the moves are done.
+//
+// Some writers of one store share their Owner name, as pods configured with
+// the same name would. The checker (chaos_check_test.go) then judges the
+// logs of every writer against every row of every table. The seed is
+// printed; -chaos.seed=N replays the same choices (the timing of a busy
+// machine differs from run to run), -chaos.duration=10m runs longer.
+func TestChaos(t *testing.T) {
+	d := *chaosDurationFlag
+	if testing.Short() && d == 30*time.Second {
+		d = 10 * time.Second
+	}
+	seed := *chaosSeedFlag
+	if seed == 0 {
+		seed = time.Now().UnixNano() % 1_000_000_000
+	}
+	t.Logf("chaos seed %d, duration %v (replay: go test -run '^TestChaos$' -chaos.seed=%d -chaos.duration=%v .)", seed, d, seed, d)
+	fmt.Fprintf(os.Stderr, "TestChaos: seed %d, duration %v\n", seed, d)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+
+	c := startChaosCluster(t, true)
+	var writers []chaosWriterSpec
+	for i := range 6 {
+		st := []string{"postgres", "mysql", "redis"}[i%3]
+		owner := ""
+		if rng.IntN(2) == 0 {
+			owner = "pod-" + st // the same name in two processes
+		}
+		writers = append(writers, chaosWriterSpec{mode: "lease", store: st, owner: owner, prefer: -1})
+	}
+	run := c.run(chaosRun{seed: seed, rng: rng, duration: d, writers: writers, faults: true})
+	run.report(t)
+	if len(run.verdict.Violations) > 0 {
+		t.Errorf("chaos seed %d: replay with -chaos.seed=%d -chaos.duration=%v", seed, seed, d)
+	}
+}
+
+// The checker fails a broken configuration: two processes that write with
+// one worker id, without a lease ("static"), or with a lease from a store
+// that gives the same worker id to every claimant ("liar"). Both write to
+// one shard, so that the shared worker id makes equal IDs.
+func TestChaosCheckerCatchesSharedWorker(t *testing.T) {
+	c := startChaosCluster(t, false)
+	for _, mode := range []string{"static", "liar"} {
+		t.Run(mode, func(t *testing.T) {
+			c.reset(t)
+			w := chaosWriterSpec{mode: mode, store: "postgres", prefer: 0, oneShard: true}
+			run := c.run(chaosRun{seed: 1, rng: rand.New(rand.NewPCG(1, 1)), duration: 4 * time.Second,
+				writers: []chaosWriterSpec{w, w}})
+			v := run.verdict
+			t.Logf("%d IDs, %d acknowledged, %d rows; %d violations", v.IDs, v.Acked, v.Rows, len(v.Violations))
+			var overlap, dups int
+			for _, s := range v.Violations {
+				switch {
+				case strings.Contains(s, "held twice at once"):
+					overlap++
+				case strings.Contains(s, "issued twice"), strings.Contains(s, "duplicate key"):
+					dups++
+				}
+			}
+			if overlap == 0 || dups == 0 {
+				t.Errorf("the checker found %d overlapping claims and %d duplicates, want both; violations: %q",
+					overlap, dups, v.Violations[:min(5, len(v.Violations))])
+			}
+			if v.Acked == 0 {
+				t.Error("nothing was written")
+			}
+		})
+	}
+}
+
+// chaosCluster is the servers of one fault test: two PostgreSQL data
+// databases (pg1 holds the catalog too), and the lease stores.
+type chaosCluster struct {
+	t        *testing.T
+	dir      string
+	pg1, pg2 *pgInstance
+	maria    *mariaDBInstance
+	redis    *redisInstance
+	dbs      []*gorm.DB // the driver's connections to pg1 and pg2
+	catalog  *shardid.Catalog
+	procs    int // writer processes started, for unique process numbers
+}
+
+// startChaosCluster starts the servers; all adds MariaDB and Redis to the
+// PostgreSQL lease store.
+func startChaosCluster(t *testing.T, all bool) *chaosCluster {
+	c := &chaosCluster{t: t, dir: t.TempDir()}
+	c.pg1 = startPostgresInstance(t)
+	c.pg2 = startPostgresInstance(t)
+	if all {
+		c.maria = startMariaDBInstance(t)
+		c.redis = startRedisInstance(t)
+	}
+	for _, pg := range []*pgInstance{c.pg1, c.pg2} {
+		db, err := gorm.Open(postgres.Open(pg.DSN()), gormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB, _ := db.DB()
+		sqlDB.SetConnMaxIdleTime(time.Second)
+		closeAtEnd(t, db)
+		c.dbs = append(c.dbs, db)
+	}
+	c.catalog = chaosCatalog(c.dbs[0])
+	c.reset(t)
+	return c
+}
+
+// reset drops the shards, the catalog and the leases, and sets up the
+// shards afresh, 0-3 on pg1 and 4-7 on pg2.
+func (c *chaosCluster) reset(t *testing.T) {
+	ctx := context.Background()
+	for _, db := range c.dbs {
+		for s := range chaosShards {
+			c.retry(func() error { return db.Exec(fmt.Sprintf("DROP SCHEMA IF EXISTS chaos_%04d CASCADE", s)).Error })
+		}
+		c.retry(func() error { return db.Exec("DROP TABLE IF EXISTS chaos_workers").Error })
+	}
+	c.retry(func() error {
+		return c.dbs[0].Exec("DROP TABLE IF EXISTS chaos_catalog, chaos_catalog_version, chaos_catalog_setup").Error
+	})
+	r := c.router(t)
+	if err := r.Migrate(ctx, &ChaosA{}, &ChaosB{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.catalog.Save(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// retry runs f until it succeeds, for up to 30s: right after a restart, the
+// pool may still hold broken connections.
+func (c *chaosCluster) retry(f func() error) {
+	c.t.Helper()
+	var err error
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(100 * time.Millisecond) {
+		if err = f(); err == nil {
+			return
+		}
+	}
+	c.t.Fatal(err)
+}
+
+// router returns a new router over the driver's connections, without a
+// plugin, on the initial map.
+func (c *chaosCluster) router(t testing.TB) *shardid.Router {
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// chaosStores are the lease stores, with the slice of worker ids each
+// gives out.
+var chaosStores = map[string]struct{ offset, size int }{
+	"postgres": {0, 8}, "mysql": {8, 8}, "redis": {16, 8},
+}
+
+func (c *chaosCluster) storeAddr(kind string) string {
+	switch kind {
+	case "postgres":
+		return c.pg2.DSN()
+	case "mysql":
+		return c.maria.DSN("test")
+	case "redis":
+		return c.redis.Addr()
+	}
+	c.t.Fatalf("no store %q", kind)
+	return ""
+}
+
+// chaosWriterSpec describes a writer slot.
+type chaosWriterSpec struct {
+	mode     string // "lease", "static" or "liar"
+	store    string
+	owner    string // "" for the default, unique per process
+	prefer   int    // worker id to prefer (the worker id itself in static mode)
+	oneShard bool   // write to shard 0 only
+}
+
+// chaosProc is a running writer process.
+type chaosProc struct {
+	id       int
+	spec     chaosWriterSpec
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	done     chan struct{}
+	worker   atomic.Int64 // -1 until the process says
+	paused   bool
+	pausedAt time.Time
+	resume   time.Time // when a paused process gets SIGCONT
+	offset   time.Duration
+	exited   bool
+	started  time.Time
+}
+
+func (c *chaosCluster) startWriter(spec chaosWriterSpec, seed int64) *chaosProc {
+	c.procs++
+	p := &chaosProc{id: c.procs, spec: spec, done: make(chan struct{}), started: time.Now()}
+	p.worker.Store(-1)
+	st := chaosStores[spec.store]
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosHelper$", "-test.v=false")
+	cmd.Env = append(os.Environ(),
+		"SHARDID_CHAOS_MODE="+spec.mode,
+		"SHARDID_CHAOS_PROC="+strconv.Itoa(p.id),
+		"SHARDID_CHAOS_LOG="+filepath.Join(c.dir, fmt.Sprintf("writer%03d.log", p.id)),
+		"SHARDID_CHAOS_SEED="+strconv.FormatInt(seed, 10),
+		"SHARDID_CHAOS_STORE="+spec.store,
+		"SHARDID_CHAOS_STORE_ADDR="+c.storeAddr(spec.store),
+		"SHARDID_CHAOS_OFFSET="+strconv.Itoa(st.offset),
+		"SHARDID_CHAOS_GROUP="+strconv.Itoa(st.size),
+		"SHARDID_CHAOS_OWNER="+spec.owner,
+		"SHARDID_CHAOS_PREFER="+strconv.Itoa(spec.prefer),
+		"SHARDID_CHAOS_ONE_SHARD="+strconv.FormatBool(spec.oneShard),
+		"SHARDID_CHAOS_DB1="+c.pg1.DSN(),
+		"SHARDID_CHAOS_DB2="+c.pg2.DSN(),
+	)
+	cmd.Stderr = os.Stderr
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		c.t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	p.cmd = cmd
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var w int
+			if _, err := fmt.Sscanf(sc.Text(), "worker %d", &w); err == nil {
+				p.worker.Store(int64(w))
+			}
+		}
+		cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// chaosRun is one run of writers, with or without faults.
+type chaosRun struct {
+	seed     int64
+	rng      *rand.Rand
+	duration time.Duration
+	writers  []chaosWriterSpec
+	faults   bool
+
+	faultCounts map[string]int
+	moves       []string
+	started     int
+	verdict     chaosVerdict
+	history     chaosHistory
+	checkTook   time.Duration
+}
+
+// run starts the writers, injects faults for r.duration, stops the writers
+// and judges what they did.
+func (c *chaosCluster) run(r chaosRun) *chaosRun {
+	t := c.t
+	r.faultCounts = map[string]int{}
+	first := c.procs
+	procs := make([]*chaosProc, len(r.writers))
+	for i, w := range r.writers {
+		procs[i] = c.startWriter(w, r.rng.Int64())
+	}
+	t.Cleanup(func() { // on a failure midway
+		for _, p := range procs {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.cmd.Process.Kill()
+		}
+	})
+
+	kinds := []string{"pause", "kill", "restart", "clock", "move"}
+	var plan []string // the first faults: every kind once, in a random order
+	for _, i := range r.rng.Perm(len(kinds)) {
+		plan = append(plan, kinds[i])
+	}
+	var (
+		moving    sync.WaitGroup
+		movesBusy atomic.Bool
+		movesMu   sync.Mutex
+		leftovers = map[int]string{} // shard → database holding its old copy
+	)
+	restarts := map[int]time.Time{} // slot → when its killed writer is replaced
+	end := time.Now().Add(r.duration)
+	next := time.Now().Add(time.Second)
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		for i, p := range procs {
+			if p.paused && now.After(p.resume) {
+				p.cmd.Process.Signal(syscall.SIGCONT)
+				p.paused = false
+			}
+			if at, ok := restarts[i]; ok && now.After(at) {
+				delete(restarts, i)
+				spec := r.writers[i]
+				spec.prefer = int(p.worker.Load())
+				for _, q := range procs { // take over a paused writer's worker id
+					if q.paused && q.spec.store == spec.store && q.worker.Load() >= 0 && now.Sub(q.pausedAt) > chaosTTL {
+						spec.prefer = int(q.worker.Load())
+					}
+				}
+				procs[i] = c.startWriter(spec, r.rng.Int64())
+				r.started++
+			}
+		}
+		if !r.faults || now.Before(next) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		next = now.Add(time.Duration(300+r.rng.IntN(1700)) * time.Millisecond)
+		kind := kinds[r.rng.IntN(len(kinds))]
+		if len(plan) > 0 {
+			kind, plan = plan[0], plan[1:]
+		}
+		if kind == "move" && movesBusy.Load() {
+			kind = "clock"
+		}
+		var running []int
+		for i, p := range procs {
+			if _, dead := restarts[i]; !dead && !p.paused {
+				running = append(running, i)
+			}
+		}
+		if (kind == "pause" || kind == "kill" || kind == "clock") && len(running) == 0 {
+			kind = "restart"
+		}
+		r.faultCounts[kind]++
+		switch kind {
+		case "pause":
+			p := procs[running[r.rng.IntN(len(running))]]
+			p.cmd.Process.Signal(syscall.SIGSTOP)
+			p.paused, p.pausedAt = true, now
+			p.resume = now.Add(chaosTTL*13/10 + time.Duration(r.rng.Int64N(int64(chaosTTL)*17/10)))
+		case "kill":
+			i := running[r.rng.IntN(len(running))]
+			procs[i].cmd.Process.Kill()
+			<-procs[i].done
+			restarts[i] = now.Add(time.Duration(r.rng.IntN(1000)) * time.Millisecond)
+		case "clock":
+			p := procs[running[r.rng.IntN(len(running))]]
+			p.offset = time.Duration(r.rng.Int64N(int64(3*time.Second))) - 1500*time.Millisecond
+			fmt.Fprintf(p.stdin, "clock %d\n", int64(p.offset))
+		case "restart":
+			servers := []string{"pg1", "pg2", "mariadb", "redis"}
+			s := servers[r.rng.IntN(len(servers))]
+			r.faultCounts["restart "+s]++
+			down := time.Duration(100+r.rng.IntN(1400)) * time.Millisecond
+			switch s {
+			case "pg1":
+				c.pg1.Stop()
+				time.Sleep(down)
+				c.pg1.Start()
+			case "pg2":
+				c.pg2.Stop()
+				time.Sleep(down)
+				c.pg2.Start()
+			case "mariadb":
+				c.maria.Stop()
+				time.Sleep(down)
+				c.maria.Start()
+			case "redis":
+				c.redis.Stop()
+				time.Sleep(down)
+				c.redis.Start()
+			}
+		case "move":
+			movesMu.Lock()
+			c.dropLeftovers(leftovers)
+			var free []int
+			for s := range chaosShards {
+				if _, ok := leftovers[s]; !ok {
+					free = append(free, s)
+				}
+			}
+			movesMu.Unlock()
+			if len(free) < 2 {
+				r.faultCounts["move skipped"]++
+				break
+			}
+			r.rng.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+			movesBusy.Store(true)
+			var pair sync.WaitGroup
+			for _, shard := range free[:2] {
+				pair.Add(1)
+				moving.Add(1)
+				go func() {
+					defer moving.Done()
+					defer pair.Done()
+					msg, from, ok := c.moveOnce(shard)
+					movesMu.Lock()
+					r.moves = append(r.moves, msg)
+					if ok {
+						leftovers[shard] = from
+					}
+					movesMu.Unlock()
+				}()
+			}
+			go func() { pair.Wait(); movesBusy.Store(false) }()
+		}
+	}
+	moving.Wait()
+
+	// The end: every writer resumes and stops cleanly; then the checker.
+	for i, p := range procs {
+		if _, dead := restarts[i]; dead {
+			continue
+		}
+		if p.paused {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.paused = false
+		}
+		p.stdin.Close()
+	}
+	for i, p := range procs {
+		if _, dead := restarts[i]; dead {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-time.After(60 * time.Second):
+			t.Errorf("writer %d did not stop within 60s of its standard input closing; killed", p.id)
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	r.started += len(r.writers)
+
+	start := time.Now()
+	for id := first + 1; id <= c.procs; id++ {
+		if err := readChaosLog(filepath.Join(c.dir, fmt.Sprintf("writer%03d.log", id)), &r.history); err != nil {
+			t.Fatal(err)
+		}
+	}
+	final, rows := c.snapshot(t)
+	r.verdict = chaosCheck(r.history, rows, final)
+	c.readBack(t, &r, final)
+	r.checkTook = time.Since(start)
+	return &r
+}
+
+// moveOnce moves shard to the other database with a router of its own,
+// loaded from the catalog, as an operator's command would. It returns what
+// happened, the database it left, and whether it moved.
+func (c *chaosCluster) moveOnce(shard int) (string, string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		return fmt.Sprintf("shard %d: %v", shard, err), "", false
+	}
+	m, _, err := c.catalog.Load(ctx, r)
+	if err == nil {
+		err = r.SetMap(m)
+	}
+	if err != nil {
+		return fmt.Sprintf("shard %d: loading the catalog: %v", shard, err), "", false
+	}
+	from := r.DatabaseName(shard)
+	to := "pg2"
+	if from == "pg2" {
+		to = "pg1"
+	}
+	res, err := r.MoveShard(ctx, c.catalog, shard, to, shardid.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
+		Batch: 200, FenceFor: 30 * time.Second})
+	if err != nil {
+		return fmt.Sprintf("shard %d %s→%s failed: %v", shard, from, to, err), "", false
+	}
+	rows := int64(0)
+	for _, tc := range res.Tables {
+		rows += tc.Rows
+	}
+	return fmt.Sprintf("shard %d %s→%s: %d rows, fenced %v, catalog v%d", shard, from, to, rows, res.Fenced.Round(time.Millisecond), res.Version), from, true
+}
+
+// dropLeftovers drops the old copies of moved shards that the catalog no
+// longer names, so that a shard can move back.
+func (c *chaosCluster) dropLeftovers(leftovers map[int]string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := c.router(c.t)
+	m, _, err := c.catalog.Load(ctx, r)
+	if err != nil || r.SetMap(m) != nil {
+		return
+	}
+	for shard, from := range leftovers {
+		if r.DatabaseName(shard) == from {
+			continue // the catalog names it (a move was undone): keep it
+		}
+		if err := r.DropShardCopy(ctx, shard, from); err == nil {
+			delete(leftovers, shard)
+		}
+	}
+}
+
+// snapshot returns the catalog's final map and every row of every shard
+// table on both databases.
+func (c *chaosCluster) snapshot(t *testing.T) ([]int, []chaosRow) {
+	ctx := context.Background()
+	r := c.router(t)
+	var final []int
+	c.retry(func() error {
+		m, _, err := c.catalog.Load(ctx, r)
+		final = m
+		return err
+	})
+	var rows []chaosRow
+	for d, db := range c.dbs {
+		for s := range chaosShards {
+			for _, table := range chaosTables {
+				var exists bool
+				c.retry(func() error {
+					return db.Raw("SELECT to_regclass(?) IS NOT NULL", fmt.Sprintf("chaos_%04d.%s", s, table)).Scan(&exists).Error
+				})
+				if !exists {
+					continue
+				}
+				var got []struct {
+					ID      shardid.ID
+					UserID  int64
+					Proc    int
+					Attempt int64
+					Idx     int
+				}
+				c.retry(func() error {
+					got = got[:0]
+					return db.Raw(fmt.Sprintf("SELECT id, user_id, proc, attempt, idx FROM chaos_%04d.%s", s, table)).Scan(&got).Error
+				})
+				for _, g := range got {
+					rows = append(rows, chaosRow{DB: d, Shard: s, Table: table, ID: g.ID, Key: g.UserID, Proc: g.Proc, Attempt: g.Attempt, Idx: g.Idx})
+				}
+			}
+		}
+	}
+	return final, rows
+}
+
+// readBack reads a sample of the acknowledged rows through a router that
+// follows the catalog, as an application would.
+func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt := c.router(t)
+	if err := rt.Follow(ctx, c.catalog, time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if m := rt.Map(); !slices.Equal(m, final) {
+		r.verdict.fail("a following router has the map %v, the catalog %v", m, final)
+	}
+	var acked []chaosAttempt
+	for _, a := range r.history.Attempts {
+		if a.Outcome == "ack" {
+			acked = append(acked, a)
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(r.seed), 2))
+	for range min(200, len(acked)) {
+		a := acked[rng.IntN(len(acked))]
+		i := rng.IntN(len(a.Rows))
+		id := a.Rows[i].ID
+		var got ChaosA
+		var err error
+		if a.Table == "chaos_bs" {
+			var b ChaosB
+			err = rt.Get(ctx, &b, id)
+			got = ChaosA(b)
+		} else {
+			err = rt.Get(ctx, &got, id)
+		}
+		if err != nil || got.Proc != a.Proc || got.Attempt != a.Seq || got.Idx != i {
+			r.verdict.fail("reading acknowledged row %v of process %d attempt %d through the router: %+v, %v", id, a.Proc, a.Seq, got, err)
+		}
+	}
+}
+
+// report logs what the run did and fails the test with the violations.
+func (r *chaosRun) report(t *testing.T) {
+	t.Helper()
+	v := r.verdict
+	var kinds []string
+	for k, n := range r.faultCounts {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(kinds)
+	var other []string
+	for k, n := range r.history.Other {
+		other = append(other, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(other)
+	t.Logf("seed %d, %v: faults %s", r.seed, r.duration, strings.Join(kinds, " "))
+	t.Logf("writer processes %d; claims %d; events %s", r.started, v.Claims, strings.Join(other, " "))
+	for _, m := range r.moves {
+		t.Logf("move: %s", m)
+	}
+	t.Logf("checked: %d IDs issued (%d judged against their claims), %d acknowledged rows, %d stored rows (%d live); %v to check; %d violations",
+		v.IDs, v.Judged, v.Acked, v.Rows, v.LiveRows, r.checkTook.Round(time.Millisecond), len(v.Violations))
+	for i, s := range v.Violations {
+		if i == 40 {
+			t.Errorf("... and %d more violations", len(v.Violations)-40)
+			break
+		}
+		t.Errorf("violation: %s", s)
+	}
+	if v.Acked == 0 {
+		t.Error("no write was acknowledged: the run tested nothing")
+	}
+}
