@@ -114,16 +114,21 @@ var chaosRefused = map[string]bool{"moving": true, "lease": true, "clock": true,
 // chaosVerdict is the checker's result.
 type chaosVerdict struct {
 	Violations []string
-	IDs        int // distinct IDs issued, from the history
-	Acked      int // acknowledged rows
-	Rows       int // stored rows, all copies
+	Kinds      map[string]int // violations by kind
+	IDs        int            // distinct IDs issued, from the history
+	Acked      int            // acknowledged rows
+	Rows       int            // stored rows, all copies
 	LiveRows   int
 	Claims     int
 	Judged     int // IDs attributed to a claim and judged by check 6
 }
 
-func (v *chaosVerdict) fail(format string, args ...any) {
-	v.Violations = append(v.Violations, fmt.Sprintf(format, args...))
+func (v *chaosVerdict) fail(kind, format string, args ...any) {
+	if v.Kinds == nil {
+		v.Kinds = map[string]int{}
+	}
+	v.Kinds[kind]++
+	v.Violations = append(v.Violations, kind+": "+fmt.Sprintf(format, args...))
 }
 
 // chaosTick returns the time unit of id.
@@ -148,14 +153,14 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 	issued := map[shardid.ID]where{}
 	for _, a := range h.Attempts {
 		if a.Outcome == "dupkey" {
-			v.fail("process %d attempt %d: insert into %s failed on a duplicate key (IDs %v)", a.Proc, a.Seq, a.Table, chaosIDs(a.Rows, 4))
+			v.fail("duplicate-key", "process %d attempt %d: insert into %s failed on a duplicate key (IDs %v)", a.Proc, a.Seq, a.Table, chaosIDs(a.Rows, 4))
 		}
 		for _, r := range a.Rows {
 			if r.ID == 0 {
 				continue
 			}
 			if w, ok := issued[r.ID]; ok {
-				v.fail("ID %v (worker %d, unit %d) issued twice: process %d attempt %d (%s) and process %d attempt %d (%s)",
+				v.fail("id-issued-twice", "ID %v (worker %d, unit %d) issued twice: process %d attempt %d (%s) and process %d attempt %d (%s)",
 					r.ID, chaosLayout.Decompose(r.ID).Worker, chaosTick(r.ID), w.proc, w.seq, w.table, a.Proc, a.Seq, a.Table)
 				continue
 			}
@@ -178,17 +183,17 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 		v.LiveRows++
 		live[r.ID] = append(live[r.ID], r)
 		if s := chaosLayout.Decompose(r.ID).Shard; s != r.Shard {
-			v.fail("row %v (process %d attempt %d) is stored in shard %d's %s, but its ID names shard %d", r.ID, r.Proc, r.Attempt, r.Shard, r.Table, s)
+			v.fail("wrong-schema", "row %v (process %d attempt %d) is stored in shard %d's %s, but its ID names shard %d", r.ID, r.Proc, r.Attempt, r.Shard, r.Table, s)
 		}
 	}
 	for id, rs := range live {
 		if len(rs) > 1 {
 			var at []string
 			for _, r := range rs {
-				at = append(at, fmt.Sprintf("db%d/shard %d/%s (process %d attempt %d)", r.DB, r.Shard, r.Table, r.Proc, r.Attempt))
+				at = append(at, fmt.Sprintf("pg%d/shard %d/%s (process %d attempt %d)", r.DB+1, r.Shard, r.Table, r.Proc, r.Attempt))
 			}
 			slices.Sort(at)
-			v.fail("ID %v is stored %d times: %s", id, len(rs), strings.Join(at, ", "))
+			v.fail("stored-twice", "ID %v is stored %d times: %s", id, len(rs), strings.Join(at, ", "))
 		}
 	}
 
@@ -205,19 +210,19 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 						elsewhere = " (it is on a copy the map does not name)"
 					}
 					s := chaosLayout.Decompose(r.ID).Shard
-					v.fail("acknowledged row %v (process %d attempt %d, shard %d, %s) is missing from db%d%s",
-						r.ID, a.Proc, a.Seq, s, a.Table, finalMap[s], elsewhere)
+					v.fail("ack-missing", "acknowledged row %v (process %d attempt %d, shard %d, %s) is missing from pg%d%s",
+						r.ID, a.Proc, a.Seq, s, a.Table, finalMap[s]+1, elsewhere)
 					continue
 				}
 				got := rs[0]
 				if got.Table != a.Table || got.Key != r.Key || got.Proc != a.Proc || got.Attempt != a.Seq || got.Idx != i {
-					v.fail("acknowledged row %v (process %d attempt %d row %d, key %d, %s) is stored as %+v", r.ID, a.Proc, a.Seq, i, r.Key, a.Table, got)
+					v.fail("ack-content", "acknowledged row %v (process %d attempt %d row %d, key %d, %s) is stored as %+v", r.ID, a.Proc, a.Seq, i, r.Key, a.Table, got)
 				}
 			}
 		case chaosRefused[a.Outcome]:
 			for _, r := range a.Rows {
 				if r.ID != 0 && stored[r.ID] {
-					v.fail("process %d attempt %d was refused (%s), yet its row %v is stored", a.Proc, a.Seq, a.Outcome, r.ID)
+					v.fail("refused-but-stored", "process %d attempt %d was refused (%s), yet its row %v is stored", a.Proc, a.Seq, a.Outcome, r.ID)
 				}
 			}
 		}
@@ -240,7 +245,7 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 	for _, c := range h.Claims {
 		k := claimKey{c.Worker, c.Token}
 		if s, ok := spans[k]; ok {
-			v.fail("worker %d: token %s was given twice, to process %d and to process %d", c.Worker, c.Token, s.claim.Proc, c.Proc)
+			v.fail("token-reused", "worker %d: token %s was given twice, to process %d and to process %d", c.Worker, c.Token, s.claim.Proc, c.Proc)
 			continue
 		}
 		spans[k] = &span{claim: c}
@@ -256,11 +261,11 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 			w := chaosLayout.Decompose(r.ID).Worker
 			s := spans[claimKey{w, a.Token}]
 			if s == nil {
-				v.fail("ID %v of process %d attempt %d carries worker %d, which its claim %s is not of", r.ID, a.Proc, a.Seq, w, a.Token)
+				v.fail("foreign-worker", "ID %v of process %d attempt %d carries worker %d, which its claim %s is not of", r.ID, a.Proc, a.Seq, w, a.Token)
 				continue
 			}
 			if s.claim.Proc != a.Proc {
-				v.fail("ID %v of process %d was issued under the claim %s of process %d", r.ID, a.Proc, a.Token, s.claim.Proc)
+				v.fail("foreign-claim", "ID %v of process %d was issued under the claim %s of process %d", r.ID, a.Proc, a.Token, s.claim.Proc)
 			}
 			u := chaosTick(r.ID)
 			if !s.hasRange || u < s.lo {
@@ -280,7 +285,7 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 			continue
 		}
 		if s.lo <= s.claim.Last {
-			v.fail("worker %d, claim %s of process %d: ID %v in unit %d, at or below the floor %d the store gave the claim",
+			v.fail("below-floor", "worker %d, claim %s of process %d: ID %v in unit %d, at or below the floor %d the store gave the claim",
 				s.claim.Worker, s.claim.Token, s.claim.Proc, s.loID, s.lo, s.claim.Last)
 		}
 		byWorker[s.claim.Worker] = append(byWorker[s.claim.Worker], s)
@@ -292,7 +297,7 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 		hi := ss[0]
 		for _, s := range ss[1:] {
 			if s.lo <= hi.hi {
-				v.fail("worker %d held twice at once: claim %s of process %d issued units %d..%d (%d IDs, e.g. %v), claim %s of process %d units %d..%d (%d IDs, e.g. %v)",
+				v.fail("worker-held-twice", "worker %d held twice at once: claim %s of process %d issued units %d..%d (%d IDs, e.g. %v), claim %s of process %d units %d..%d (%d IDs, e.g. %v)",
 					w, hi.claim.Token, hi.claim.Proc, hi.lo, hi.hi, hi.n, hi.hiID, s.claim.Token, s.claim.Proc, s.lo, s.hi, s.n, s.loID)
 			}
 			if s.hi > hi.hi {
@@ -313,7 +318,7 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 		if numeric {
 			for i := 1; i < len(ss); i++ {
 				if tok[ss[i]] <= tok[ss[i-1]] {
-					v.fail("worker %d: claim with token %d (process %d) issued units from %d, after the claim with the greater token %d (process %d) issued units up to %d",
+					v.fail("token-order", "worker %d: claim with token %d (process %d) issued units from %d, after the claim with the greater token %d (process %d) issued units up to %d",
 						w, tok[ss[i]], ss[i].claim.Proc, ss[i].lo, tok[ss[i-1]], ss[i-1].claim.Proc, ss[i-1].hi)
 				}
 			}
@@ -465,11 +470,11 @@ func TestChaosCheckerJudges(t *testing.T) {
 			h.Attempts[1].Rows[0].ID = h.Attempts[0].Rows[0].ID
 		}, "issued twice"},
 		{"a duplicate key", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Attempts[1].Outcome = "dupkey" }, "duplicate key"},
-		{"an acknowledged row missing", func(h *chaosHistory, rows *[]chaosRow, m []int) { *rows = (*rows)[1:] }, "is missing from db0"},
+		{"an acknowledged row missing", func(h *chaosHistory, rows *[]chaosRow, m []int) { *rows = (*rows)[1:] }, "is missing from pg1"},
 		{"an acknowledged row only on the old copy", func(h *chaosHistory, rows *[]chaosRow, m []int) {
 			*rows = slices.Delete(*rows, 3, 4)
 		}, "on a copy the map does not name"},
-		{"the map points back at the old copy, missing a row", func(h *chaosHistory, rows *[]chaosRow, m []int) { m[5] = 0 }, "chaos_as) is missing from db0"},
+		{"the map points back at the old copy, missing a row", func(h *chaosHistory, rows *[]chaosRow, m []int) { m[5] = 0 }, "chaos_as) is missing from pg1"},
 		{"a row with other content", func(h *chaosHistory, rows *[]chaosRow, m []int) { (*rows)[1].Proc = 7 }, "is stored as"},
 		{"a row in another table", func(h *chaosHistory, rows *[]chaosRow, m []int) { (*rows)[1].Table = "chaos_bs" }, "is stored as"},
 		{"an ID stored twice", func(h *chaosHistory, rows *[]chaosRow, m []int) {

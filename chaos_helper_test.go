@@ -219,6 +219,10 @@ func chaosWriter(t *testing.T) {
 			lie: mode == "liar", innerOf: map[int]int{}, current: map[int]string{}}
 	}
 	prefer := chaosEnvInt("PREFER")
+	if prefer < 0 {
+		prefer = chaosEnvInt("OFFSET") // AcquireLease wants a worker id in range
+	}
+	acquireErrs := 0
 
 	open := func() *chaosSession {
 		for !stopping.Load() {
@@ -239,6 +243,9 @@ func chaosWriter(t *testing.T) {
 					Prefer: prefer, Wait: true, Owner: chaosEnv("OWNER"), Options: []shardid.GeneratorOption{clock}})
 				cancel()
 				if err != nil {
+					if acquireErrs++; acquireErrs <= 2 {
+						fmt.Fprintf(os.Stderr, "chaos writer %d: acquiring a lease: %v\n", proc, err)
+					}
 					log.event("acquire-failed")
 					time.Sleep(100 * time.Millisecond)
 					continue
@@ -261,6 +268,7 @@ func chaosWriter(t *testing.T) {
 
 	sess := open()
 	lastAck := time.Now()
+	dupkeys := 0
 	for seq := int64(1); !stopping.Load(); seq++ {
 		if sess == nil {
 			if sess = open(); sess == nil {
@@ -314,7 +322,9 @@ func chaosWriter(t *testing.T) {
 		case err == nil:
 			lastAck = time.Now()
 		case outcome == "dupkey":
-			fmt.Fprintf(os.Stderr, "chaos writer %d: duplicate key: %v\n", proc, err)
+			if dupkeys++; dupkeys <= 3 {
+				fmt.Fprintf(os.Stderr, "chaos writer %d: duplicate key: %v\n", proc, err)
+			}
 		case outcome == "other":
 			msg := strings.Join(strings.Fields(err.Error()), "_")
 			log.event("other:" + msg[:min(100, len(msg))])

@@ -603,7 +603,7 @@ func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int) {
 		t.Fatal(err)
 	}
 	if m := rt.Map(); !slices.Equal(m, final) {
-		r.verdict.fail("a following router has the map %v, the catalog %v", m, final)
+		r.verdict.fail("router-map", "a following router has the map %v, the catalog %v", m, final)
 	}
 	var acked []chaosAttempt
 	for _, a := range r.history.Attempts {
@@ -626,7 +626,7 @@ func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int) {
 			err = rt.Get(ctx, &got, id)
 		}
 		if err != nil || got.Proc != a.Proc || got.Attempt != a.Seq || got.Idx != i {
-			r.verdict.fail("reading acknowledged row %v of process %d attempt %d through the router: %+v, %v", id, a.Proc, a.Seq, got, err)
+			r.verdict.fail("read-back", "reading acknowledged row %v of process %d attempt %d through the router: %+v, %v", id, a.Proc, a.Seq, got, err)
 		}
 	}
 }
@@ -652,12 +652,20 @@ func (r *chaosRun) report(t *testing.T) {
 	}
 	t.Logf("checked: %d IDs issued (%d judged against their claims), %d acknowledged rows, %d stored rows (%d live); %v to check; %d violations",
 		v.IDs, v.Judged, v.Acked, v.Rows, v.LiveRows, r.checkTook.Round(time.Millisecond), len(v.Violations))
-	for i, s := range v.Violations {
-		if i == 40 {
-			t.Errorf("... and %d more violations", len(v.Violations)-40)
-			break
+	var names []string
+	for k := range v.Kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		t.Errorf("%d violations of kind %s, e.g.:", v.Kinds[k], k)
+		shown := 0
+		for _, s := range v.Violations {
+			if strings.HasPrefix(s, k+": ") && shown < 5 {
+				t.Errorf("  %s", s)
+				shown++
+			}
 		}
-		t.Errorf("violation: %s", s)
 	}
 	if v.Acked == 0 {
 		t.Error("no write was acknowledged: the run tested nothing")
