@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	stdlog "log"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"github.com/shardid/shardid"
 	"gorm.io/driver/mysql"
@@ -190,6 +193,8 @@ func chaosWriter(t *testing.T) {
 		os.Exit(2)
 	}
 	log := &chaosLog{f: f, proc: proc}
+	// The MySQL driver reports every connection a restart broke.
+	mysqldriver.SetLogger(stdlog.New(io.Discard, "", 0))
 	rng := rand.New(rand.NewPCG(uint64(chaosEnvInt("SEED")), uint64(proc)))
 	mode := chaosEnv("MODE")
 

@@ -243,7 +243,9 @@ type chaosProc struct {
 	pausedAt time.Time
 	resume   time.Time // when a paused process gets SIGCONT
 	offset   time.Duration
-	exited   bool
+	killed   bool  // by the driver
+	stopped  bool  // told to stop (its standard input closed)
+	exitErr  error // set before done is closed
 	started  time.Time
 }
 
@@ -289,7 +291,7 @@ func (c *chaosCluster) startWriter(spec chaosWriterSpec, seed int64) *chaosProc 
 				p.worker.Store(int64(w))
 			}
 		}
-		cmd.Wait()
+		p.exitErr = cmd.Wait()
 		close(p.done)
 	}()
 	return p
@@ -318,8 +320,10 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	r.faultCounts = map[string]int{}
 	first := c.procs
 	procs := make([]*chaosProc, len(r.writers))
+	var all []*chaosProc // every writer started, replaced ones too
 	for i, w := range r.writers {
 		procs[i] = c.startWriter(w, r.rng.Int64())
+		all = append(all, procs[i])
 	}
 	t.Cleanup(func() { // on a failure midway
 		for _, p := range procs {
@@ -358,6 +362,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 					}
 				}
 				procs[i] = c.startWriter(spec, r.rng.Int64())
+				all = append(all, procs[i])
 				r.started++
 			}
 		}
@@ -391,6 +396,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			p.resume = now.Add(chaosTTL*13/10 + time.Duration(r.rng.Int64N(int64(chaosTTL)*17/10)))
 		case "kill":
 			i := running[r.rng.IntN(len(running))]
+			procs[i].killed = true
 			procs[i].cmd.Process.Kill()
 			<-procs[i].done
 			restarts[i] = now.Add(time.Duration(r.rng.IntN(1000)) * time.Millisecond)
@@ -467,6 +473,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			p.cmd.Process.Signal(syscall.SIGCONT)
 			p.paused = false
 		}
+		p.stopped = true
 		p.stdin.Close()
 	}
 	for i, p := range procs {
@@ -482,6 +489,18 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 	}
 	r.started += len(r.writers)
+	// A writer that died by itself (a panic, a fatal error) is a failure:
+	// only the driver kills them.
+	var died []string
+	for _, p := range all {
+		select {
+		case <-p.done:
+			if !p.killed && (!p.stopped || p.exitErr != nil) {
+				died = append(died, fmt.Sprintf("writer process %d exited by itself (%v); its standard error is above", p.id, p.exitErr))
+			}
+		default:
+		}
+	}
 
 	start := time.Now()
 	for id := first + 1; id <= c.procs; id++ {
@@ -491,6 +510,9 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	}
 	final, rows := c.snapshot(t)
 	r.verdict = chaosCheck(r.history, rows, final)
+	for _, msg := range died {
+		r.verdict.fail("writer-died", "%s", msg)
+	}
 	c.readBack(t, &r, final)
 	r.checkTook = time.Since(start)
 	return &r
@@ -520,7 +542,7 @@ func (c *chaosCluster) moveOnce(shard int) (string, string, bool) {
 		to = "pg1"
 	}
 	res, err := r.MoveShard(ctx, c.catalog, shard, to, shardid.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
-		Batch: 200, FenceFor: 30 * time.Second})
+		Batch: 1000, FenceFor: 30 * time.Second})
 	if err != nil {
 		return fmt.Sprintf("shard %d %s→%s failed: %v", shard, from, to, err), "", false
 	}
