@@ -132,6 +132,11 @@ func (s *chaosStore) token(worker int) string {
 	return "-"
 }
 
+// chaosQuiet drops go-redis's reports of connections a restart broke.
+type chaosQuiet struct{}
+
+func (chaosQuiet) Printf(context.Context, string, ...any) {}
+
 // chaosEnv reads the writer's configuration.
 func chaosEnv(name string) string { return os.Getenv("SHARDID_CHAOS_" + name) }
 
@@ -211,14 +216,21 @@ func chaosWriter(t *testing.T) {
 		}
 		stopping.Store(true)
 	}()
+	redis.SetLogger(chaosQuiet{})
 	clock := shardid.WithClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
 
 	var store *chaosStore
 	if mode != "static" {
+		// The store may be down while the process starts (a restart).
 		inner, err := chaosLeaseStore(chaosEnv("STORE"), chaosEnv("STORE_ADDR"))
+		for err != nil && !stopping.Load() {
+			log.event("store-open-failed")
+			time.Sleep(100 * time.Millisecond)
+			inner, err = chaosLeaseStore(chaosEnv("STORE"), chaosEnv("STORE_ADDR"))
+		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "lease store:", err)
-			os.Exit(2)
+			log.event("exit")
+			return
 		}
 		store = &chaosStore{inner: inner, offset: chaosEnvInt("OFFSET"), size: chaosEnvInt("GROUP"), log: log,
 			lie: mode == "liar", innerOf: map[int]int{}, current: map[int]string{}}
