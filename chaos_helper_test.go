@@ -152,10 +152,14 @@ func chaosEnvInt(name string) int {
 // TestChaosHelper is not a test: it is the body of the fault test's writer
 // processes. It does nothing in a normal run.
 func TestChaosHelper(t *testing.T) {
-	if chaosEnv("MODE") == "" {
+	switch chaosEnv("MODE") {
+	case "":
 		return
+	case "mover":
+		chaosMover()
+	default:
+		chaosWriter(t)
 	}
-	chaosWriter(t)
 	os.Exit(0)
 }
 
@@ -454,4 +458,36 @@ func chaosOutcome(err error) string {
 		return "db"
 	}
 	return "other"
+}
+
+// chaosMover is a mover process: it moves a shard, as the shardid move
+// command would, and is killed at some point by the driver.
+func chaosMover() {
+	var dbs []*gorm.DB
+	for _, dsn := range []string{chaosEnv("DB1"), chaosEnv("DB2")} {
+		db, err := gorm.Open(postgres.Open(dsn), gormConfig())
+		if err != nil {
+			fmt.Println("error", err)
+			return
+		}
+		dbs = append(dbs, db)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	ctx := context.Background()
+	c := chaosCatalog(dbs[0])
+	m, _, err := c.Load(ctx, r)
+	if err == nil {
+		err = r.SetMap(m)
+	}
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	res, err := chaosMove(ctx, r, c, chaosEnvInt("SHARD"), chaosEnv("TARGET"))
+	fmt.Println("moved", res.Fenced, err)
 }

@@ -332,7 +332,20 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 	})
 
-	kinds := []string{"pause", "kill", "restart", "clock", "move"}
+	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move"}
+	servers := []string{"pg1", "pg2"}
+	if c.maria != nil {
+		servers = append(servers, "mariadb", "redis")
+	}
+	frozen := map[string]time.Time{} // server → when it gets SIGCONT
+	frozenPids := map[string][]int{}
+	thaw := func(s string) {
+		for _, pid := range frozenPids[s] {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+		delete(frozen, s)
+		delete(frozenPids, s)
+	}
 	var plan []string // the first faults: every kind once, in a random order
 	for _, i := range r.rng.Perm(len(kinds)) {
 		plan = append(plan, kinds[i])
@@ -364,6 +377,11 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				procs[i] = c.startWriter(spec, r.rng.Int64())
 				all = append(all, procs[i])
 				r.started++
+			}
+		}
+		for s, at := range frozen {
+			if now.After(at) {
+				thaw(s)
 			}
 		}
 		if !r.faults || now.Before(next) {
@@ -404,9 +422,19 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			p := procs[running[r.rng.IntN(len(running))]]
 			p.offset = time.Duration(r.rng.Int64N(int64(3*time.Second))) - 1500*time.Millisecond
 			fmt.Fprintf(p.stdin, "clock %d\n", int64(p.offset))
-		case "restart":
-			servers := []string{"pg1", "pg2", "mariadb", "redis"}
+		case "freeze":
 			s := servers[r.rng.IntN(len(servers))]
+			if _, ok := frozen[s]; ok {
+				break
+			}
+			r.faultCounts["freeze "+s]++
+			frozenPids[s] = c.freeze(s)
+			frozen[s] = now.Add(chaosTTL*13/10 + time.Duration(r.rng.Int64N(int64(chaosTTL)*17/10)))
+		case "restart":
+			s := servers[r.rng.IntN(len(servers))]
+			if _, ok := frozen[s]; ok {
+				thaw(s) // a frozen server cannot be stopped
+			}
 			r.faultCounts["restart "+s]++
 			down := time.Duration(100+r.rng.IntN(1400)) * time.Millisecond
 			switch s {
@@ -444,15 +472,27 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			r.rng.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
 			movesBusy.Store(true)
 			var pair sync.WaitGroup
-			for _, shard := range free[:2] {
+			final, _ := c.loadMap()
+			for n, shard := range free[:2] {
+				to := "pg1"
+				if final == nil || final[shard] == 0 {
+					to = "pg2"
+				}
+				// Now and then the first of the two runs in a process of
+				// its own, killed at a random moment.
+				var killAfter time.Duration
+				if n == 0 && r.rng.IntN(3) == 0 {
+					killAfter = time.Duration(200+r.rng.IntN(4000)) * time.Millisecond
+					r.faultCounts["move killed"]++
+				}
 				pair.Add(1)
 				moving.Add(1)
 				go func() {
 					defer moving.Done()
 					defer pair.Done()
-					msg, from, ok := c.moveOnce(shard)
+					msgs, from, ok := c.move(shard, to, killAfter)
 					movesMu.Lock()
-					r.moves = append(r.moves, msg)
+					r.moves = append(r.moves, msgs...)
 					if ok {
 						leftovers[shard] = from
 					}
@@ -461,6 +501,9 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			}
 			go func() { pair.Wait(); movesBusy.Store(false) }()
 		}
+	}
+	for s := range frozen {
+		thaw(s)
 	}
 	moving.Wait()
 
@@ -518,10 +561,111 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	return &r
 }
 
-// moveOnce moves shard to the other database with a router of its own,
-// loaded from the catalog, as an operator's command would. It returns what
-// happened, the database it left, and whether it moved.
-func (c *chaosCluster) moveOnce(shard int) (string, string, bool) {
+// freeze stops every process of a server with SIGSTOP and returns their
+// ids, for SIGCONT later: the server hangs, with its connections open, as
+// under a long GC pause, swapping, or a VM stalled by its host.
+func (c *chaosCluster) freeze(server string) []int {
+	var pid int
+	switch server {
+	case "redis":
+		pid = c.redis.cmd.Process.Pid
+	case "mariadb":
+		pid = c.maria.cmd.Process.Pid
+	case "pg1", "pg2":
+		pg := c.pg1
+		if server == "pg2" {
+			pg = c.pg2
+		}
+		b, err := os.ReadFile(filepath.Join(pg.dir, "postmaster.pid"))
+		if err != nil {
+			return nil
+		}
+		pid, _ = strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	}
+	if pid <= 0 || syscall.Kill(pid, syscall.SIGSTOP) != nil {
+		return nil
+	}
+	// Then its children (PostgreSQL's backends), which the stopped
+	// postmaster can no longer add to.
+	pids := []int{pid}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after ")".
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) && syscall.Kill(child, syscall.SIGSTOP) == nil {
+			pids = append(pids, child)
+		}
+	}
+	return pids
+}
+
+// loadMap returns the catalog's map.
+func (c *chaosCluster) loadMap() ([]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		return nil, err
+	}
+	m, _, err := c.catalog.Load(ctx, r)
+	return m, err
+}
+
+// move moves shard to the database named to, as an operator would: with a
+// router of its own loaded from the catalog, run again after a failure
+// until it is done (at most 6 times). With killAfter, the first run is a
+// mover process of its own, killed after that long. It returns what
+// happened, the database the shard left, and whether it got there.
+func (c *chaosCluster) move(shard int, to string, killAfter time.Duration) ([]string, string, bool) {
+	var msgs []string
+	if killAfter > 0 {
+		msgs = append(msgs, c.killedMove(shard, to, killAfter))
+	}
+	for try := range 6 {
+		msg, from, ok := c.moveOnce(shard, to)
+		if try > 0 || killAfter > 0 {
+			msg += fmt.Sprintf(" (run %d)", try+1)
+		}
+		msgs = append(msgs, msg)
+		if ok {
+			return msgs, from, true
+		}
+		time.Sleep(time.Second)
+	}
+	return msgs, "", false
+}
+
+// killedMove runs a move in a mover process and kills it after d.
+func (c *chaosCluster) killedMove(shard int, to string, d time.Duration) string {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosHelper$", "-test.v=false")
+	cmd.Env = append(os.Environ(), "SHARDID_CHAOS_MODE=mover", "SHARDID_CHAOS_SHARD="+strconv.Itoa(shard),
+		"SHARDID_CHAOS_TARGET="+to, "SHARDID_CHAOS_DB1="+c.pg1.DSN(), "SHARDID_CHAOS_DB2="+c.pg2.DSN())
+	cmd.Stderr = os.Stderr
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Sprintf("shard %d: starting a mover: %v", shard, err)
+	}
+	timer := time.AfterFunc(d, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	timer.Stop()
+	if err != nil {
+		return fmt.Sprintf("shard %d →%s: mover process killed after %v (%s)", shard, to, d, strings.TrimSpace(out.String()))
+	}
+	return fmt.Sprintf("shard %d →%s: mover process finished before its kill: %s", shard, to, strings.TrimSpace(out.String()))
+}
+
+// moveOnce runs one move of shard to the database named to.
+func (c *chaosCluster) moveOnce(shard int, to string) (string, string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
@@ -537,12 +681,14 @@ func (c *chaosCluster) moveOnce(shard int) (string, string, bool) {
 		return fmt.Sprintf("shard %d: loading the catalog: %v", shard, err), "", false
 	}
 	from := r.DatabaseName(shard)
-	to := "pg2"
-	if from == "pg2" {
-		to = "pg1"
+	if from == to { // a killed mover got it there
+		other := "pg1"
+		if to == "pg1" {
+			other = "pg2"
+		}
+		return fmt.Sprintf("shard %d is on %s already", shard, to), other, true
 	}
-	res, err := r.MoveShard(ctx, c.catalog, shard, to, shardid.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
-		Batch: 1000, FenceFor: 30 * time.Second})
+	res, err := chaosMove(ctx, r, c.catalog, shard, to)
 	if err != nil {
 		return fmt.Sprintf("shard %d %s→%s failed: %v", shard, from, to, err), "", false
 	}
@@ -551,6 +697,11 @@ func (c *chaosCluster) moveOnce(shard int) (string, string, bool) {
 		rows += tc.Rows
 	}
 	return fmt.Sprintf("shard %d %s→%s: %d rows, fenced %v, catalog v%d", shard, from, to, rows, res.Fenced.Round(time.Millisecond), res.Version), from, true
+}
+
+func chaosMove(ctx context.Context, r *shardid.Router, c *shardid.Catalog, shard int, to string) (shardid.MoveResult, error) {
+	return r.MoveShard(ctx, c, shard, to, shardid.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
+		Batch: 1000, FenceFor: 30 * time.Second})
 }
 
 // dropLeftovers drops the old copies of moved shards that the catalog no
