@@ -456,50 +456,59 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				c.redis.Start()
 			}
 		case "move":
-			movesMu.Lock()
-			c.dropLeftovers(leftovers)
-			var free []int
-			for s := range chaosShards {
-				if _, ok := leftovers[s]; !ok {
-					free = append(free, s)
-				}
+			// The choices now, from the seed; the work in the background,
+			// so that the driver never waits on a frozen server.
+			order := r.rng.Perm(chaosShards)
+			var killAfter time.Duration
+			if r.rng.IntN(3) == 0 {
+				killAfter = time.Duration(200+r.rng.IntN(4000)) * time.Millisecond
+				r.faultCounts["move killed"]++
 			}
-			movesMu.Unlock()
-			if len(free) < 2 {
-				r.faultCounts["move skipped"]++
-				break
-			}
-			r.rng.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
 			movesBusy.Store(true)
-			var pair sync.WaitGroup
-			final, _ := c.loadMap()
-			for n, shard := range free[:2] {
-				to := "pg1"
-				if final == nil || final[shard] == 0 {
-					to = "pg2"
-				}
-				// Now and then the first of the two runs in a process of
-				// its own, killed at a random moment.
-				var killAfter time.Duration
-				if n == 0 && r.rng.IntN(3) == 0 {
-					killAfter = time.Duration(200+r.rng.IntN(4000)) * time.Millisecond
-					r.faultCounts["move killed"]++
-				}
-				pair.Add(1)
-				moving.Add(1)
-				go func() {
-					defer moving.Done()
-					defer pair.Done()
-					msgs, from, ok := c.move(shard, to, killAfter)
-					movesMu.Lock()
-					r.moves = append(r.moves, msgs...)
-					if ok {
-						leftovers[shard] = from
+			moving.Add(1)
+			go func() {
+				defer moving.Done()
+				defer movesBusy.Store(false)
+				movesMu.Lock()
+				c.dropLeftovers(leftovers)
+				var free []int
+				for _, s := range order {
+					if _, ok := leftovers[s]; !ok {
+						free = append(free, s)
 					}
+				}
+				movesMu.Unlock()
+				final, err := c.loadMap()
+				if len(free) < 2 || err != nil {
+					movesMu.Lock()
+					r.moves = append(r.moves, fmt.Sprintf("skipped: %d shards free to move, loading the map: %v", len(free), err))
 					movesMu.Unlock()
-				}()
-			}
-			go func() { pair.Wait(); movesBusy.Store(false) }()
+					return
+				}
+				var pair sync.WaitGroup
+				for n, shard := range free[:2] {
+					to := "pg1"
+					if final[shard] == 0 {
+						to = "pg2"
+					}
+					kill := killAfter
+					if n > 0 {
+						kill = 0 // the first of the two may run in a process that is killed
+					}
+					pair.Add(1)
+					go func() {
+						defer pair.Done()
+						msgs, from, ok := c.move(shard, to, kill)
+						movesMu.Lock()
+						r.moves = append(r.moves, msgs...)
+						if ok {
+							leftovers[shard] = from
+						}
+						movesMu.Unlock()
+					}()
+				}
+				pair.Wait()
+			}()
 		}
 	}
 	for s := range frozen {
@@ -709,7 +718,11 @@ func chaosMove(ctx context.Context, r *shardid.Router, c *shardid.Catalog, shard
 func (c *chaosCluster) dropLeftovers(leftovers map[int]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r := c.router(c.t)
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		return
+	}
 	m, _, err := c.catalog.Load(ctx, r)
 	if err != nil || r.SetMap(m) != nil {
 		return
