@@ -79,6 +79,8 @@ type chaosAttempt struct {
 	Table   string
 	Outcome string // "ack", "dupkey", or the class of the failure
 	Token   string
+	At      time.Time     // when the attempt began (information only)
+	Took    time.Duration // how long it took
 	Rows    []chaosRowRef
 }
 
@@ -210,8 +212,8 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 						elsewhere = " (it is on a copy the map does not name)"
 					}
 					s := chaosLayout.Decompose(r.ID).Shard
-					v.fail("ack-missing", "acknowledged row %v (process %d attempt %d, shard %d, %s) is missing from pg%d%s",
-						r.ID, a.Proc, a.Seq, s, a.Table, finalMap[s]+1, elsewhere)
+					v.fail("ack-missing", "acknowledged row %v (process %d attempt %d at %s, took %v; shard %d, %s) is missing from pg%d%s",
+						r.ID, a.Proc, a.Seq, a.At.UTC().Format("15:04:05.000"), a.Took, s, a.Table, finalMap[s]+1, elsewhere)
 					continue
 				}
 				got := rs[0]
@@ -339,7 +341,7 @@ func chaosIDs(rs []chaosRowRef, n int) []shardid.ID {
 //
 //	claim PROC WORKER TOKEN LAST UNIXNANO
 //	release PROC WORKER TOKEN LAST
-//	attempt PROC SEQ TABLE OUTCOME TOKEN ID:KEY,ID:KEY,...
+//	attempt PROC SEQ TABLE OUTCOME TOKEN UNIXMS MS ID:KEY,ID:KEY,...
 //	event PROC KIND
 //
 // TOKEN is "-" when unknown. A last line cut short by a kill is ignored.
@@ -396,13 +398,14 @@ func parseChaosLine(line string, h *chaosHistory) error {
 			h.Claims = append(h.Claims, chaosClaim{Proc: int(atoi(f[1])), Worker: int(atoi(f[2])), Token: f[3], Last: atoi(f[4]), At: atoi(f[5])})
 		case f[0] == "release" && len(f) == 5:
 			h.Other["release"]++
-		case f[0] == "attempt" && len(f) == 7:
-			a := chaosAttempt{Proc: int(atoi(f[1])), Seq: atoi(f[2]), Table: f[3], Outcome: f[4], Token: f[5]}
+		case f[0] == "attempt" && len(f) == 9:
+			a := chaosAttempt{Proc: int(atoi(f[1])), Seq: atoi(f[2]), Table: f[3], Outcome: f[4], Token: f[5],
+				At: time.UnixMilli(atoi(f[6])), Took: time.Duration(atoi(f[7])) * time.Millisecond}
 			if a.Token == "-" {
 				a.Token = ""
 			}
-			if f[6] != "-" {
-				for _, p := range strings.Split(f[6], ",") {
+			if f[8] != "-" {
+				for _, p := range strings.Split(f[8], ",") {
 					id, key, ok := strings.Cut(p, ":")
 					if !ok {
 						panic("no key in " + p)
@@ -514,9 +517,9 @@ func TestChaosCheckerJudges(t *testing.T) {
 // dropped, a broken line before it is an error.
 func TestChaosLogParse(t *testing.T) {
 	dir := t.TempDir()
-	good := "claim 3 17 p3c1 -1 1700000000\nattempt 3 1 chaos_as ack p3c1 5:13,6:21\nattempt 3 2 chaos_bs lease - -\nevent 3 exit\n"
+	good := "claim 3 17 p3c1 -1 1700000000\nattempt 3 1 chaos_as ack p3c1 1700000000000 3 5:13,6:21\nattempt 3 2 chaos_bs lease - 1700000000003 0 -\nevent 3 exit\n"
 	path := filepath.Join(dir, "a.log")
-	os.WriteFile(path, []byte(good+"attempt 3 3 chaos_as ack p3c1 7:1"), 0o644)
+	os.WriteFile(path, []byte(good+"attempt 3 3 chaos_as ack p3c1 1700000000004 1 7:1"), 0o644)
 	var h chaosHistory
 	if err := readChaosLog(path, &h); err != nil {
 		t.Fatal(err)
@@ -525,12 +528,12 @@ func TestChaosLogParse(t *testing.T) {
 		h.Other["exit"] != 1 || h.Other["torn last line"] != 0 {
 		t.Errorf("parsed %+v", h)
 	}
-	os.WriteFile(path, []byte(good+"attempt 3 3 chaos_as ack p3c1 7:"), 0o644)
+	os.WriteFile(path, []byte(good+"attempt 3 3 chaos_as ack p3c1 1700000000004 1 7:"), 0o644)
 	h = chaosHistory{}
 	if err := readChaosLog(path, &h); err != nil || h.Other["torn last line"] != 1 {
 		t.Errorf("a torn last line: %v, %v", err, h.Other)
 	}
-	os.WriteFile(path, []byte("attempt 3 3 chaos_as ack p3c1 7:\n"+good), 0o644)
+	os.WriteFile(path, []byte("attempt 3 3 chaos_as ack p3c1 1700000000004 1 7:\n"+good), 0o644)
 	if err := readChaosLog(path, &chaosHistory{}); err == nil {
 		t.Error("a broken line in the middle was accepted")
 	}

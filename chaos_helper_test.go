@@ -308,6 +308,7 @@ func chaosWriter(t *testing.T) {
 			rows[i] = ChaosA{UserID: int64(shard) + chaosShards*rng.Int64N(1<<30), Proc: proc, Attempt: seq, Idx: i}
 		}
 		before := sess.token()
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		db := sess.r.ForKey(rows[0].UserID).WithContext(ctx)
 		if table == "chaos_bs" {
@@ -338,7 +339,7 @@ func chaosWriter(t *testing.T) {
 		if list == "" {
 			list = "-"
 		}
-		log.printf("attempt %d %d %s %s %s %s", proc, seq, table, outcome, token, list)
+		log.printf("attempt %d %d %s %s %s %d %d %s", proc, seq, table, outcome, token, began.UnixMilli(), time.Since(began).Milliseconds(), list)
 		switch {
 		case err == nil:
 			lastAck = time.Now()

@@ -130,12 +130,27 @@ type chaosCluster struct {
 	dbs      []*gorm.DB // the driver's connections to pg1 and pg2
 	catalog  *shardid.Catalog
 	procs    int // writer processes started, for unique process numbers
+
+	logMu sync.Mutex
+	dlog  *os.File // the driver's log: every fault and move, with its time
+}
+
+// note appends a line to the driver's log.
+func (c *chaosCluster) note(format string, args ...any) {
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	fmt.Fprintf(c.dlog, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
 // startChaosCluster starts the servers; all adds MariaDB and Redis to the
 // PostgreSQL lease store.
 func startChaosCluster(t *testing.T, all bool) *chaosCluster {
 	c := &chaosCluster{t: t, dir: t.TempDir()}
+	var err error
+	if c.dlog, err = os.Create(filepath.Join(c.dir, "driver.log")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.dlog.Close() })
 	c.pg1 = startPostgresInstance(t)
 	c.pg2 = startPostgresInstance(t)
 	if all {
@@ -299,6 +314,7 @@ func (c *chaosCluster) startWriter(spec chaosWriterSpec, seed int64) *chaosProc 
 
 // chaosRun is one run of writers, with or without faults.
 type chaosRun struct {
+	dir      string // the logs
 	seed     int64
 	rng      *rand.Rand
 	duration time.Duration
@@ -318,6 +334,8 @@ type chaosRun struct {
 func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	t := c.t
 	r.faultCounts = map[string]int{}
+	r.dir = c.dir
+	c.note("run: seed %d, %v, %d writers", r.seed, r.duration, len(r.writers))
 	first := c.procs
 	procs := make([]*chaosProc, len(r.writers))
 	var all []*chaosProc // every writer started, replaced ones too
@@ -345,6 +363,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 		delete(frozen, s)
 		delete(frozenPids, s)
+		c.note("SIGCONT %s", s)
 	}
 	var plan []string // the first faults: every kind once, in a random order
 	for _, i := range r.rng.Perm(len(kinds)) {
@@ -364,6 +383,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			if p.paused && now.After(p.resume) {
 				p.cmd.Process.Signal(syscall.SIGCONT)
 				p.paused = false
+				c.note("SIGCONT writer %d", p.id)
 			}
 			if at, ok := restarts[i]; ok && now.After(at) {
 				delete(restarts, i)
@@ -376,6 +396,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				}
 				procs[i] = c.startWriter(spec, r.rng.Int64())
 				all = append(all, procs[i])
+				c.note("started writer %d in slot %d, preferring worker %d", procs[i].id, i, spec.prefer)
 				r.started++
 			}
 		}
@@ -406,15 +427,18 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			kind = "restart"
 		}
 		r.faultCounts[kind]++
+		c.note("fault %s", kind)
 		switch kind {
 		case "pause":
 			p := procs[running[r.rng.IntN(len(running))]]
 			p.cmd.Process.Signal(syscall.SIGSTOP)
 			p.paused, p.pausedAt = true, now
+			c.note("SIGSTOP writer %d (worker %d)", p.id, p.worker.Load())
 			p.resume = now.Add(chaosTTL*13/10 + time.Duration(r.rng.Int64N(int64(chaosTTL)*17/10)))
 		case "kill":
 			i := running[r.rng.IntN(len(running))]
 			procs[i].killed = true
+			c.note("SIGKILL writer %d (worker %d)", procs[i].id, procs[i].worker.Load())
 			procs[i].cmd.Process.Kill()
 			<-procs[i].done
 			restarts[i] = now.Add(time.Duration(r.rng.IntN(1000)) * time.Millisecond)
@@ -422,6 +446,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			p := procs[running[r.rng.IntN(len(running))]]
 			p.offset = time.Duration(r.rng.Int64N(int64(3*time.Second))) - 1500*time.Millisecond
 			fmt.Fprintf(p.stdin, "clock %d\n", int64(p.offset))
+			c.note("clock of writer %d set to %v", p.id, p.offset)
 		case "freeze":
 			s := servers[r.rng.IntN(len(servers))]
 			if _, ok := frozen[s]; ok {
@@ -429,6 +454,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			}
 			r.faultCounts["freeze "+s]++
 			frozenPids[s] = c.freeze(s)
+			c.note("SIGSTOP %s (pids %v)", s, frozenPids[s])
 			frozen[s] = now.Add(chaosTTL*13/10 + time.Duration(r.rng.Int64N(int64(chaosTTL)*17/10)))
 		case "restart":
 			s := servers[r.rng.IntN(len(servers))]
@@ -436,6 +462,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				thaw(s) // a frozen server cannot be stopped
 			}
 			r.faultCounts["restart "+s]++
+			c.note("restarting %s", s)
 			down := time.Duration(100+r.rng.IntN(1400)) * time.Millisecond
 			switch s {
 			case "pg1":
@@ -455,6 +482,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				time.Sleep(down)
 				c.redis.Start()
 			}
+			c.note("restarted %s", s)
 		case "move":
 			// The choices now, from the seed; the work in the background,
 			// so that the driver never waits on a frozen server.
@@ -636,14 +664,17 @@ func (c *chaosCluster) loadMap() ([]int, error) {
 // happened, the database the shard left, and whether it got there.
 func (c *chaosCluster) move(shard int, to string, killAfter time.Duration) ([]string, string, bool) {
 	var msgs []string
+	c.note("move of shard %d to %s begins", shard, to)
 	if killAfter > 0 {
 		msgs = append(msgs, c.killedMove(shard, to, killAfter))
+		c.note("move: %s", msgs[len(msgs)-1])
 	}
 	for try := range 6 {
 		msg, from, ok := c.moveOnce(shard, to)
 		if try > 0 || killAfter > 0 {
 			msg += fmt.Sprintf(" (run %d)", try+1)
 		}
+		c.note("move: %s", msg)
 		msgs = append(msgs, msg)
 		if ok {
 			return msgs, from, true
@@ -855,5 +886,11 @@ func (r *chaosRun) report(t *testing.T) {
 	}
 	if v.Acked == 0 {
 		t.Error("no write was acknowledged: the run tested nothing")
+	}
+	if len(v.Violations) > 0 {
+		keep := filepath.Join(os.TempDir(), fmt.Sprintf("shardid-chaos-%d-%d", r.seed, time.Now().Unix()))
+		if err := os.CopyFS(keep, os.DirFS(r.dir)); err == nil {
+			t.Errorf("the logs of the run (driver.log, writerNNN.log) are kept in %s", keep)
+		}
 	}
 }
