@@ -3,9 +3,11 @@ package shardid_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -583,8 +585,14 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	}
 
 	start := time.Now()
+	r.history.Other = map[string]int{}
 	for id := first + 1; id <= c.procs; id++ {
-		if err := readChaosLog(filepath.Join(c.dir, fmt.Sprintf("writer%03d.log", id)), &r.history); err != nil {
+		err := readChaosLog(filepath.Join(c.dir, fmt.Sprintf("writer%03d.log", id)), &r.history)
+		if errors.Is(err, fs.ErrNotExist) {
+			r.history.Other["killed before its log"]++ // (a writer that exited by itself is reported below)
+			continue
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
