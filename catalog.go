@@ -28,7 +28,7 @@ func (c *Catalog) table() (string, error) {
 		t = "shardid_shard_map"
 	}
 	if !schemaName.MatchString(t) {
-		return "", withDetail(ErrInvalidConfig, fmt.Sprintf("catalog table %q: want %s", t, schemaName))
+		return "", withDetail(ErrInvalidCatalog, fmt.Sprintf("catalog table %q: want %s", t, schemaName))
 	}
 	return t, nil
 }
@@ -47,15 +47,39 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 		"CREATE TABLE IF NOT EXISTS "+t+`_version (
 			id      INT PRIMARY KEY,
 			version BIGINT NOT NULL)`,
-		"CREATE TABLE IF NOT EXISTS "+t+"_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)")
+		"CREATE TABLE IF NOT EXISTS "+t+"_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)",
+		// Version 0, no map: there is always a row for changes to lock.
+		insertIgnore(c.DB, t+"_version (id, version) VALUES (1, 0)", "id"))
 	if err != nil {
 		return "", err
 	}
 	return t, nil
 }
 
-// Save stores r's current map as a new version and returns it.
+// Save stores r's current map as a new version and returns it,
+// unconditionally: whatever the catalog held is replaced. Use it for the
+// first map, or to overwrite the catalog deliberately; a program that read
+// the catalog and changes it should use SaveIf, so that it cannot undo a
+// change made meanwhile (MoveShard changes one shard with a conditional
+// update of its own).
 func (c *Catalog) Save(ctx context.Context, r *Router) (int64, error) {
+	return c.save(ctx, r, -1)
+}
+
+// SaveIf stores r's current map as a new version, and returns it, only if
+// the catalog's version is still expected (0 for a catalog that holds no
+// map yet): a compare-and-set on the version. Otherwise it changes nothing
+// and returns an error matching ErrCatalogConflict: reload (Catalog.Load),
+// apply the change again and retry.
+func (c *Catalog) SaveIf(ctx context.Context, r *Router, expected int64) (int64, error) {
+	if expected < 0 {
+		return 0, withDetail(ErrInvalidCatalog, fmt.Sprintf("expected version %d", expected))
+	}
+	return c.save(ctx, r, expected)
+}
+
+// save stores r's map; if expected is not negative, only over that version.
+func (c *Catalog) save(ctx context.Context, r *Router, expected int64) (int64, error) {
 	t, err := c.setup(ctx)
 	if err != nil {
 		return 0, err
@@ -63,26 +87,18 @@ func (c *Catalog) Save(ctx context.Context, r *Router) (int64, error) {
 	m, names := r.Map(), r.Names()
 	var version int64
 	err = c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		// Lock the version row first: concurrent saves serialize here.
-		if err := tx.Raw("SELECT version FROM " + t + "_version WHERE id = 1 FOR UPDATE").Scan(&version).Error; err != nil {
+		var err error
+		if version, err = lockVersion(tx, t); err != nil {
 			return err
 		}
-		version++
-		if version == 1 {
-			if err := tx.Exec("INSERT INTO "+t+"_version (id, version) VALUES (1, ?)", version).Error; err != nil {
-				return err
-			}
-		} else if err := tx.Exec("UPDATE "+t+"_version SET version = ? WHERE id = 1", version).Error; err != nil {
+		if expected >= 0 && version != expected {
+			return &catalogConflict{fmt.Sprintf("version %d, not the %d expected", version, expected)}
+		}
+		if version, err = bumpVersion(tx, t, version); err != nil {
 			return err
 		}
 		if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
 			return err
-		}
-		if c.DB.Dialector.Name() == "postgres" {
-			// Delivered at commit to every router listening (Follow).
-			if err := tx.Exec("SELECT pg_notify(?, ?)", t, strconv.FormatInt(version, 10)).Error; err != nil {
-				return err
-			}
 		}
 		for lo := 0; lo < len(m); lo += 500 {
 			args := []any{}
@@ -100,7 +116,91 @@ func (c *Catalog) Save(ctx context.Context, r *Router) (int64, error) {
 		}
 		return nil
 	})
+	if err != nil {
+		return 0, err
+	}
+	return version, nil
+}
+
+// lockVersion reads the catalog's version and locks its row until the end
+// of tx, so that changes of the catalog take turns.
+func lockVersion(tx *gorm.DB, t string) (int64, error) {
+	var version int64
+	err := tx.Raw("SELECT version FROM " + t + "_version WHERE id = 1 FOR UPDATE").Scan(&version).Error
 	return version, err
+}
+
+// bumpVersion stores version+1 and announces it (on PostgreSQL, to every
+// router listening in Follow, at commit).
+func bumpVersion(tx *gorm.DB, t string, version int64) (int64, error) {
+	version++
+	if err := tx.Exec("UPDATE "+t+"_version SET version = ? WHERE id = 1", version).Error; err != nil {
+		return 0, err
+	}
+	if tx.Dialector.Name() == "postgres" {
+		if err := tx.Exec("SELECT pg_notify(?, ?)", t, strconv.FormatInt(version, 10)).Error; err != nil {
+			return 0, err
+		}
+	}
+	return version, nil
+}
+
+// insertIgnore is an INSERT INTO what that does nothing when the key
+// column conflicts.
+func insertIgnore(db *gorm.DB, what, key string) string {
+	if db.Dialector.Name() == "mysql" {
+		return "INSERT IGNORE INTO " + what
+	}
+	return "INSERT INTO " + what + " ON CONFLICT (" + key + ") DO NOTHING"
+}
+
+// catalogConflict is an ErrCatalogConflict with what was found.
+type catalogConflict struct{ detail string }
+
+func (e *catalogConflict) Error() string { return ErrCatalogConflict.Error() + ": " + e.detail }
+func (e *catalogConflict) Unwrap() error { return ErrCatalogConflict }
+
+// flipShard moves one shard's entry from the database named from to the one
+// named to, as a new version, only if the catalog still names from: two
+// moves of different shards never undo each other, and a move of a shard
+// someone else moved fails with ErrCatalogConflict.
+func (c *Catalog) flipShard(ctx context.Context, shard int, from, to string) (int64, error) {
+	t, err := c.setup(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var version int64
+	err = c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		if version, err = lockVersion(tx, t); err != nil {
+			return err
+		}
+		res := tx.Exec("UPDATE "+t+" SET db_name = ? WHERE shard = ? AND db_name = ?", to, shard, from)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			return &catalogConflict{fmt.Sprintf("shard %d is no longer on %s", shard, from)}
+		}
+		version, err = bumpVersion(tx, t, version)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return version, nil
+}
+
+// shardDB returns the name of the database the catalog maps shard to, ""
+// when the catalog holds no map.
+func (c *Catalog) shardDB(ctx context.Context, shard int) (string, error) {
+	t, err := c.setup(ctx)
+	if err != nil {
+		return "", err
+	}
+	var name string
+	err = c.DB.WithContext(ctx).Raw("SELECT db_name FROM "+t+" WHERE shard = ?", shard).Scan(&name).Error
+	return name, err
 }
 
 // Version returns the catalog's current version, 0 when it holds no map.
@@ -138,7 +238,7 @@ func (c *Catalog) Load(ctx context.Context, r *Router) ([]int, int64, error) {
 		return nil, 0, err
 	}
 	if len(rows) != r.LogicalShards() {
-		return nil, version, withDetail(ErrInvalidConfig, fmt.Sprintf("the catalog maps %d shards, the router has %d", len(rows), r.LogicalShards()))
+		return nil, version, withDetail(ErrInvalidCatalog, fmt.Sprintf("the catalog maps %d shards, the router has %d", len(rows), r.LogicalShards()))
 	}
 	index := map[string]int{}
 	for i, n := range r.Names() {
@@ -148,7 +248,7 @@ func (c *Catalog) Load(ctx context.Context, r *Router) ([]int, int64, error) {
 	for _, row := range rows {
 		d, ok := index[row.DBName]
 		if !ok || row.Shard < 0 || row.Shard >= len(m) {
-			return nil, version, withDetail(ErrInvalidConfig, fmt.Sprintf("the catalog maps shard %d to %q, which the router does not know", row.Shard, row.DBName))
+			return nil, version, withDetail(ErrInvalidCatalog, fmt.Sprintf("the catalog maps shard %d to %q, which the router does not know", row.Shard, row.DBName))
 		}
 		m[row.Shard] = d
 	}
@@ -299,7 +399,7 @@ func (c *Catalog) LoadSetup(ctx context.Context) (CatalogSetup, error) {
 		return setup, err
 	}
 	if text == "" {
-		return setup, withDetail(ErrInvalidConfig, "the catalog has no setup: see Catalog.SaveSetup")
+		return setup, withDetail(ErrInvalidCatalog, "the catalog has no setup: see Catalog.SaveSetup")
 	}
 	err = json.Unmarshal([]byte(text), &setup)
 	return setup, err

@@ -29,7 +29,7 @@ func TestConcurrentSetup(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				store := &shardid.SQLLeaseStore{DB: db, Table: "shardid_setup_lease"}
-				_, _, err := store.Claim(ctx, 64, g, fmt.Sprint("owner", g), 0)
+				_, err := store.Claim(ctx, 64, g, fmt.Sprint("owner", g), 0)
 				errs <- err
 			}()
 			go func() {

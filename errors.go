@@ -1,6 +1,9 @@
 package shardid
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // These errors can be returned by Parse, ID.UnmarshalText, ID.UnmarshalJSON
 // and ID.Scan (and their NullID counterparts).
@@ -28,6 +31,11 @@ var (
 	// ErrEpochInFuture is returned when a layout's epoch is after the
 	// current time.
 	ErrEpochInFuture = errors.New("shardid: epoch is in the future")
+
+	// ErrEpochRange is returned when a layout's epoch is before
+	// 1677-09-21T00:12:43.145224192Z, the earliest instant int64 nanoseconds
+	// since 1970 can hold. It wraps ErrInvalidLayout.
+	ErrEpochRange = fmt.Errorf("%w: epoch is before 1677-09-21T00:12:43.145224192Z, the earliest time int64 nanoseconds hold", ErrInvalidLayout)
 )
 
 // These errors can be returned by Layout.Compose and by a Generator.
@@ -121,4 +129,112 @@ var (
 	// so a child keyed to another database would otherwise land in the
 	// wrong place.
 	ErrWrongShard = errors.New("shardid: row belongs to another shard than the statement is routed to")
+
+	// ErrPluginConflict is returned when a plugin meets a *gorm.DB that
+	// already has a different shardid plugin installed: NewRouter given a
+	// Plugin, or Plugin.Initialize. Keeping the other plugin would leave the
+	// IDs to a generator the caller did not choose (say, one without the
+	// worker id it leased).
+	ErrPluginConflict = errors.New("shardid: the database already has a different shardid plugin")
+
+	// ErrAmbiguousID is returned when a model has several primary-key
+	// fields of type ID, none named ID or tagged `shardid:"id"`, and a row
+	// leaves one of them zero: the plugin cannot tell which one to fill.
+	ErrAmbiguousID = errors.New("shardid: which primary-key field is the ID is ambiguous")
+
+	// ErrNoIDSource is returned when a row's key is zero and the plugin has
+	// nothing to fill it from: a Flake key without PluginConfig.Flake, or a
+	// PinterestID key without a type and source in its tag.
+	ErrNoIDSource = errors.New("shardid: no source configured for a zero key")
+
+	// ErrInvalidIDValue is returned when a create from a map carries an ID
+	// the plugin cannot read exactly: a float that is not an integer or is
+	// beyond 2^53, a string that is not a canonical decimal ID, a negative
+	// number, or a value of another type.
+	ErrInvalidIDValue = errors.New("shardid: invalid ID value in a map")
+)
+
+// These errors can be returned by AcquireLease, by a LeaseStore, and by the
+// generator of a Lease.
+var (
+	// ErrNoFreeWorker is returned when every worker id is leased by another
+	// process.
+	ErrNoFreeWorker = errors.New("shardid: no free worker id")
+
+	// ErrLeaseLost is returned by a leased generator when its lease could not
+	// be renewed in time (the store is gone, the network is cut, the process
+	// was paused), or was taken over, or was released. It issues no ID until
+	// the lease is renewed. A LeaseStore's Renew and Release, and
+	// Lease.Close, return it for a claim that is no longer current: its
+	// worker id was released or claimed again since, so its token no longer
+	// matches.
+	ErrLeaseLost = errors.New("shardid: worker id lease lost")
+)
+
+// kindError is a sentinel of its own that also matches a broader one with
+// errors.Is, so callers that checked the broader one keep working while the
+// message says what is really wrong.
+type kindError struct {
+	msg    string
+	parent error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.parent }
+
+// These errors can be returned by Router.LoadMapFile and the Catalog.
+var (
+	// ErrInvalidMap is returned when a shard map file is not valid: not JSON
+	// of the expected form, an unknown database name, a bad range, or a shard
+	// named twice or not at all. errors.Is(err, ErrInvalidConfig) also holds.
+	ErrInvalidMap error = &kindError{"shardid: invalid shard map", ErrInvalidConfig}
+
+	// ErrInvalidCatalog is returned when the catalog's content does not fit
+	// the router reading it (another number of shards, a database the router
+	// does not know), or it holds no setup. errors.Is(err, ErrInvalidConfig)
+	// also holds.
+	ErrInvalidCatalog error = &kindError{"shardid: invalid catalog", ErrInvalidConfig}
+
+	// ErrCatalogConflict is returned when a conditional change of the
+	// catalog finds it changed since it was read: another version than the
+	// one expected (Catalog.SaveIf), or a shard no longer where the mover
+	// found it. Reload and retry.
+	ErrCatalogConflict = errors.New("shardid: the catalog changed meanwhile")
+)
+
+// These errors can be returned by Router.MoveShard, Router.Fence and
+// Router.Unfence.
+var (
+	// ErrMoveInProgress is returned when another mover (in this process or
+	// another) is moving the same logical shard, or when Unfence is called
+	// while a move of the shard runs.
+	ErrMoveInProgress = errors.New("shardid: a move of this shard is in progress")
+
+	// ErrFenceLapsed is returned by MoveShard when its fence ran out (by the
+	// database's clock) or was lifted or replaced before the move could
+	// fence the old copy for good, as when the mover was paused longer than
+	// MoveOptions.FenceFor: writes may have reached the old copy after the
+	// last copy, so the map is not flipped.
+	ErrFenceLapsed = errors.New("shardid: the move's fence lapsed before the flip")
+
+	// ErrShardMoved is returned by Fence and Unfence when the copy of the
+	// shard they would change was fenced for good by a move (its old copy):
+	// the router's map is out of date, or the move failed after it fenced
+	// the old copy and before the catalog named the new one (run the move
+	// again to finish it).
+	ErrShardMoved = errors.New("shardid: this copy of the shard was moved away and is fenced for good")
+)
+
+// These errors can be returned by NewTicketAllocator, NewSegmentAllocator
+// and their methods.
+var (
+	// ErrTicketConfigChanged is returned by NewTicketAllocator when a
+	// ticket server was set up for another list of servers (another number
+	// of servers, or another place in the list) than the one given: its
+	// tickets would repeat another server's.
+	ErrTicketConfigChanged = errors.New("shardid: ticket servers differ from the ones they were set up with")
+
+	// ErrClosed is returned by the Next method of a closed TicketAllocator or
+	// SegmentAllocator.
+	ErrClosed = errors.New("shardid: allocator is closed")
 )

@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,11 +28,18 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("shard:", id.Shard())
-	fmt.Println("recent:", time.Since(id.Time()) < time.Minute)
+	fmt.Println("shard:", id.Shard()) // id.Time(), id.Shard() and id.Seq() read the Instagram layout
+	fmt.Println("made just now:", time.Since(id.Time()) < time.Minute)
+	fmt.Println("a decimal string:", id.String() == strconv.FormatInt(id.Int64(), 10))
+
+	// An ID of another layout: decode it with that layout.
+	p := shardid.Snowflake.Decompose(1050118621198921728)
+	fmt.Println("datacenter", p.Shard, "worker", p.Worker, "seq", p.Seq)
 	// Output:
 	// shard: 1341
-	// recent: true
+	// made just now: true
+	// a decimal string: true
+	// datacenter 10 worker 27 seq 0
 }
 
 func ExampleParse() {
@@ -113,11 +121,17 @@ func ExampleLayout_WithWorkerBits() {
 		log.Fatal(err)
 	}
 	id, _ := g.Next(1341)
-	fmt.Println("worker", l.Decompose(id).Worker, "shard", id.Shard())
+	p := l.Decompose(id) // decode with the layout that made the ID
+	fmt.Println("worker", p.Worker, "shard", p.Shard)
+
+	// id.Seq() reads Instagram's 10 sequence bits, here the worker's 3 bits
+	// and the 7 of the sequence: 5<<7 = 640 more than the sequence.
+	fmt.Println("id.Seq() - p.Seq =", id.Seq()-p.Seq)
 	// Output:
 	// instagram+w3(41 time | 13 shard | 3 worker | 7 seq, 1ms since 2011-01-01T00:00:00Z)
 	// ends 2045-11-03
 	// worker 5 shard 1341
+	// id.Seq() - p.Seq = 640
 }
 
 func ExampleNewLayout() {
@@ -243,9 +257,10 @@ func ExampleAcquireLease() {
 	}
 	defer lease.Close(context.Background())
 	id, err := lease.Generator().Next(1341)
-	fmt.Println(lease.Worker(), layout.Decompose(id).Worker, err)
+	// The first claim of the file's worker id has fencing token 1.
+	fmt.Println(lease.Worker(), lease.Token(), layout.Decompose(id).Worker, err)
 	// Output:
-	// 5 5 <nil>
+	// 5 1 5 <nil>
 }
 
 func ExampleNewUUIDShortGenerator() {

@@ -30,8 +30,10 @@ type GatherOptions struct {
 	Desc bool
 }
 
-// ShardError is the error of one shard's query in Gather: which shard (or -1
-// when the query ran once per database), on which database, and why.
+// ShardError is the error of a statement run through a routed *gorm.DB
+// (from ForShard, ForID, ForKey, Get) and of one query in Gather: which
+// logical shard (or -1 when Gather ran the query once per database), on
+// which database, and why. Err is the error GORM or the driver gave.
 type ShardError struct {
 	Shard    int
 	Database string
@@ -101,6 +103,11 @@ func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, id func(T
 					shard := tg.shard
 					if !opts.PerShard && r.schemas == nil {
 						shard = -1
+					}
+					// The routed session named the shard already; Gather
+					// says which target failed, as documented.
+					if se, ok := err.(*ShardError); ok {
+						err = se.Err
 					}
 					errs = append(errs, &ShardError{Shard: shard, Database: r.names[tg.db], Err: err})
 				} else {

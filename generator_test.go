@@ -2,6 +2,8 @@ package shardid
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -502,5 +504,404 @@ func TestGeneratorLayoutsRoundTrip(t *testing.T) {
 				t.Fatalf("%s #%d: %d decodes to %+v", tc.l.Name(), i, id, p)
 			}
 		}
+	}
+}
+
+// pausingClock is a fake clock whose reads can be made slow: the read after
+// arm returns the time it read, but only after during has run, as if the
+// caller had been descheduled right after reading the clock.
+type pausingClock struct {
+	*fakeClock
+	mu     sync.Mutex // protects during
+	during func()
+}
+
+func (c *pausingClock) arm(during func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.during = during
+}
+
+func (c *pausingClock) Now() time.Time {
+	t := c.fakeClock.Now()
+	c.mu.Lock()
+	during := c.during
+	c.during = nil
+	c.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	return t
+}
+
+// A caller paused right after reading the clock, while other callers moved
+// the shard on, must not take its stale reading for a clock gone backwards.
+func TestGeneratorPauseAfterClockRead(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		max   time.Duration
+		ahead time.Duration // how far the others move the clock during the pause
+	}{
+		{"tolerant, paused 2s", DefaultMaxClockBackwards, 2 * time.Second},
+		{"no tolerance, paused 1ms", 0, time.Millisecond},
+	} {
+		for _, batch := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, NextN %v", tc.name, batch), func(t *testing.T) {
+				c := &pausingClock{fakeClock: newFakeClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))}
+				g, err := NewGenerator(Instagram, WithClock(c.Now), WithMaxClockBackwards(tc.max))
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.pause = c.Add
+				first, err := g.Next(4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var other ID
+				c.arm(func() {
+					// Meanwhile the clock moves on and another caller issues an ID.
+					c.Add(tc.ahead)
+					var err error
+					if other, err = g.Next(4); err != nil {
+						t.Errorf("the other caller: %v", err)
+					}
+				})
+				var got ID
+				if batch {
+					ids := make([]ID, 3)
+					err = g.NextN(4, ids)
+					got = ids[0]
+				} else {
+					got, err = g.Next(4)
+				}
+				if err != nil {
+					t.Fatalf("after a pause between reading the clock and using it: %v", err)
+				}
+				if got <= other || other <= first {
+					t.Errorf("IDs %d, %d (other caller), %d (paused caller) do not increase", first, other, got)
+				}
+			})
+		}
+	}
+}
+
+// A caller descheduled in its wait for the next unit, between reading the
+// clock and checking how long it has waited, must not blame the clock: it
+// reads the clock again before giving up.
+func TestGeneratorPauseInWait(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NextN %v", batch), func(t *testing.T) {
+			c := &pausingClock{fakeClock: newFakeClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))}
+			g, err := NewGenerator(Instagram, WithClock(c.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waits := 0
+			g.pause = func(time.Duration) {
+				// The first wait is quick and the clock has not moved yet; the
+				// next read of the clock is then paused for longer than the
+				// wait is allowed to take, while the clock moves on.
+				if waits++; waits == 1 {
+					c.arm(func() {
+						c.Add(time.Millisecond)
+						time.Sleep(waitSlack + 20*time.Millisecond)
+					})
+				} else {
+					c.Add(time.Millisecond)
+				}
+			}
+			ids := make([]ID, 1024)
+			if err := g.NextN(6, ids); err != nil {
+				t.Fatal(err)
+			}
+			if batch {
+				err = g.NextN(6, ids[:2])
+			} else {
+				_, err = g.Next(6)
+			}
+			if err != nil {
+				t.Fatalf("after a pause in the wait for the next unit: %v", err)
+			}
+			if waits == 0 {
+				t.Fatal("the generator did not wait: the test tested nothing")
+			}
+		})
+	}
+}
+
+// Layouts that make the same IDs share their state, however they were
+// spelled: a zero-width field placed anywhere in Order, or a time field of
+// another width over the same low bits. Otherwise generators of both in one
+// process repeat IDs.
+func TestGeneratorEquivalentLayoutsShareState(t *testing.T) {
+	epoch := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func(cfg LayoutConfig) Layout {
+		t.Helper()
+		cfg.Epoch = epoch
+		l, err := NewLayout(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	base := mk(LayoutConfig{TimeBits: 41, ShardBits: 13, SeqBits: 10})
+	for _, tc := range []struct {
+		name string
+		l    Layout
+	}{
+		{"worker first", mk(LayoutConfig{TimeBits: 41, ShardBits: 13, SeqBits: 10, Order: []Field{FieldWorker, FieldShard, FieldSeq}})},
+		{"worker last", mk(LayoutConfig{TimeBits: 41, ShardBits: 13, SeqBits: 10, Order: []Field{FieldShard, FieldSeq, FieldWorker}})},
+		{"narrower time field", mk(LayoutConfig{TimeBits: 40, ShardBits: 13, SeqBits: 10})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The two layouts make the same ID from the same parts.
+			p := Parts{Time: epoch.Add(time.Hour), Shard: 77, Seq: 5}
+			a, _ := base.Compose(p)
+			b, _ := tc.l.Compose(p)
+			if a != b {
+				t.Fatalf("the layouts compose %d and %d: the test's premise is wrong", a, b)
+			}
+			g1, err := NewGenerator(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g2, err := NewGenerator(tc.l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := collect(t, 8, 4000, func(gr, _ int) (ID, error) {
+				if gr%2 == 0 {
+					return g1.Next(77)
+				}
+				return g2.Next(77)
+			})
+			if n := checkUnique(t, all); n != 8*4000 {
+				t.Fatalf("%d IDs, want %d", n, 8*4000)
+			}
+		})
+	}
+	// Layouts whose IDs differ keep separate states.
+	for _, other := range []Layout{
+		mk(LayoutConfig{TimeBits: 41, ShardBits: 12, SeqBits: 11}),
+		mk(LayoutConfig{TimeBits: 41, ShardBits: 13, SeqBits: 10, Unit: 2 * time.Millisecond}),
+		mk(LayoutConfig{TimeBits: 41, ShardBits: 13, SeqBits: 10, Order: []Field{FieldSeq, FieldShard, FieldWorker}}),
+	} {
+		g1, _ := NewGenerator(base)
+		g2, _ := NewGenerator(other)
+		if g1.st == g2.st {
+			t.Errorf("%v and %v share state", base, other)
+		}
+	}
+}
+
+// Lease.Close revokes the lease, then reads the high-water mark it records
+// as the lease's end. A caller that passed the lease check just before and
+// takes its ID just after must not return that ID: it lies above the end the
+// next holder starts from.
+func TestGeneratorLeaseRevokedBeforeCAS(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NextN %v", batch), func(t *testing.T) {
+			c := newFakeClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+			g := fakeGenerator(t, Instagram, c)
+			guard := &leaseGuard{}
+			guard.validTick.Store(math.MaxInt64)
+			g.guard = guard
+			if _, err := g.Next(3); err != nil {
+				t.Fatal(err)
+			}
+			c.Add(5 * time.Millisecond)
+			hw := int64(-1)
+			g.beforeCAS = func() {
+				g.beforeCAS = nil
+				// Lease.Close, between the check and the compare-and-swap.
+				guard.validTick.Store(-1)
+				hw = g.highWater()
+			}
+			var ids []ID
+			var err error
+			if batch {
+				ids = make([]ID, 4)
+				err = g.NextN(3, ids)
+			} else {
+				var id ID
+				id, err = g.Next(3)
+				ids = []ID{id}
+			}
+			if hw < 0 {
+				t.Fatal("the hook did not run: the test tested nothing")
+			}
+			if !errors.Is(err, ErrLeaseLost) {
+				t.Errorf("an ID taken after Close read the high-water mark (unit %d): %v, %v; want ErrLeaseLost", hw, ids, err)
+			}
+			if !batch && ids[0] != 0 {
+				t.Errorf("Next returned the ID %d with the error", ids[0])
+			}
+			if _, err := g.Next(3); !errors.Is(err, ErrLeaseLost) {
+				t.Errorf("Next after Close: %v, want ErrLeaseLost", err)
+			}
+		})
+	}
+}
+
+// The same race, at random: callers on several shards while the lease is
+// revoked. No ID any of them returns lies above the high-water mark read
+// after the revocation.
+func TestGeneratorLeaseRevokedConcurrently(t *testing.T) {
+	for round := range 10 {
+		g, err := NewGenerator(Instagram, WithClock(time.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		guard := &leaseGuard{}
+		guard.validTick.Store(math.MaxInt64)
+		g.guard = guard
+		// Widen the window between check and swap: each caller then takes
+		// each ID in a later unit than its last, so Close nearly always
+		// lands in a window.
+		g.beforeCAS = func() { time.Sleep(time.Millisecond) }
+		var wg sync.WaitGroup
+		got := make([][]ID, 4)
+		for w := range got {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ids := make([]ID, 2)
+				for i := 0; ; i++ {
+					if i%2 == 0 {
+						id, err := g.Next(w)
+						if err != nil {
+							return
+						}
+						got[w] = append(got[w], id)
+					} else {
+						if err := g.NextN(w, ids); err != nil {
+							return
+						}
+						got[w] = append(got[w], ids...)
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(1+round%5) * time.Millisecond)
+		guard.validTick.Store(-1)
+		hw := g.highWater()
+		wg.Wait()
+		for w, ids := range got {
+			for _, id := range ids {
+				if tick := int64(id) >> Instagram.timeShift; tick > hw {
+					t.Fatalf("round %d: shard %d returned %d from unit %d, above the high-water mark %d read after the lease was revoked", round, w, id, tick, hw)
+				}
+			}
+		}
+	}
+}
+
+// The divider that turns nanoseconds into units agrees with the division
+// instruction, at the edges of its range and at random.
+func TestGeneratorDivider(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	divisors := []uint64{1, 2, 3, 7, 10, 1000, 1e6, 1e6 + 1, 1e7, 1e9, 3e9, 1 << 20, 1<<20 + 1, 1<<62 - 1, 1 << 62, 1<<63 - 1}
+	for range 200 {
+		divisors = append(divisors, 1+r.Uint64N(1<<r.IntN(63)))
+	}
+	for _, d := range divisors {
+		v := newDivider(d)
+		ns := []int64{0, 1, int64(d) - 1, math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - int64(d)}
+		if d < math.MaxInt64/2 {
+			ns = append(ns, int64(d), int64(d)+1, 2*int64(d)-1, 2*int64(d))
+		}
+		for range 1000 {
+			ns = append(ns, r.Int64())
+			ns = append(ns, r.Int64N(1<<r.IntN(63)+1))
+		}
+		for _, n := range ns {
+			if n < 0 {
+				continue
+			}
+			if got, want := v.div(n), n/int64(d); got != want {
+				t.Fatalf("%d / %d = %d, want %d", n, d, got, want)
+			}
+		}
+	}
+}
+
+// Next and NextN allocate nothing, on the fast path and on the slow one (a
+// custom clock, a lease, a saturated shard).
+func TestGeneratorAllocs(t *testing.T) {
+	g, _ := NewGenerator(Instagram)
+	c := newFakeClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	slow := fakeGenerator(t, Instagram, c)
+	slow.guard = &leaseGuard{}
+	slow.guard.validTick.Store(math.MaxInt64)
+	ids := make([]ID, 100)
+	shard := 0
+	for name, fn := range map[string]func(){
+		"Next":       func() { _, _ = g.Next(shard % 2000); shard++ },
+		"NextN":      func() { _ = g.NextN(shard%2000, ids); shard++ },
+		"Next, slow": func() { _, _ = slow.Next(1) },
+		"NextN slow": func() { _ = slow.NextN(1, ids) },
+	} {
+		if n := testing.AllocsPerRun(1000, fn); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", name, n)
+		}
+	}
+}
+
+// A custom clock that jumps centuries, beyond what a time.Duration holds,
+// gets the error for where it reads, and the generator works again once it
+// reads a time in the layout's range.
+func TestGeneratorClockFarOutside(t *testing.T) {
+	c := newFakeClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := fakeGenerator(t, Instagram, c)
+	for _, tc := range []struct {
+		at  time.Time
+		err error
+	}{
+		{time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC), ErrTimeOverflow},
+		{time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ErrTimeOverflow},
+		{time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), ErrTimeBeforeEpoch},
+		{time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), ErrTimeBeforeEpoch},
+		{time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), nil},
+	} {
+		c.mu.Lock()
+		c.t = tc.at
+		c.mu.Unlock()
+		id, err := g.Next(1)
+		if !errors.Is(err, tc.err) {
+			t.Errorf("clock at %v: %d, %v; want %v", tc.at, id, err, tc.err)
+		}
+		if err == nil && !id.Time().Equal(tc.at) {
+			t.Errorf("clock at %v: ID from %v", tc.at, id.Time())
+		}
+	}
+}
+
+// The shared state of layouts that differ only in the width of their time
+// field does not depend on which was made first: one whose time field
+// already ended does not stop the other.
+func TestGeneratorSharedStateAcrossTimeWidths(t *testing.T) {
+	epoch := time.Date(2000, 1, 1, 0, 0, 0, 123, time.UTC) // no other test's epoch
+	ended, err := NewLayout(LayoutConfig{Epoch: epoch, TimeBits: 38, ShardBits: 13, SeqBits: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, err := NewLayout(LayoutConfig{Epoch: epoch, TimeBits: 41, ShardBits: 13, SeqBits: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1, _ := NewGenerator(ended)
+	if _, err := g1.Next(1); !errors.Is(err, ErrTimeOverflow) {
+		t.Fatalf("a layout that ended in %v: %v, want ErrTimeOverflow", ended.End(), err)
+	}
+	g2, _ := NewGenerator(wide)
+	if g1.st != g2.st {
+		t.Fatal("the layouts do not share state")
+	}
+	id, err := g2.Next(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(wide.Decompose(id).Time); d < 0 || d > time.Minute {
+		t.Errorf("ID %d is from %v", id, wide.Decompose(id).Time)
 	}
 }

@@ -62,8 +62,15 @@ type PluginConfig struct {
 	// Sources are ID sources that models ask for by name with the tag
 	// `shardid:"id,source=NAME"` on their ID field: a TicketAllocator or a
 	// SegmentAllocator, for compact IDs without a clock. Such IDs carry no
-	// shard.
+	// shard. A PinterestID key tagged `shardid:"id,type=N,source=NAME"`
+	// takes its local id (at most 2^36-1) from the source, its shard from
+	// the row's sharding key and N as its type.
 	Sources map[string]IDSource
+
+	// Flake, if not nil, fills zero primary keys of type Flake. Without it,
+	// creating a row whose Flake key is zero fails with ErrNoIDSource
+	// rather than storing the all-zero UUID.
+	Flake *FlakeGenerator
 }
 
 // Plugin is a GORM plugin that assigns IDs on create. For each row whose ID
@@ -72,7 +79,14 @@ type PluginConfig struct {
 //
 // A model's ID is its primary key of type ID (`gorm:"primaryKey"` is
 // optional for a field named ID), or a single int64 or uint64 field tagged
-// `shardid:"id"`. Its sharding key is, in order of precedence,
+// `shardid:"id"`. In a composite primary key without a field named ID, the
+// one primary-key field of type ID is the ID, whatever its name; with
+// several (a join table's), none is filled, and a row that leaves one of
+// them zero fails with ErrAmbiguousID: tag the ID `shardid:"id"`. A primary
+// key of type UUIDShort, Flake or PinterestID is filled from
+// PluginConfig.UUIDShort, PluginConfig.Flake or a source named in its tag;
+// a zero one with nothing to fill it from fails with ErrNoIDSource (or
+// ErrInvalidConfig for UUIDShort), never a row with a zero key. Its sharding key is, in order of precedence,
 // PluginConfig.ShardKey, a ShardKeyer method, or a field tagged
 // `shardid:"key"`: an integer (key % LogicalShards), a string (FNV-1a 64 of
 // its bytes % LogicalShards) or an ID or NullID (that ID's own shard, so that
@@ -122,7 +136,15 @@ func (p *Plugin) Name() string { return PluginName }
 // callback that assigns IDs before GORM's own create, after the model's
 // BeforeCreate hook and after belongs-to parents are saved. Calling it again
 // on the same *gorm.DB does nothing.
+//
+// A *gorm.DB that has another shardid plugin installed already is refused
+// with ErrPluginConflict: db.Use gives gorm.ErrRegistered for it before
+// Initialize runs, and a configuration shared by several gorm.Open calls
+// (as dbresolver's) reaches here.
 func (p *Plugin) Initialize(db *gorm.DB) error {
+	if other, ok := db.Config.Plugins[PluginName]; ok && other != gorm.Plugin(p) {
+		return withDetail(ErrPluginConflict, "Initialize of one shardid plugin on a database that has another")
+	}
 	create := db.Callback().Create()
 	if create.Get(callbackAssignID) != nil {
 		return nil
@@ -147,6 +169,11 @@ func (p *Plugin) assignIDs(db *gorm.DB) {
 		return
 	}
 	if m.id == nil {
+		if m.ambiguous != nil {
+			if err := checkAmbiguous(db.Statement, m); err != nil {
+				db.AddError(err)
+			}
+		}
 		return
 	}
 	var rt *route
@@ -163,17 +190,24 @@ func (p *Plugin) assignIDs(db *gorm.DB) {
 
 // checkRoute fails when a row of shard s is created through a statement
 // routed to a shard that lives elsewhere. rt is nil for unrouted statements.
+// A statement routed before a map change moved its shard off the database
+// it runs on gets ErrShardMoving, as a write to the fenced old copy would:
+// nothing is written, and routing again finds the new database.
 func (p *Plugin) checkRoute(rt *route, s int, stmt *gorm.Statement, i int) error {
-	if rt == nil || rt.r.sameTarget(rt.shard, s) {
+	if rt == nil || rt.r.sameTarget(*rt, s) {
 		return nil
 	}
+	if rt.r.table.Load().dbOf[rt.shard] != rt.db {
+		return rowError(withDetail(ErrShardMoving, "shard "+strconv.Itoa(rt.shard)+" is now on "+rt.r.DatabaseName(rt.shard)+
+			"; this *gorm.DB was routed to "+rt.r.names[rt.db]+" before the map changed: route again"), stmt.Schema, i)
+	}
 	return rowError(withDetail(ErrWrongShard, "shard "+strconv.Itoa(s)+" on "+rt.r.DatabaseName(s)+
-		", statement routed to shard "+strconv.Itoa(rt.shard)+" on "+rt.r.DatabaseName(rt.shard)), stmt.Schema, i)
+		", statement routed to shard "+strconv.Itoa(rt.shard)+" on "+rt.r.names[rt.db]), stmt.Schema, i)
 }
 
 // checkPreset applies checkRoute to a row whose ID is already set.
 func (p *Plugin) checkPreset(rt *route, m *model, idv reflect.Value, stmt *gorm.Statement, i int) error {
-	if rt == nil || !m.namesShard() {
+	if rt == nil || !m.carriesShard() {
 		return nil
 	}
 	var id ID
@@ -182,7 +216,15 @@ func (p *Plugin) checkPreset(rt *route, m *model, idv reflect.Value, stmt *gorm.
 	} else {
 		id = ID(idv.Int())
 	}
-	return p.checkRoute(rt, p.layout.Decompose(id).Shard, stmt, i)
+	return p.checkRoute(rt, p.shardOfPreset(m, id), stmt, i)
+}
+
+// shardOfPreset returns the shard an existing ID of m names.
+func (p *Plugin) shardOfPreset(m *model, id ID) int {
+	if m.pinterest {
+		return PinterestID(id).Shard()
+	}
+	return p.layout.Decompose(id).Shard
 }
 
 // model returns what the plugin knows of s, analysing it the first time.
@@ -214,6 +256,9 @@ func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value,
 	}
 	if !idv.CanSet() {
 		return withDetail(ErrNotAddressable, stmt.Schema.Name)
+	}
+	if m.pinterest {
+		return p.fillPinterest(stmt, m, row, idv, rt, -1)
 	}
 	if !m.namesShard() {
 		return p.fillOther(stmt, m, idv)
@@ -280,6 +325,12 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 		if !idv.CanSet() {
 			return withDetail(ErrNotAddressable, stmt.Schema.Name+" row "+strconv.Itoa(i))
 		}
+		if m.pinterest {
+			if err := p.fillPinterest(stmt, m, row, idv, rt, i); err != nil {
+				return err
+			}
+			continue
+		}
 		if !m.namesShard() {
 			if err := p.fillOther(stmt, m, idv); err != nil {
 				return err
@@ -303,28 +354,6 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 		n++
 	}
 	return flush()
-}
-
-// fillOther sets an ID that does not come from the generator: a UUIDShort,
-// or one from a named source.
-func (p *Plugin) fillOther(stmt *gorm.Statement, m *model, idv reflect.Value) error {
-	if m.short {
-		if p.cfg.UUIDShort == nil {
-			return withDetail(ErrInvalidConfig, stmt.Schema.Name+" has a UUIDShort key and PluginConfig.UUIDShort is nil")
-		}
-		idv.SetUint(uint64(p.cfg.UUIDShort.Next()))
-		return nil
-	}
-	src, ok := p.cfg.Sources[m.source]
-	if !ok {
-		return withDetail(ErrInvalidConfig, stmt.Schema.Name+" asks for the ID source "+strconv.Quote(m.source)+", which PluginConfig.Sources lacks")
-	}
-	id, err := src.Next(stmt.Context)
-	if err != nil {
-		return err
-	}
-	setID(idv, ID(id))
-	return nil
 }
 
 // indirect follows pointers and interfaces; a nil one gives the invalid Value.

@@ -95,15 +95,22 @@ func (id ID) Int64() int64 { return int64(id) }
 func (id ID) IsZero() bool { return id == 0 }
 
 // Time returns the start of the millisecond id was made in, decoded with the
-// default Instagram layout. Use Layout.Decompose for other layouts.
+// default Instagram layout. Decode an ID of another layout with that layout:
+// layout.Decompose(id).Time (Instagram.WithWorkerBits(n) keeps the time
+// field where it is, so there both agree).
 func (id ID) Time() time.Time { return defaultLayout.Decompose(id).Time }
 
 // Shard returns the logical shard of id, decoded with the default Instagram
-// layout: (id >> 10) & 0x1FFF.
+// layout: (id >> 10) & 0x1FFF. For an ID of another layout use
+// layout.Decompose(id).Shard (Instagram.WithWorkerBits(n) keeps the shard
+// where it is, so there both agree).
 func (id ID) Shard() int { return int(id>>defaultLayout.shardShift) & (1<<defaultLayout.shardBits - 1) }
 
 // Seq returns the sequence number of id, decoded with the default Instagram
-// layout: id & 0x3FF.
+// layout: id & 0x3FF. With worker bits the low 10 bits hold the worker too:
+// for an ID of Instagram.WithWorkerBits(3) made by worker 5, Seq is 640 more
+// than the sequence. Decode such IDs with their layout:
+// layout.Decompose(id).Seq and .Worker.
 func (id ID) Seq() int { return int(id) & (1<<defaultLayout.seqBits - 1) }
 
 // AppendText implements the [encoding.TextAppender] interface: it appends

@@ -38,7 +38,9 @@ type LayoutConfig struct {
 	Name string
 
 	// Epoch is the instant whose time field is 0. It must not be in the
-	// future, and must not be the zero time.
+	// future, must not be the zero time, and must not be before
+	// 1677-09-21T00:12:43.145224192Z (the earliest time int64 nanoseconds
+	// hold); an epoch before 1970 is fine.
 	Epoch time.Time
 
 	// Unit is the length of one time unit. If Unit is 0, it is one
@@ -151,6 +153,9 @@ func NewLayout(cfg LayoutConfig) (Layout, error) {
 	if cfg.Epoch.IsZero() {
 		return bad("no epoch")
 	}
+	if cfg.Epoch.Before(minEpoch) {
+		return Layout{}, withDetail(ErrEpochRange, cfg.Epoch.UTC().Format(time.RFC3339Nano))
+	}
 	if cfg.Epoch.After(time.Now()) {
 		return Layout{}, withDetail(ErrEpochInFuture, cfg.Epoch.UTC().Format(time.RFC3339Nano))
 	}
@@ -222,13 +227,19 @@ func NewLayout(cfg LayoutConfig) (Layout, error) {
 
 	// Every tick the time field can hold, even in an unsigned 64-bit value,
 	// must map to a time.Time without overflowing int64 nanoseconds.
+	// l.epoch may be negative (before 1970): the sum is checked, not
+	// math.MaxInt64-l.epoch, which would overflow.
 	span := uint64(1) << cfg.TimeBits // ticks
 	if span > uint64(math.MaxInt64)/uint64(unit) ||
-		int64(span)*int64(unit) > math.MaxInt64-l.epoch {
-		return bad("time field ends after the year 2262")
+		l.epoch > 0 && int64(span)*int64(unit) > math.MaxInt64-l.epoch {
+		return bad("time field ends after 2262-04-11T23:47:16.854775807Z, the last time int64 nanoseconds hold")
 	}
 	return l, nil
 }
+
+// minEpoch is the earliest epoch: the earliest instant whose Unix
+// nanoseconds fit an int64.
+var minEpoch = time.Unix(0, math.MinInt64)
 
 // Config returns the configuration l was built from, with defaults filled
 // in. Change a field and pass it to NewLayout to derive a layout.
@@ -282,13 +293,44 @@ func (l Layout) WithWorkerBits(n int) (Layout, error) {
 }
 
 // Equal reports whether l and o describe the same IDs: the same epoch, unit
-// and fields. Names are not compared.
+// and fields. Names are not compared, nor where Order puts a field of width
+// 0.
 func (l Layout) Equal(o Layout) bool { return l.key() == o.key() }
 
-// key returns l without its name, for comparisons and map keys.
+// key returns l without its name and with every field of width 0 at
+// position 0, for comparisons.
 func (l Layout) key() Layout {
 	l.name = ""
+	if l.shardBits == 0 {
+		l.shardShift = 0
+	}
+	if l.workerBits == 0 {
+		l.workerShift = 0
+	}
 	return l
+}
+
+// idKey is what decides which ID a generator makes from a time, a shard, a
+// worker and a sequence number: the epoch, the unit, and the width and
+// position of each field below the time field. Layouts with equal idKeys
+// make the same IDs (the width of the time field only bounds how long they
+// can), so their generators must share state.
+type idKey struct {
+	epoch                                          int64
+	unit                                           time.Duration
+	timeShift                                      uint8
+	shardBits, shardShift, workerBits, workerShift uint8
+	seqBits, seqShift                              uint8
+}
+
+func (l Layout) idKey() idKey {
+	k := l.key()
+	return idKey{
+		epoch: k.epoch, unit: k.unit, timeShift: k.timeShift,
+		shardBits: k.shardBits, shardShift: k.shardShift,
+		workerBits: k.workerBits, workerShift: k.workerShift,
+		seqBits: k.seqBits, seqShift: k.seqShift,
+	}
 }
 
 // Name returns the layout's name, such as "instagram".

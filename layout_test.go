@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -238,5 +239,88 @@ func TestLayoutEqualIgnoresName(t *testing.T) {
 	}
 	if Snowflake.Equal(Instagram) {
 		t.Error("Snowflake equals Instagram")
+	}
+}
+
+// An epoch before 1970 works when every instant of the layout fits int64
+// nanoseconds; one before 1677-09-21 is refused for what it is.
+func TestLayoutEpochBefore1970(t *testing.T) {
+	epoch := time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC)
+	l, err := NewLayout(LayoutConfig{Name: "sixties", Epoch: epoch, TimeBits: 43, ShardBits: 10, SeqBits: 10})
+	if err != nil {
+		t.Fatalf("NewLayout with a 1960 epoch: %v", err)
+	}
+	if want := epoch.Add(time.Duration(1<<43) * time.Millisecond); !l.End().Equal(want) || !l.Epoch().Equal(epoch) {
+		t.Errorf("Epoch %v, End %v; want %v, %v", l.Epoch(), l.End(), epoch, want)
+	}
+	for _, at := range []time.Time{epoch, time.Date(1965, 6, 7, 8, 9, 10, 11e6, time.UTC), time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		p := Parts{Time: at, Shard: 3, Seq: 9}
+		id, err := l.Compose(p)
+		if err != nil || id < 0 {
+			t.Fatalf("Compose(%v) = %d, %v", at, id, err)
+		}
+		if got := l.Decompose(id); got != p {
+			t.Errorf("Decompose(Compose(%+v)) = %+v", p, got)
+		}
+	}
+	if _, err := l.Compose(Parts{Time: epoch.Add(-time.Millisecond)}); !errors.Is(err, ErrTimeBeforeEpoch) {
+		t.Errorf("Compose before the epoch: %v, want ErrTimeBeforeEpoch", err)
+	}
+	g, err := NewGenerator(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := g.Next(3)
+	if err != nil {
+		t.Fatalf("Next with a 1960 epoch: %v", err)
+	}
+	if d := time.Since(l.Decompose(id).Time); d < 0 || d > time.Minute {
+		t.Errorf("Next made %d, from %v", id, l.Decompose(id).Time)
+	}
+
+	// A layout entirely in the past: generators say so, whatever the
+	// arithmetic from so old an epoch to now.
+	old, err := NewLayout(LayoutConfig{Epoch: time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC), TimeBits: 41, SeqBits: 10})
+	if err != nil {
+		t.Fatalf("NewLayout with a 1700 epoch: %v", err)
+	}
+	og, _ := NewGenerator(old)
+	if _, err := og.Next(0); !errors.Is(err, ErrTimeOverflow) {
+		t.Errorf("Next on a layout that ended in %v: %v, want ErrTimeOverflow", old.End(), err)
+	}
+
+	for _, e := range []time.Time{
+		time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(0, math.MinInt64).Add(-time.Nanosecond),
+	} {
+		_, err = NewLayout(LayoutConfig{Epoch: e, TimeBits: 41, SeqBits: 10})
+		if !errors.Is(err, ErrEpochRange) || !errors.Is(err, ErrInvalidLayout) {
+			t.Errorf("NewLayout with epoch %v: %v, want ErrEpochRange and ErrInvalidLayout", e, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "2262") {
+			t.Errorf("NewLayout with epoch %v: %q blames the end of the layout", e, err)
+		}
+	}
+	if _, err := NewLayout(LayoutConfig{Epoch: time.Unix(0, math.MinInt64), TimeBits: 41, SeqBits: 10}); err != nil {
+		t.Errorf("the earliest epoch int64 nanoseconds hold: %v", err)
+	}
+	// A layout that would end after 2262 still says so.
+	if _, err := NewLayout(LayoutConfig{Epoch: epoch, Unit: time.Hour, TimeBits: 40, SeqBits: 1}); !errors.Is(err, ErrInvalidLayout) ||
+		!strings.Contains(err.Error(), "2262") {
+		t.Errorf("a layout past 2262: %v", err)
+	}
+}
+
+// Layouts that make the same IDs are Equal, whatever position Order gives a
+// zero-width field.
+func TestLayoutEqualIgnoresZeroWidthPositions(t *testing.T) {
+	cfg := Instagram.Config()
+	cfg.Order = []Field{FieldWorker, FieldShard, FieldSeq}
+	l, err := NewLayout(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Equal(Instagram) {
+		t.Errorf("%v with the worker field first does not equal Instagram", l)
 	}
 }

@@ -13,45 +13,6 @@ import (
 	"time"
 )
 
-// These errors can be returned by AcquireLease, by a LeaseStore, and by the
-// generator of a Lease.
-var (
-	// ErrNoFreeWorker is returned when every worker id is leased by another
-	// process.
-	ErrNoFreeWorker = errors.New("shardid: no free worker id")
-
-	// ErrLeaseLost is returned by a leased generator when its lease could not
-	// be renewed in time (the store is gone, the network is cut, the process
-	// was paused), or was taken over, or was released. It issues no ID until
-	// the lease is renewed.
-	ErrLeaseLost = errors.New("shardid: worker id lease lost")
-)
-
-// A LeaseStore keeps worker-id leases where every process can see them:
-// SQLLeaseStore, RedisLeaseStore, FileLeaseStore. With every lease it keeps
-// the last time unit its holders may have used, so that the next holder
-// starts after it.
-//
-// Implementations must make each method atomic: two processes never hold
-// one worker id at once.
-type LeaseStore interface {
-	// Claim leases a worker id in [0, workers) that no one holds (never
-	// leased, released, or expired) to owner for ttl, trying prefer first.
-	// It returns the id and the last unit any holder of it may have used.
-	// It returns ErrNoFreeWorker when all are held.
-	Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (worker int, last int64, err error)
-
-	// Renew extends owner's lease of worker by ttl and records that its
-	// holder may use units up to promise. It returns ErrLeaseLost when owner
-	// no longer holds worker.
-	Renew(ctx context.Context, worker int, owner string, ttl time.Duration, promise int64) error
-
-	// Release gives worker back, recording last, the last unit its holder
-	// used, in place of the promise: it is at or above every earlier
-	// holder's last unit.
-	Release(ctx context.Context, worker int, owner string, last int64) error
-}
-
 // LeaseConfig configures AcquireLease.
 type LeaseConfig struct {
 	// Store keeps the leases. Required.
@@ -74,8 +35,10 @@ type LeaseConfig struct {
 	// context is done, instead of returning ErrNoFreeWorker.
 	Wait bool
 
-	// Owner names the holder in the store. If empty, it is the host name,
-	// the process id and a random suffix.
+	// Owner names the holder in the store, for people reading it: the
+	// lease's identity is its claim's token, so two processes may share a
+	// name. If empty, it is the host name, the process id and a random
+	// suffix. It must be at most 200 bytes (the SQL store's column).
 	Owner string
 
 	// Options are passed to NewGenerator, such as WithMaxClockBackwards.
@@ -84,18 +47,27 @@ type LeaseConfig struct {
 }
 
 // Lease is a worker id held in a LeaseStore, renewed in the background, and
-// the generator that uses it. Lease is safe for concurrent use.
+// the generator that uses it. Make one with AcquireLease; the zero Lease is
+// not usable. Lease is safe for concurrent use.
 type Lease struct {
 	cfg    LeaseConfig
 	owner  string
 	worker int
 	g      *Generator
 	guard  *leaseGuard
-	stop   chan struct{}
-	done   chan struct{}
+	cancel context.CancelFunc // stops the loop and cancels a renewal in flight
+	done   chan struct{}      // closed when the loop has returned
 
-	mu  sync.Mutex // protects err
-	err error      // the last renewal's error
+	renewMu sync.Mutex // serializes renewals
+
+	mu     sync.Mutex // protects claim, closed, err, and the guard's reopening
+	claim  Claim      // the current claim: its token fences renewals and the release
+	closed bool       // set by Close; a closed lease's guard is never reopened
+	err    error      // the last renewal's error
+
+	closeMu  sync.Mutex // serializes Close; protects stopped, released
+	stopped  bool       // the generator is revoked and the loop has returned
+	released bool       // the release succeeded, or found the lease lost
 }
 
 // leaseGuard is what a leased generator checks before each ID.
@@ -152,15 +124,17 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	if err := cfg.Layout.checkWorker(cfg.Prefer); err != nil {
 		return nil, err
 	}
-	l := &Lease{cfg: cfg, owner: cfg.Owner, stop: make(chan struct{}), done: make(chan struct{})}
+	if len(cfg.Owner) > maxOwnerLen {
+		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("lease owner of %d bytes, more than %d", len(cfg.Owner), maxOwnerLen))
+	}
+	l := &Lease{cfg: cfg, owner: cfg.Owner, done: make(chan struct{})}
 	if l.owner == "" {
 		l.owner = defaultOwner()
 	}
-	var last int64
 	for {
-		w, lt, err := cfg.Store.Claim(ctx, cfg.Layout.Workers(), cfg.Prefer, l.owner, cfg.TTL)
+		c, err := cfg.Store.Claim(ctx, cfg.Layout.Workers(), cfg.Prefer, l.owner, cfg.TTL)
 		if err == nil {
-			l.worker, last = w, lt
+			l.claim, l.worker = c, c.Worker
 			break
 		}
 		if !errors.Is(err, ErrNoFreeWorker) || !cfg.Wait {
@@ -174,30 +148,49 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	}
 	g, err := NewGenerator(cfg.Layout, append(append([]GeneratorOption(nil), cfg.Options...), WithWorker(l.worker))...)
 	if err != nil {
-		_ = cfg.Store.Release(ctx, l.worker, l.owner, last)
+		l.releaseAfterFailure(ctx, l.claim, l.claim.Last)
 		return nil, err
 	}
 	// On the default clock, units are real time and the unit check is the
 	// whole check; a custom clock may wander, so real time is checked too.
 	l.guard = &leaseGuard{anchor: time.Now(), realCheck: g.customClock}
 	l.guard.validTick.Store(-1)
-	g.raiseFloor(last)
+	g.raiseFloor(l.claim.Last)
 	g.guard = l.guard
 	l.g = g
 	// The first renewal sets the promise before any ID is made.
 	if err := l.renew(ctx); err != nil {
-		_ = cfg.Store.Release(context.WithoutCancel(ctx), l.worker, l.owner, last)
+		// The renewal may have claimed the id again, with a new token and a
+		// higher floor: release what is held now, above that floor.
+		l.mu.Lock()
+		c := l.claim
+		l.mu.Unlock()
+		l.releaseAfterFailure(ctx, c, g.highWater())
 		return nil, err
 	}
-	go l.loop()
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel = cancel
+	go l.loop(loopCtx)
 	return l, nil
 }
+
+// releaseAfterFailure gives back a claim AcquireLease cannot use, even when
+// ctx is done, waiting at most a TTL: unreleased, it frees itself by then.
+func (l *Lease) releaseAfterFailure(ctx context.Context, c Claim, last int64) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.TTL)
+	defer cancel()
+	_ = l.cfg.Store.Release(rctx, c, last)
+}
+
+// maxOwnerLen is the longest owner name, the width of the SQL store's column.
+const maxOwnerLen = 200
 
 func defaultOwner() string {
 	host, _ := os.Hostname()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
+	suffix := ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
+	return host[:min(len(host), maxOwnerLen-len(suffix))] + suffix
 }
 
 // Generator returns the generator that uses the leased worker id.
@@ -209,7 +202,17 @@ func (l *Lease) Worker() int { return l.worker }
 // Owner returns the name the lease is held under in the store.
 func (l *Lease) Owner() string { return l.owner }
 
-// Err returns the error of the last renewal, or nil when it succeeded.
+// Token returns the fencing token of the lease's current claim. It changes
+// when the lease, lost, is claimed again.
+func (l *Lease) Token() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.claim.Token
+}
+
+// Err returns the error of the last renewal, or nil when it succeeded. It
+// is ErrLeaseLost when the store said the worker id was claimed again and
+// it could not be claimed back. Close leaves it as it was.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -218,39 +221,117 @@ func (l *Lease) Err() error {
 
 // Close stops the generator, stops renewing and releases the worker id,
 // recording the last unit used so the next holder can start right after it.
+//
+// Close first stops the generator, then reads the last unit it used: once
+// Close returns, even with an error, the generator issues no further ID,
+// and the recorded last unit covers every ID it issued. A renewal in flight
+// is cancelled and can no longer reopen the generator.
+//
+// Close may be called from several goroutines at once, and more than once:
+// calls wait for each other. When the release succeeds, Close returns nil,
+// and so do later calls. When the lease had been lost to another claim,
+// Close returns ErrLeaseLost once, and later calls nil: there is nothing to
+// release, and the store already covers every ID the generator issued.
+// When the release fails otherwise (ctx is done, the store is unreachable),
+// Close returns that error and a later Close tries the release again;
+// unreleased, the worker id becomes free when its lease expires, and its
+// next holder still starts after every unit this lease may have used.
 func (l *Lease) Close(ctx context.Context) error {
-	select {
-	case <-l.stop:
-		return nil
-	default:
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if !l.stopped {
+		// Revoke first, so that no renewal reopens the guard, then read the
+		// high-water mark: the generator checks the guard again after
+		// taking an ID, so none above the mark is ever returned.
+		l.mu.Lock()
+		l.closed = true
+		l.guard.validTick.Store(-1)
+		l.mu.Unlock()
+		l.cancel()
+		<-l.done
+		l.stopped = true
 	}
-	l.guard.validTick.Store(-1)
-	close(l.stop)
-	<-l.done
-	return l.cfg.Store.Release(ctx, l.worker, l.owner, l.g.highWater())
+	if l.released {
+		return nil
+	}
+	l.mu.Lock()
+	c := l.claim
+	l.mu.Unlock()
+	err := l.cfg.Store.Release(ctx, c, l.g.highWater())
+	if err == nil || errors.Is(err, ErrLeaseLost) {
+		l.released = true
+	}
+	return err
 }
 
-func (l *Lease) loop() {
+func (l *Lease) loop(ctx context.Context) {
 	defer close(l.done)
 	t := time.NewTicker(l.cfg.TTL / 3)
 	defer t.Stop()
 	for {
 		select {
-		case <-l.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TTL/3)
-			_ = l.renew(ctx)
+			rctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/3)
+			_ = l.renew(rctx)
 			cancel()
 		}
 	}
 }
 
 // renew extends the lease and, on success, lets the generator use units up
-// to the end of the new validity. A lease the store says is lost is claimed
-// again when its worker id is still free.
+// to the end of the new validity. A lease the store says is lost stops the
+// generator at once, and is claimed again when its worker id is still free.
 func (l *Lease) renew(ctx context.Context) error {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
 	start := time.Now()
+	l.mu.Lock()
+	c, closed := l.claim, l.closed
+	l.mu.Unlock()
+	if closed {
+		return withDetail(ErrLeaseLost, "the lease is closed")
+	}
+	now, promise := l.promise()
+	err := l.cfg.Store.Renew(ctx, c, l.cfg.TTL, promise)
+	if errors.Is(err, ErrLeaseLost) {
+		// Another claim may be issuing IDs already: stop now, whatever the
+		// local validity says.
+		l.revoke()
+		var nc Claim
+		nc, err = l.reclaim(ctx)
+		if err == nil {
+			// Even if Close has begun meanwhile: it releases this claim.
+			l.mu.Lock()
+			l.claim = nc
+			l.mu.Unlock()
+			// The floor may have risen: promise from there.
+			_, promise = l.promise()
+			err = l.cfg.Store.Renew(ctx, nc, l.cfg.TTL, promise)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return withDetail(ErrLeaseLost, "the lease is closed") // and stays stopped
+	}
+	l.err = err
+	if err != nil {
+		return err
+	}
+	// Valid for the TTL from before the request was sent, less a margin,
+	// so the holder stops before the store lets anyone else in.
+	unit := int64(l.g.layout.unit)
+	valid := l.cfg.TTL - l.cfg.TTL/5
+	l.guard.validUntil.Store(int64(start.Add(valid).Sub(l.guard.anchor)))
+	l.guard.validTick.Store(min(now+int64(valid)/unit, promise))
+	return nil
+}
+
+// promise returns the current unit and the last unit the holder may use
+// until the next renewal: a TTL past the current unit or the last one used.
+func (l *Lease) promise() (now, promise int64) {
 	g := l.g
 	now, _, err := g.tick()
 	if err != nil {
@@ -258,47 +339,31 @@ func (l *Lease) renew(ctx context.Context) error {
 	}
 	unit := int64(g.layout.unit)
 	ttlTicks := (int64(l.cfg.TTL) + unit - 1) / unit
-	promise := max(now, g.highWater()) + ttlTicks
-	err = l.cfg.Store.Renew(ctx, l.worker, l.owner, l.cfg.TTL, promise)
-	if errors.Is(err, ErrLeaseLost) {
-		err = l.reclaim(ctx)
-		if err == nil {
-			err = l.cfg.Store.Renew(ctx, l.worker, l.owner, l.cfg.TTL, promise)
-		}
-	}
-	l.mu.Lock()
-	l.err = err
-	l.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	select {
-	case <-l.stop:
-		return nil // closed meanwhile: stay stopped
-	default:
-	}
-	// Valid for the TTL from before the request was sent, less a margin,
-	// so the holder stops before the store lets anyone else in.
-	valid := l.cfg.TTL - l.cfg.TTL/5
-	l.guard.validUntil.Store(int64(start.Add(valid).Sub(l.guard.anchor)))
-	l.guard.validTick.Store(min(now+int64(valid)/unit, promise))
-	return nil
+	return now, max(now, g.highWater()) + ttlTicks
 }
 
-// reclaim takes the worker id back after the store lost the lease (it
-// expired), if no one else holds it, raising the floor to what any holder
-// meanwhile may have used.
-func (l *Lease) reclaim(ctx context.Context) error {
-	w, last, err := l.cfg.Store.Claim(ctx, l.cfg.Layout.Workers(), l.worker, l.owner, l.cfg.TTL)
+// revoke stops the generator until a renewal succeeds.
+func (l *Lease) revoke() {
+	l.mu.Lock()
+	l.guard.validTick.Store(-1)
+	l.mu.Unlock()
+}
+
+// reclaim claims the worker id again after the store lost the lease (it
+// expired, or was claimed by another process since), if no one else holds
+// it, raising the floor to what any holder meanwhile may have used.
+func (l *Lease) reclaim(ctx context.Context) (Claim, error) {
+	c, err := l.cfg.Store.Claim(ctx, l.cfg.Layout.Workers(), l.worker, l.owner, l.cfg.TTL)
 	if err != nil {
-		return errors.Join(ErrLeaseLost, err)
+		return Claim{}, errors.Join(ErrLeaseLost, err)
 	}
-	if w != l.worker {
-		_ = l.cfg.Store.Release(ctx, w, l.owner, last)
-		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is held by another process", l.worker))
+	if c.Worker != l.worker {
+		// Another id was free: give it back as it was.
+		_ = l.cfg.Store.Release(ctx, c, c.Last)
+		return Claim{}, withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is held by another process", l.worker))
 	}
-	l.g.raiseFloor(last)
-	return nil
+	l.g.raiseFloor(c.Last)
+	return c, nil
 }
 
 // WorkerFromEnv reads a static worker id from the environment variable name

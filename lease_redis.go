@@ -10,17 +10,24 @@ import (
 )
 
 // RedisLeaseStore keeps worker-id leases in Redis: a key per worker id,
-// prefix:lease:N, holding its owner with an expiry, and prefix:last:N, the
-// last unit its holders may have used, without one. Every check-and-set is
-// one Lua script, so it is atomic.
+// prefix:lease:N, holding its claim's token and owner ("token:owner") with
+// an expiry; prefix:last:N, the last unit its holders may have used; and
+// prefix:token:N, the last token given out for it. Every check-and-set is
+// one Lua script, so it is atomic, and expiry is judged by Redis's clock.
 //
-// The last-unit keys protect a restart with the clock behind only as long as
-// Redis keeps them: run Redis with persistence (AOF) for that. The scripts
-// touch keys they compute, so use a single Redis, not a cluster.
+// A token is at least Redis's clock in microseconds, so tokens keep growing
+// even across a restart of a Redis that lost its keys. The last-unit keys
+// and the claims, though, count only as long as Redis keeps them: run Redis
+// with persistence (AOF with appendfsync always; everysec can lose the last
+// second), and do not fail over to an asynchronous replica, which can lack
+// the last claim or the last unit recorded. The scripts touch keys they
+// compute, so use a single Redis, not a cluster.
 type RedisLeaseStore struct {
 	Client redis.Cmdable
 	Prefix string // If empty, "shardid".
 }
+
+var _ LeaseStore = (*RedisLeaseStore)(nil)
 
 func (s *RedisLeaseStore) prefix() string {
 	if s.Prefix == "" {
@@ -30,15 +37,25 @@ func (s *RedisLeaseStore) prefix() string {
 }
 
 // claimScript takes the first free worker id (no lease key, or a released
-// one), trying ARGV[2] first, and returns {id, last} or -1.
+// one), trying ARGV[3] first, and returns {id, last, token} or -1. The
+// token is the worker's counter plus one, raised to Redis's clock in
+// microseconds, and returned as a string: Lua numbers are doubles.
 var claimScript = redis.NewScript(`
 local prefix, workers, prefer, owner, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local function try(w)
 	local key = prefix .. ':lease:' .. w
 	local v = redis.call('GET', key)
 	if v == false or v == '' then
-		redis.call('SET', key, owner, 'PX', ttl)
-		return {w, tonumber(redis.call('GET', prefix .. ':last:' .. w) or '0')}
+		local tk = prefix .. ':token:' .. w
+		local token = redis.call('INCR', tk)
+		if token < floor then
+			redis.call('INCRBY', tk, floor - token)
+		end
+		token = redis.call('GET', tk)
+		redis.call('SET', key, token .. ':' .. owner, 'PX', ttl)
+		return {w, tonumber(redis.call('GET', prefix .. ':last:' .. w) or '0'), token}
 	end
 end
 if prefer >= 0 and prefer < workers then
@@ -52,19 +69,24 @@ end
 return -1
 `)
 
-// renewScript extends KEYS[1] if ARGV[1] still owns it and raises KEYS[2].
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+// holds is the Lua test that KEYS[1] holds the claim of token ARGV[1].
+const holds = `local v = redis.call('GET', KEYS[1])
+local p = ARGV[1] .. ':'
+if v == false or string.sub(v, 1, #p) ~= p then return 0 end
+`
+
+// renewScript extends KEYS[1] if it holds token ARGV[1] and raises KEYS[2]
+// to ARGV[3].
+var renewScript = redis.NewScript(holds + `
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 if tonumber(ARGV[3]) > last then redis.call('SET', KEYS[2], ARGV[3]) end
 return 1
 `)
 
-// releaseScript marks KEYS[1] released if ARGV[1] owns it and records
+// releaseScript marks KEYS[1] released if it holds token ARGV[1] and records
 // ARGV[2], the holder's exact last unit, in KEYS[2].
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+var releaseScript = redis.NewScript(holds + `
 redis.call('SET', KEYS[1], '')
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
@@ -76,31 +98,50 @@ func (s *RedisLeaseStore) keys(worker int) []string {
 }
 
 // Claim implements LeaseStore.
-func (s *RedisLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (int, int64, error) {
-	v, err := claimScript.Run(ctx, s.Client, nil, s.prefix(), workers, prefer, owner, ttl.Milliseconds()).Result()
+func (s *RedisLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (Claim, error) {
+	if workers < 1 {
+		return Claim{}, withDetail(ErrWorkerRange, "no worker ids to claim from")
+	}
+	v, err := claimScript.Run(ctx, s.Client, nil, s.prefix(), workers, prefer, owner, max(ttl.Milliseconds(), 1)).Result()
 	if err != nil {
-		return 0, 0, err
+		return Claim{}, err
 	}
 	r, ok := v.([]any)
-	if !ok || len(r) != 2 {
-		return 0, 0, ErrNoFreeWorker
+	if !ok {
+		return Claim{}, ErrNoFreeWorker
 	}
-	return int(r[0].(int64)), r[1].(int64), nil
+	if len(r) == 3 {
+		w, ok1 := r[0].(int64)
+		last, ok2 := r[1].(int64)
+		ts, ok3 := r[2].(string)
+		token, err := strconv.ParseInt(ts, 10, 64)
+		if ok1 && ok2 && ok3 && err == nil {
+			return Claim{Worker: int(w), Last: last, Token: token}, nil
+		}
+	}
+	return Claim{}, fmt.Errorf("shardid: unexpected reply to a lease claim from Redis: %v", v)
 }
 
 // Renew implements LeaseStore.
-func (s *RedisLeaseStore) Renew(ctx context.Context, worker int, owner string, ttl time.Duration, promise int64) error {
-	n, err := renewScript.Run(ctx, s.Client, s.keys(worker), owner, ttl.Milliseconds(), promise).Int()
+func (s *RedisLeaseStore) Renew(ctx context.Context, c Claim, ttl time.Duration, promise int64) error {
+	n, err := renewScript.Run(ctx, s.Client, s.keys(c.Worker), c.Token, max(ttl.Milliseconds(), 1), promise).Int()
 	if err != nil {
 		return err
 	}
 	if n != 1 {
-		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is no longer held by %s", worker, owner))
+		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is no longer held with token %d", c.Worker, c.Token))
 	}
 	return nil
 }
 
 // Release implements LeaseStore.
-func (s *RedisLeaseStore) Release(ctx context.Context, worker int, owner string, last int64) error {
-	return releaseScript.Run(ctx, s.Client, s.keys(worker), owner, last).Err()
+func (s *RedisLeaseStore) Release(ctx context.Context, c Claim, last int64) error {
+	n, err := releaseScript.Run(ctx, s.Client, s.keys(c.Worker), c.Token, last).Int()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is no longer held with token %d", c.Worker, c.Token))
+	}
+	return nil
 }

@@ -21,6 +21,8 @@ type SQLLeaseStore struct {
 	Table string // If empty, "shardid_workers". It must match [a-z_][a-z0-9_]*.
 }
 
+var _ LeaseStore = (*SQLLeaseStore)(nil)
+
 func (s *SQLLeaseStore) table() (string, error) {
 	t := s.Table
 	if t == "" {
@@ -32,10 +34,12 @@ func (s *SQLLeaseStore) table() (string, error) {
 	return t, nil
 }
 
-// nowMs is the database's clock in Unix milliseconds.
+// nowMs is the database's clock in Unix milliseconds. On MySQL it is
+// computed in UTC: UNIX_TIMESTAMP(NOW()) goes through the session's time
+// zone and is an hour off in the hour a daylight-saving change repeats.
 func (s *SQLLeaseStore) nowMs() string {
 	if s.DB.Dialector.Name() == "mysql" {
-		return "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+		return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 	}
 	return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
 }
@@ -67,20 +71,25 @@ func (s *SQLLeaseStore) setup(ctx context.Context, t string, workers int) error 
 
 // Claim implements LeaseStore. It locks the first free row with
 // SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claims take different ids.
-func (s *SQLLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (int, int64, error) {
+// The claim's token is the row's new version.
+func (s *SQLLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (Claim, error) {
+	if workers < 1 {
+		return Claim{}, withDetail(ErrWorkerRange, "no worker ids to claim from")
+	}
 	t, err := s.table()
 	if err != nil {
-		return 0, 0, err
+		return Claim{}, err
 	}
 	if err := s.setup(ctx, t, workers); err != nil {
-		return 0, 0, err
+		return Claim{}, err
 	}
 	var row struct {
 		Worker   int
 		LastTick int64
+		Version  int64
 	}
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Raw("SELECT worker, last_tick FROM "+t+" WHERE worker < ? AND expires_at < "+s.nowMs()+
+		res := tx.Raw("SELECT worker, last_tick, version FROM "+t+" WHERE worker < ? AND expires_at < "+s.nowMs()+
 			" ORDER BY CASE WHEN worker = ? THEN 0 ELSE 1 END, worker LIMIT 1 FOR UPDATE SKIP LOCKED",
 			workers, prefer).Scan(&row)
 		if res.Error != nil {
@@ -89,43 +98,52 @@ func (s *SQLLeaseStore) Claim(ctx context.Context, workers, prefer int, owner st
 		if res.RowsAffected == 0 {
 			return ErrNoFreeWorker
 		}
-		return tx.Exec("UPDATE "+t+" SET owner = ?, expires_at = "+s.nowMs()+" + ?, version = version + 1 WHERE worker = ?",
-			owner, ttl.Milliseconds(), row.Worker).Error
+		return tx.Exec("UPDATE "+t+" SET owner = ?, expires_at = "+s.nowMs()+" + ?, version = ? WHERE worker = ?",
+			owner, ttl.Milliseconds(), row.Version+1, row.Worker).Error
 	})
 	if err != nil {
-		return 0, 0, err
+		return Claim{}, err
 	}
-	return row.Worker, row.LastTick, nil
+	return Claim{Worker: row.Worker, Last: row.LastTick, Token: row.Version + 1}, nil
 }
 
-// Renew implements LeaseStore. The row must still name owner: a lease that
-// expired but was not claimed by anyone else is renewed.
-func (s *SQLLeaseStore) Renew(ctx context.Context, worker int, owner string, ttl time.Duration, promise int64) error {
+// Renew implements LeaseStore. The row's version must still be c's token: a
+// lease that expired but was not claimed by anyone else since is renewed.
+func (s *SQLLeaseStore) Renew(ctx context.Context, c Claim, ttl time.Duration, promise int64) error {
 	t, err := s.table()
 	if err != nil {
 		return err
 	}
-	// version changes on every write, so MySQL counts the row as affected
-	// even when nothing else did.
-	res := s.DB.WithContext(ctx).Exec("UPDATE "+t+" SET expires_at = "+s.nowMs()+" + ?, last_tick = GREATEST(last_tick, ?),"+
-		" version = version + 1 WHERE worker = ? AND owner = ?", ttl.Milliseconds(), promise, worker, owner)
+	// The expiry strictly grows, so that MySQL, which counts only the rows
+	// an UPDATE changed, counts the row even when nothing else changed.
+	res := s.DB.WithContext(ctx).Exec("UPDATE "+t+" SET expires_at = GREATEST(expires_at + 1, "+s.nowMs()+" + ?),"+
+		" last_tick = GREATEST(last_tick, ?) WHERE worker = ? AND version = ?",
+		ttl.Milliseconds(), promise, c.Worker, c.Token)
 	if res.Error != nil {
 		return res.Error
 	}
 	if res.RowsAffected != 1 {
-		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is no longer held by %s", worker, owner))
+		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d was claimed again since token %d", c.Worker, c.Token))
 	}
 	return nil
 }
 
 // Release implements LeaseStore. It records last exactly, lowering the
 // promise renewals wrote: the holder's last unit is at or above every earlier
-// holder's, since its generator started above them.
-func (s *SQLLeaseStore) Release(ctx context.Context, worker int, owner string, last int64) error {
+// holder's, since its generator started above them. It moves the version
+// on, so that c can be neither renewed nor released again.
+func (s *SQLLeaseStore) Release(ctx context.Context, c Claim, last int64) error {
 	t, err := s.table()
 	if err != nil {
 		return err
 	}
-	return s.DB.WithContext(ctx).Exec("UPDATE "+t+" SET owner = '', expires_at = 0, last_tick = ?,"+
-		" version = version + 1 WHERE worker = ? AND owner = ?", last, worker, owner).Error
+	res := s.DB.WithContext(ctx).Exec("UPDATE "+t+" SET owner = '', expires_at = 0, last_tick = ?,"+
+		" version = version + 1 WHERE worker = ? AND version = ?", last, c.Worker, c.Token)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != 1 {
+		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d was claimed again since token %d", c.Worker, c.Token))
+	}
+	return nil
 }

@@ -199,11 +199,11 @@ type failingStore struct {
 	fail atomic.Bool
 }
 
-func (s *failingStore) Renew(ctx context.Context, worker int, owner string, ttl time.Duration, promise int64) error {
+func (s *failingStore) Renew(ctx context.Context, c shardid.Claim, ttl time.Duration, promise int64) error {
 	if s.fail.Load() {
 		return errors.New("network is unreachable")
 	}
-	return s.LeaseStore.Renew(ctx, worker, owner, ttl, promise)
+	return s.LeaseStore.Renew(ctx, c, ttl, promise)
 }
 
 // A holder that cannot renew stops issuing IDs when its lease runs out; the

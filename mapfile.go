@@ -15,15 +15,16 @@ import (
 //
 //	{"pg1": ["0-999"], "pg2": ["1000-1340", "1342-1999"], "pg3": ["1341"]}
 //
-// Every logical shard must be named exactly once.
+// Every logical shard must be named exactly once. A file that breaks these
+// rules gives an error matching ErrInvalidMap.
 func (r *Router) LoadMapFile(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("shardid: reading the shard map: %w", err)
 	}
 	var spec map[string][]string
 	if err := json.Unmarshal(b, &spec); err != nil {
-		return withDetail(ErrInvalidConfig, path+": "+err.Error())
+		return withDetail(ErrInvalidMap, path+": "+err.Error())
 	}
 	m := make([]int, r.shards)
 	for i := range m {
@@ -32,23 +33,23 @@ func (r *Router) LoadMapFile(path string) error {
 	for name, ranges := range spec {
 		d := slices.Index(r.names, name)
 		if d < 0 {
-			return withDetail(ErrInvalidConfig, fmt.Sprintf("%s: unknown database %q", path, name))
+			return withDetail(ErrInvalidMap, fmt.Sprintf("%s: unknown database %q", path, name))
 		}
 		for _, rg := range ranges {
 			lo, hi, err := parseRange(rg)
 			if err != nil || lo < 0 || hi >= r.shards || lo > hi {
-				return withDetail(ErrInvalidConfig, fmt.Sprintf("%s: %q is not a range of shards in [0, %d)", path, rg, r.shards))
+				return withDetail(ErrInvalidMap, fmt.Sprintf("%s: %q is not a range of shards in [0, %d)", path, rg, r.shards))
 			}
 			for s := lo; s <= hi; s++ {
 				if m[s] >= 0 {
-					return withDetail(ErrInvalidConfig, fmt.Sprintf("%s: shard %d is named twice", path, s))
+					return withDetail(ErrInvalidMap, fmt.Sprintf("%s: shard %d is named twice", path, s))
 				}
 				m[s] = d
 			}
 		}
 	}
 	if i := slices.Index(m, -1); i >= 0 {
-		return withDetail(ErrInvalidConfig, fmt.Sprintf("%s: shard %d is not named", path, i))
+		return withDetail(ErrInvalidMap, fmt.Sprintf("%s: shard %d is not named", path, i))
 	}
 	return r.SetMap(m)
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardid/shardid"
@@ -47,11 +48,18 @@ func TestMapFile(t *testing.T) {
 		`{"pg1": ["x"]}`,                 // not a number
 		`["0-9"]`,                        // not an object
 	} {
-		if err := r.LoadMapFile(write(bad)); !errors.Is(err, shardid.ErrInvalidConfig) {
-			t.Errorf("LoadMapFile(%s) = %v, want ErrInvalidConfig", bad, err)
+		err := r.LoadMapFile(write(bad))
+		if !errors.Is(err, shardid.ErrInvalidMap) || !errors.Is(err, shardid.ErrInvalidConfig) {
+			t.Errorf("LoadMapFile(%s) = %v, want ErrInvalidMap (and ErrInvalidConfig)", bad, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), "plugin") || !strings.Contains(err.Error(), "invalid shard map")) {
+			t.Errorf("LoadMapFile(%s) says %q: want the map's own wording", bad, err)
 		}
 	}
 	if !slices.Equal(r.Map(), before) {
 		t.Errorf("a bad file changed the map to %v", r.Map())
+	}
+	if err := r.LoadMapFile(filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing file: %v, want os.ErrNotExist", err)
 	}
 }

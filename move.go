@@ -19,6 +19,10 @@ import (
 // write goes to the shard's new database.
 var ErrShardMoving = errors.New("shardid: shard is moving; retry")
 
+// timeNow is the mover's clock, a seam for tests. It only measures
+// MoveResult.Fenced: fences are judged by the database's clock.
+var timeNow = time.Now
+
 // fenceMessage is what the fence trigger raises; callbacks turn it into
 // ErrShardMoving.
 const fenceMessage = "shardid: shard is fenced for a move"
@@ -38,7 +42,10 @@ type MoveOptions struct {
 	Batch int
 
 	// FenceFor is how long the source stays fenced if the move dies before
-	// it flips the map: after that the source is writable again. If 0, 1m.
+	// it fences the source for good: after that the source is writable
+	// again. It is judged by the source database's clock, never the
+	// mover's. The copy after the fence and the verification must finish
+	// within it, or the move fails with ErrFenceLapsed. If 0, 1m.
 	FenceFor time.Duration
 
 	// Progress, if not nil, is called after every batch with the table and
@@ -47,7 +54,8 @@ type MoveOptions struct {
 
 	// OnStage, if not nil, is called as the move reaches each stage:
 	// "created" (the target's tables exist), "copied" (the first copy is
-	// done), "fenced", "verified" and "flipped".
+	// done), "fenced", "verified", "sealed" (the source is fenced for good)
+	// and "flipped" (the catalog and the router name the target).
 	OnStage func(stage string)
 }
 
@@ -72,13 +80,30 @@ type TableCheck struct {
 // the rows in batches, fences the source (its tables refuse writes, so a
 // router still on the old map gets ErrShardMoving instead of writing to the
 // wrong place), copies again what changed meanwhile, verifies row counts and
-// checksums per table on both sides, and only then flips the map in r and in
-// the catalog. Writes to the shard fail with ErrShardMoving from the fence
-// until routers follow the new map; other shards are untouched.
+// checksums per table on both sides, fences the source for good, and only
+// then flips the map in the catalog and in r. Writes to the shard fail with
+// ErrShardMoving from the fence until routers follow the new map; other
+// shards are untouched.
 //
-// The source keeps its copy, fenced, until DropShardCopy. If the move fails
-// before the flip, the map still points at the source, which is writable
-// again after FenceFor, or at once with Unfence; the move can be run again.
+// The fence is judged by the source database's clock alone. If it runs out
+// before the source is fenced for good (the mover paused longer than
+// FenceFor), or someone lifts or replaces it, the move does not flip and
+// returns ErrFenceLapsed. While it runs, the move holds a lock on the
+// source database: a second move of the same shard, Fence or Unfence of
+// it get ErrMoveInProgress; the lock goes with the mover's session, so a
+// mover that dies leaves none. With a catalog, the move first checks that
+// the catalog maps the shard where r does, and flips only that shard's
+// entry, on the condition that it still names the source: moves of
+// different shards at once never undo each other (ErrCatalogConflict if
+// the shard was moved meanwhile).
+//
+// The source keeps its copy, fenced for good, until DropShardCopy. If the
+// move fails before it fences the source for good, the map still points at
+// the source, which is writable again at once (the move lifts its fence),
+// or after FenceFor if the mover died, or with Unfence; the move can be run
+// again. If it fails after (the catalog could not be reached), the source
+// refuses writes for good (Fence and Unfence refuse it, ErrShardMoved) until
+// the move is run again, which finishes it.
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
@@ -118,6 +143,31 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err != nil {
 		return res, err
 	}
+	lock, err := lockMove(ctx, src, schema)
+	if err != nil {
+		return res, fmt.Errorf("shardid: move shard %d: %w", shard, err)
+	}
+	defer lock.release()
+	if c != nil {
+		// Under the lock: nobody else moves the shard from here on.
+		name, err := c.shardDB(ctx, shard)
+		if err != nil {
+			return res, err
+		}
+		if name != "" && name != res.From {
+			return res, &catalogConflict{fmt.Sprintf("the catalog maps shard %d to %s, this router to %s: load the catalog's map first", shard, name, res.From)}
+		}
+	}
+	if old, err := isSealed(ctx, dst, schema); err != nil {
+		return res, err
+	} else if old {
+		return res, withDetail(ErrShardMoved, fmt.Sprintf("%s holds an old copy of shard %d: drop it first (DropShardCopy)", target, shard))
+	}
+	stage := func(s string) {
+		if opts.OnStage != nil {
+			opts.OnStage(s)
+		}
+	}
 
 	// 1. The schema and tables on the target.
 	if len(opts.Models) > 0 {
@@ -128,11 +178,6 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
-	stage := func(s string) {
-		if opts.OnStage != nil {
-			opts.OnStage(s)
-		}
-	}
 	stage("created")
 	// 2. A first copy, while the source takes writes.
 	for _, t := range tables {
@@ -140,19 +185,26 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 			return res, err
 		}
 	}
+	if err := ensureFence(ctx, src, schema, tables); err != nil {
+		return res, fmt.Errorf("shardid: preparing the fence of shard %d on %s: %w", shard, res.From, err)
+	}
 	stage("copied")
 	// 3. The fence: from here on no write reaches the source.
-	fenced := time.Now()
-	if err := r.Fence(ctx, shard, defs, opts.FenceFor); err != nil {
-		return res, err
+	fenced := timeNow()
+	// Over a seal too: a move run again after one that sealed the source
+	// and could not flip the catalog, which (checked above) names the source.
+	token, err := setFence(ctx, src, schema, tables, opts.FenceFor, true)
+	if err != nil {
+		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, res.From, err)
 	}
 	stage("fenced")
-	flipped := false
+	sealed := false
 	defer func() {
-		if !flipped {
+		if !sealed {
 			// The source is still the shard's home: let writes through at
-			// once rather than when the fence runs out.
-			_ = r.Unfence(context.WithoutCancel(ctx), shard, defs)
+			// once rather than when the fence runs out, unless the fence is
+			// no longer ours.
+			_, _ = liftFence(context.WithoutCancel(ctx), src, schema, tables, token)
 		}
 	}()
 	// 4. What changed during the first copy, then 5. verification.
@@ -180,29 +232,47 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		res.Tables = append(res.Tables, a)
 	}
 	stage("verified")
-	if time.Since(fenced) > opts.FenceFor*8/10 {
-		return res, fmt.Errorf("shardid: the final copy of shard %d took %v, too close to the %v fence: not flipping", shard, time.Since(fenced), opts.FenceFor)
+	// 6. The source fenced for good, only if our fence held all along: a
+	// router that has not followed the new map yet must never write there.
+	if err := sealFence(ctx, src, schema, tables, token); err != nil {
+		return res, fmt.Errorf("shardid: shard %d on %s: %w; the map is not flipped", shard, res.From, err)
 	}
-	// 6. The flip: this router at once, the others through the catalog.
-	m := r.Map()
-	m[shard] = to
-	if err := r.SetMap(m); err != nil {
-		return res, err
-	}
-	flipped = true
+	sealed = true
+	stage("sealed")
+	// 7. The flip: the other routers through the catalog, and this one.
 	if c != nil {
-		if res.Version, err = c.Save(ctx, r); err != nil {
-			return res, fmt.Errorf("shardid: shard %d is on %s, but the catalog was not updated: %w", shard, target, err)
+		if res.Version, err = c.flipShard(ctx, shard, res.From, target); err != nil {
+			return res, fmt.Errorf("shardid: shard %d is copied to %s and its old copy on %s fenced for good, "+
+				"but the catalog was not flipped (run the move again to finish it): %w", shard, target, res.From, err)
 		}
 	}
-	// The source stays fenced for good: a router that has not followed the
-	// catalog yet must not write there.
-	if err := fenceTables(ctx, src, schema, tables, time.Time{}); err != nil {
-		return res, fmt.Errorf("shardid: shard %d moved, but its old copy on %s could not be fenced for good: %w", shard, res.From, err)
+	if err := r.swapShard(shard, from, to); err != nil {
+		return res, err
 	}
-	res.Fenced = time.Since(fenced)
+	res.Fenced = timeNow().Sub(fenced)
 	stage("flipped")
 	return res, nil
+}
+
+// swapShard points shard at database to in r's map if it is still at from;
+// unlike Map and SetMap, it cannot undo a change made meanwhile (a move of
+// another shard, or Follow loading the catalog).
+func (r *Router) swapShard(shard, from, to int) error {
+	for {
+		old := r.table.Load()
+		if old.dbOf[shard] != from {
+			return nil // someone else put it there already (Follow), or moved it on
+		}
+		m := append([]int(nil), old.dbOf...)
+		m[shard] = to
+		nt, err := r.newRouteTable(m)
+		if err != nil {
+			return err
+		}
+		if r.table.CompareAndSwap(old, nt) {
+			return nil
+		}
+	}
 }
 
 func (r *Router) checkMove(shard int) error {
@@ -216,54 +286,59 @@ func (r *Router) checkMove(shard int) error {
 }
 
 // Fence makes the tables of shard, on the database that holds it now, refuse
-// every write with ErrShardMoving for d (for good when d is 0).
+// every write with ErrShardMoving for d (for good when d is 0), judged by
+// that database's clock. Changing a fence (from d to for good, say) leaves
+// no moment without one. It returns ErrMoveInProgress while a move of the
+// shard runs, and ErrShardMoved for the old copy of a shard that moved.
 func (r *Router) Fence(ctx context.Context, shard int, models []any, d time.Duration) error {
 	if err := r.checkMove(shard); err != nil {
 		return err
 	}
-	db := r.dbs[r.table.Load().dbOf[shard]]
+	if d < 0 {
+		return withDetail(ErrInvalidConfig, "a fence for "+d.String())
+	}
+	db, schema := r.dbs[r.table.Load().dbOf[shard]], r.schemas[shard]
 	tables, err := tableNames(db, models)
 	if err != nil {
 		return err
 	}
-	until := time.Time{}
-	if d > 0 {
-		until = time.Now().Add(d)
-	}
-	return fenceTables(ctx, db, r.schemas[shard], tables, until)
-}
-
-// Unfence lets writes through to shard's tables again: the way to abort a
-// move before its flip.
-func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
-	if err := r.checkMove(shard); err != nil {
-		return err
-	}
-	db := r.dbs[r.table.Load().dbOf[shard]]
-	tables, err := tableNames(db, models)
+	lock, err := lockMove(ctx, db, schema)
 	if err != nil {
 		return err
 	}
-	for _, t := range tables {
-		for _, q := range dropFence(db, r.schemas[shard], t) {
-			if err := db.WithContext(ctx).Exec(q).Error; err != nil {
-				return err
-			}
-		}
+	defer lock.release()
+	if err := ensureFence(ctx, db, schema, tables); err != nil {
+		return err
+	}
+	if _, err = setFence(ctx, db, schema, tables, d, false); err != nil {
+		return fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, r.names[r.table.Load().dbOf[shard]], err)
 	}
 	return nil
 }
 
-// dropFence returns the statements that remove the fence of one table.
-func dropFence(db *gorm.DB, schema, table string) []string {
-	if db.Dialector.Name() == "mysql" {
-		var qs []string
-		for _, ev := range []string{"i", "u", "d"} {
-			qs = append(qs, fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`shardid_fence_%s_%s`", schema, ev, table))
-		}
-		return qs
+// Unfence lets writes through to shard's tables again, on the database that
+// holds it now: the way to abort a move before its flip. It returns
+// ErrMoveInProgress while a move of the shard runs (stop the mover first),
+// and ErrShardMoved for the old copy of a shard that a move fenced for good,
+// which must stay so (run that move again to finish it).
+func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
+	if err := r.checkMove(shard); err != nil {
+		return err
 	}
-	return []string{fmt.Sprintf(`DROP TRIGGER IF EXISTS shardid_fence ON "%s"."%s"`, schema, table)}
+	db, schema := r.dbs[r.table.Load().dbOf[shard]], r.schemas[shard]
+	tables, err := tableNames(db, models)
+	if err != nil {
+		return err
+	}
+	lock, err := lockMove(ctx, db, schema)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+	if _, err = liftFence(ctx, db, schema, tables, 0); err != nil {
+		return fmt.Errorf("shardid: lifting the fence of shard %d: %w", shard, err)
+	}
+	return nil
 }
 
 // DropShardCopy drops the copy of shard left on the database named from by
@@ -280,68 +355,6 @@ func (r *Router) DropShardCopy(ctx context.Context, shard int, from string) erro
 		return r.dbs[d].WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + r.schemas[shard] + "`").Error
 	}
 	return r.dbs[d].WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + r.schemas[shard] + `" CASCADE`).Error
-}
-
-// fenceTables installs the fence trigger on tables of schema, until the
-// given time (for good when zero). Creating the trigger waits for the
-// writers under way, so every write before it is committed and none after.
-func fenceTables(ctx context.Context, db *gorm.DB, schema string, tables []string, until time.Time) error {
-	if db.Dialector.Name() == "mysql" {
-		return fenceMySQL(ctx, db, schema, tables, until)
-	}
-	cond := "TRUE"
-	if !until.IsZero() {
-		cond = "clock_timestamp() < TIMESTAMPTZ '" + until.UTC().Format("2006-01-02 15:04:05.999999Z07:00") + "'"
-	}
-	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%s".shardid_fence() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF %s THEN
-		RAISE EXCEPTION '%s' USING ERRCODE = '55000';
-	END IF;
-	RETURN NULL;
-END $$`, schema, cond, fenceMessage)
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec(fn).Error; err != nil {
-			return err
-		}
-		for _, t := range tables {
-			q := fmt.Sprintf(`"%s"."%s"`, schema, t)
-			if err := tx.Exec(`DROP TRIGGER IF EXISTS shardid_fence ON ` + q).Error; err != nil {
-				return err
-			}
-			if err := tx.Exec(fmt.Sprintf(`CREATE TRIGGER shardid_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
-				FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_fence()`, q, schema)).Error; err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// fenceMySQL fences with row triggers, one per write event: MySQL has no
-// statement triggers. Creating a trigger takes the table's metadata lock,
-// so it waits for the transactions that wrote to it.
-func fenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string, until time.Time) error {
-	cond := "TRUE"
-	if !until.IsZero() {
-		cond = "UTC_TIMESTAMP(6) < '" + until.UTC().Format("2006-01-02 15:04:05.999999") + "'"
-	}
-	for _, t := range tables {
-		for _, q := range dropFence(db, schema, t) {
-			if err := db.WithContext(ctx).Exec(q).Error; err != nil {
-				return err
-			}
-		}
-		for ev, event := range map[string]string{"i": "INSERT", "u": "UPDATE", "d": "DELETE"} {
-			q := fmt.Sprintf("CREATE TRIGGER `%s`.`shardid_fence_%s_%s` BEFORE %s ON `%s`.`%s` FOR EACH ROW "+
-				"BEGIN IF %s THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%s'; END IF; END",
-				schema, ev, t, event, schema, t, cond, fenceMessage)
-			if err := db.WithContext(ctx).Exec(q).Error; err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // markMoving turns the fence's error into ErrShardMoving. It is registered

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -589,7 +590,7 @@ func helperMover(t *testing.T) {
 		return
 	}
 	r.SetMap(m)
-	die := os.Getenv("SHARDID_DIE_AT")
+	die, stop := os.Getenv("SHARDID_DIE_AT"), os.Getenv("SHARDID_STOP_AT")
 	batches := 0
 	_, err = r.MoveShard(context.Background(), c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
 		FenceFor: 2 * time.Second,
@@ -602,8 +603,12 @@ func helperMover(t *testing.T) {
 			if s == die {
 				os.Exit(3)
 			}
+			if s == stop { // paused, as by a GC pause or a stopped VM
+				fmt.Println("stopping")
+				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			}
 		}})
-	fmt.Println("finished", err)
+	fmt.Printf("finished lapsed=%v %v\n", errors.Is(err, shardid.ErrFenceLapsed), err)
 }
 
 // A move killed at each stage, then aborted or run again: no row lost,
@@ -621,6 +626,7 @@ func TestMoveKilledAtEachStage(t *testing.T) {
 		{"mid-copy", false, false},
 		{"fenced", false, true},
 		{"verified", false, true},
+		{"sealed", false, true}, // fenced for good, not flipped: abort or run again
 		{"flipped", true, true},
 	} {
 		t.Run(tc.stage, func(t *testing.T) {
@@ -658,7 +664,13 @@ func TestMoveKilledAtEachStage(t *testing.T) {
 				}
 				return
 			}
-			if tc.fenced { // abort, as shardid move --abort does
+			if tc.stage == "sealed" {
+				// The old copy is fenced for good: no abort, the move is
+				// run again to finish.
+				if err := r.Unfence(ctx, 1, []any{&RPhoto{}}); !errors.Is(err, shardid.ErrShardMoved) {
+					t.Fatalf("aborting a move killed after its seal: %v, want ErrShardMoved", err)
+				}
+			} else if tc.fenced { // abort, as shardid move --abort does
 				if err := r.Unfence(ctx, 1, []any{&RPhoto{}}); err != nil {
 					t.Fatal(err)
 				}

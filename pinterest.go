@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
 )
 
 // PinterestID is an ID in Pinterest's layout: no time at all, but the shard
@@ -91,6 +92,14 @@ func (p *PinterestID) Scan(src any) error {
 
 // Value implements the [database/sql/driver.Valuer] interface.
 func (p PinterestID) Value() (driver.Value, error) { return int64(p), nil }
+
+// GormDataType returns "shardid_pinterest": not an int, so GORM never
+// makes a PinterestID primary key auto-increment (which would number rows
+// 1, 2, ... on shard 0, type 0); the plugin fills a zero one or refuses it.
+func (PinterestID) GormDataType() string { return "shardid_pinterest" }
+
+// GormDBDataType returns bigint, as ID.GormDBDataType does.
+func (PinterestID) GormDBDataType(*gorm.DB, *schema.Field) string { return "bigint" }
 
 // ForPinterestID returns a *gorm.DB for the shard field of id.
 func (r *Router) ForPinterestID(id PinterestID) *gorm.DB { return r.ForShard(id.Shard()) }

@@ -52,16 +52,23 @@ type SegmentConfig struct {
 //
 // Within one allocator, IDs increase. Across processes sharing a key they
 // are unique, not ordered. SegmentAllocator is safe for concurrent use.
+// Close it to stop its background fetches.
 type SegmentAllocator struct {
 	cfg   SegmentConfig
 	table string
 	cur   atomic.Pointer[segment]
+
+	closedFlag atomic.Bool     // set by Close; Next checks it first
+	stop       context.Context // done when Close is called: ends the fetch under way
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup // the background fetch; Add only under mu, while not closed
 
 	mu       sync.Mutex    // protects the fields below
 	next     *segment      // fetched ahead, or nil
 	fetching chan struct{} // closed when the fetch under way ends; nil when none is
 	fetchErr error         // the last fetch's error
 	step     int64         // the step of the next fetch
+	closed   bool          // no fetch starts once set
 }
 
 // segment is one block: IDs in [start, end].
@@ -114,6 +121,7 @@ func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAlloca
 	if err != nil {
 		return nil, err
 	}
+	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.cur.Store(seg)
 	return s, nil
 }
@@ -158,9 +166,12 @@ func (s *SegmentAllocator) fetch(ctx context.Context, step int64) (*segment, err
 }
 
 // Next returns a new ID. It waits for the database only when a block is used
-// up before the next one arrived.
+// up before the next one arrived. After Close it returns ErrClosed.
 func (s *SegmentAllocator) Next(ctx context.Context) (int64, error) {
 	for {
+		if s.closedFlag.Load() {
+			return 0, ErrClosed
+		}
 		seg := s.cur.Load()
 		v := seg.next.Add(1) - 1
 		if v <= seg.end {
@@ -179,7 +190,7 @@ func (s *SegmentAllocator) Next(ctx context.Context) (int64, error) {
 func (s *SegmentAllocator) startFetch(seg *segment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.next != nil || s.fetching != nil {
+	if s.next != nil || s.fetching != nil || s.closed {
 		return
 	}
 	// Adapt the step to how fast this block is going.
@@ -197,8 +208,10 @@ func (s *SegmentAllocator) startFetch(seg *segment) {
 	done := make(chan struct{})
 	s.fetching = done
 	step := s.step
+	s.wg.Add(1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.stop, 30*time.Second)
 		defer cancel()
 		next, err := s.fetch(ctx, step)
 		s.mu.Lock()
@@ -223,6 +236,10 @@ func (s *SegmentAllocator) advance(ctx context.Context, seg *segment) error {
 			s.mu.Unlock()
 			return nil
 		}
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
 		wait := s.fetching
 		if wait == nil {
 			// No fetch under way (the last one failed, or the block was used
@@ -245,6 +262,10 @@ func (s *SegmentAllocator) advance(ctx context.Context, seg *segment) error {
 		}
 		s.mu.Lock()
 		err := s.fetchErr
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
 		if s.next == nil && err != nil {
 			s.fetchErr = nil
 			s.mu.Unlock()
@@ -252,6 +273,20 @@ func (s *SegmentAllocator) advance(ctx context.Context, seg *segment) error {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// Close stops the allocator's background work: it cancels the fetch of
+// the next block under way and waits for it to end. Next then returns
+// ErrClosed; the IDs left in the current block are lost, as in a restart.
+// Close is idempotent and safe to call concurrently, and with Next.
+func (s *SegmentAllocator) Close() error {
+	s.closedFlag.Store(true)
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return nil
 }
 
 // Step returns the step the next block will be taken with.

@@ -2,6 +2,7 @@ package shardid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -23,10 +24,15 @@ const callbackRoute = PluginName + ":route"
 // callbackMoving is the name of the callbacks that report fenced writes.
 const callbackMoving = PluginName + ":moving"
 
+// callbackShardError is the name of the callbacks that wrap the error of a
+// routed statement in a *ShardError.
+const callbackShardError = PluginName + ":shard_error"
+
 // route is the value of settingRoute.
 type route struct {
 	r     *Router
 	shard int
+	db    int // the index of the database the session runs on
 }
 
 // RouterConfig configures a Router.
@@ -57,6 +63,11 @@ type RouterConfig struct {
 
 	// Plugin, if not nil, is installed on every database, and checks that
 	// rows created through the router belong to the shard they are routed to.
+	// A database that already has another shardid plugin (another *Plugin
+	// value, even one of the same configuration) is refused with
+	// ErrPluginConflict: the IDs must come from the generator the caller
+	// passes here, such as one with a leased worker id. A database that has
+	// this very plugin already is fine.
 	Plugin *Plugin
 
 	// Layout decodes IDs for ForID. If it is the zero Layout, the plugin's
@@ -70,6 +81,14 @@ type RouterConfig struct {
 // the shard, with tables qualified by the shard's schema when the router
 // has a SchemaPattern. They cost an array lookup: the *gorm.DB of every
 // logical shard is prepared in advance.
+//
+// Every error of a statement run through such a *gorm.DB (a query, create,
+// update, delete, Rows, Exec or Raw) is a *ShardError that names the
+// logical shard and the database and wraps the error GORM or the driver
+// gave: errors.As finds the *ShardError, and errors.Is still finds
+// gorm.ErrRecordNotFound, ErrWrongShard or the driver's error through it.
+// Beginning a transaction (Begin, Transaction) is not a statement: its
+// error is GORM's own; nor is the error that Row keeps in its *sql.Row.
 //
 // Router is safe for concurrent use; SetMap may be called while other
 // goroutines route.
@@ -92,8 +111,9 @@ type routeTable struct {
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // NewRouter validates cfg and returns a router. It registers on each
-// database the callbacks that qualify tables by schema, and installs the
-// plugin when cfg.Plugin is set.
+// database the callbacks that qualify tables by schema and name failing
+// shards, and installs the plugin when cfg.Plugin is set; a database that
+// has another shardid plugin already makes it fail with ErrPluginConflict.
 func NewRouter(cfg RouterConfig) (*Router, error) {
 	bad := func(format string, args ...any) (*Router, error) {
 		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf(format, args...))
@@ -129,6 +149,13 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	for i, db := range r.dbs {
 		if db == nil {
 			return bad("database %d is nil", i)
+		}
+		if cfg.Plugin == nil {
+			continue
+		}
+		if other, ok := db.Config.Plugins[PluginName]; ok && other != gorm.Plugin(cfg.Plugin) {
+			return nil, withDetail(ErrPluginConflict, fmt.Sprintf("database %d (%s) has a shardid plugin of its own (%T %p), not RouterConfig.Plugin (%p)",
+				i, r.names[i], other, other, cfg.Plugin))
 		}
 	}
 	if cfg.SchemaPattern != "" {
@@ -190,6 +217,24 @@ func (r *Router) register(db *gorm.DB) error {
 			}
 		}
 	}
+	// Any error of a routed statement names its shard and database.
+	for _, reg := range []struct {
+		registered bool
+		add        func(string, func(*gorm.DB)) error
+	}{
+		{cb.Create().Get(callbackShardError) != nil, cb.Create().After("*").Register},
+		{cb.Query().Get(callbackShardError) != nil, cb.Query().After("*").Register},
+		{cb.Update().Get(callbackShardError) != nil, cb.Update().After("*").Register},
+		{cb.Delete().Get(callbackShardError) != nil, cb.Delete().After("*").Register},
+		{cb.Row().Get(callbackShardError) != nil, cb.Row().After("*").Register},
+		{cb.Raw().Get(callbackShardError) != nil, cb.Raw().After("*").Register},
+	} {
+		if !reg.registered {
+			if err := reg.add(callbackShardError, nameShard); err != nil {
+				return err
+			}
+		}
+	}
 	// A write refused by a move's fence becomes ErrShardMoving.
 	for _, reg := range []struct {
 		registered bool
@@ -225,24 +270,53 @@ func qualifyTable(db *gorm.DB) {
 	db.Statement.TableExpr = &clause.Expr{SQL: db.Statement.Quote(rt.r.schemas[rt.shard] + "." + db.Statement.Table)}
 }
 
+// nameShard wraps the error of a routed statement in a *ShardError, once.
+func nameShard(db *gorm.DB) {
+	if db.Error == nil {
+		return
+	}
+	v, ok := db.Statement.Settings.Load(settingRoute)
+	if !ok {
+		return
+	}
+	var se *ShardError
+	if errors.As(db.Error, &se) {
+		return // a nested statement (an association) named it already
+	}
+	rt := v.(route)
+	db.Error = &ShardError{Shard: rt.shard, Database: rt.r.names[rt.db], Err: db.Error}
+	if db.Statement.Result != nil {
+		db.Statement.Result.Error = db.Error
+	}
+}
+
 // SetMap replaces the shard map: m[s] is the index of the database that
 // holds logical shard s. Callers routing at the same time see either the
 // old map or the new one, never a mix.
 func (r *Router) SetMap(m []int) error {
+	t, err := r.newRouteTable(m)
+	if err != nil {
+		return err
+	}
+	r.table.Store(t)
+	return nil
+}
+
+// newRouteTable builds the route table of map m, without storing it.
+func (r *Router) newRouteTable(m []int) (*routeTable, error) {
 	if len(m) != r.shards {
-		return withDetail(ErrInvalidConfig, fmt.Sprintf("the map has %d shards, the router %d", len(m), r.shards))
+		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("the map has %d shards, the router %d", len(m), r.shards))
 	}
 	t := &routeTable{dbOf: make([]int, r.shards), sessions: make([]*gorm.DB, r.shards)}
 	for s, d := range m {
 		if d < 0 || d >= len(r.dbs) {
-			return withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d maps to database %d of %d", s, d, len(r.dbs)))
+			return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d maps to database %d of %d", s, d, len(r.dbs)))
 		}
 		t.dbOf[s] = d
 		// A Session is safe to reuse and to share between goroutines.
-		t.sessions[s] = r.dbs[d].Set(settingRoute, route{r: r, shard: s}).Session(&gorm.Session{})
+		t.sessions[s] = r.dbs[d].Set(settingRoute, route{r: r, shard: s, db: d}).Session(&gorm.Session{})
 	}
-	r.table.Store(t)
-	return nil
+	return t, nil
 }
 
 // Map returns a copy of the current shard map.
@@ -302,18 +376,27 @@ func (r *Router) ForKey(key int64) *gorm.DB {
 // ShardOf returns the logical shard id names.
 func (r *Router) ShardOf(id ID) int { return r.layout.Decompose(id).Shard }
 
-// Get loads the row with primary key id into dest from the shard id names.
-func (r *Router) Get(ctx context.Context, dest any, id ID) error {
-	return r.ForID(id).WithContext(ctx).First(dest, id).Error
+// Get loads the row with primary key id into dest from the shard id names,
+// as ForID(id).WithContext(ctx).Scopes(scopes...).First(dest, id) does. It
+// loads no associations unless a scope asks for them:
+//
+//	r.Get(ctx, &p, id, func(db *gorm.DB) *gorm.DB { return db.Preload("Comments") })
+//
+// Preloads run on the same shard. A row that does not exist gives an error
+// for which errors.Is(err, gorm.ErrRecordNotFound) holds; any error is a
+// *ShardError naming the shard and its database.
+func (r *Router) Get(ctx context.Context, dest any, id ID, scopes ...func(*gorm.DB) *gorm.DB) error {
+	return r.ForID(id).WithContext(ctx).Scopes(scopes...).First(dest, id).Error
 }
 
 // sameTarget reports whether a row of shard s may be written through a
-// statement routed to shard routed: the same schema, or the same database
-// when there are no schemas.
-func (r *Router) sameTarget(routed, s int) bool {
-	if r.schemas != nil {
-		return routed == s
+// statement of route rt: the row's shard must live, under the current map,
+// on the database the statement runs on (a session kept across SetMap still
+// runs on the database it was made for), and in the same schema when there
+// are schemas.
+func (r *Router) sameTarget(rt route, s int) bool {
+	if s < 0 || s >= r.shards || r.table.Load().dbOf[s] != rt.db {
+		return false
 	}
-	t := r.table.Load()
-	return s >= 0 && s < r.shards && t.dbOf[routed] == t.dbOf[s]
+	return r.schemas == nil || rt.shard == s
 }

@@ -49,6 +49,7 @@ type TicketAllocator struct {
 	servers []*ticketServer
 	retry   time.Duration
 	turn    atomic.Uint64
+	closed  atomic.Bool
 }
 
 type ticketServer struct {
@@ -56,14 +57,24 @@ type ticketServer struct {
 	name      string // validated table or sequence name
 	offset, n int    // this server's offset (1-based) and the number of servers
 
-	mu        sync.Mutex // protects conn and downUntil
+	mu        sync.Mutex // protects conn, downUntil and closed
 	conn      *sql.Conn  // MySQL: one session with the increment set
 	downUntil time.Time
+	closed    bool
+	ready     bool // set up and checked
 }
 
 // NewTicketAllocator sets up every server (the table or sequence) and
 // returns the allocator. A server that cannot be set up now is skipped
 // and set up when it answers.
+//
+// A ticket server remembers its place in the list it was first set up
+// with: the number of servers and its offset. Given another list (a server
+// added or removed, or the list reordered), its tickets would repeat
+// another server's, so NewTicketAllocator returns ErrTicketConfigChanged
+// instead (and Next, for a server that was down at first). To change the
+// list, start new ticket servers under a new Name, each beginning above the
+// highest ticket the old ones handed out.
 func NewTicketAllocator(ctx context.Context, cfg TicketConfig) (*TicketAllocator, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, withDetail(ErrInvalidConfig, "no ticket servers")
@@ -85,27 +96,92 @@ func NewTicketAllocator(ctx context.Context, cfg TicketConfig) (*TicketAllocator
 		if err := s.setup(ctx); err != nil {
 			s.downUntil = time.Now().Add(t.retry)
 			errs = append(errs, fmt.Errorf("ticket server %d: %w", i, err))
+		} else {
+			s.ready = true
 		}
 		t.servers = append(t.servers, s)
 	}
+	for _, err := range errs {
+		if errors.Is(err, ErrTicketConfigChanged) {
+			t.Close()
+			return nil, err
+		}
+	}
 	if len(errs) == len(t.servers) {
+		t.Close()
 		return nil, errors.Join(append([]error{ErrNoTicketServer}, errs...)...)
 	}
 	return t, nil
 }
 
-// setup creates the table or sequence. It is idempotent.
-func (s *ticketServer) setup(ctx context.Context) error {
-	if s.db.Dialector.Name() == "postgres" {
-		return createObjects(ctx, s.db, s.name, fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s INCREMENT BY %d START WITH %d", s.name, s.n, s.offset))
+// Close ends the sessions the allocator holds (one per MySQL server); Next
+// then returns ErrClosed. It waits for the calls of Next under way on each
+// server. Close is idempotent and safe to call concurrently.
+func (t *TicketAllocator) Close() error {
+	t.closed.Store(true)
+	var errs []error
+	for _, s := range t.servers {
+		s.mu.Lock()
+		s.closed = true
+		if s.conn != nil {
+			errs = append(errs, s.conn.Close())
+			s.conn = nil
+		}
+		s.mu.Unlock()
 	}
-	return createObjects(ctx, s.db, s.name, "CREATE TABLE IF NOT EXISTS "+s.name+` (
-		id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-		stub CHAR(1) NOT NULL DEFAULT '' UNIQUE) ENGINE=InnoDB`)
+	return errors.Join(errs...)
 }
 
-// Next returns a new ticket.
+// setup creates the table or sequence, and checks that the server was set
+// up for this place in this list of servers: on PostgreSQL the sequence's
+// own increment and start, on MySQL a row of the table NAME_servers,
+// written the first time. It is idempotent.
+func (s *ticketServer) setup(ctx context.Context) error {
+	var got struct {
+		Servers int64 `gorm:"column:servers"`
+		Offset  int64 `gorm:"column:server_offset"`
+	}
+	if s.db.Dialector.Name() == "postgres" {
+		err := createObjects(ctx, s.db, s.name, fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s INCREMENT BY %d START WITH %d", s.name, s.n, s.offset))
+		if err != nil {
+			return err
+		}
+		err = s.db.WithContext(ctx).Raw("SELECT seqincrement AS servers, seqstart AS server_offset FROM pg_sequence WHERE seqrelid = to_regclass(?)", s.name).Scan(&got).Error
+		if err != nil {
+			return err
+		}
+	} else {
+		err := createObjects(ctx, s.db, s.name, "CREATE TABLE IF NOT EXISTS "+s.name+` (
+			id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			stub CHAR(1) NOT NULL DEFAULT '' UNIQUE) ENGINE=InnoDB`,
+			"CREATE TABLE IF NOT EXISTS "+s.name+`_servers (
+			id INT PRIMARY KEY, servers INT NOT NULL, server_offset INT NOT NULL) ENGINE=InnoDB`)
+		if err != nil {
+			return err
+		}
+		// The first process to get here writes its configuration; the
+		// others, now and after every restart, must agree with it.
+		err = s.db.WithContext(ctx).Exec("INSERT IGNORE INTO "+s.name+"_servers (id, servers, server_offset) VALUES (1, ?, ?)", s.n, s.offset).Error
+		if err != nil {
+			return err
+		}
+		err = s.db.WithContext(ctx).Raw("SELECT servers, server_offset FROM " + s.name + "_servers WHERE id = 1").Scan(&got).Error
+		if err != nil {
+			return err
+		}
+	}
+	if got.Servers != int64(s.n) || got.Offset != int64(s.offset) {
+		return withDetail(ErrTicketConfigChanged, fmt.Sprintf("%s was set up as server %d of %d, it is given as server %d of %d",
+			s.name, got.Offset, got.Servers, s.offset, s.n))
+	}
+	return nil
+}
+
+// Next returns a new ticket, or ErrClosed after Close.
 func (t *TicketAllocator) Next(ctx context.Context) (int64, error) {
+	if t.closed.Load() {
+		return 0, ErrClosed
+	}
 	first := int(t.turn.Add(1) % uint64(len(t.servers)))
 	var errs []error
 	for i := range t.servers {
@@ -117,6 +193,9 @@ func (t *TicketAllocator) Next(ctx context.Context) (int64, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrTicketConfigChanged) {
+			return 0, err
+		}
 		errs = append(errs, err)
 	}
 	return 0, errors.Join(append([]error{ErrNoTicketServer}, errs...)...)
@@ -126,6 +205,9 @@ func (t *TicketAllocator) Next(ctx context.Context) (int64, error) {
 func (s *ticketServer) next(ctx context.Context, retry time.Duration) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
 	if time.Now().Before(s.downUntil) {
 		return 0, fmt.Errorf("ticket server %d is skipped until %s", s.offset-1, s.downUntil.Format(time.TimeOnly))
 	}
@@ -145,6 +227,13 @@ func (s *ticketServer) next(ctx context.Context, retry time.Duration) (int64, er
 
 // ask makes one round trip. ask requires that s.mu is held.
 func (s *ticketServer) ask(ctx context.Context) (int64, error) {
+	if !s.ready {
+		// Down when the allocator started: set up and check it now.
+		if err := s.setup(ctx); err != nil {
+			return 0, err
+		}
+		s.ready = true
+	}
 	if s.db.Dialector.Name() == "postgres" {
 		var id int64
 		err := s.db.WithContext(ctx).Raw("SELECT nextval('" + s.name + "')").Scan(&id).Error

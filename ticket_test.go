@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardid/shardid"
 	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
 
@@ -314,5 +315,116 @@ func TestPluginIDSource(t *testing.T) {
 	db2.Use(missing)
 	if err := db2.Create(&OrderLine{Item: "x"}).Error; !errors.Is(err, shardid.ErrInvalidConfig) {
 		t.Errorf("without the source: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// ticketDBs opens three databases of kind, each a ticket server of its own.
+func ticketDBs(t *testing.T, kind string) []*gorm.DB {
+	t.Helper()
+	if kind == "postgres" {
+		main := openPostgres(t)
+		var n int64
+		main.Raw("SELECT count(*) FROM pg_database WHERE datname = 'shardid_test3'").Scan(&n)
+		if n == 0 {
+			if err := main.Exec("CREATE DATABASE shardid_test3").Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		dsn := strings.Replace(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN), "dbname=test", "dbname=shardid_test3", 1)
+		return []*gorm.DB{main, openSecondPostgres(t), openServer(t, "PostgreSQL (third database)", "SHARDID_TEST_POSTGRES3_DSN", dsn, postgres.Open)}
+	}
+	main := openMySQL(t)
+	if err := main.Exec("CREATE DATABASE IF NOT EXISTS shardid_test3").Error; err != nil {
+		t.Fatal(err)
+	}
+	dsn := strings.Replace(envOr("SHARDID_TEST_MYSQL_DSN", defaultMySQLDSN), "/test?", "/shardid_test3?", 1)
+	return []*gorm.DB{main, openSecondMySQL(t), openServer(t, "MySQL/MariaDB (third database)", "SHARDID_TEST_MYSQL3_DSN", dsn, mysql.Open)}
+}
+
+// Ticket servers set up as two, restarted as three, reordered, or with
+// one left out: no ticket is ever handed out twice; the changed list is
+// refused with ErrTicketConfigChanged.
+func TestTicketServersChanged(t *testing.T) {
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			dbs := ticketDBs(t, kind)
+			a, b, c := dbs[0], dbs[1], dbs[2]
+			for _, db := range dbs {
+				if kind == "postgres" {
+					db.Exec("DROP SEQUENCE IF EXISTS shardid_t_change")
+				} else {
+					db.Exec("DROP TABLE IF EXISTS shardid_t_change, shardid_t_change_servers")
+				}
+			}
+			ctx := context.Background()
+			seen := map[int64]string{}
+			take := func(name string, servers ...*gorm.DB) {
+				t.Helper()
+				tickets, err := shardid.NewTicketAllocator(ctx, shardid.TicketConfig{Servers: servers, Name: "shardid_t_change"})
+				if err != nil {
+					if !errors.Is(err, shardid.ErrTicketConfigChanged) {
+						t.Errorf("%s: %v, want ErrTicketConfigChanged or no error", name, err)
+					}
+					t.Logf("%s: %v", name, err)
+					return
+				}
+				defer tickets.Close()
+				for range 60 {
+					id, err := tickets.Next(ctx)
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					if seen[id] != "" {
+						t.Errorf("%s: ticket %d again, handed out first %s", name, id, seen[id])
+					}
+					seen[id] = name
+				}
+			}
+			take("by servers a, b", a, b)
+			take("by a, b, c", a, b, c)
+			take("by b, a", b, a)
+			take("by a alone", a)
+			take("by a, b again", a, b)
+			if len(seen) != 120 {
+				t.Errorf("%d tickets; want 120, from the two runs with the servers as set up", len(seen))
+			}
+		})
+	}
+}
+
+// Close ends the MySQL session a ticket allocator holds, twice at once
+// and while Next runs; Next then returns ErrClosed.
+func TestTicketAllocatorClose(t *testing.T) {
+	db := openMySQL(t)
+	db.Exec("DROP TABLE IF EXISTS shardid_t_close, shardid_t_close_servers")
+	ctx := context.Background()
+	tickets, err := shardid.NewTicketAllocator(ctx, shardid.TicketConfig{Servers: []*gorm.DB{db}, Name: "shardid_t_close"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tickets.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, _ := db.DB()
+	if sqlDB.Stats().InUse == 0 {
+		t.Fatal("the allocator holds no session")
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(2)
+		go func() { defer wg.Done(); tickets.Close() }()
+		go func() {
+			defer wg.Done()
+			if _, err := tickets.Next(ctx); err != nil && !errors.Is(err, shardid.ErrClosed) {
+				t.Errorf("Next racing Close: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if _, err := tickets.Next(ctx); !errors.Is(err, shardid.ErrClosed) {
+		t.Errorf("Next after Close: %v, want ErrClosed", err)
+	}
+	if n := sqlDB.Stats().InUse; n != 0 {
+		t.Errorf("after Close %d sessions are still held", n)
 	}
 }

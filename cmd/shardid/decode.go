@@ -25,24 +25,36 @@ type decoded struct {
 
 func runDecode(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("decode", "[--layout L] [--epoch E] [--json] [ID...]  (IDs from standard input when none are given)", stderr)
-	layout := fs.String("layout", "instagram", "the layout: "+layoutNames()+", pinterest or uuidshort")
+	layout := fs.String("layout", "instagram", "the layout: "+decodeLayoutNames())
 	epoch := fs.String("epoch", "", "override the layout's epoch: an RFC 3339 time or Unix milliseconds")
 	asJSON := fs.Bool("json", false, "print one JSON object per ID")
-	if err := parse(fs, args); err != nil {
+	// An argument that looks like a negative number is an ID to refuse,
+	// not a flag.
+	flags, negative := splitNegative(args, map[string]bool{"layout": true, "epoch": true})
+	if err := parse(fs, flags); err != nil {
 		return err
+	}
+	if *epoch != "" && (*layout == "pinterest" || *layout == "uuidshort") {
+		return badFlag("--epoch: the %s layout has no epoch", *layout)
 	}
 	decode, err := decoderFor(*layout, *epoch)
 	if err != nil {
 		return err
 	}
-	ids := fs.Args()
+	ids := append(negative, fs.Args()...)
 	if len(ids) == 0 {
+		if isTerminal(stdin) {
+			fmt.Fprintln(stderr, "shardid decode: reading IDs from the terminal, one or more per line; end with Ctrl-D (or give them as arguments)")
+		}
 		sc := bufio.NewScanner(stdin)
 		for sc.Scan() {
 			ids = append(ids, strings.Fields(sc.Text())...)
 		}
 		if err := sc.Err(); err != nil {
 			return err
+		}
+		if len(ids) == 0 {
+			return badFlag("no IDs: give them as arguments or on standard input")
 		}
 	}
 	failed := false
@@ -91,6 +103,28 @@ const timeFormat = "2006-01-02T15:04:05.000Z07:00" // RFC 3339 with milliseconds
 
 func ptr[T any](v T) *T { return &v }
 
+// splitNegative takes the arguments that look like negative numbers out of
+// args, up to the first argument that is not a flag. valued names the flags
+// that take a value as the next argument (--epoch -1000 is an epoch).
+func splitNegative(args []string, valued map[string]bool) (flags, negative []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--" || !strings.HasPrefix(a, "-") || a == "-":
+			return append(flags, args[i:]...), negative
+		case looksNegative(a):
+			negative = append(negative, a)
+			continue
+		}
+		flags = append(flags, a)
+		if name := strings.TrimLeft(a, "-"); valued[name] && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return flags, negative
+}
+
 // decoderFor returns the function that decodes an ID of the named layout.
 func decoderFor(name, epoch string) (func(string) (decoded, error), error) {
 	switch name {
@@ -112,6 +146,9 @@ func decoderFor(name, epoch string) (func(string) (decoded, error), error) {
 			return decoded{ID: s, Layout: name, Time: p.Start.Format(timeFormat), UnixMs: ptr(p.Start.UnixMilli()),
 				Shard: p.ServerID, Seq: ptr(int64(p.Counter))}, nil
 		}, nil
+	}
+	if _, ok := layouts[name]; !ok {
+		return nil, badFlag("--layout %q: unknown layout (want %s)", name, decodeLayoutNames())
 	}
 	l, err := layoutFor(name, epoch)
 	if err != nil {

@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 )
 
 // The demo's models: Instagram's photos, with comments colocated on their
-// photo's shard.
+// photo's shard. Their tables have names of the demo's own, so that it can
+// drop them without touching anything else.
 type Photo struct {
 	ID       shardid.ID
 	UserID   int64 `shardid:"key"`
@@ -29,12 +31,16 @@ type Photo struct {
 	Comments []Comment
 }
 
+func (Photo) TableName() string { return "demo_photos" }
+
 type Comment struct {
 	ID      shardid.ID
 	PhotoID shardid.ID `shardid:"key"`
 	UserID  int64
 	Body    string
 }
+
+func (Comment) TableName() string { return "demo_comments" }
 
 // DBComment is Comment with its ID made by next_id() in PostgreSQL.
 type DBComment struct {
@@ -44,34 +50,77 @@ type DBComment struct {
 	Body    string
 }
 
-func (DBComment) TableName() string { return "comments" }
+func (DBComment) TableName() string { return "demo_comments" }
 
 type demoConfig struct {
 	postgres, mysql, dir string
 	databases, shards    int
 	users, photos        int
 	comments, workers    int
+	keep                 bool
 }
 
 func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", "[--postgres DSN | --mysql DSN] [--shards N] [--users N] [--photos N]", stderr)
+	fs := newFlagSet("demo", "[--postgres DSN | --mysql DSN | --dir DIR [--databases N]] [--shards N] [--users N] [--photos N] [--keep]", stderr)
 	var c demoConfig
-	fs.StringVar(&c.postgres, "postgres", os.Getenv("SHARDID_DEMO_POSTGRES_DSN"), "run on PostgreSQL, a schema per logical shard")
-	fs.StringVar(&c.mysql, "mysql", os.Getenv("SHARDID_DEMO_MYSQL_DSN"), "run on MySQL/MariaDB")
-	fs.StringVar(&c.dir, "dir", "", "where the embedded SQLite files go (default: a new temporary directory)")
+	fs.StringVar(&c.postgres, "postgres", os.Getenv("SHARDID_DEMO_POSTGRES_DSN"), "run on PostgreSQL, a schema per logical shard (demo_0000 ...)")
+	fs.StringVar(&c.mysql, "mysql", os.Getenv("SHARDID_DEMO_MYSQL_DSN"), "run on MySQL/MariaDB (tables demo_photos and demo_comments)")
+	fs.StringVar(&c.dir, "dir", "", "an existing directory for the embedded SQLite files (default: a new temporary directory)")
 	fs.IntVar(&c.databases, "databases", 4, "physical SQLite databases")
 	fs.IntVar(&c.shards, "shards", shardid.DefaultLogicalShards, "logical shards")
 	fs.IntVar(&c.users, "users", 200, "users")
 	fs.IntVar(&c.photos, "photos", 10, "photos per user")
 	fs.IntVar(&c.comments, "comments", 2, "comments per photo")
 	fs.IntVar(&c.workers, "workers", 8, "goroutines writing at once")
+	fs.BoolVar(&c.keep, "keep", false, "keep the schemas, tables or files the demo made (it removes them by default)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if c.users < 1 || c.photos < 1 || c.comments < 0 || c.workers < 1 || c.databases < 1 {
-		return errors.New("--users, --photos, --workers and --databases must be positive, --comments not negative")
+	if err := c.check(fs); err != nil {
+		return err
 	}
 	return demo(context.Background(), c, stdout)
+}
+
+// check validates the flags, each with a message that names it.
+func (c *demoConfig) check(fs *flag.FlagSet) error {
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	set := given(fs)
+	if c.postgres != "" && c.mysql != "" {
+		return badFlag("give --postgres or --mysql, not both (SHARDID_DEMO_POSTGRES_DSN and SHARDID_DEMO_MYSQL_DSN count as given)")
+	}
+	if (c.postgres != "" || c.mysql != "") && (set["dir"] || set["databases"]) {
+		return badFlag("--dir and --databases are for the embedded SQLite demo, not with --postgres or --mysql")
+	}
+	if c.dir != "" {
+		st, err := os.Stat(c.dir)
+		if err != nil {
+			return badFlag("--dir %s: %v", c.dir, err)
+		}
+		if !st.IsDir() {
+			return badFlag("--dir %s: not a directory", c.dir)
+		}
+	}
+	for _, f := range []struct {
+		name    string
+		v, lo   int
+		hi      int
+		meaning string
+	}{
+		{"shards", c.shards, 1, shardid.Instagram.Shards(), "a number of logical shards"},
+		{"databases", c.databases, 1, 64, "a number of SQLite files"},
+		{"users", c.users, 1, 1_000_000, "a number of users"},
+		{"photos", c.photos, 1, 10_000, "a number of photos per user"},
+		{"comments", c.comments, 0, 1_000, "a number of comments per photo"},
+		{"workers", c.workers, 1, 1_024, "a number of goroutines"},
+	} {
+		if err := inRange(f.name, int64(f.v), int64(f.lo), int64(f.hi), f.meaning); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func demo(ctx context.Context, c demoConfig, out io.Writer) error {
@@ -105,28 +154,58 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 			if err != nil {
 				return err
 			}
-			defer os.RemoveAll(d)
 			dir = d
 		}
 		for i := range c.databases {
 			name := fmt.Sprintf("db%d", i)
-			db, err := gorm.Open(sqlite.Open(filepath.Join(dir, name+".sqlite")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"), cfg)
+			file := filepath.Join(dir, fmt.Sprintf("shardid-demo-%s.sqlite", name))
+			removeSQLite(file) // a file an earlier run kept
+			db, err := gorm.Open(sqlite.Open(file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"), cfg)
 			if err != nil {
-				return err
+				return fmt.Errorf("--dir %s: %w", dir, err)
 			}
 			sqlDB, _ := db.DB()
 			sqlDB.SetMaxOpenConns(1) // one writer per SQLite file
 			dbs, names = append(dbs, db), append(names, name)
 		}
 		where = fmt.Sprintf("embedded SQLite, %d database files in %s", c.databases, dir)
-	}
-	defer func() {
-		for _, db := range dbs {
-			if sqlDB, err := db.DB(); err == nil {
-				sqlDB.Close()
+		defer func() {
+			closeAll(dbs)
+			switch {
+			case c.keep:
+				fmt.Fprintf(out, "kept the SQLite files in %s (--keep)\n", dir)
+			case c.dir == "":
+				os.RemoveAll(dir)
+				fmt.Fprintf(out, "removed %s (--keep keeps it)\n", dir)
+			default:
+				for i := range c.databases {
+					removeSQLite(filepath.Join(dir, fmt.Sprintf("shardid-demo-db%d.sqlite", i)))
+				}
+				fmt.Fprintf(out, "removed the demo's SQLite files from %s (--keep keeps them)\n", dir)
 			}
+		}()
+	}
+	defer closeAll(dbs)
+	if c.postgres != "" || c.mysql != "" {
+		// Start from nothing, so the counts are this run's; and leave
+		// nothing behind unless asked to.
+		if n, err := dropDemo(ctx, dbs[0]); err != nil {
+			return err
+		} else if n != "" {
+			fmt.Fprintf(out, "dropped %s an earlier run of the demo left\n", n)
 		}
-	}()
+		defer func() {
+			if c.keep {
+				fmt.Fprintln(out, "kept the demo's tables (--keep); the next run drops them")
+				return
+			}
+			if n, err := dropDemo(context.WithoutCancel(ctx), dbs[0]); err != nil {
+				fmt.Fprintf(out, "cleaning up: %v\n", err)
+			} else if n != "" {
+				fmt.Fprintf(out, "dropped the demo's %s (--keep keeps them)\n", n)
+			}
+		}()
+	}
 
 	g, err := shardid.NewGenerator(layout, workerOption(layout)...)
 	if err != nil {
@@ -147,7 +226,7 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 		return err
 	}
 	if pattern != "" {
-		if err := r.InstallPostgresNextID(ctx, 1, "id", "comments"); err != nil {
+		if err := r.InstallPostgresNextID(ctx, 1, "id", "demo_comments"); err != nil {
 			return err
 		}
 	}
@@ -158,6 +237,54 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 		return err
 	}
 	return summarize(ctx, r, layout, ids, elapsed, out)
+}
+
+func closeAll(dbs []*gorm.DB) {
+	for _, db := range dbs {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	}
+}
+
+// removeSQLite removes an SQLite file with its write-ahead log.
+func removeSQLite(file string) {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(file + suffix)
+	}
+}
+
+// dropDemo drops what the demo makes on a server: on PostgreSQL the schemas
+// demo_0000 to demo_8191, on MySQL the tables demo_photos and
+// demo_comments. It returns what it dropped, or "" for nothing.
+func dropDemo(ctx context.Context, db *gorm.DB) (string, error) {
+	db = db.WithContext(ctx)
+	if db.Dialector.Name() != "postgres" {
+		var n int64
+		err := db.Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN ('demo_photos', 'demo_comments')").Scan(&n).Error
+		if err != nil || n == 0 {
+			return "", err
+		}
+		return "the tables demo_photos and demo_comments", db.Exec("DROP TABLE IF EXISTS demo_comments, demo_photos").Error
+	}
+	var schemas []string
+	if err := db.Raw(`SELECT nspname FROM pg_namespace WHERE nspname ~ '^demo_[0-9]{4}$' ORDER BY nspname`).Scan(&schemas).Error; err != nil {
+		return "", err
+	}
+	total := len(schemas)
+	// A few schemas per statement: each drops about ten objects, and a
+	// transaction may lock only so many.
+	for len(schemas) > 0 {
+		batch := schemas[:min(len(schemas), 50)]
+		schemas = schemas[len(batch):]
+		if err := db.Exec("DROP SCHEMA " + strings.Join(batch, ", ") + " CASCADE").Error; err != nil {
+			return "", err
+		}
+	}
+	if total > 0 {
+		return fmt.Sprintf("%d schemas demo_NNNN", total), nil
+	}
+	return "", nil
 }
 
 func workerOption(l shardid.Layout) []shardid.GeneratorOption {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,12 +28,16 @@ func layoutNames() string {
 	return strings.Join(names, ", ")
 }
 
+// decodeLayoutNames are the names decode accepts: the 64-bit layouts, and
+// the schemes of their own.
+func decodeLayoutNames() string { return layoutNames() + ", pinterest, uuidshort" }
+
 // layoutFor returns the named layout, with its epoch replaced when epoch is
 // not empty: an RFC 3339 time or Unix milliseconds.
 func layoutFor(name, epoch string) (shardid.Layout, error) {
 	l, ok := layouts[name]
 	if !ok {
-		return shardid.Layout{}, fmt.Errorf("unknown layout %q (want %s)", name, layoutNames())
+		return shardid.Layout{}, badFlag("--layout %q: unknown layout (want %s)", name, layoutNames())
 	}
 	if epoch == "" {
 		return l, nil
@@ -45,7 +48,12 @@ func layoutFor(name, epoch string) (shardid.Layout, error) {
 	}
 	cfg := l.Config()
 	cfg.Epoch = t
-	return shardid.NewLayout(cfg)
+	l, err = shardid.NewLayout(cfg)
+	if err != nil {
+		// The layout itself is fine: only the epoch can make it fail.
+		return shardid.Layout{}, badFlag("--epoch %q: the layout %s cannot start then: %v", epoch, name, err)
+	}
+	return l, nil
 }
 
 func parseEpoch(s string) (time.Time, error) {
@@ -54,7 +62,7 @@ func parseEpoch(s string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("--epoch %q: want an RFC 3339 time or Unix milliseconds", s)
+		return time.Time{}, badFlag("--epoch %q: want an RFC 3339 time or Unix milliseconds", s)
 	}
 	return t, nil
 }

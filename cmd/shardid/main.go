@@ -1,13 +1,16 @@
 // Command shardid decodes and makes sharded IDs, prints the SQL that makes
-// them inside PostgreSQL, and runs a demo of the whole library.
+// them inside PostgreSQL, moves logical shards, and runs a demo of the whole
+// library.
 //
 //	shardid decode [--layout L] [--epoch E] [--json] ID...
-//	shardid new    [--layout L] [--shard N | --key K] [--worker W] [-n COUNT]
-//	shardid sql    --dialect postgres --schema NAME --shard N [--table T] [--worker W]
-//	shardid demo   [--postgres DSN] [--mysql DSN] [--shards N] [--users N] [--photos N]
-//	shardid move   --catalog DSN --shard N --to NAME [--dry-run] [--abort]
+//	shardid new    [--layout L] [--shard N | --key K [--shards S]] [--worker W] [-n COUNT]
+//	shardid sql    --dialect postgres --schema NAME --shard N [--table T [--column C]] [--worker W]
+//	shardid demo   [--postgres DSN | --mysql DSN | --dir DIR] [--shards N] [--users N] [--photos N] [--keep]
+//	shardid move   --catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME)
 //
-// Run "shardid COMMAND --help" for each command's flags.
+// Run "shardid COMMAND --help" for each command's flags. A wrong flag or
+// argument exits with status 2 and a message that names it; a command that
+// fails exits with status 1.
 package main
 
 import (
@@ -16,9 +19,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
+	"strings"
 )
 
-// errFlags means the flags were wrong; the flag package has said why.
+// errFlags means the flags or arguments were wrong: the command exits 2.
+// The flag package has said why, or the error wrapping it (badFlag) says it.
 var errFlags = errors.New("bad flags")
 
 // errReported means the command printed its errors and should exit 1.
@@ -57,6 +64,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			case err == nil, errors.Is(err, flag.ErrHelp):
 				return 0
 			case errors.Is(err, errFlags):
+				if err != errFlags {
+					fmt.Fprintln(stderr, "shardid "+c.name+":", err)
+				}
 				return 2
 			case errors.Is(err, errReported):
 				return 1
@@ -98,4 +108,90 @@ func parse(fs *flag.FlagSet, args []string) error {
 		return errFlags
 	}
 	return nil
+}
+
+// usageError is a wrong flag or argument, in the command's own words: the
+// command prints it and exits 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string        { return e.msg }
+func (e usageError) Is(target error) bool { return target == errFlags }
+
+// badFlag returns a usageError; the message names the flag.
+func badFlag(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// noArgs refuses arguments left after the flags.
+func noArgs(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return badFlag("unexpected argument %q: this command takes flags only", fs.Arg(0))
+	}
+	return nil
+}
+
+// given returns the names of the flags given on the command line.
+func given(fs *flag.FlagSet) map[string]bool {
+	m := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { m[f.Name] = true })
+	return m
+}
+
+// inRange refuses v outside [lo, hi] with a message naming the flag.
+func inRange(name string, v, lo, hi int64, what string) error {
+	if v < lo || v > hi {
+		if hi == lo {
+			return badFlag("--%s %d: want %d, the only %s", name, v, lo, strings.TrimPrefix(what, "a "))
+		}
+		return badFlag("--%s %d: want %s from %d to %d", name, v, what, lo, hi)
+	}
+	return nil
+}
+
+// optInt is an integer flag that knows whether it was given. It has no
+// default, so --help prints none.
+type optInt struct {
+	v   int64
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatInt(o.v, 10)
+}
+
+func (o *optInt) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("want an integer")
+	}
+	o.v, o.set = v, true
+	return nil
+}
+
+// sqlName is what shardid accepts as a schema, table or column name.
+var sqlName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// checkName refuses a schema, table or column name shardid would refuse.
+func checkName(flagName, v string) error {
+	if !sqlName.MatchString(v) {
+		return badFlag("--%s %q: want a lowercase SQL name, %s", flagName, v, sqlName)
+	}
+	return nil
+}
+
+// isTerminal reports whether r or w is a terminal (a character device).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// looksNegative reports whether s is a negative number, which the flag
+// package would take for a flag.
+func looksNegative(s string) bool {
+	return len(s) > 1 && s[0] == '-' && strings.IndexByte("0123456789", s[1]) >= 0
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -93,10 +94,10 @@ func TestDecodeBadIDs(t *testing.T) {
 			t.Errorf("stderr lacks %q: %s", bad, errs)
 		}
 	}
-	if code, _, errs := shardidCmd(t, "", "decode", "--layout", "nope", "1"); code != 1 || !strings.Contains(errs, "unknown layout") {
+	if code, _, errs := shardidCmd(t, "", "decode", "--layout", "nope", "1"); code != 2 || !strings.Contains(errs, "unknown layout") {
 		t.Errorf("an unknown layout: %d %s", code, errs)
 	}
-	if code, _, _ := shardidCmd(t, "", "decode", "--epoch", "yesterday", "1"); code != 1 {
+	if code, _, _ := shardidCmd(t, "", "decode", "--epoch", "yesterday", "1"); code != 2 {
 		t.Errorf("a bad epoch: exit %d", code)
 	}
 }
@@ -118,7 +119,7 @@ func TestNew(t *testing.T) {
 		}
 		prev = id
 	}
-	if code, _, errs := shardidCmd(t, "", "new", "--layout", "snowflake"); code != 1 || !strings.Contains(errs, "worker") {
+	if code, _, errs := shardidCmd(t, "", "new", "--layout", "snowflake"); code != 2 || !strings.Contains(errs, "--worker") {
 		t.Errorf("snowflake without --worker: %d %s", code, errs)
 	}
 	if code, out, _ := shardidCmd(t, "", "new", "--layout", "snowflake", "--worker", "3", "--shard", "1"); code != 0 ||
@@ -145,7 +146,7 @@ func TestSQL(t *testing.T) {
 		{"sql", "--dialect", "mysql", "--schema", "s", "--shard", "1"},
 		{"sql", "--schema", "s", "--shard", "9000"},
 	} {
-		if code, _, errs := shardidCmd(t, "", args...); code != 1 || errs == "" {
+		if code, _, errs := shardidCmd(t, "", args...); code != 2 || errs == "" {
 			t.Errorf("shardid %v: exit %d, %q", args, code, errs)
 		}
 	}
@@ -174,9 +175,19 @@ func TestHelpAndUsage(t *testing.T) {
 // The demo runs with no server, writes and reads everything back, and finds
 // no duplicate.
 func TestDemoEmbedded(t *testing.T) {
-	code, out, errs := shardidCmd(t, "", "demo", "--users", "60", "--photos", "4", "--dir", t.TempDir())
+	dir := t.TempDir()
+	code, out, errs := shardidCmd(t, "", "demo", "--users", "60", "--photos", "4", "--dir", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 0 || !strings.Contains(out, "removed the demo's SQLite files") {
+		t.Errorf("the demo left %d files in --dir:\n%s", len(files), out)
+	}
+	if code, out, errs := shardidCmd(t, "", "demo", "--users", "6", "--photos", "1", "--dir", dir, "--keep"); code != 0 || !strings.Contains(out, "kept the SQLite files") {
+		t.Fatalf("--keep: exit %d: %s\n%s", code, errs, out)
+	}
+	if files, _ := os.ReadDir(dir); len(files) == 0 {
+		t.Error("--keep kept no file")
 	}
 	for _, want := range []string{"2000 logical shards on embedded SQLite", "wrote 240 photos and 480 comments",
 		"duplicate IDs: 0", "0 missing", "db3", "the 3 newest photos"} {
@@ -187,16 +198,19 @@ func TestDemoEmbedded(t *testing.T) {
 }
 
 // The demo on the real servers: PostgreSQL with a schema per logical shard
-// and comment IDs from next_id(), and MySQL/MariaDB.
+// and comment IDs from next_id(), and MySQL/MariaDB. A run leaves nothing
+// behind; with --keep it keeps its tables, and the next run starts over, so
+// its counts are its own.
 func TestDemoOnServers(t *testing.T) {
 	for _, tc := range []struct {
 		name, flag, env, def, want string
 		prepare                    func(dsn string) error
+		left                       func(dsn string) (int64, error)
 	}{
 		{"postgres", "--postgres", "SHARDID_TEST_POSTGRES_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable",
-			"16 logical shards on PostgreSQL, a schema per logical shard", dropDemoSchemas},
+			"16 logical shards on PostgreSQL, a schema per logical shard", dropDemoSchemas, demoSchemasLeft},
 		{"mysql", "--mysql", "SHARDID_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true",
-			"16 logical shards on MySQL/MariaDB", dropDemoTables},
+			"16 logical shards on MySQL/MariaDB", dropDemoTables, demoTablesLeft},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dsn := os.Getenv(tc.env)
@@ -209,17 +223,74 @@ func TestDemoOnServers(t *testing.T) {
 				}
 				t.Skipf("SKIPPING: %s unreachable: %v", tc.name, err)
 			}
-			code, out, errs := shardidCmd(t, "", "demo", tc.flag, dsn, "--shards", "16", "--users", "20", "--photos", "3")
-			if code != 0 {
-				t.Fatalf("exit %d: %s\n%s", code, errs, out)
-			}
-			for _, want := range []string{tc.want, "wrote 60 photos and 120 comments", "duplicate IDs: 0", "0 missing"} {
-				if !strings.Contains(out, want) {
-					t.Errorf("demo output lacks %q:\n%s", want, out)
+			t.Cleanup(func() { tc.prepare(dsn) })
+			args := []string{"demo", tc.flag, dsn, "--shards", "16", "--users", "20", "--photos", "3"}
+			for i, keep := range []bool{true, true, false} {
+				a := args
+				if keep {
+					a = append(a, "--keep")
+				}
+				code, out, errs := shardidCmd(t, "", a...)
+				if code != 0 {
+					t.Fatalf("run %d: exit %d: %s\n%s", i, code, errs, out)
+				}
+				want := []string{tc.want, "wrote 60 photos and 120 comments", "duplicate IDs: 0", "0 missing"}
+				if i > 0 {
+					want = append(want, "an earlier run of the demo left")
+				}
+				if keep {
+					want = append(want, "kept the demo's tables (--keep)")
+				} else {
+					want = append(want, "(--keep keeps them)")
+				}
+				for _, w := range want {
+					if !strings.Contains(out, w) {
+						t.Errorf("run %d: demo output lacks %q:\n%s", i, w, out)
+					}
+				}
+				// The photos counted per database are this run's 60.
+				var counted int
+				for _, line := range strings.Split(out[strings.Index(out, "photos per physical database:"):], "\n")[1:] {
+					f := strings.Fields(line)
+					if len(f) != 2 {
+						break
+					}
+					n, _ := strconv.Atoi(f[1])
+					counted += n
+				}
+				if counted != 60 {
+					t.Errorf("run %d counted %d photos, want 60:\n%s", i, counted, out)
+				}
+				left, err := tc.left(dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if keep && left == 0 || !keep && left != 0 {
+					t.Errorf("run %d (--keep %v) left %d schemas or tables", i, keep, left)
 				}
 			}
 		})
 	}
+}
+
+func demoSchemasLeft(dsn string) (int64, error) {
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return 0, err
+	}
+	defer closeDB(db)
+	var n int64
+	return n, db.Raw("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'demo\\_%'").Scan(&n).Error
+}
+
+func demoTablesLeft(dsn string) (int64, error) {
+	db, err := gorm.Open(mysql.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return 0, err
+	}
+	defer closeDB(db)
+	var n int64
+	return n, db.Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE 'demo\\_%'").Scan(&n).Error
 }
 
 func dropDemoSchemas(dsn string) error {
@@ -246,7 +317,7 @@ func dropDemoTables(dsn string) error {
 		return err
 	}
 	defer closeDB(db)
-	return db.Migrator().DropTable("comments", "photos")
+	return db.Migrator().DropTable("demo_comments", "demo_photos")
 }
 
 func closeDB(db *gorm.DB) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,12 +16,13 @@ import (
 )
 
 func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("move", "--catalog DSN --shard N --to NAME [--dry-run] [--abort] [--drop-copy-on NAME]", stderr)
+	fs := newFlagSet("move", "--catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME)", stderr)
 	catalogDSN := fs.String("catalog", "", "the DSN of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
 	table := fs.String("catalog-table", "", "the catalog table (default shardid_shard_map)")
-	shard := fs.Int("shard", -1, "the logical shard to move (required)")
-	to := fs.String("to", "", "the name of the database to move it to (required, unless --abort or --drop-copy-on)")
-	dryRun := fs.Bool("dry-run", false, "print the plan and change nothing")
+	var shard optInt
+	fs.Var(&shard, "shard", "the logical shard `N` to move (required)")
+	to := fs.String("to", "", "the name of the database to move it to")
+	dryRun := fs.Bool("dry-run", false, "check everything the move would check, print the plan, and change nothing")
 	abort := fs.Bool("abort", false, "lift the fence of a move that did not finish, so the shard takes writes again")
 	dropOn := fs.String("drop-copy-on", "", "drop the copy a finished move left on this database")
 	fenceFor := fs.Duration("fence-for", time.Minute, "how long the source stays fenced if the move dies")
@@ -28,13 +30,51 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *catalogDSN == "" || *shard < 0 || (*to == "" && !*abort && *dropOn == "") {
-		fmt.Fprintln(stderr, "shardid move: --catalog, --shard and --to are required")
-		return errFlags
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if *catalogDSN == "" || !shard.set {
+		return badFlag("--catalog and --shard are required")
+	}
+	if shard.v < 0 {
+		return badFlag("--shard %d: want a logical shard, 0 or more", shard.v)
+	}
+	actions := 0
+	for _, on := range []bool{*to != "", *abort, *dropOn != ""} {
+		if on {
+			actions++
+		}
+	}
+	if actions != 1 {
+		return badFlag("give one of --to, --abort and --drop-copy-on")
+	}
+	set := given(fs)
+	if *dryRun && *to == "" {
+		return badFlag("--dry-run is for a move: give --to")
+	}
+	if *to == "" && (set["batch"] || set["fence-for"]) {
+		return badFlag("--batch and --fence-for are for a move: give --to")
+	}
+	if *batch < 1 {
+		return badFlag("--batch %d: want 1 row or more", *batch)
+	}
+	if *fenceFor <= 0 {
+		return badFlag("--fence-for %v: want a positive duration", *fenceFor)
+	}
+	if *table != "" {
+		if err := checkName("catalog-table", *table); err != nil {
+			return err
+		}
 	}
 	ctx := context.Background()
 	catDB, err := openDSN(dialectOf(*catalogDSN), *catalogDSN)
 	if err != nil {
+		return fmt.Errorf("--catalog: %w", err)
+	}
+	defer closeGorm(catDB)
+	// Loading a catalog creates its tables when they are missing: look
+	// first, so that no run of the command creates them.
+	if err := catalogExists(ctx, catDB, *table); err != nil {
 		return err
 	}
 	c := &shardid.Catalog{DB: catDB, Table: *table}
@@ -44,6 +84,11 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	var dbs []*gorm.DB
 	var names []string
+	defer func() {
+		for _, db := range dbs {
+			closeGorm(db)
+		}
+	}()
 	for _, d := range setup.Databases {
 		db, err := openDSN(d.Dialect, d.DSN)
 		if err != nil {
@@ -54,7 +99,7 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: names,
 		LogicalShards: setup.LogicalShards, SchemaPattern: setup.SchemaPattern})
 	if err != nil {
-		return err
+		return fmt.Errorf("the catalog's setup: %w", err)
 	}
 	m, version, err := c.Load(ctx, r)
 	if err != nil {
@@ -63,50 +108,79 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := r.SetMap(m); err != nil {
 		return err
 	}
+	if shard.v >= int64(r.LogicalShards()) {
+		return fmt.Errorf("--shard %d: the catalog has %d logical shards, 0 to %d", shard.v, r.LogicalShards(), r.LogicalShards()-1)
+	}
+	if setup.SchemaPattern == "" {
+		return errors.New("the catalog's setup has no schema pattern: moving a shard needs a schema (MySQL: a database) per logical shard")
+	}
+	s := int(shard.v)
+	from := r.DatabaseName(s)
+	for _, named := range []struct{ flag, name string }{{"to", *to}, {"drop-copy-on", *dropOn}} {
+		if named.name != "" && indexOf(names, named.name) < 0 {
+			return fmt.Errorf("--%s %s: the catalog has no database of that name (it has %s)", named.flag, named.name, strings.Join(names, ", "))
+		}
+	}
 	tables := make([]any, len(setup.Tables))
 	for i, t := range setup.Tables {
 		tables[i] = t
 	}
 	switch {
 	case *abort:
-		if err := r.Unfence(ctx, *shard, tables); err != nil {
+		if err := r.Unfence(ctx, s, tables); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "shard %d on %s takes writes again\n", *shard, r.DatabaseName(*shard))
+		fmt.Fprintf(stdout, "shard %d on %s takes writes again\n", s, from)
 		return nil
 	case *dropOn != "":
-		if err := r.DropShardCopy(ctx, *shard, *dropOn); err != nil {
+		if *dropOn == from {
+			return fmt.Errorf("--drop-copy-on %s: shard %d lives on %s: its copy there is not a leftover", *dropOn, s, from)
+		}
+		if err := r.DropShardCopy(ctx, s, *dropOn); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "dropped the copy of shard %d on %s\n", *shard, *dropOn)
+		fmt.Fprintf(stdout, "dropped the copy of shard %d on %s\n", s, *dropOn)
 		return nil
 	}
 
-	from := r.DatabaseName(*shard)
-	if from == "" {
-		return fmt.Errorf("--shard %d: the catalog has %d shards", *shard, r.LogicalShards())
+	// Check what MoveShard checks before it changes anything, so that a
+	// dry run fails where the move would.
+	if *to == from {
+		return fmt.Errorf("--to %s: shard %d already lives on %s", *to, s, from)
 	}
-	src := dbs[indexOf(names, from)]
+	src, dst := dbs[indexOf(names, from)], dbs[indexOf(names, *to)]
+	if d1, d2 := src.Dialector.Name(), dst.Dialector.Name(); d1 != d2 {
+		return fmt.Errorf("--to %s: a %s database, and shard %d is on %s, a %s database: moves stay within one kind", *to, d2, s, from, d1)
+	}
+	if len(setup.Tables) == 0 {
+		return errors.New("the catalog's setup names no tables to move")
+	}
+	if sqlDB, err := dst.DB(); err != nil {
+		return fmt.Errorf("--to %s: %w", *to, err)
+	} else if err := sqlDB.PingContext(ctx); err != nil {
+		return fmt.Errorf("--to %s: the database does not answer: %w", *to, err)
+	}
 	var total int64
 	var plan strings.Builder
 	for _, t := range setup.Tables {
 		var n int64
-		if err := src.WithContext(ctx).Table(r.Schema(*shard) + "." + t).Count(&n).Error; err != nil {
-			return err
+		if err := src.WithContext(ctx).Table(r.Schema(s) + "." + t).Count(&n).Error; err != nil {
+			return fmt.Errorf("shard %d on %s: table %s: %w", s, from, t, err)
 		}
 		total += n
-		fmt.Fprintf(&plan, "  %s.%s: %d rows\n", r.Schema(*shard), t, n)
+		fmt.Fprintf(&plan, "  %s.%s: %d rows\n", r.Schema(s), t, n)
 	}
-	fmt.Fprintf(stdout, "move shard %d (%s) from %s to %s, catalog version %d:\n%s", *shard, r.Schema(*shard), from, *to, version, plan.String())
+	fmt.Fprintf(stdout, "move shard %d (%s) from %s to %s, catalog version %d:\n%s", s, r.Schema(s), from, *to, version, plan.String())
 	if *dryRun {
 		fmt.Fprintf(stdout, "steps: create the schema and tables on %s; copy in batches of %d; fence %s (up to %v);\n"+
-			"copy again and verify counts and checksums; flip the catalog to version %d. The copy on %s stays, fenced.\n",
+			"copy again and verify counts and checksums; flip the catalog to version %d. The copy on %s stays, fenced.\n"+
+			"dry run: nothing was changed\n",
 			*to, *batch, from, *fenceFor, version+1, from)
 		return nil
 	}
 	bar := startProgress(stdout, "copying", 2*total) // a first copy, and one after the fence
 	last := map[string]int64{}                       // rows copied per table in the current pass
-	res, err := r.MoveShard(ctx, c, *shard, *to, shardid.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor,
+	res, err := r.MoveShard(ctx, c, s, *to, shardid.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor,
 		Progress: func(table string, copied int64) {
 			d := copied - last[table]
 			if d < 0 { // the copy after the fence starts again
@@ -123,7 +197,7 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  %s: %d rows, checksum %016x on both sides\n", t.Table, t.Rows, t.Checksum)
 	}
 	fmt.Fprintf(stdout, "moved shard %d to %s (catalog version %d); writes were fenced for %v\n",
-		*shard, *to, res.Version, res.Fenced.Round(time.Millisecond))
+		s, *to, res.Version, res.Fenced.Round(time.Millisecond))
 	return nil
 }
 
@@ -151,4 +225,32 @@ func openDSN(dialect, dsn string) (*gorm.DB, error) {
 		return gorm.Open(mysql.Open(dsn), cfg)
 	}
 	return gorm.Open(postgres.Open(dsn), cfg)
+}
+
+// catalogExists returns an error unless the catalog's tables exist. It only
+// reads.
+func catalogExists(ctx context.Context, db *gorm.DB, table string) error {
+	if table == "" {
+		table = "shardid_shard_map"
+	}
+	for _, t := range []string{table, table + "_version", table + "_setup"} {
+		var n int64
+		q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+		if db.Dialector.Name() == "postgres" {
+			q = "SELECT count(*) FROM (SELECT to_regclass(?) AS t) r WHERE t IS NOT NULL"
+		}
+		if err := db.WithContext(ctx).Raw(q, t).Scan(&n).Error; err != nil {
+			return fmt.Errorf("--catalog: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("--catalog: no catalog there: table %s does not exist (a program writes it with Catalog.Save and Catalog.SaveSetup)", t)
+		}
+	}
+	return nil
+}
+
+func closeGorm(db *gorm.DB) {
+	if sqlDB, err := db.DB(); err == nil {
+		sqlDB.Close()
+	}
 }

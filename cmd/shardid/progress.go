@@ -9,7 +9,8 @@ import (
 )
 
 // progress draws a one-line progress bar on w while work is done, from
-// another goroutine: rows done, rate and time left.
+// another goroutine: rows done, rate and time left. On anything but a
+// terminal it draws nothing and prints one line when the work is done.
 type progress struct {
 	w     io.Writer
 	label string
@@ -18,10 +19,16 @@ type progress struct {
 	start time.Time
 	stop  chan struct{}
 	ended chan struct{}
+	tty   bool
 }
 
 func startProgress(w io.Writer, label string, total int64) *progress {
-	p := &progress{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{}), ended: make(chan struct{})}
+	p := &progress{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{}), ended: make(chan struct{}),
+		tty: isTerminal(w)}
+	if !p.tty {
+		close(p.ended)
+		return p
+	}
 	go func() {
 		defer close(p.ended)
 		t := time.NewTicker(100 * time.Millisecond)
@@ -60,4 +67,9 @@ func (p *progress) draw() {
 func (p *progress) Finish() {
 	close(p.stop)
 	<-p.ended
+	if !p.tty {
+		el := time.Since(p.start)
+		fmt.Fprintf(p.w, "%s: %d/%d rows in %v, %.0f rows/s\n", p.label, p.done.Load(), p.total,
+			el.Round(time.Millisecond), float64(p.done.Load())/max(el.Seconds(), 1e-9))
+	}
 }

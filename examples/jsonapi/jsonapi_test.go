@@ -25,9 +25,23 @@ func TestJavaScriptClientKeepsEveryDigit(t *testing.T) {
 	srv := httptest.NewServer(newHandler(db))
 	defer srv.Close()
 
-	p := Photo{UserID: 31341, Caption: "sunset"}
-	if err := db.Create(&p).Error; err != nil {
-		t.Fatal(err)
+	// An ID a float64 holds exactly (its low 10 bits zero: sequence 0, the
+	// first ID of a millisecond) would not show a Number losing digits: take
+	// one it does not, from a batch, whose IDs follow one another.
+	var p Photo
+	for i := 0; p.ID == 0; i++ {
+		if i == 100 {
+			t.Fatal("100 batches of IDs that a float64 holds exactly")
+		}
+		batch := []Photo{{UserID: 31341, Caption: "sunset"}, {UserID: 31341, Caption: "sunset"}}
+		if err := db.Create(&batch).Error; err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range batch {
+			if int64(float64(b.ID)) != int64(b.ID) {
+				p = b
+			}
+		}
 	}
 	if p.ID < 1<<53 {
 		t.Fatalf("ID %d is below 2^53: it would not test precision", p.ID)

@@ -5,18 +5,26 @@
 //	GET  /photos          the 20 newest photos
 //	GET  /photos/{id}     one photo
 //	POST /photos          {"user_id": "31341", "caption": "..."} creates one
+//	                      (user_id as a string or a number)
 //
-// It stores photos in an embedded SQLite file.
+// It stores photos in an embedded SQLite file: by default one in a temporary
+// directory, removed when the server stops (Ctrl-C).
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"log"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
+	"syscall"
 
 	"github.com/glebarez/sqlite"
 	"github.com/shardid/shardid"
@@ -27,21 +35,77 @@ import (
 // Photo is the stored and served model. Its IDs are strings in JSON.
 type Photo struct {
 	ID      shardid.ID     `json:"id"`
-	UserID  int64          `json:"user_id,string" shardid:"key"`
+	UserID  UserID         `json:"user_id" shardid:"key"`
 	ReplyTo shardid.NullID `json:"reply_to"`
 	Caption string         `json:"caption"`
 }
 
+// UserID is a user's id, the sharding key. Like shardid.ID it travels in JSON
+// as a string, and is accepted back as a string or a number.
+type UserID int64
+
+// MarshalJSON writes u as a JSON string.
+func (u UserID) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, strconv.FormatInt(int64(u), 10)), nil
+}
+
+// UnmarshalJSON reads a JSON string or number holding a whole number.
+func (u *UserID) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	s := string(b)
+	if bytes.HasPrefix(b, []byte(`"`)) {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("user_id %s: want a whole number, as a string or a number", b)
+	}
+	*u = UserID(v)
+	return nil
+}
+
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	file := flag.String("db", filepath.Join(os.TempDir(), "shardid-jsonapi.sqlite"), "SQLite file")
+	file := flag.String("db", "", "SQLite file (default: one in a temporary directory, removed when the server stops)")
 	flag.Parse()
-	db, err := openDB(*file)
-	if err != nil {
+	if err := serve(*addr, *file); err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("listening on http://%s", *addr)
-	log.Fatal(http.ListenAndServe(*addr, newHandler(db)))
+}
+
+// serve serves the API on addr until SIGINT or SIGTERM.
+func serve(addr, file string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if file == "" {
+		dir, err := os.MkdirTemp("", "shardid-jsonapi-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		file = filepath.Join(dir, "photos.sqlite")
+	}
+	db, err := openDB(file)
+	if err != nil {
+		return err
+	}
+	if sqlDB, err := db.DB(); err == nil {
+		defer sqlDB.Close()
+	}
+	srv := &http.Server{Addr: addr, Handler: newHandler(db)}
+	go func() {
+		<-ctx.Done()
+		srv.Shutdown(context.Background())
+	}()
+	log.Printf("listening on http://%s", addr)
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 func openDB(path string) (*gorm.DB, error) {

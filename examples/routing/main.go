@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -23,46 +24,61 @@ type Photo struct {
 }
 
 func main() {
+	if err := run(os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run runs the example in a temporary directory, removed at the end.
+func run(out io.Writer) error {
 	dir, err := os.MkdirTemp("", "shardid-routing-")
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer os.RemoveAll(dir)
 	var dbs []*gorm.DB
+	defer func() {
+		for _, db := range dbs {
+			if sqlDB, err := db.DB(); err == nil {
+				sqlDB.Close()
+			}
+		}
+	}()
 	for _, name := range []string{"east", "west"} {
 		db, err := gorm.Open(sqlite.Open(filepath.Join(dir, name+".sqlite")), &gorm.Config{Logger: logger.Discard})
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		dbs = append(dbs, db)
 	}
 	plugin, err := shardid.NewPlugin(shardid.PluginConfig{})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	router, err := shardid.NewRouter(shardid.RouterConfig{
 		Databases: dbs, Names: []string{"east", "west"}, Plugin: plugin, // shards 0-999 east, 1000-1999 west
 	})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	if err := router.Migrate(context.Background(), &Photo{}); err != nil {
-		log.Fatal(err)
+		return err
 	}
 
 	var ids []shardid.ID
 	for _, user := range []int64{7, 1234, 31341, 42} {
 		p := Photo{UserID: user, Caption: fmt.Sprint("by user ", user)}
 		if err := router.ForKey(user).Create(&p).Error; err != nil {
-			log.Fatal(err)
+			return err
 		}
 		ids = append(ids, p.ID)
 	}
 	for _, id := range ids {
 		var p Photo
 		if err := router.ForID(id).First(&p, id).Error; err != nil {
-			log.Fatal(err)
+			return err
 		}
-		fmt.Printf("%d  shard %4d  on %-4s  %q\n", id, id.Shard(), router.DatabaseName(id.Shard()), p.Caption)
+		fmt.Fprintf(out, "%d  shard %4d  on %-4s  %q\n", id, id.Shard(), router.DatabaseName(id.Shard()), p.Caption)
 	}
+	return nil
 }

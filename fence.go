@@ -1,0 +1,369 @@
+package shardid
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// fenceTable is the table, in the schema (PostgreSQL) or database (MySQL)
+// of a fenced logical shard, whose one row says until when the shard's
+// tables refuse writes, by the database's clock, and which fence that is
+// (token, bumped by every change), and whether a move sealed it (fenced the
+// shard's old copy for good). The triggers read it: they are created
+// once and never dropped while a shard moves, so changing the fence (from
+// a move's temporary fence to the old copy's fence for good) is one update
+// of a row, with no moment without a fence.
+const fenceTable = "shardid_fence_state"
+
+// ensureFence creates what the fence needs on tables of schema, where it
+// is missing: the state row (unfenced), the trigger function (PostgreSQL)
+// and a trigger per table and event. Creating a trigger waits for the
+// writers under way on its table; once it exists, every write reads the
+// state row under a shared lock, held to the end of its transaction.
+func ensureFence(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+	if db.Dialector.Name() == "mysql" {
+		return ensureFenceMySQL(ctx, db, schema, tables)
+	}
+	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE u timestamptz;
+BEGIN
+	SELECT fenced_until INTO u FROM "%[1]s".%[2]s WHERE id = 1 FOR SHARE;
+	IF u > clock_timestamp() THEN
+		RAISE EXCEPTION '%[3]s' USING ERRCODE = '55000';
+	END IF;
+	RETURN NULL;
+END $$`, schema, fenceTable, fenceMessage)
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		stmts := []string{
+			"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
+			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
+			fmt.Sprintf(`INSERT INTO "%s".%s VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
+			fn,
+		}
+		for _, q := range stmts {
+			if err := tx.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		for _, t := range tables {
+			q := fmt.Sprintf(`"%s"."%s"`, schema, t)
+			var n int64
+			if err := tx.Raw("SELECT count(*) FROM pg_trigger WHERE tgrelid = ?::regclass AND tgname = 'shardid_fence'", q).Scan(&n).Error; err != nil {
+				return err
+			}
+			if n > 0 {
+				continue
+			}
+			if err := tx.Exec(fmt.Sprintf(`CREATE TRIGGER shardid_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
+				FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_fence()`, q, schema)).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// mysqlFenceEvents are MySQL's row trigger events, by the letter in the
+// trigger's name: MySQL has no statement triggers.
+var mysqlFenceEvents = [...]struct{ letter, event string }{{"i", "INSERT"}, {"u", "UPDATE"}, {"d", "DELETE"}}
+
+func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+	exec := func(q string, args ...any) error { return db.WithContext(ctx).Exec(q, args...).Error }
+	if err := exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS `%s`.`%s` (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL) ENGINE=InnoDB", schema, fenceTable)); err != nil {
+		return err
+	}
+	if err := exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` VALUES (1, '1000-01-01', 0, FALSE)", schema, fenceTable)); err != nil {
+		return err
+	}
+	var have []struct {
+		Name string `gorm:"column:name"`
+		Body string `gorm:"column:body"`
+	}
+	if err := db.WithContext(ctx).Raw("SELECT TRIGGER_NAME AS name, ACTION_STATEMENT AS body FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", schema).Scan(&have).Error; err != nil {
+		return err
+	}
+	bodies := map[string]string{}
+	for _, h := range have {
+		bodies[h.Name] = h.Body
+	}
+	for _, t := range tables {
+		for _, ev := range mysqlFenceEvents {
+			name := "shardid_fence_" + ev.letter + "_" + t
+			body, ok := bodies[name]
+			if ok && strings.Contains(body, fenceTable) {
+				continue
+			}
+			if ok { // a trigger of an older version, with its expiry written in
+				if err := exec(fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, name)); err != nil {
+					return err
+				}
+			}
+			q := fmt.Sprintf("CREATE TRIGGER `%[1]s`.`%[2]s` BEFORE %[3]s ON `%[1]s`.`%[4]s` FOR EACH ROW BEGIN "+
+				"DECLARE u DATETIME(6); "+
+				"SELECT fenced_until INTO u FROM `%[1]s`.`%[5]s` WHERE id = 1 LOCK IN SHARE MODE; "+
+				"IF u > UTC_TIMESTAMP(6) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; END",
+				schema, name, ev.event, t, fenceTable, fenceMessage)
+			if err := exec(q); err != nil && !strings.Contains(err.Error(), "already exists") {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// setFence fences tables of schema for d from now by the database's clock
+// (for good when d is 0) and returns the fence's token. It first waits for
+// the writers under way on those tables (PostgreSQL: a SHARE ROW EXCLUSIVE
+// lock; MySQL: the state row's exclusive lock, which waits for the shared
+// locks writers hold), so every write before it is committed and every
+// write after it sees the fence. It refuses, with ErrShardMoved, to replace
+// a move's seal, unless overSeal (a move run again over a source whose
+// catalog entry it checked).
+func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, d time.Duration, overSeal bool) (int64, error) {
+	var token int64
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var cur struct {
+			Token  int64 `gorm:"column:token"`
+			Sealed bool  `gorm:"column:sealed"`
+		}
+		st := fmt.Sprintf(`"%s".%s`, schema, fenceTable)
+		if db.Dialector.Name() == "mysql" {
+			st = fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
+		} else if err := lockTables(tx, schema, tables); err != nil {
+			return err
+		}
+		// On MySQL this waits for the writers; then a new statement reads
+		// the clock (a statement's UTC_TIMESTAMP is its start).
+		if err := tx.Raw("SELECT token, sealed FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&cur).Error; err != nil {
+			return err
+		}
+		if cur.Sealed && !overSeal {
+			return ErrShardMoved
+		}
+		until := "'infinity'"
+		switch {
+		case db.Dialector.Name() == "mysql" && d > 0:
+			until = "UTC_TIMESTAMP(6) + INTERVAL " + strconv.FormatInt(d.Microseconds(), 10) + " MICROSECOND"
+		case db.Dialector.Name() == "mysql":
+			until = "'9999-12-31 23:59:59'"
+		case d > 0:
+			until = "clock_timestamp() + " + strconv.FormatInt(d.Microseconds(), 10) + " * interval '1 microsecond'"
+		}
+		token = cur.Token + 1
+		return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE WHERE id = 1", token).Error
+	})
+	return token, err
+}
+
+// lockTables takes a SHARE ROW EXCLUSIVE lock on tables of schema until the
+// end of tx: it waits for the writers under way and holds back new ones.
+// The queue is fair, so a stream of writers cannot starve it.
+func lockTables(tx *gorm.DB, schema string, tables []string) error {
+	qs := make([]string, len(tables))
+	for i, t := range tables {
+		qs[i] = fmt.Sprintf(`"%s"."%s"`, schema, t)
+	}
+	return tx.Exec("LOCK TABLE " + strings.Join(qs, ", ") + " IN SHARE ROW EXCLUSIVE MODE").Error
+}
+
+// sealFence turns the fence with token into a fence for good, if it has
+// been in force without a break since it was set: the token is unchanged
+// (nobody lifted or replaced it) and it has not run out by the database's
+// clock. Otherwise it changes nothing and returns ErrFenceLapsed.
+func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string, token int64) error {
+	var got struct {
+		Token int64 `gorm:"column:token"`
+		Live  bool  `gorm:"column:live"`
+	}
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if db.Dialector.Name() == "mysql" {
+			st := fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
+			q := "SELECT token, fenced_until > UTC_TIMESTAMP(6) AS live FROM " + st + " WHERE id = 1 FOR UPDATE"
+			// The first read waits for the lock; the second judges the
+			// time once it is held.
+			if err := tx.Raw(q).Scan(&got).Error; err != nil {
+				return err
+			}
+			if err := tx.Raw(q).Scan(&got).Error; err != nil {
+				return err
+			}
+			if got.Token != token || !got.Live {
+				return errFenceLapsed
+			}
+			return tx.Exec("UPDATE " + st + " SET fenced_until = '9999-12-31 23:59:59', token = token + 1, sealed = TRUE WHERE id = 1").Error
+		}
+		if err := lockTables(tx, schema, tables); err != nil {
+			return err
+		}
+		st := fmt.Sprintf(`"%s".%s`, schema, fenceTable)
+		if err := tx.Raw("SELECT token, fenced_until > clock_timestamp() AS live FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&got).Error; err != nil {
+			return err
+		}
+		if got.Token != token || !got.Live {
+			return errFenceLapsed
+		}
+		return tx.Exec("UPDATE " + st + " SET fenced_until = 'infinity', token = token + 1, sealed = TRUE WHERE id = 1").Error
+	})
+	if errors.Is(err, errFenceLapsed) {
+		why := "it ran out by the database's clock"
+		if got.Token != token {
+			why = "it was lifted or replaced (abort, or another Fence)"
+		}
+		return withDetail(ErrFenceLapsed, why)
+	}
+	return err
+}
+
+var errFenceLapsed = errors.New("fence lapsed")
+
+// liftFence lets writes through to the tables of schema again. With a token
+// above 0 it lifts only that fence (a move lifting its own, and not one
+// set since by someone else) and reports whether it did. With token 0 it
+// lifts any fence but a move's seal, for which it returns ErrShardMoved.
+func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string, token int64) (bool, error) {
+	mysql := db.Dialector.Name() == "mysql"
+	var n int64
+	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&n).Error; err != nil {
+		return false, err
+	}
+	if mysql {
+		// Fences of an older version were triggers with their expiry
+		// written in: drop them.
+		for _, t := range tables {
+			for _, ev := range mysqlFenceEvents {
+				name := "shardid_fence_" + ev.letter + "_" + t
+				var body string
+				if err := db.WithContext(ctx).Raw("SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME = ?", schema, name).Scan(&body).Error; err != nil {
+					return false, err
+				}
+				if body != "" && !strings.Contains(body, fenceTable) {
+					if err := db.WithContext(ctx).Exec(fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, name)).Error; err != nil {
+						return false, err
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return false, nil
+	}
+	st, open := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'-infinity'"
+	if mysql {
+		st, open = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'1000-01-01'"
+	}
+	lifted := false
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var cur struct {
+			Token  int64 `gorm:"column:token"`
+			Sealed bool  `gorm:"column:sealed"`
+		}
+		if err := tx.Raw("SELECT token, sealed FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&cur).Error; err != nil {
+			return err
+		}
+		switch {
+		case token > 0 && cur.Token != token:
+			return nil // not our fence any more
+		case token == 0 && cur.Sealed:
+			return ErrShardMoved
+		}
+		lifted = true
+		return tx.Exec("UPDATE " + st + " SET fenced_until = " + open + ", token = token + 1 WHERE id = 1").Error
+	})
+	return lifted, err
+}
+
+// isSealed reports whether db holds a copy of schema that a move fenced
+// for good: an old copy.
+func isSealed(ctx context.Context, db *gorm.DB, schema string) (bool, error) {
+	var n int64
+	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&n).Error; err != nil || n == 0 {
+		return false, err
+	}
+	st := fmt.Sprintf(`"%s".%s`, schema, fenceTable)
+	if db.Dialector.Name() == "mysql" {
+		st = fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
+	}
+	var sealed bool
+	err := db.WithContext(ctx).Raw("SELECT sealed FROM " + st + " WHERE id = 1").Scan(&sealed).Error
+	return sealed, err
+}
+
+// moveLock is the lock a mover holds on the database that holds the shard,
+// on a session of its own, for the whole move: a second mover of the same
+// shard, or an abort (Unfence), is refused while it is held. The database
+// releases it when the mover's session ends, so a mover that dies or is
+// killed leaves no lock behind; a paused (SIGSTOP) mover keeps it.
+type moveLock struct {
+	conn *sql.Conn
+	db   *gorm.DB
+	name string
+}
+
+// lockMove takes the move lock of schema on db, or returns
+// ErrMoveInProgress when another session holds it.
+func lockMove(ctx context.Context, db *gorm.DB, schema string) (*moveLock, error) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l := &moveLock{conn: conn, db: db, name: moveLockName(schema)}
+	var ok bool
+	if db.Dialector.Name() == "mysql" {
+		var got sql.NullInt64
+		err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", l.name).Scan(&got)
+		ok = got.Valid && got.Int64 == 1
+	} else {
+		err = conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock(hashtext('shardid:move'), hashtext($1))", l.name).Scan(&ok)
+	}
+	if err != nil || !ok {
+		conn.Close()
+		if err != nil {
+			return nil, err
+		}
+		return nil, withDetail(ErrMoveInProgress, "another session holds the move lock of "+schema)
+	}
+	return l, nil
+}
+
+// release gives the lock back and the session to the pool.
+func (l *moveLock) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q := "SELECT pg_advisory_unlock(hashtext('shardid:move'), hashtext($1))"
+	if l.db.Dialector.Name() == "mysql" {
+		q = "SELECT RELEASE_LOCK(?)"
+	}
+	var ignored sql.NullBool
+	if err := l.conn.QueryRowContext(ctx, q, l.name).Scan(&ignored); err != nil {
+		// Unsure whether the lock is gone: end the session, which ends it.
+		_ = l.conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	l.conn.Close()
+}
+
+// moveLockName names the move lock of schema, within MySQL's 64 characters.
+func moveLockName(schema string) string {
+	name := "shardid_move:" + schema
+	if len(name) > 64 {
+		h := fnv.New64a()
+		h.Write([]byte(schema))
+		name = "shardid_move:" + strconv.FormatUint(h.Sum64(), 16)
+	}
+	return name
+}
