@@ -61,11 +61,9 @@ func (l *chaosLog) event(kind string) { l.printf("event %d %s", l.proc, kind) }
 // chaosStore is the writer's view of a lease store: it gives the process's
 // store group its own slice of the worker ids (offset, size), so that
 // processes of different stores never share a worker id, and logs every
-// claim and release. With lie set it is a broken store, for the checker's
-// own test: every claim is told it got the first worker id of the slice.
-//
-// TODO(lease merge): the claim's fencing token comes from the store once
-// claims carry one; until then the token is the process and a claim counter.
+// claim, with its fencing token, and every release. With lie set it is a
+// broken store, for the checker's own test: every claim is told it got the
+// first worker id of the slice.
 type chaosStore struct {
 	inner        shardid.LeaseStore
 	offset, size int
@@ -73,63 +71,49 @@ type chaosStore struct {
 	lie          bool
 
 	mu      sync.Mutex
-	n       int
-	innerOf map[int]int    // lying: the worker the inner store really gave
-	current map[int]string // worker → token of the claim that holds it
+	innerOf map[int64]int // lying: token → the worker the inner store really gave
 }
 
-func (s *chaosStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (int, int64, error) {
+func (s *chaosStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (shardid.Claim, error) {
 	p := prefer - s.offset
 	if p < 0 || p >= s.size {
 		p = -1
 	}
-	w, last, err := s.inner.Claim(ctx, s.size, p, owner, ttl)
+	c, err := s.inner.Claim(ctx, s.size, p, owner, ttl)
 	if err != nil {
-		return 0, 0, err
+		return c, err
 	}
-	gw := w + s.offset
-	s.mu.Lock()
+	w := c.Worker
+	c.Worker += s.offset
 	if s.lie {
-		gw = s.offset
-		s.innerOf[gw] = w
+		c.Worker = s.offset
+		s.mu.Lock()
+		s.innerOf[c.Token] = w
+		s.mu.Unlock()
 	}
-	s.n++
-	token := fmt.Sprintf("p%dc%d", s.log.proc, s.n)
-	s.current[gw] = token
-	s.mu.Unlock()
-	s.log.printf("claim %d %d %s %d %d", s.log.proc, gw, token, last, time.Now().UnixNano())
-	return gw, last, nil
+	s.log.printf("claim %d %d %d %d %d", s.log.proc, c.Worker, c.Token, c.Last, time.Now().UnixNano())
+	return c, nil
 }
 
-func (s *chaosStore) innerWorker(w int) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// innerClaim returns c as the inner store knows it.
+func (s *chaosStore) innerClaim(c shardid.Claim) shardid.Claim {
 	if s.lie {
-		return s.innerOf[w]
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c.Worker = s.innerOf[c.Token]
+		return c
 	}
-	return w - s.offset
+	c.Worker -= s.offset
+	return c
 }
 
-func (s *chaosStore) Renew(ctx context.Context, worker int, owner string, ttl time.Duration, promise int64) error {
-	return s.inner.Renew(ctx, s.innerWorker(worker), owner, ttl, promise)
+func (s *chaosStore) Renew(ctx context.Context, c shardid.Claim, ttl time.Duration, promise int64) error {
+	return s.inner.Renew(ctx, s.innerClaim(c), ttl, promise)
 }
 
-func (s *chaosStore) Release(ctx context.Context, worker int, owner string, last int64) error {
-	s.mu.Lock()
-	token := s.current[worker]
-	s.mu.Unlock()
-	s.log.printf("release %d %d %s %d", s.log.proc, worker, token, last)
-	return s.inner.Release(ctx, s.innerWorker(worker), owner, last)
-}
-
-// token returns the token of the claim under which worker is held.
-func (s *chaosStore) token(worker int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t := s.current[worker]; t != "" {
-		return t
-	}
-	return "-"
+func (s *chaosStore) Release(ctx context.Context, c shardid.Claim, last int64) error {
+	s.log.printf("release %d %d %d %d", s.log.proc, c.Worker, c.Token, last)
+	return s.inner.Release(ctx, s.innerClaim(c), last)
 }
 
 // chaosQuiet drops go-redis's reports of connections a restart broke.
@@ -237,7 +221,7 @@ func chaosWriter(t *testing.T) {
 			return
 		}
 		store = &chaosStore{inner: inner, offset: chaosEnvInt("OFFSET"), size: chaosEnvInt("GROUP"), log: log,
-			lie: mode == "liar", innerOf: map[int]int{}, current: map[int]string{}}
+			lie: mode == "liar", innerOf: map[int64]int{}}
 	}
 	prefer := chaosEnvInt("PREFER")
 	if prefer < 0 {
@@ -272,7 +256,7 @@ func chaosWriter(t *testing.T) {
 					continue
 				}
 				s.lease, gen = l, l.Generator()
-				s.token = func() string { return store.token(l.Worker()) }
+				s.token = func() string { return strconv.FormatInt(l.Token(), 10) }
 				prefer = l.Worker()
 			}
 			fmt.Printf("worker %d\n", gen.Worker())
