@@ -38,25 +38,29 @@ var (
 // store, and write batches of rows with the GORM plugin through routers of
 // their own into two PostgreSQL instances of the test's own, a schema per
 // logical shard, following a catalog. Meanwhile a driver, from a seed, picks
-// faults at random:
+// faults at random (the first six are one of each kind):
 //
 //   - pause: SIGSTOP a writer for 1.3 to 3 times the lease TTL, then SIGCONT;
 //   - kill: SIGKILL a writer and start a new one in its place, which prefers
-//     the worker id of a paused writer of its store when there is one;
-//   - restart: kill one of the four servers (both data databases, the
-//     catalog's among them, are lease stores or hold the catalog) and start
-//     it again;
+//     the worker id of a writer of its store paused for longer than the TTL;
+//   - restart: kill one of the four servers (pg1 holds the catalog, pg2 the
+//     SQL leases; both hold shards) and start it again;
+//   - freeze: SIGSTOP every process of one of the servers for 1.3 to 3 times
+//     the TTL, connections open, then SIGCONT;
 //   - clock: set a writer's clock (its generator's, WithClock) back or
 //     forward by up to 1.5s;
 //   - move: move two logical shards at once, each by a router of its own
 //     (two operators), to the other database, while the writers write to
-//     every shard; the old copies are dropped once the moves are done.
+//     every shard; one time in three the first runs in a mover process that
+//     is killed at a random moment. A failed move is run again, as an
+//     operator would, and the old copies are dropped once it is done.
 //
 // Some writers of one store share their Owner name, as pods configured with
 // the same name would. The checker (chaos_check_test.go) then judges the
 // logs of every writer against every row of every table. The seed is
 // printed; -chaos.seed=N replays the same choices (the timing of a busy
-// machine differs from run to run), -chaos.duration=10m runs longer.
+// machine differs from run to run), -chaos.duration=10m runs longer. On a
+// failure the logs of the run, the driver's among them, are kept.
 func TestChaos(t *testing.T) {
 	d := *chaosDurationFlag
 	if testing.Short() && d == 30*time.Second {
