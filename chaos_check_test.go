@@ -43,7 +43,8 @@ import (
 //     (one fencing token) occupy a range of time units that overlaps no other
 //     claim's range of that worker id, lies above the floor the store gave
 //     the claim, and carries that worker id; where tokens are numbers,
-//     a later token's range lies after an earlier one's.
+//     a later token's range lies after an earlier one's, and every claim's
+//     floor is at or above every unit the claims before it used.
 //
 // Check 6 is what "no worker id held by two live processes at once" means in
 // terms of what the processes did: two holders of one worker id at once can
@@ -326,6 +327,32 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 			}
 		}
 	}
+	// Each claim's floor covers every unit that claims with smaller tokens
+	// of its worker id used: the store gives the next holder the last
+	// unit any holder may have used.
+	all := map[int][]*span{}
+	for _, s := range spans {
+		if _, err := strconv.ParseInt(s.claim.Token, 10, 64); err == nil {
+			all[s.claim.Worker] = append(all[s.claim.Worker], s)
+		}
+	}
+	for w, ss := range all {
+		sort.Slice(ss, func(i, j int) bool {
+			a, _ := strconv.ParseInt(ss[i].claim.Token, 10, 64)
+			b, _ := strconv.ParseInt(ss[j].claim.Token, 10, 64)
+			return a < b
+		})
+		var used *span // the earlier claim that used the highest unit
+		for _, s := range ss {
+			if used != nil && s.claim.Last < used.hi {
+				v.fail("floor-behind", "worker %d: claim %s of process %d was given the floor %d, below unit %d, which claim %s of process %d used (%v)",
+					w, s.claim.Token, s.claim.Proc, s.claim.Last, used.hi, used.claim.Token, used.claim.Proc, used.hiID)
+			}
+			if s.hasRange && (used == nil || s.hi > used.hi) {
+				used = s
+			}
+		}
+	}
 	return v
 }
 
@@ -496,6 +523,7 @@ func TestChaosCheckerJudges(t *testing.T) {
 		}, "worker 3 held twice at once"},
 		{"an ID at the floor", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Claims[1].Last = unit(30) }, "at or below the floor"},
 		{"tokens out of order", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Claims[1].Token, h.Attempts[3].Token = "4", "4" }, "after the claim with the greater token"},
+		{"a floor behind an earlier claim's IDs", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Claims[1].Last = unit(5) }, "was given the floor"},
 		{"a token given twice", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Claims[1].Token = "5" }, "was given twice"},
 		{"an ID of a worker not claimed", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Attempts[3].Rows[0].ID = id(30, 5, 4, 0) }, "which its claim 9 is not of"},
 		{"an ID issued under another process's claim", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Attempts[3].Proc = 1 }, "under the claim 9 of process 2"},
