@@ -117,6 +117,8 @@ func TestHelperProcess(t *testing.T) {
 		}
 	case "insert":
 		helperInsert(t, store)
+	case "sameowner":
+		helperSameOwner(store)
 	}
 	os.Exit(0)
 }

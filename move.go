@@ -154,7 +154,10 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		if err != nil {
 			return res, err
 		}
-		if name != "" && name != res.From {
+		if name == "" {
+			return res, withDetail(ErrInvalidCatalog, "the catalog holds no map: save one first (Catalog.Save)")
+		}
+		if name != res.From {
 			return res, &catalogConflict{fmt.Sprintf("the catalog maps shard %d to %s, this router to %s: load the catalog's map first", shard, name, res.From)}
 		}
 	}

@@ -447,3 +447,17 @@ func TestMoveSourceDownBeforeTheSeal(t *testing.T) {
 		}
 	}
 }
+
+// A move with a catalog that holds no map is refused before it changes
+// anything: it could fence the source for good and then not flip.
+func TestMoveWithAnEmptyCatalog(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	r.Databases()[0].Exec("DROP TABLE IF EXISTS shardid_mv_catalog, shardid_mv_catalog_version")
+	_, err := r.MoveShard(context.Background(), c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}})
+	if !errors.Is(err, shardid.ErrInvalidCatalog) {
+		t.Errorf("a move with an empty catalog: %v, want ErrInvalidCatalog", err)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil || r.DatabaseName(1) != "pg1" {
+		t.Errorf("after the refused move: shard 1 on %s, a write: %v", r.DatabaseName(1), err)
+	}
+}
