@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -48,12 +49,12 @@ func TestChaosFoundStaleRouterWritesIntoMoveTarget(t *testing.T) {
 	if _, err := chaosMove(ctx, op, c.catalog, 1, "pg2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := op.DropShardCopy(ctx, 1, "pg1"); err != nil {
+	if err := reshard.DropShardCopy(ctx, op, 1, "pg1"); err != nil {
 		t.Fatal(err)
 	}
 	var row ChaosA
 	var writeErr error
-	_, err = op.MoveShard(ctx, c.catalog, 1, "pg1", shardid.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
+	_, err = reshard.MoveShard(ctx, op, c.catalog, 1, "pg1", reshard.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
 		FenceFor: 30 * time.Second, OnStage: func(s string) {
 			if s == "created" {
 				row = ChaosA{UserID: 1, Proc: 99}
@@ -73,7 +74,7 @@ func TestChaosFoundStaleRouterWritesIntoMoveTarget(t *testing.T) {
 	follower := c.router(t)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := follower.Follow(fctx, c.catalog, time.Second, nil); err != nil {
+	if err := reshard.Follow(fctx, follower, c.catalog, time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	var got ChaosA

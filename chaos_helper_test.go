@@ -19,6 +19,8 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/redislease"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -379,13 +381,13 @@ func (s *chaosSession) connect(gen *shardid.Generator) error {
 	if err != nil {
 		return err
 	}
-	return s.r.Follow(ctx, chaosCatalog(s.dbs[0]), 100*time.Millisecond, nil)
+	return reshard.Follow(ctx, s.r, chaosCatalog(s.dbs[0]), 100*time.Millisecond, nil)
 }
 
 const chaosSchemaPattern = "chaos_%04d"
 
-func chaosCatalog(db *gorm.DB) *shardid.Catalog {
-	return &shardid.Catalog{DB: db, Table: "chaos_catalog"}
+func chaosCatalog(db *gorm.DB) *reshard.Catalog {
+	return &reshard.Catalog{DB: db, Table: "chaos_catalog"}
 }
 
 // chaosLeaseStore opens the lease store of a writer's group.
@@ -394,7 +396,7 @@ func chaosLeaseStore(kind, addr string) (shardid.LeaseStore, error) {
 	case "redis":
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
 			ReadTimeout: time.Second, WriteTimeout: time.Second})
-		return &shardid.RedisLeaseStore{Client: c, Prefix: "chaos"}, nil
+		return &redislease.Store{Client: c, Prefix: "chaos"}, nil
 	case "postgres", "mysql":
 		// Open without a ping: the store may be down while the process
 		// starts; the lease retries.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -134,7 +135,7 @@ type chaosCluster struct {
 	maria    *mariaDBInstance
 	redis    *redisInstance
 	dbs      []*gorm.DB // the driver's connections to pg1 and pg2
-	catalog  *shardid.Catalog
+	catalog  *reshard.Catalog
 	procs    int // writer processes started, for unique process numbers
 
 	logMu sync.Mutex
@@ -619,17 +620,16 @@ func (c *chaosCluster) freeze(server string) []int {
 	case "redis":
 		pid = c.redis.cmd.Process.Pid
 	case "mariadb":
-		pid = c.maria.cmd.Process.Pid
+		// The instance's own process, found by the port only it listens on.
+		port := c.maria.DSN("")[strings.Index(c.maria.DSN(""), ":")+1:]
+		pid = chaosPid("mariadbd", "--port="+port[:strings.IndexByte(port, ')')]+" ")
 	case "pg1", "pg2":
 		pg := c.pg1
 		if server == "pg2" {
 			pg = c.pg2
 		}
-		b, err := os.ReadFile(filepath.Join(pg.dir, "postmaster.pid"))
-		if err != nil {
-			return nil
-		}
-		pid, _ = strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+		_, port, _ := strings.Cut(pg.DSN(), "port=")
+		pid = chaosPid("postgres", "-p "+strings.Fields(port)[0]+" ") // the postmaster
 	}
 	if pid <= 0 || syscall.Kill(pid, syscall.SIGSTOP) != nil {
 		return nil
@@ -654,6 +654,31 @@ func (c *chaosCluster) freeze(server string) []int {
 		}
 	}
 	return pids
+}
+
+// chaosPid returns the id of the process whose command line holds every one
+// of parts, or 0.
+func chaosPid(parts ...string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		line := strings.ReplaceAll(string(b), "\x00", " ")
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return pid
+		}
+	}
+	return 0
 }
 
 // loadMap returns the catalog's map.
@@ -751,8 +776,8 @@ func (c *chaosCluster) moveOnce(shard int, to string) (string, string, bool) {
 	return fmt.Sprintf("shard %d %s→%s: %d rows, fenced %v, catalog v%d", shard, from, to, rows, res.Fenced.Round(time.Millisecond), res.Version), from, true
 }
 
-func chaosMove(ctx context.Context, r *shardid.Router, c *shardid.Catalog, shard int, to string) (shardid.MoveResult, error) {
-	return r.MoveShard(ctx, c, shard, to, shardid.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
+func chaosMove(ctx context.Context, r *shardid.Router, c *reshard.Catalog, shard int, to string) (reshard.MoveResult, error) {
+	return reshard.MoveShard(ctx, r, c, shard, to, reshard.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
 		Batch: 1000, FenceFor: 30 * time.Second})
 }
 
@@ -774,7 +799,7 @@ func (c *chaosCluster) dropLeftovers(leftovers map[int]string) {
 		if r.DatabaseName(shard) == from {
 			continue // the catalog names it (a move was undone): keep it
 		}
-		if err := r.DropShardCopy(ctx, shard, from); err == nil {
+		if err := reshard.DropShardCopy(ctx, r, shard, from); err == nil {
 			delete(leftovers, shard)
 		}
 	}
@@ -828,7 +853,7 @@ func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rt := c.router(t)
-	if err := rt.Follow(ctx, c.catalog, time.Second, nil); err != nil {
+	if err := reshard.Follow(ctx, rt, c.catalog, time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	if m := rt.Map(); !slices.Equal(m, final) {
