@@ -353,3 +353,29 @@ func TestGeneratorStatsShared(t *testing.T) {
 		t.Errorf("b sees %d IDs, want 20", got)
 	}
 }
+
+// TestGeneratorStatsIssuedDefaultClock counts IDs through Next's fast path
+// (the default clock, no lease), where a shard moves to a new unit on every
+// round.
+func TestGeneratorStatsIssuedDefaultClock(t *testing.T) {
+	l, err := Instagram.WithWorkerBits(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGenerator(l, WithWorker(47))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := g.Stats().Issued
+	for range 5 {
+		for range 3 {
+			if _, err := g.Next(11); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(2 * time.Millisecond) // the next round is in a later unit
+	}
+	if got := g.Stats().Issued - before; got != 15 {
+		t.Errorf("Issued grew by %d, want 15", got)
+	}
+}
