@@ -353,3 +353,51 @@ func TestGeneratorStatsShared(t *testing.T) {
 		t.Errorf("b sees %d IDs, want 20", got)
 	}
 }
+
+// TestGeneratorStatsIssuedDefaultClock counts IDs through Next's fast path
+// (the default clock, no lease), where a shard moves to a new unit on every
+// round.
+func TestGeneratorStatsIssuedDefaultClock(t *testing.T) {
+	l, err := Instagram.WithWorkerBits(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGenerator(l, WithWorker(47))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := g.Stats().Issued
+	for range 5 {
+		for range 3 {
+			if _, err := g.Next(11); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(2 * time.Millisecond) // the next round is in a later unit
+	}
+	if got := g.Stats().Issued - before; got != 15 {
+		t.Errorf("Issued grew by %d, want 15", got)
+	}
+}
+
+// TestGeneratorStatsIssuedNextN counts batches that span units, and batches
+// that start a new unit.
+func TestGeneratorStatsIssuedNextN(t *testing.T) {
+	c := newFakeClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := fakeGenerator(t, Instagram, c)
+	ids := make([]ID, 2500) // more than two units' 1,024
+	if err := g.NextN(3, ids); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(5 * time.Millisecond)
+	if err := g.NextN(3, ids[:10]); err != nil { // a new unit
+		t.Fatal(err)
+	}
+	c.Add(5 * time.Millisecond)
+	if err := g.NextN(3, ids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if s := g.Stats(); s.Issued != 2511 || s.Waits != 2 {
+		t.Errorf("Issued = %d, Waits = %d; want 2511, 2", s.Issued, s.Waits)
+	}
+}
