@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/shardid/shardid/internal/testdb"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -131,8 +132,8 @@ func TestChaosCheckerCatchesSharedWorker(t *testing.T) {
 type chaosCluster struct {
 	t        *testing.T
 	dir      string
-	pg1, pg2 *pgInstance
-	maria    *mariaDBInstance
+	pg1, pg2 *testdb.PGInstance
+	maria    *testdb.MariaDB
 	redis    *redisInstance
 	dbs      []*gorm.DB // the driver's connections to pg1 and pg2
 	catalog  *reshard.Catalog
@@ -164,7 +165,7 @@ func startChaosCluster(t *testing.T, all bool) *chaosCluster {
 		c.maria = startMariaDBInstance(t)
 		c.redis = startRedisInstance(t)
 	}
-	for _, pg := range []*pgInstance{c.pg1, c.pg2} {
+	for _, pg := range []*testdb.PGInstance{c.pg1, c.pg2} {
 		db, err := gorm.Open(postgres.Open(pg.DSN()), gormConfig())
 		if err != nil {
 			t.Fatal(err)

@@ -314,7 +314,11 @@ func TestMoveFenceLapsesWhileMoverStopped(t *testing.T) {
 	}
 	time.Sleep(2500 * time.Millisecond)
 	late := RPhoto{UserID: 1, Caption: "written while the mover was stopped"}
-	if err := r.ForKey(1).Create(&late).Error; err != nil {
+	// Bounded: a mover stopped holding a lock must fail the test, not hang it.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.ForKey(1).WithContext(wctx).Create(&late).Error; err != nil {
+		cmd.Process.Kill()
 		t.Fatalf("a write once the fence ran out: %v", err)
 	}
 	cmd.Process.Signal(syscall.SIGCONT)

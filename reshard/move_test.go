@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -606,7 +607,14 @@ func helperMover(t *testing.T) {
 			}
 			if s == stop { // paused, as by a GC pause or a stopped VM
 				fmt.Println("stopping")
-				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				// Signal this very thread: the stop takes effect as the
+				// signal call returns, before the move goes on. A signal
+				// to the process may be taken by another thread, and this
+				// one could run on into the next stage (taking the
+				// table lock of the seal) before the group stops.
+				runtime.LockOSThread()
+				syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+				runtime.UnlockOSThread()
 			}
 		}})
 	fmt.Printf("finished lapsed=%v %v\n", errors.Is(err, reshard.ErrFenceLapsed), err)

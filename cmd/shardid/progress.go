@@ -49,6 +49,9 @@ func startProgress(w io.Writer, label string, total int64) *progress {
 
 func (p *progress) Add(n int) { p.done.Add(int64(n)) }
 
+// Set sets the work done to n.
+func (p *progress) Set(n int64) { p.done.Store(n) }
+
 func (p *progress) draw() {
 	done := p.done.Load()
 	frac := float64(done) / float64(max(p.total, 1))
