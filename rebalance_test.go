@@ -514,3 +514,52 @@ func TestRebalanceGrowUnderWrites(t *testing.T) {
 		t.Errorf("%d copies of %d shards after dropping the old ones: %+v", len(after.Copies), rbShards, after.Copies)
 	}
 }
+
+// On MariaDB, a database per shard: sizes from information_schema, one
+// statement (two with exact counts) for the whole server.
+func TestSizesMariaDB(t *testing.T) {
+	db := openMySQL(t)
+	const shards = 4
+	for s := range shards {
+		db.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_rbm_%04d", s))
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db}, Names: []string{"my1"},
+		LogicalShards: shards, SchemaPattern: "shardid_rbm_%04d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.Migrate(ctx, &RbItem{}); err != nil {
+		t.Fatal(err)
+	}
+	db.Exec("DROP DATABASE IF EXISTS shardid_rbm_0003") // a shard without its database
+	for s := range 3 {
+		items := make([]RbItem, 100*s+1)
+		for i := range items {
+			items[i] = RbItem{ID: shardid.ID(i + 1), UserID: int64(s), Body: strings.Repeat("y", 200)}
+		}
+		if err := r.ForShard(s).CreateInBatches(&items, 200).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := countStatements(t, db)
+	sz, err := r.Sizes(ctx, shardid.SizeOptions{ExactRows: true, Tables: []string{"rb_items"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 2 {
+		t.Errorf("Sizes with exact rows ran %d statements, want 2", n.Load())
+	}
+	if len(sz.Copies) != 3 {
+		t.Fatalf("Sizes found %d copies, want 3 (shard 3 has no database): %+v", len(sz.Copies), sz.Copies)
+	}
+	for s, c := range sz.Copies {
+		if c.Shard != s || c.Database != "my1" || c.Rows != int64(100*s+1) || c.Tables != 1 || c.Bytes <= 0 {
+			t.Errorf("copy %d: %+v, want shard %d with %d rows", s, c, s, 100*s+1)
+		}
+	}
+	n.Store(0)
+	if _, err := r.Sizes(ctx, shardid.SizeOptions{}); err != nil || n.Load() != 1 {
+		t.Errorf("Sizes: %d statements, %v; want 1", n.Load(), err)
+	}
+}
