@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 )
 
 // Many goroutines setting up the same tables at once, as processes starting
@@ -34,7 +35,7 @@ func TestConcurrentSetup(t *testing.T) {
 			}()
 			go func() {
 				defer wg.Done()
-				_, err := (&shardid.Catalog{DB: db, Table: "shardid_setup_map"}).Version(ctx)
+				_, err := (&reshard.Catalog{DB: db, Table: "shardid_setup_map"}).Version(ctx)
 				errs <- err
 			}()
 		}

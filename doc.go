@@ -47,6 +47,23 @@
 // Give each its own shards, or its own worker id in a layout with worker
 // bits.
 //
+// # Package layout
+//
+// This package holds what nearly every user needs, and needs only GORM: the
+// ID and its layouts, the generator, the GORM plugin, the router of logical
+// shards to physical databases (with SetMap and Gather), worker-id leases in
+// SQL or in a file, ticket servers and segments. Parts that bring a
+// dependency of their own live beside it:
+//
+//   - reshard: the shard map in a catalog table, followed by every router
+//     (LISTEN/NOTIFY with pgx), map files, the fence, and moves of logical
+//     shards between databases.
+//   - redislease: a LeaseStore in Redis (go-redis).
+//   - cmd/shardid: the command (new, decode, sql, move, demo).
+//
+// Importing shardid compiles no database driver and no Redis client: the
+// application brings the GORM driver it uses.
+//
 // # Errors
 //
 // Every error wraps one of the sentinel errors in this package (ErrSyntax,

@@ -243,7 +243,7 @@ func ExampleNewRouter() {
 
 func ExampleAcquireLease() {
 	// A state file guards one worker id across restarts; SQLLeaseStore and
-	// RedisLeaseStore share worker ids between processes.
+	// redislease.Store share worker ids between processes.
 	dir, _ := os.MkdirTemp("", "example")
 	defer os.RemoveAll(dir)
 	layout, _ := shardid.Instagram.WithWorkerBits(3)

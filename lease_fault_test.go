@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/redislease"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -106,7 +107,7 @@ func TestLeaseStoreFaults(t *testing.T) {
 			r := startRedisInstance(t)
 			c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
 			t.Cleanup(func() { c.Close() })
-			return &shardid.RedisLeaseStore{Client: c}, r.Stop, r.Start
+			return &redislease.Store{Client: c}, r.Stop, r.Start
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

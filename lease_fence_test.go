@@ -1,8 +1,12 @@
 package shardid_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -351,4 +355,43 @@ func TestRedisLeaseTokensAfterDataLoss(t *testing.T) {
 		t.Errorf("renewing the claim from before: %v, want ErrLeaseLost", err)
 	}
 	store.Release(ctx, c2, 0)
+}
+
+// helperSameOwner is the body of a process that holds a lease under the
+// owner name pod-7 and makes IDs on shard 5 until its standard input
+// closes, then writes them to $SHARDID_IDS and says how many it made.
+func helperSameOwner(store shardid.LeaseStore) {
+	ctx := context.Background()
+	l, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: store, Layout: shardid.Instagram,
+		TTL: 600 * time.Millisecond, Owner: "pod-7"})
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	fmt.Println("ready", l.Token())
+	var stop atomic.Bool
+	go func() {
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		stop.Store(true)
+	}()
+	var ids []byte
+	lost := 0
+	for !stop.Load() {
+		id, err := l.Generator().Next(5)
+		switch {
+		case err == nil:
+			ids = binary.LittleEndian.AppendUint64(ids, uint64(id))
+		case errors.Is(err, shardid.ErrLeaseLost):
+			lost++
+			time.Sleep(time.Millisecond)
+		default:
+			fmt.Println("error", err)
+			return
+		}
+	}
+	if err := os.WriteFile(os.Getenv("SHARDID_IDS"), ids, 0o644); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	fmt.Println("made", len(ids)/8, "refused", lost, "err", l.Err() != nil, l.Close(ctx) != nil)
 }

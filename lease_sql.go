@@ -15,7 +15,9 @@ import (
 // database's clock, so the processes' clocks do not matter.
 //
 // The table holds one row per worker id: (worker, owner, expires_at in Unix
-// milliseconds, last_tick, version). Use one table per layout.
+// milliseconds, last_tick, version). version is the token of the last
+// claim, moved on by a release too; a renewal matches on it, never on the
+// owner, and never shortens the expiry. Use one table per layout.
 type SQLLeaseStore struct {
 	DB    *gorm.DB
 	Table string // If empty, "shardid_workers". It must match [a-z_][a-z0-9_]*.

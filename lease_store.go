@@ -27,7 +27,7 @@ type Claim struct {
 }
 
 // A LeaseStore keeps worker-id leases where every process can see them:
-// SQLLeaseStore, RedisLeaseStore, FileLeaseStore. With every lease it keeps
+// SQLLeaseStore, FileLeaseStore, and redislease.Store. With every lease it keeps
 // the last time unit its holders may have used, so that the next holder
 // starts after it.
 //

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/redislease"
 )
 
 const defaultRedisAddr = "127.0.0.1:6379"
@@ -53,7 +54,7 @@ var leaseStores = []struct {
 		if len(keys) > 0 {
 			c.Del(context.Background(), keys...)
 		}
-		return &shardid.RedisLeaseStore{Client: c, Prefix: ns}
+		return &redislease.Store{Client: c, Prefix: ns}
 	}},
 }
 
@@ -66,22 +67,13 @@ func storeFor(t testing.TB, kind, ns string) shardid.LeaseStore {
 	case "mysql":
 		return &shardid.SQLLeaseStore{DB: openMySQLTB(t), Table: ns}
 	case "redis":
-		return &shardid.RedisLeaseStore{Client: openRedis(t), Prefix: ns}
+		return &redislease.Store{Client: openRedis(t), Prefix: ns}
 	}
 	t.Fatalf("unknown store %q", kind)
 	return nil
 }
 
 var eightWorkers, _ = shardid.Instagram.WithWorkerBits(3)
-
-// helperProcess starts this test binary as a helper that runs mode, with
-// env added.
-func helperProcess(t *testing.T, mode string, env ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.v=false")
-	cmd.Env = append(os.Environ(), append(env, "SHARDID_HELPER="+mode)...)
-	cmd.Stderr = os.Stderr
-	return cmd
-}
 
 // TestHelperProcess is not a test: it is the body of the helper processes
 // that the lease tests start. It does nothing in a normal run.
@@ -93,12 +85,6 @@ func TestHelperProcess(t *testing.T) {
 	switch mode {
 	case "segment":
 		helperSegment(t)
-		os.Exit(0)
-	case "movewriter":
-		helperMoveWriter(t)
-		os.Exit(0)
-	case "mover":
-		helperMover(t)
 		os.Exit(0)
 	}
 	store := storeFor(t, os.Getenv("SHARDID_STORE"), os.Getenv("SHARDID_NS"))
@@ -117,6 +103,8 @@ func TestHelperProcess(t *testing.T) {
 		}
 	case "insert":
 		helperInsert(t, store)
+	case "sameowner":
+		helperSameOwner(store)
 	}
 	os.Exit(0)
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
+	"github.com/shardid/shardid/internal/sqlddl"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -108,7 +108,8 @@ type routeTable struct {
 	sessions []*gorm.DB // logical shard → prepared session
 }
 
-var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+// schemaName matches the names of schemas and tables shardid accepts.
+var schemaName = sqlddl.Name
 
 // NewRouter validates cfg and returns a router. It registers on each
 // database the callbacks that qualify tables by schema and name failing
@@ -217,6 +218,24 @@ func (r *Router) register(db *gorm.DB) error {
 			}
 		}
 	}
+	// A routed statement runs where its shard is now, first of all.
+	for _, reg := range []struct {
+		registered bool
+		add        func(string, func(*gorm.DB)) error
+	}{
+		{cb.Create().Get(callbackFollow) != nil, cb.Create().Before("*").Register},
+		{cb.Query().Get(callbackFollow) != nil, cb.Query().Before("*").Register},
+		{cb.Update().Get(callbackFollow) != nil, cb.Update().Before("*").Register},
+		{cb.Delete().Get(callbackFollow) != nil, cb.Delete().Before("*").Register},
+		{cb.Row().Get(callbackFollow) != nil, cb.Row().Before("*").Register},
+		{cb.Raw().Get(callbackFollow) != nil, cb.Raw().Before("*").Register},
+	} {
+		if !reg.registered {
+			if err := reg.add(callbackFollow, followMap); err != nil {
+				return err
+			}
+		}
+	}
 	// Any error of a routed statement names its shard and database.
 	for _, reg := range []struct {
 		registered bool
@@ -314,7 +333,11 @@ func (r *Router) newRouteTable(m []int) (*routeTable, error) {
 		}
 		t.dbOf[s] = d
 		// A Session is safe to reuse and to share between goroutines.
-		t.sessions[s] = r.dbs[d].Set(settingRoute, route{r: r, shard: s, db: d}).Session(&gorm.Session{})
+		// Its pool stands for the database that holds s under the map of
+		// the moment: a session kept across SetMap follows (followMap).
+		sess := r.dbs[d].Set(settingRoute, route{r: r, shard: s, db: d}).Session(&gorm.Session{})
+		sess.Statement.ConnPool = &routedPool{r: r, shard: s}
+		t.sessions[s] = sess
 	}
 	return t, nil
 }
@@ -350,8 +373,13 @@ func (r *Router) Schema(shard int) string {
 }
 
 // ForShard returns a *gorm.DB for logical shard n. It may be kept and used
-// from many goroutines. For a shard out of range, the *gorm.DB carries
-// ErrShardRange and every operation on it fails.
+// from many goroutines, and follows SetMap: each statement through it, and
+// each transaction begun from it, runs on the database that holds n when it
+// starts. A transaction stays where it began; a kept *gorm.DB does not follow
+// n to a database of another dialect, nor away from one that has
+// dbresolver, and there refuses rows of the moved shard with ErrShardMoving.
+// For a shard out of range, the *gorm.DB carries ErrShardRange and every
+// operation on it fails.
 func (r *Router) ForShard(n int) *gorm.DB {
 	if n < 0 || n >= r.shards {
 		tx := r.dbs[0].Session(&gorm.Session{NewDB: true})

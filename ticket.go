@@ -44,7 +44,8 @@ type TicketConfig struct {
 // that does. Servers are used in turn; a server that fails is skipped for
 // RetryAfter. IDs are unique but, across servers, not ordered.
 //
-// TicketAllocator is safe for concurrent use.
+// TicketAllocator is safe for concurrent use. Close it to end the sessions
+// it holds.
 type TicketAllocator struct {
 	servers []*ticketServer
 	retry   time.Duration

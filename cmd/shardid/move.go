@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -77,7 +78,7 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := catalogExists(ctx, catDB, *table); err != nil {
 		return err
 	}
-	c := &shardid.Catalog{DB: catDB, Table: *table}
+	c := &reshard.Catalog{DB: catDB, Table: *table}
 	setup, err := c.LoadSetup(ctx)
 	if err != nil {
 		return err
@@ -127,7 +128,7 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case *abort:
-		if err := r.Unfence(ctx, s, tables); err != nil {
+		if err := reshard.Unfence(ctx, r, s, tables); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "shard %d on %s takes writes again\n", s, from)
@@ -136,7 +137,7 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if *dropOn == from {
 			return fmt.Errorf("--drop-copy-on %s: shard %d lives on %s: its copy there is not a leftover", *dropOn, s, from)
 		}
-		if err := r.DropShardCopy(ctx, s, *dropOn); err != nil {
+		if err := reshard.DropShardCopy(ctx, r, s, *dropOn); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "dropped the copy of shard %d on %s\n", s, *dropOn)
@@ -180,7 +181,7 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	bar := startProgress(stdout, "copying", 2*total) // a first copy, and one after the fence
 	last := map[string]int64{}                       // rows copied per table in the current pass
-	res, err := r.MoveShard(ctx, c, s, *to, shardid.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor,
+	res, err := reshard.MoveShard(ctx, r, c, s, *to, reshard.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor,
 		Progress: func(table string, copied int64) {
 			d := copied - last[table]
 			if d < 0 { // the copy after the fence starts again

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -73,12 +74,12 @@ func TestMoveCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := &shardid.Catalog{DB: db1, Table: "shardid_cmd_catalog"}
+	c := &reshard.Catalog{DB: db1, Table: "shardid_cmd_catalog"}
 	if _, err := c.Save(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SaveSetup(ctx, shardid.CatalogSetup{
-		Databases:     []shardid.CatalogDatabase{{Name: "pg1", Dialect: "postgres", DSN: dsn1}, {Name: "pg2", Dialect: "postgres", DSN: dsn2}},
+	if err := c.SaveSetup(ctx, reshard.CatalogSetup{
+		Databases:     []reshard.CatalogDatabase{{Name: "pg1", Dialect: "postgres", DSN: dsn1}, {Name: "pg2", Dialect: "postgres", DSN: dsn2}},
 		LogicalShards: 4, SchemaPattern: "shardid_cmd_%04d", Tables: []string{"photos"},
 	}); err != nil {
 		t.Fatal(err)
@@ -113,7 +114,7 @@ func TestMoveCommand(t *testing.T) {
 		t.Error("the old copy took a write")
 	}
 	r.SetMap(m)
-	if err := r.Fence(ctx, 1, []any{"photos"}, 0); err != nil {
+	if err := reshard.Fence(ctx, r, 1, []any{"photos"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errs := shardidCmd(t, "", append(base, "--abort")...); code != 0 || !strings.Contains(out, "takes writes again") {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -35,23 +36,23 @@ type Comment struct {
 // (TestREADMEQuotesExamples checks it): with the router of "Sharding",
 // shard 1341 lives on pg2.
 func readmeMoveShard(ctx context.Context, router *shardid.Router, catalogDB *gorm.DB, onError func(error)) {
-	catalog := &shardid.Catalog{DB: catalogDB}           // the map, versioned, in a table every process reads
+	catalog := &reshard.Catalog{DB: catalogDB}           // the map, versioned, in a table every process reads
 	if _, err := catalog.Save(ctx, router); err != nil { // once
 		log.Fatal(err)
 	}
 	// Every process follows it: new maps without a restart (polling, and
 	// LISTEN/NOTIFY on PostgreSQL).
-	if err := router.Follow(ctx, catalog, time.Second, onError); err != nil {
+	if err := reshard.Follow(ctx, router, catalog, time.Second, onError); err != nil {
 		log.Fatal(err)
 	}
 	// Shard 1341 lives on pg2 (the router above): move it to pg1.
-	res, err := router.MoveShard(ctx, catalog, 1341, "pg1", shardid.MoveOptions{Models: []any{&Photo{}, &Comment{}}})
+	res, err := reshard.MoveShard(ctx, router, catalog, 1341, "pg1", reshard.MoveOptions{Models: []any{&Photo{}, &Comment{}}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("shard %d moved from %s to %s, writes fenced for %v\n", res.Shard, res.From, res.To, res.Fenced)
 	// Later, once every router follows the new map: drop the old copy.
-	if err := router.DropShardCopy(ctx, 1341, "pg2"); err != nil {
+	if err := reshard.DropShardCopy(ctx, router, 1341, "pg2"); err != nil {
 		log.Fatal(err)
 	}
 }

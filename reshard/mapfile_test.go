@@ -1,4 +1,4 @@
-package shardid_test
+package reshard_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/gorm"
 )
 
@@ -24,19 +25,19 @@ func TestMapFile(t *testing.T) {
 		os.WriteFile(p, []byte(s), 0o644)
 		return p
 	}
-	if err := r.LoadMapFile(write(`{"pg1": ["0-4"], "pg2": ["5-6", "8-9"], "pg3": ["7"]}`)); err != nil {
+	if err := reshard.LoadMapFile(r, write(`{"pg1": ["0-4"], "pg2": ["5-6", "8-9"], "pg3": ["7"]}`)); err != nil {
 		t.Fatal(err)
 	}
 	if want := []int{0, 0, 0, 0, 0, 1, 1, 2, 1, 1}; !slices.Equal(r.Map(), want) {
 		t.Errorf("map %v, want %v", r.Map(), want)
 	}
 	out := filepath.Join(dir, "out.json")
-	if err := r.WriteMapFile(out); err != nil {
+	if err := reshard.WriteMapFile(r, out); err != nil {
 		t.Fatal(err)
 	}
 	before := r.Map()
 	r.SetMap(make([]int, 10))
-	if err := r.LoadMapFile(out); err != nil || !slices.Equal(r.Map(), before) {
+	if err := reshard.LoadMapFile(r, out); err != nil || !slices.Equal(r.Map(), before) {
 		t.Errorf("a written map read back as %v, %v; want %v", r.Map(), err, before)
 	}
 	for _, bad := range []string{
@@ -48,8 +49,8 @@ func TestMapFile(t *testing.T) {
 		`{"pg1": ["x"]}`,                 // not a number
 		`["0-9"]`,                        // not an object
 	} {
-		err := r.LoadMapFile(write(bad))
-		if !errors.Is(err, shardid.ErrInvalidMap) || !errors.Is(err, shardid.ErrInvalidConfig) {
+		err := reshard.LoadMapFile(r, write(bad))
+		if !errors.Is(err, reshard.ErrInvalidMap) || !errors.Is(err, shardid.ErrInvalidConfig) {
 			t.Errorf("LoadMapFile(%s) = %v, want ErrInvalidMap (and ErrInvalidConfig)", bad, err)
 		}
 		if err != nil && (strings.Contains(err.Error(), "plugin") || !strings.Contains(err.Error(), "invalid shard map")) {
@@ -59,7 +60,7 @@ func TestMapFile(t *testing.T) {
 	if !slices.Equal(r.Map(), before) {
 		t.Errorf("a bad file changed the map to %v", r.Map())
 	}
-	if err := r.LoadMapFile(filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
+	if err := reshard.LoadMapFile(r, filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing file: %v, want os.ErrNotExist", err)
 	}
 }

@@ -1,4 +1,4 @@
-package shardid_test
+package testdb
 
 import (
 	"database/sql"
@@ -15,9 +15,9 @@ import (
 	_ "github.com/go-sql-driver/mysql" // for the readiness check
 )
 
-// mariaDBInstance is a MariaDB server of the test's own, on its own port
+// MariaDB is a MariaDB server of the test's own, on its own port
 // and data directory, that the test may stop and start.
-type mariaDBInstance struct {
+type MariaDB struct {
 	t    testing.TB
 	dir  string
 	port int
@@ -25,12 +25,12 @@ type mariaDBInstance struct {
 	cmd  *exec.Cmd
 }
 
-// startMariaDBInstance starts a MariaDB of the test's own; args go to
+// StartMariaDB starts a MariaDB of the test's own; args go to
 // mariadbd every time it starts.
-func startMariaDBInstance(t testing.TB, args ...string) *mariaDBInstance {
+func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	t.Helper()
 	if _, err := os.Stat("/usr/sbin/mariadbd"); err != nil {
-		unreachable(t, "mariadbd (to start a MariaDB of the test's own)", err)
+		Unreachable(t, "mariadbd (to start a MariaDB of the test's own)", err)
 	}
 	root, err := os.MkdirTemp("", "shardid-mariadb-")
 	if err != nil {
@@ -50,7 +50,7 @@ func startMariaDBInstance(t testing.TB, args ...string) *mariaDBInstance {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	m := &mariaDBInstance{t: t, dir: root, port: port, args: args}
+	m := &MariaDB{t: t, dir: root, port: port, args: args}
 	install := exec.Command("mariadb-install-db", "--no-defaults", "--user=mysql", "--datadir="+m.datadir(),
 		"--auth-root-authentication-method=normal", "--skip-test-db")
 	if out, err := install.CombinedOutput(); err != nil {
@@ -64,15 +64,15 @@ func startMariaDBInstance(t testing.TB, args ...string) *mariaDBInstance {
 	return m
 }
 
-func (m *mariaDBInstance) datadir() string { return filepath.Join(m.dir, "data") }
+func (m *MariaDB) datadir() string { return filepath.Join(m.dir, "data") }
 
 // DSN returns a DSN for database db, which Start creates.
-func (m *mariaDBInstance) DSN(db string) string {
+func (m *MariaDB) DSN(db string) string {
 	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?parseTime=true", m.port, db)
 }
 
 // Start starts the server and waits for it.
-func (m *mariaDBInstance) Start() {
+func (m *MariaDB) Start() {
 	m.t.Helper()
 	m.cmd = exec.Command("/usr/sbin/mariadbd", append([]string{"--no-defaults", "--user=mysql",
 		"--datadir=" + m.datadir(), "--port=" + strconv.Itoa(m.port), "--bind-address=127.0.0.1",
@@ -96,7 +96,7 @@ func (m *mariaDBInstance) Start() {
 }
 
 // Stop kills the server at once.
-func (m *mariaDBInstance) Stop() {
+func (m *MariaDB) Stop() {
 	if m.cmd != nil && m.cmd.Process != nil {
 		m.cmd.Process.Kill()
 		m.cmd.Wait()

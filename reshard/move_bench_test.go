@@ -1,4 +1,4 @@
-package shardid_test
+package reshard_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 )
 
 // BenchmarkMoveShard moves one shard of $SHARDID_BENCH_MOVE_ROWS rows
@@ -41,7 +41,7 @@ func BenchmarkMoveShard(b *testing.B) {
 			}
 		}
 		b.StartTimer()
-		res, err := r.MoveShard(ctx, nil, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 5000})
+		res, err := reshard.MoveShard(ctx, r, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 5000})
 		if err != nil {
 			b.Fatal(err)
 		}

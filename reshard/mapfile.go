@@ -1,4 +1,4 @@
-package shardid
+package reshard
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/shardid/shardid"
 )
 
 // LoadMapFile sets r's shard map from a JSON file, for static set-ups
@@ -17,7 +19,8 @@ import (
 //
 // Every logical shard must be named exactly once. A file that breaks these
 // rules gives an error matching ErrInvalidMap.
-func (r *Router) LoadMapFile(path string) error {
+func LoadMapFile(r *shardid.Router, path string) error {
+	names, shards := r.Names(), r.LogicalShards()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("shardid: reading the shard map: %w", err)
@@ -26,19 +29,19 @@ func (r *Router) LoadMapFile(path string) error {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return withDetail(ErrInvalidMap, path+": "+err.Error())
 	}
-	m := make([]int, r.shards)
+	m := make([]int, shards)
 	for i := range m {
 		m[i] = -1
 	}
 	for name, ranges := range spec {
-		d := slices.Index(r.names, name)
+		d := slices.Index(names, name)
 		if d < 0 {
 			return withDetail(ErrInvalidMap, fmt.Sprintf("%s: unknown database %q", path, name))
 		}
 		for _, rg := range ranges {
 			lo, hi, err := parseRange(rg)
-			if err != nil || lo < 0 || hi >= r.shards || lo > hi {
-				return withDetail(ErrInvalidMap, fmt.Sprintf("%s: %q is not a range of shards in [0, %d)", path, rg, r.shards))
+			if err != nil || lo < 0 || hi >= shards || lo > hi {
+				return withDetail(ErrInvalidMap, fmt.Sprintf("%s: %q is not a range of shards in [0, %d)", path, rg, shards))
 			}
 			for s := lo; s <= hi; s++ {
 				if m[s] >= 0 {
@@ -68,7 +71,8 @@ func parseRange(s string) (lo, hi int, err error) {
 
 // WriteMapFile writes r's current shard map in the form LoadMapFile reads,
 // with contiguous shards as ranges.
-func (r *Router) WriteMapFile(path string) error {
+func WriteMapFile(r *shardid.Router, path string) error {
+	names := r.Names()
 	m := r.Map()
 	spec := map[string][]string{}
 	for lo := 0; lo < len(m); {
@@ -80,7 +84,7 @@ func (r *Router) WriteMapFile(path string) error {
 		if hi > lo {
 			rg += "-" + strconv.Itoa(hi)
 		}
-		spec[r.names[m[lo]]] = append(spec[r.names[m[lo]]], rg)
+		spec[names[m[lo]]] = append(spec[names[m[lo]]], rg)
 		lo = hi + 1
 	}
 	b, err := json.MarshalIndent(spec, "", "  ")

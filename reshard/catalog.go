@@ -1,21 +1,19 @@
-package shardid
+package reshard
 
 import (
 	"context"
-	"database/sql/driver"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/sqlddl"
 	"gorm.io/gorm"
 )
 
 // Catalog keeps the shard map where every process can read it: a table in a
 // PostgreSQL or MySQL/MariaDB database, with a version number that changes
-// with every change. Routers follow it (Router.Follow) and pick up a new map
+// with every change. Routers follow it (Follow) and pick up a new map
 // without a restart.
 type Catalog struct {
 	DB    *gorm.DB
@@ -27,8 +25,8 @@ func (c *Catalog) table() (string, error) {
 	if t == "" {
 		t = "shardid_shard_map"
 	}
-	if !schemaName.MatchString(t) {
-		return "", withDetail(ErrInvalidCatalog, fmt.Sprintf("catalog table %q: want %s", t, schemaName))
+	if !sqlddl.Name.MatchString(t) {
+		return "", withDetail(ErrInvalidCatalog, fmt.Sprintf("catalog table %q: want %s", t, sqlddl.Name))
 	}
 	return t, nil
 }
@@ -40,7 +38,7 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	err = createObjects(ctx, c.DB, t,
+	err = sqlddl.CreateObjects(ctx, c.DB, t,
 		"CREATE TABLE IF NOT EXISTS "+t+` (
 			shard    INT PRIMARY KEY,
 			db_name  VARCHAR(200) NOT NULL)`,
@@ -49,7 +47,7 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 			version BIGINT NOT NULL)`,
 		"CREATE TABLE IF NOT EXISTS "+t+"_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)",
 		// Version 0, no map: there is always a row for changes to lock.
-		insertIgnore(c.DB, t+"_version (id, version) VALUES (1, 0)", "id"))
+		sqlddl.InsertIgnore(c.DB, t+"_version (id, version) VALUES (1, 0)", "id"))
 	if err != nil {
 		return "", err
 	}
@@ -62,7 +60,7 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 // the catalog and changes it should use SaveIf, so that it cannot undo a
 // change made meanwhile (MoveShard changes one shard with a conditional
 // update of its own).
-func (c *Catalog) Save(ctx context.Context, r *Router) (int64, error) {
+func (c *Catalog) Save(ctx context.Context, r *shardid.Router) (int64, error) {
 	return c.save(ctx, r, -1)
 }
 
@@ -71,7 +69,7 @@ func (c *Catalog) Save(ctx context.Context, r *Router) (int64, error) {
 // map yet): a compare-and-set on the version. Otherwise it changes nothing
 // and returns an error matching ErrCatalogConflict: reload (Catalog.Load),
 // apply the change again and retry.
-func (c *Catalog) SaveIf(ctx context.Context, r *Router, expected int64) (int64, error) {
+func (c *Catalog) SaveIf(ctx context.Context, r *shardid.Router, expected int64) (int64, error) {
 	if expected < 0 {
 		return 0, withDetail(ErrInvalidCatalog, fmt.Sprintf("expected version %d", expected))
 	}
@@ -79,7 +77,7 @@ func (c *Catalog) SaveIf(ctx context.Context, r *Router, expected int64) (int64,
 }
 
 // save stores r's map; if expected is not negative, only over that version.
-func (c *Catalog) save(ctx context.Context, r *Router, expected int64) (int64, error) {
+func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64) (int64, error) {
 	t, err := c.setup(ctx)
 	if err != nil {
 		return 0, err
@@ -131,7 +129,7 @@ func lockVersion(tx *gorm.DB, t string) (int64, error) {
 }
 
 // bumpVersion stores version+1 and announces it (on PostgreSQL, to every
-// router listening in Follow, at commit).
+// router that follows the catalog, at commit).
 func bumpVersion(tx *gorm.DB, t string, version int64) (int64, error) {
 	version++
 	if err := tx.Exec("UPDATE "+t+"_version SET version = ? WHERE id = 1", version).Error; err != nil {
@@ -143,15 +141,6 @@ func bumpVersion(tx *gorm.DB, t string, version int64) (int64, error) {
 		}
 	}
 	return version, nil
-}
-
-// insertIgnore is an INSERT INTO what that does nothing when the key
-// column conflicts.
-func insertIgnore(db *gorm.DB, what, key string) string {
-	if db.Dialector.Name() == "mysql" {
-		return "INSERT IGNORE INTO " + what
-	}
-	return "INSERT INTO " + what + " ON CONFLICT (" + key + ") DO NOTHING"
 }
 
 // catalogConflict is an ErrCatalogConflict with what was found.
@@ -216,7 +205,7 @@ func (c *Catalog) Version(ctx context.Context) (int64, error) {
 
 // Load returns the catalog's map for r (database indexes by name) and its
 // version.
-func (c *Catalog) Load(ctx context.Context, r *Router) ([]int, int64, error) {
+func (c *Catalog) Load(ctx context.Context, r *shardid.Router) ([]int, int64, error) {
 	t, err := c.setup(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -254,105 +243,6 @@ func (c *Catalog) Load(ctx context.Context, r *Router) ([]int, int64, error) {
 	}
 	return m, version, nil
 }
-
-// Follow loads the catalog's map into r now, and then whenever its version
-// changes, checking every interval (1s if 0), until ctx is done. On
-// PostgreSQL it also listens for the catalog's notifications, so a new map
-// arrives as soon as it is saved. It returns after the first load; errors of
-// later loads go to onError, if not nil.
-func (r *Router) Follow(ctx context.Context, c *Catalog, interval time.Duration, onError func(error)) error {
-	if interval <= 0 {
-		interval = time.Second
-	}
-	m, version, err := c.Load(ctx, r)
-	if err != nil {
-		return err
-	}
-	if err := r.SetMap(m); err != nil {
-		return err
-	}
-	wake := make(chan struct{}, 1)
-	if c.DB.Dialector.Name() == "postgres" {
-		go c.listen(ctx, wake)
-	}
-	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			case <-wake:
-			}
-			v, err := c.Version(ctx)
-			if err == nil && v != version {
-				m, v, err = c.Load(ctx, r)
-				if err == nil {
-					err = r.SetMap(m)
-				}
-				if err == nil {
-					version = v
-				}
-			}
-			if err != nil && onError != nil && ctx.Err() == nil {
-				onError(err)
-			}
-		}
-	}()
-	return nil
-}
-
-// listen waits for the catalog's notifications on a connection of its own
-// and wakes Follow for each, until ctx is done. If the driver is not pgx, or
-// the connection breaks, Follow goes on polling; listen retries every few
-// seconds.
-func (c *Catalog) listen(ctx context.Context, wake chan<- struct{}) {
-	t, err := c.table()
-	if err != nil {
-		return
-	}
-	sqlDB, err := c.DB.DB()
-	if err != nil {
-		return
-	}
-	for ctx.Err() == nil {
-		conn, err := sqlDB.Conn(ctx)
-		if err == nil {
-			err = conn.Raw(func(dc any) error {
-				sc, ok := dc.(*stdlib.Conn)
-				if !ok {
-					return errNotPgx
-				}
-				pc := sc.Conn()
-				if _, err := pc.Exec(ctx, "LISTEN "+t); err != nil {
-					return err
-				}
-				for {
-					if _, err := pc.WaitForNotification(ctx); err != nil {
-						return err
-					}
-					select {
-					case wake <- struct{}{}:
-					default:
-					}
-				}
-			})
-			// The session listened: do not hand it back to the pool.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-			conn.Close()
-		}
-		if errors.Is(err, errNotPgx) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(3 * time.Second):
-		}
-	}
-}
-
-var errNotPgx = errors.New("not a pgx connection")
 
 // CatalogSetup is what a process needs, besides the map, to build a router
 // from the catalog alone, as the shardid move command does.

@@ -1,4 +1,4 @@
-package shardid_test
+package testdb
 
 import (
 	"fmt"
@@ -11,22 +11,22 @@ import (
 	"testing"
 )
 
-// pgInstance is a PostgreSQL server of the test's own, on its own port and
+// PGInstance is a PostgreSQL server of the test's own, on its own port and
 // data directory, that the test may stop and start. It never touches the
 // machine's shared server.
-type pgInstance struct {
+type PGInstance struct {
 	t    testing.TB
 	bin  string // the directory of pg_ctl
 	dir  string // data directory
 	port int
 }
 
-// startPostgresInstance initializes and starts a throwaway PostgreSQL.
-func startPostgresInstance(t testing.TB) *pgInstance {
+// StartPostgres initializes and starts a throwaway PostgreSQL.
+func StartPostgres(t testing.TB) *PGInstance {
 	t.Helper()
 	ctls, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	if len(ctls) == 0 {
-		unreachable(t, "pg_ctl (to start a PostgreSQL of the test's own)", os.ErrNotExist)
+		Unreachable(t, "pg_ctl (to start a PostgreSQL of the test's own)", os.ErrNotExist)
 	}
 	root, err := os.MkdirTemp("", "shardid-pg-")
 	if err != nil {
@@ -42,11 +42,11 @@ func startPostgresInstance(t testing.TB) *pgInstance {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	pg := &pgInstance{t: t, bin: filepath.Dir(ctls[len(ctls)-1]), dir: filepath.Join(root, "data"), port: port}
+	pg := &PGInstance{t: t, bin: filepath.Dir(ctls[len(ctls)-1]), dir: filepath.Join(root, "data"), port: port}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			unreachable(t, "the postgres user", err)
+			Unreachable(t, "the postgres user", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -64,32 +64,32 @@ func startPostgresInstance(t testing.TB) *pgInstance {
 }
 
 // DSN returns the instance's DSN.
-func (pg *pgInstance) DSN() string {
+func (pg *PGInstance) DSN() string {
 	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", pg.port)
 }
 
 // Start starts (or restarts) the server and waits until it accepts connections.
-func (pg *pgInstance) Start() {
+func (pg *PGInstance) Start() {
 	pg.t.Helper()
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off", pg.port, filepath.Dir(pg.dir))
 	pg.run("pg_ctl", "-D", pg.dir, "-o", opts, "-l", filepath.Join(filepath.Dir(pg.dir), "log"), "-w", "start")
 }
 
 // Stop stops the server at once, closing its connections.
-func (pg *pgInstance) Stop() {
+func (pg *PGInstance) Stop() {
 	pg.t.Helper()
 	cmd := pg.command("pg_ctl", "-D", pg.dir, "-m", "immediate", "-w", "stop")
 	cmd.Run() // already stopped is fine
 }
 
-func (pg *pgInstance) run(name string, args ...string) {
+func (pg *PGInstance) run(name string, args ...string) {
 	pg.t.Helper()
 	if out, err := pg.command(name, args...).CombinedOutput(); err != nil {
 		pg.t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
 }
 
-func (pg *pgInstance) command(name string, args ...string) *exec.Cmd {
+func (pg *PGInstance) command(name string, args ...string) *exec.Cmd {
 	path := filepath.Join(pg.bin, name)
 	if os.Geteuid() == 0 {
 		return exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)

@@ -1,4 +1,4 @@
-package shardid_test
+package reshard_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -59,10 +60,10 @@ func helperMoveWriter(t *testing.T) {
 	worker, _ := strconv.Atoi(os.Getenv("SHARDID_WORKER"))
 	p := movePlugin(t, worker)
 	r := moveRouterB(t, p)
-	c := &shardid.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
+	c := &reshard.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := r.Follow(ctx, c, 50*time.Millisecond, nil); err != nil {
+	if err := reshard.Follow(ctx, r, c, 50*time.Millisecond, nil); err != nil {
 		fmt.Println("error", err)
 		return
 	}
@@ -115,7 +116,7 @@ func replaceDB(dsn string) string {
 	return fmt.Sprint(dsn[:len(dsn)-len("dbname=test sslmode=disable")], "dbname=shardid_test2 sslmode=disable")
 }
 
-func freshMoveSetup(t *testing.T) (*shardid.Router, *shardid.Catalog, *shardid.Plugin) {
+func freshMoveSetup(t *testing.T) (*shardid.Router, *reshard.Catalog, *shardid.Plugin) {
 	t.Helper()
 	p := movePlugin(t, 0)
 	r := moveRouter(t, p)
@@ -128,7 +129,7 @@ func freshMoveSetup(t *testing.T) (*shardid.Router, *shardid.Catalog, *shardid.P
 	if err := r.Migrate(context.Background(), &RPhoto{}); err != nil {
 		t.Fatal(err)
 	}
-	c := &shardid.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
+	c := &reshard.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
 	if _, err := c.Save(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestMoveShardUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r2 := moveRouter(t, p)
-	if err := r2.Follow(ctx, c, 50*time.Millisecond, func(err error) { t.Error(err) }); err != nil {
+	if err := reshard.Follow(ctx, r2, c, 50*time.Millisecond, func(err error) { t.Error(err) }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -214,7 +215,7 @@ func TestMoveShardUnderLoad(t *testing.T) {
 		procs = append(procs, proc{in, cmd.Wait, out})
 	}
 	time.Sleep(500 * time.Millisecond)
-	res, err := r.MoveShard(ctx, c, 3, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200, FenceFor: 10 * time.Second})
+	res, err := reshard.MoveShard(ctx, r, c, 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200, FenceFor: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,10 +289,10 @@ func TestMoveShardUnderLoad(t *testing.T) {
 	if err == nil {
 		t.Error("the old copy accepted a write after the move")
 	}
-	if err := r.DropShardCopy(ctx, 3, "pg2"); !errors.Is(err, shardid.ErrInvalidConfig) {
+	if err := reshard.DropShardCopy(ctx, r, 3, "pg2"); !errors.Is(err, shardid.ErrInvalidConfig) {
 		t.Errorf("dropping the live copy: %v, want a refusal", err)
 	}
-	if err := r.DropShardCopy(ctx, 3, "pg1"); err != nil {
+	if err := reshard.DropShardCopy(ctx, r, 3, "pg1"); err != nil {
 		t.Errorf("dropping the old copy: %v", err)
 	}
 }
@@ -302,7 +303,7 @@ func TestMoveShardUnderLoad(t *testing.T) {
 func TestFenceTimesOutAndUnfence(t *testing.T) {
 	r, _, _ := freshMoveSetup(t)
 	ctx := context.Background()
-	if err := r.Fence(ctx, 2, []any{&RPhoto{}}, 500*time.Millisecond); err != nil {
+	if err := reshard.Fence(ctx, r, 2, []any{&RPhoto{}}, 500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; !errors.Is(err, shardid.ErrShardMoving) {
@@ -315,13 +316,13 @@ func TestFenceTimesOutAndUnfence(t *testing.T) {
 	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; err != nil {
 		t.Errorf("after the fence ran out: %v", err)
 	}
-	if err := r.Fence(ctx, 2, []any{&RPhoto{}}, 0); err != nil {
+	if err := reshard.Fence(ctx, r, 2, []any{&RPhoto{}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; !errors.Is(err, shardid.ErrShardMoving) {
 		t.Errorf("under a fence for good: %v, want ErrShardMoving", err)
 	}
-	if err := r.Unfence(ctx, 2, []any{&RPhoto{}}); err != nil {
+	if err := reshard.Unfence(ctx, r, 2, []any{&RPhoto{}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.ForKey(2).Create(&RPhoto{UserID: 2}).Error; err != nil {
@@ -359,7 +360,7 @@ func TestMoveToATargetThatIsDown(t *testing.T) {
 		}
 	}
 	pg.Stop()
-	if _, err := r.MoveShard(ctx, nil, 1, "dst", shardid.MoveOptions{Models: []any{&RPhoto{}}}); err == nil {
+	if _, err := reshard.MoveShard(ctx, r, nil, 1, "dst", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err == nil {
 		t.Fatal("a move to a stopped database succeeded")
 	}
 	if r.DatabaseName(1) != "src" {
@@ -369,9 +370,9 @@ func TestMoveToATargetThatIsDown(t *testing.T) {
 		t.Errorf("the source after the failed move: %v", err)
 	}
 	pg.Start()
-	var res shardid.MoveResult
+	var res reshard.MoveResult
 	for try := 0; try < 5; try++ { // the pool may hold connections the restart broke
-		if res, err = r.MoveShard(ctx, nil, 1, "dst", shardid.MoveOptions{Models: []any{&RPhoto{}}}); err == nil {
+		if res, err = reshard.MoveShard(ctx, r, nil, 1, "dst", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err == nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -396,7 +397,7 @@ func TestMoveInterruptedMidCopy(t *testing.T) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err := r.MoveShard(ctx, c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
+	_, err := reshard.MoveShard(ctx, r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
 		Progress: func(_ string, copied int64) {
 			if copied >= 1000 {
 				cancel() // killed mid-copy
@@ -414,7 +415,7 @@ func TestMoveInterruptedMidCopy(t *testing.T) {
 	if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil {
 		t.Errorf("the source after the interrupted move: %v", err)
 	}
-	res, err := r.MoveShard(context.Background(), c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 500})
+	res, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 500})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +445,7 @@ func TestMoveFailingAfterTheFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := 0
-	_, err := r.MoveShard(context.Background(), c, 2, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 10,
+	_, err := reshard.MoveShard(context.Background(), r, c, 2, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 10,
 		Progress: func(string, int64) {
 			calls++
 			if calls == 3 { // first copy, rows 21-30: row 1 is behind it
@@ -524,7 +525,7 @@ func TestMoveShardMariaDB(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	// By table name: the definition comes from SHOW CREATE TABLE on the source.
-	res, err := r.MoveShard(ctx, nil, 1, "my2", shardid.MoveOptions{Tables: []string{"r_photos"}, Batch: 100})
+	res, err := reshard.MoveShard(ctx, r, nil, 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 100})
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	wg.Wait()
@@ -546,7 +547,7 @@ func TestMoveShardMariaDB(t *testing.T) {
 	if err := src.Exec("INSERT INTO shardid_mm_0001.r_photos (id, user_id) VALUES (1, 1)").Error; err == nil {
 		t.Error("the old copy accepted a write")
 	}
-	if err := r.DropShardCopy(ctx, 1, "my1"); err != nil {
+	if err := reshard.DropShardCopy(ctx, r, 1, "my1"); err != nil {
 		t.Error(err)
 	}
 }
@@ -558,7 +559,7 @@ func TestFollowListens(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r2 := moveRouter(t, p)
-	if err := r2.Follow(ctx, c, time.Hour, func(err error) { t.Error(err) }); err != nil {
+	if err := reshard.Follow(ctx, r2, c, time.Hour, func(err error) { t.Error(err) }); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // let it LISTEN
@@ -583,7 +584,7 @@ func TestFollowListens(t *testing.T) {
 // no deferred clean-up runs) at the stage named by $SHARDID_DIE_AT.
 func helperMover(t *testing.T) {
 	r := moveRouterB(t, movePlugin(t, 3))
-	c := &shardid.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
+	c := &reshard.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
 	m, _, err := c.Load(context.Background(), r)
 	if err != nil {
 		fmt.Println("error", err)
@@ -592,7 +593,7 @@ func helperMover(t *testing.T) {
 	r.SetMap(m)
 	die, stop := os.Getenv("SHARDID_DIE_AT"), os.Getenv("SHARDID_STOP_AT")
 	batches := 0
-	_, err = r.MoveShard(context.Background(), c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
+	_, err = reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
 		FenceFor: 2 * time.Second,
 		Progress: func(string, int64) {
 			if batches++; die == "mid-copy" && batches == 5 {
@@ -608,7 +609,7 @@ func helperMover(t *testing.T) {
 				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 			}
 		}})
-	fmt.Printf("finished lapsed=%v %v\n", errors.Is(err, shardid.ErrFenceLapsed), err)
+	fmt.Printf("finished lapsed=%v %v\n", errors.Is(err, reshard.ErrFenceLapsed), err)
 }
 
 // A move killed at each stage, then aborted or run again: no row lost,
@@ -659,7 +660,7 @@ func TestMoveKilledAtEachStage(t *testing.T) {
 					t.Errorf("killed after the flip, a write to the target: %v", err)
 				}
 				// Nothing to resume: drop the old copy.
-				if err := r.DropShardCopy(ctx, 1, "pg1"); err != nil {
+				if err := reshard.DropShardCopy(ctx, r, 1, "pg1"); err != nil {
 					t.Error(err)
 				}
 				return
@@ -667,17 +668,17 @@ func TestMoveKilledAtEachStage(t *testing.T) {
 			if tc.stage == "sealed" {
 				// The old copy is fenced for good: no abort, the move is
 				// run again to finish.
-				if err := r.Unfence(ctx, 1, []any{&RPhoto{}}); !errors.Is(err, shardid.ErrShardMoved) {
+				if err := reshard.Unfence(ctx, r, 1, []any{&RPhoto{}}); !errors.Is(err, reshard.ErrShardMoved) {
 					t.Fatalf("aborting a move killed after its seal: %v, want ErrShardMoved", err)
 				}
 			} else if tc.fenced { // abort, as shardid move --abort does
-				if err := r.Unfence(ctx, 1, []any{&RPhoto{}}); err != nil {
+				if err := reshard.Unfence(ctx, r, 1, []any{&RPhoto{}}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			var before int64
 			r.ForShard(1).Model(&RPhoto{}).Count(&before)
-			res, err := r.MoveShard(ctx, c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200})
+			res, err := reshard.MoveShard(ctx, r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200})
 			if err != nil {
 				t.Fatalf("the move run again: %v", err)
 			}

@@ -1,4 +1,7 @@
-package shardid
+// Package redislease keeps shardid worker-id leases in Redis: a
+// [shardid.LeaseStore] for [shardid.AcquireLease], in a package of its own so
+// that importing shardid does not compile a Redis client.
+package redislease
 
 import (
 	"context"
@@ -7,9 +10,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/shardid/shardid"
 )
 
-// RedisLeaseStore keeps worker-id leases in Redis: a key per worker id,
+// Store keeps worker-id leases in Redis: a key per worker id,
 // prefix:lease:N, holding its claim's token and owner ("token:owner") with
 // an expiry; prefix:last:N, the last unit its holders may have used; and
 // prefix:token:N, the last token given out for it. Every check-and-set is
@@ -22,14 +26,14 @@ import (
 // second), and do not fail over to an asynchronous replica, which can lack
 // the last claim or the last unit recorded. The scripts touch keys they
 // compute, so use a single Redis, not a cluster.
-type RedisLeaseStore struct {
+type Store struct {
 	Client redis.Cmdable
 	Prefix string // If empty, "shardid".
 }
 
-var _ LeaseStore = (*RedisLeaseStore)(nil)
+var _ shardid.LeaseStore = (*Store)(nil)
 
-func (s *RedisLeaseStore) prefix() string {
+func (s *Store) prefix() string {
 	if s.Prefix == "" {
 		return "shardid"
 	}
@@ -92,23 +96,23 @@ redis.call('SET', KEYS[2], ARGV[2])
 return 1
 `)
 
-func (s *RedisLeaseStore) keys(worker int) []string {
+func (s *Store) keys(worker int) []string {
 	w := strconv.Itoa(worker)
 	return []string{s.prefix() + ":lease:" + w, s.prefix() + ":last:" + w}
 }
 
-// Claim implements LeaseStore.
-func (s *RedisLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (Claim, error) {
+// Claim implements [shardid.LeaseStore].
+func (s *Store) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (shardid.Claim, error) {
 	if workers < 1 {
-		return Claim{}, withDetail(ErrWorkerRange, "no worker ids to claim from")
+		return shardid.Claim{}, fmt.Errorf("%w: no worker ids to claim from", shardid.ErrWorkerRange)
 	}
 	v, err := claimScript.Run(ctx, s.Client, nil, s.prefix(), workers, prefer, owner, max(ttl.Milliseconds(), 1)).Result()
 	if err != nil {
-		return Claim{}, err
+		return shardid.Claim{}, err
 	}
 	r, ok := v.([]any)
 	if !ok {
-		return Claim{}, ErrNoFreeWorker
+		return shardid.Claim{}, shardid.ErrNoFreeWorker
 	}
 	if len(r) == 3 {
 		w, ok1 := r[0].(int64)
@@ -116,32 +120,32 @@ func (s *RedisLeaseStore) Claim(ctx context.Context, workers, prefer int, owner 
 		ts, ok3 := r[2].(string)
 		token, err := strconv.ParseInt(ts, 10, 64)
 		if ok1 && ok2 && ok3 && err == nil {
-			return Claim{Worker: int(w), Last: last, Token: token}, nil
+			return shardid.Claim{Worker: int(w), Last: last, Token: token}, nil
 		}
 	}
-	return Claim{}, fmt.Errorf("shardid: unexpected reply to a lease claim from Redis: %v", v)
+	return shardid.Claim{}, fmt.Errorf("shardid: unexpected reply to a lease claim from Redis: %v", v)
 }
 
-// Renew implements LeaseStore.
-func (s *RedisLeaseStore) Renew(ctx context.Context, c Claim, ttl time.Duration, promise int64) error {
+// Renew implements [shardid.LeaseStore].
+func (s *Store) Renew(ctx context.Context, c shardid.Claim, ttl time.Duration, promise int64) error {
 	n, err := renewScript.Run(ctx, s.Client, s.keys(c.Worker), c.Token, max(ttl.Milliseconds(), 1), promise).Int()
 	if err != nil {
 		return err
 	}
 	if n != 1 {
-		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is no longer held with token %d", c.Worker, c.Token))
+		return fmt.Errorf("%w: worker %d is no longer held with token %d", shardid.ErrLeaseLost, c.Worker, c.Token)
 	}
 	return nil
 }
 
-// Release implements LeaseStore.
-func (s *RedisLeaseStore) Release(ctx context.Context, c Claim, last int64) error {
+// Release implements [shardid.LeaseStore].
+func (s *Store) Release(ctx context.Context, c shardid.Claim, last int64) error {
 	n, err := releaseScript.Run(ctx, s.Client, s.keys(c.Worker), c.Token, last).Int()
 	if err != nil {
 		return err
 	}
 	if n != 1 {
-		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is no longer held with token %d", c.Worker, c.Token))
+		return fmt.Errorf("%w: worker %d is no longer held with token %d", shardid.ErrLeaseLost, c.Worker, c.Token)
 	}
 	return nil
 }

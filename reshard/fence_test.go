@@ -1,4 +1,4 @@
-package shardid_test
+package reshard_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/gorm"
 )
 
@@ -47,7 +48,7 @@ func TestFenceChangeLeavesNoGap(t *testing.T) {
 			r := fenceRouter(t, kind, "shardid_fg")
 			ctx := context.Background()
 			db, models := r.Databases()[0], []any{&RPhoto{}}
-			if err := r.Fence(ctx, 1, models, time.Minute); err != nil {
+			if err := reshard.Fence(ctx, r, 1, models, time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			var through, refused atomic.Int64
@@ -73,10 +74,10 @@ func TestFenceChangeLeavesNoGap(t *testing.T) {
 				}()
 			}
 			for range 15 {
-				if err := r.Fence(ctx, 1, models, 0); err != nil {
+				if err := reshard.Fence(ctx, r, 1, models, 0); err != nil {
 					t.Error(err)
 				}
-				if err := r.Fence(ctx, 1, models, time.Minute); err != nil {
+				if err := reshard.Fence(ctx, r, 1, models, time.Minute); err != nil {
 					t.Error(err)
 				}
 			}
@@ -86,7 +87,7 @@ func TestFenceChangeLeavesNoGap(t *testing.T) {
 			if through.Load() != 0 || refused.Load() == 0 {
 				t.Errorf("%d writes got through a fence being changed (%d refused)", through.Load(), refused.Load())
 			}
-			if err := r.Unfence(ctx, 1, models); err != nil {
+			if err := reshard.Unfence(ctx, r, 1, models); err != nil {
 				t.Fatal(err)
 			}
 			if err := db.Exec(fmt.Sprintf("INSERT INTO %s.r_photos (id, user_id) VALUES (99999999999, 1)", r.Schema(1))).Error; err != nil {
@@ -106,9 +107,9 @@ func TestFenceIgnoresTheMoversClock(t *testing.T) {
 			models := []any{&RPhoto{}}
 			write := func() error { return r.ForKey(1).Create(&RPhoto{UserID: 1}).Error }
 			for _, skew := range []time.Duration{-time.Hour, time.Hour} {
-				restore := shardid.SetMoverClock(func() time.Time { return time.Now().Add(skew) })
+				restore := reshard.SetMoverClock(func() time.Time { return time.Now().Add(skew) })
 				start := time.Now()
-				err := r.Fence(ctx, 1, models, 2*time.Second)
+				err := reshard.Fence(ctx, r, 1, models, 2*time.Second)
 				restore()
 				if err != nil {
 					t.Fatal(err)

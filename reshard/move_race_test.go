@@ -1,4 +1,4 @@
-package shardid_test
+package reshard_test
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -35,7 +36,7 @@ func seedShard(t *testing.T, r *shardid.Router, shard, n int) []RPhoto {
 
 // loaded sets r's map from the catalog, as an operator's process would at
 // its start, and returns r.
-func loaded(t *testing.T, r *shardid.Router, c *shardid.Catalog) *shardid.Router {
+func loaded(t *testing.T, r *shardid.Router, c *reshard.Catalog) *shardid.Router {
 	t.Helper()
 	m, _, err := c.Load(context.Background(), r)
 	if err != nil {
@@ -68,7 +69,7 @@ func meet(t *testing.T, n int) func() {
 
 // moveAtOnce moves shards[i] with routers[i], all at once: every mover
 // waits for the others after its verification, so the flips overlap.
-func moveAtOnce(t *testing.T, c *shardid.Catalog, routers []*shardid.Router, shards []int, target string, opts shardid.MoveOptions) {
+func moveAtOnce(t *testing.T, c *reshard.Catalog, routers []*shardid.Router, shards []int, target string, opts reshard.MoveOptions) {
 	t.Helper()
 	wait := meet(t, len(shards))
 	errs := make([]error, len(shards))
@@ -83,7 +84,7 @@ func moveAtOnce(t *testing.T, c *shardid.Catalog, routers []*shardid.Router, sha
 					wait()
 				}
 			}
-			_, errs[i] = routers[i].MoveShard(context.Background(), c, shards[i], target, o)
+			_, errs[i] = reshard.MoveShard(context.Background(), routers[i], c, shards[i], target, o)
 		}()
 	}
 	wg.Wait()
@@ -100,7 +101,7 @@ func moveAtOnce(t *testing.T, c *shardid.Catalog, routers []*shardid.Router, sha
 // checkMovedAtOnce checks that the catalog maps every shard in shards to
 // target, that every seeded row reads back through a router fresh from the
 // catalog, and that every old copy refuses writes.
-func checkMovedAtOnce(t *testing.T, c *shardid.Catalog, fresh *shardid.Router, old *gorm.DB, shards []int, target string, seeded []RPhoto) {
+func checkMovedAtOnce(t *testing.T, c *reshard.Catalog, fresh *shardid.Router, old *gorm.DB, shards []int, target string, seeded []RPhoto) {
 	t.Helper()
 	ctx := context.Background()
 	m, _, err := c.Load(ctx, fresh)
@@ -136,7 +137,7 @@ func TestMoveTwoShardsAtOnce(t *testing.T) {
 	for s := range 4 {
 		seeded = append(seeded, seedShard(t, r, s, 60)...)
 	}
-	opts := shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 30 * time.Second}
+	opts := reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 30 * time.Second}
 	ra, rb := loaded(t, moveRouter(t, p), c), loaded(t, moveRouter(t, p), c)
 	moveAtOnce(t, c, []*shardid.Router{ra, rb}, []int{1, 2}, "pg2", opts)
 	moveAtOnce(t, c, []*shardid.Router{r, r}, []int{0, 3}, "pg2", opts)
@@ -150,7 +151,7 @@ func TestMoveTwoShardsAtOnce(t *testing.T) {
 // routers of 4 logical shards (a database each, all on my1 at first), and a
 // catalog on my1 holding that map. newRouter builds another router, as
 // another operator's process would.
-func mariaMoveSetup(t *testing.T, prefix string) (newRouter func() *shardid.Router, c *shardid.Catalog) {
+func mariaMoveSetup(t *testing.T, prefix string) (newRouter func() *shardid.Router, c *reshard.Catalog) {
 	t.Helper()
 	src := openMySQL(t)
 	for s := range 4 {
@@ -163,8 +164,10 @@ func mariaMoveSetup(t *testing.T, prefix string) (newRouter func() *shardid.Rout
 		t.Fatal(err)
 	}
 	closeAtEnd(t, dst)
+	// One plugin for the routers over these *gorm.DB: a database takes
+	// one shardid plugin (ErrPluginConflict).
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
 	newRouter = func() *shardid.Router {
-		p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
 		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
 			LogicalShards: 4, SchemaPattern: prefix + "_%04d", Plugin: p, Map: []int{0, 0, 0, 0}})
 		if err != nil {
@@ -176,7 +179,7 @@ func mariaMoveSetup(t *testing.T, prefix string) (newRouter func() *shardid.Rout
 	if err := r.Migrate(context.Background(), &RPhoto{}); err != nil {
 		t.Fatal(err)
 	}
-	c = &shardid.Catalog{DB: src, Table: prefix + "_catalog"}
+	c = &reshard.Catalog{DB: src, Table: prefix + "_catalog"}
 	if _, err := c.Save(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +193,7 @@ func TestMoveTwoShardsAtOnceMariaDB(t *testing.T) {
 	seeded := append(seedShard(t, r, 1, 60), seedShard(t, r, 2, 60)...)
 	ra, rb := loaded(t, newRouter(), c), loaded(t, newRouter(), c)
 	moveAtOnce(t, c, []*shardid.Router{ra, rb}, []int{1, 2}, "my2",
-		shardid.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 30 * time.Second})
+		reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 30 * time.Second})
 	checkMovedAtOnce(t, c, newRouter(), r.Databases()[0], []int{1, 2}, "my2", seeded)
 }
 
@@ -203,7 +206,7 @@ func TestMoveSameShardAtOnce(t *testing.T) {
 	ctx := context.Background()
 	seeded := seedShard(t, r, 1, 80)
 	models := []any{&RPhoto{}}
-	opts := shardid.MoveOptions{Models: models, Batch: 50, FenceFor: 30 * time.Second}
+	opts := reshard.MoveOptions{Models: models, Batch: 50, FenceFor: 30 * time.Second}
 	rb := loaded(t, moveRouter(t, p), c)
 
 	for _, at := range []string{"copied", "verified"} {
@@ -212,16 +215,16 @@ func TestMoveSameShardAtOnce(t *testing.T) {
 			if at == "verified" { // the shard goes back to pg1, where its old copy is
 				loaded(t, r, c)
 				loaded(t, rb, c)
-				if _, err := r.MoveShard(ctx, c, 1, "pg1", opts); !errors.Is(err, shardid.ErrShardMoved) {
+				if _, err := reshard.MoveShard(ctx, r, c, 1, "pg1", opts); !errors.Is(err, reshard.ErrShardMoved) {
 					t.Errorf("a move onto the shard's old copy: %v, want ErrShardMoved", err)
 				}
-				if err := r.DropShardCopy(ctx, 1, "pg1"); err != nil {
+				if err := reshard.DropShardCopy(ctx, r, 1, "pg1"); err != nil {
 					t.Fatal(err)
 				}
 			}
 			from, to := r.DatabaseName(1), map[string]string{"pg1": "pg2", "pg2": "pg1"}[r.DatabaseName(1)]
 			reached, resume := make(chan struct{}), make(chan struct{})
-			var res shardid.MoveResult
+			var res reshard.MoveResult
 			var err error
 			done := make(chan struct{})
 			go func() {
@@ -233,20 +236,20 @@ func TestMoveSameShardAtOnce(t *testing.T) {
 						<-resume
 					}
 				}
-				res, err = r.MoveShard(ctx, c, 1, to, o)
+				res, err = reshard.MoveShard(ctx, r, c, 1, to, o)
 			}()
 			select {
 			case <-reached:
 			case <-done:
 				t.Fatalf("the first move ended before %s: %v", at, err)
 			}
-			if _, err := rb.MoveShard(ctx, c, 1, to, opts); !errors.Is(err, shardid.ErrMoveInProgress) {
+			if _, err := reshard.MoveShard(ctx, rb, c, 1, to, opts); !errors.Is(err, reshard.ErrMoveInProgress) {
 				t.Errorf("a second move of the shard at once: %v, want ErrMoveInProgress", err)
 			}
-			if err := rb.Unfence(ctx, 1, models); !errors.Is(err, shardid.ErrMoveInProgress) {
+			if err := reshard.Unfence(ctx, rb, 1, models); !errors.Is(err, reshard.ErrMoveInProgress) {
 				t.Errorf("an abort during the move: %v, want ErrMoveInProgress", err)
 			}
-			if err := rb.Fence(ctx, 1, models, time.Second); !errors.Is(err, shardid.ErrMoveInProgress) {
+			if err := reshard.Fence(ctx, rb, 1, models, time.Second); !errors.Is(err, reshard.ErrMoveInProgress) {
 				t.Errorf("a fence during the move: %v, want ErrMoveInProgress", err)
 			}
 			close(resume)
@@ -257,13 +260,13 @@ func TestMoveSameShardAtOnce(t *testing.T) {
 			t.Logf("moved %+v", res)
 			// rb still maps shard 1 to from: it is refused, and cannot lift
 			// or replace the old copy's fence.
-			if _, err := rb.MoveShard(ctx, c, 1, to, opts); !errors.Is(err, shardid.ErrCatalogConflict) {
+			if _, err := reshard.MoveShard(ctx, rb, c, 1, to, opts); !errors.Is(err, reshard.ErrCatalogConflict) {
 				t.Errorf("a move by an operator on the old map: %v, want ErrCatalogConflict", err)
 			}
-			if err := rb.Unfence(ctx, 1, models); !errors.Is(err, shardid.ErrShardMoved) {
+			if err := reshard.Unfence(ctx, rb, 1, models); !errors.Is(err, reshard.ErrShardMoved) {
 				t.Errorf("an abort by an operator on the old map: %v, want ErrShardMoved", err)
 			}
-			if err := rb.Fence(ctx, 1, models, time.Millisecond); !errors.Is(err, shardid.ErrShardMoved) {
+			if err := reshard.Fence(ctx, rb, 1, models, time.Millisecond); !errors.Is(err, reshard.ErrShardMoved) {
 				t.Errorf("a short fence on the old copy: %v, want ErrShardMoved", err)
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -337,7 +340,7 @@ func TestMoveFenceLapsesWhileMoverStopped(t *testing.T) {
 	if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil {
 		t.Errorf("the source after the lapsed move: %v", err)
 	}
-	if _, err := r.MoveShard(ctx, c, 1, "pg2", shardid.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200}); err != nil {
+	if _, err := reshard.MoveShard(ctx, r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 200}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Get(ctx, &got, late.ID); err != nil || r.DatabaseName(1) != "pg2" {
@@ -354,7 +357,7 @@ func TestMoveFenceLapsesMariaDB(t *testing.T) {
 	seedShard(t, r, 1, 100)
 	other := loaded(t, newRouter(), c)
 	var late RPhoto
-	_, err := r.MoveShard(context.Background(), c, 1, "my2", shardid.MoveOptions{Tables: []string{"r_photos"}, FenceFor: time.Second,
+	_, err := reshard.MoveShard(context.Background(), r, c, 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, FenceFor: time.Second,
 		OnStage: func(s string) {
 			if s != "verified" {
 				return
@@ -365,7 +368,7 @@ func TestMoveFenceLapsesMariaDB(t *testing.T) {
 				t.Errorf("a write once the fence ran out: %v", err)
 			}
 		}})
-	if !errors.Is(err, shardid.ErrFenceLapsed) {
+	if !errors.Is(err, reshard.ErrFenceLapsed) {
 		t.Fatalf("a move paused past its fence: %v, want ErrFenceLapsed", err)
 	}
 	if r.DatabaseName(1) != "my1" || loaded(t, newRouter(), c).DatabaseName(1) != "my1" {
@@ -404,14 +407,14 @@ func TestMoveSourceDownBeforeTheSeal(t *testing.T) {
 	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
 		t.Fatal(err)
 	}
-	c := &shardid.Catalog{DB: main, Table: "shardid_msd_catalog"} // the catalog stays up
+	c := &reshard.Catalog{DB: main, Table: "shardid_msd_catalog"} // the catalog stays up
 	if _, err := c.Save(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	seedShard(t, r, 1, 40)
 	const fenceFor = 4 * time.Second
 	var downAt time.Time
-	_, err = r.MoveShard(ctx, c, 1, "dst", shardid.MoveOptions{Models: []any{&RPhoto{}}, FenceFor: fenceFor,
+	_, err = reshard.MoveShard(ctx, r, c, 1, "dst", reshard.MoveOptions{Models: []any{&RPhoto{}}, FenceFor: fenceFor,
 		OnStage: func(s string) {
 			if s == "verified" {
 				downAt = time.Now()
@@ -445,5 +448,19 @@ func TestMoveSourceDownBeforeTheSeal(t *testing.T) {
 		if werr != nil {
 			t.Errorf("the catalog names the source, which refuses writes: %v", werr)
 		}
+	}
+}
+
+// A move with a catalog that holds no map is refused before it changes
+// anything: it could fence the source for good and then not flip.
+func TestMoveWithAnEmptyCatalog(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	r.Databases()[0].Exec("DROP TABLE IF EXISTS shardid_mv_catalog, shardid_mv_catalog_version")
+	_, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}})
+	if !errors.Is(err, reshard.ErrInvalidCatalog) {
+		t.Errorf("a move with an empty catalog: %v, want ErrInvalidCatalog", err)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil || r.DatabaseName(1) != "pg1" {
+		t.Errorf("after the refused move: shard 1 on %s, a write: %v", r.DatabaseName(1), err)
 	}
 }

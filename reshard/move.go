@@ -1,31 +1,23 @@
-package shardid
+package reshard
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/sqlddl"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
-// ErrShardMoving is returned by writes to a logical shard whose tables are
-// fenced for a move. It is retryable: once routers follow the new map, the
-// write goes to the shard's new database.
-var ErrShardMoving = errors.New("shardid: shard is moving; retry")
-
 // timeNow is the mover's clock, a seam for tests. It only measures
 // MoveResult.Fenced: fences are judged by the database's clock.
 var timeNow = time.Now
-
-// fenceMessage is what the fence trigger raises; callbacks turn it into
-// ErrShardMoving.
-const fenceMessage = "shardid: shard is fenced for a move"
 
 // MoveOptions configures MoveShard.
 type MoveOptions struct {
@@ -107,22 +99,23 @@ type TableCheck struct {
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
-func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target string, opts MoveOptions) (MoveResult, error) {
+func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, target string, opts MoveOptions) (MoveResult, error) {
 	res := MoveResult{Shard: shard, To: target}
-	if err := r.checkMove(shard); err != nil {
+	if err := checkMove(r, shard); err != nil {
 		return res, err
 	}
-	to := slices.Index(r.names, target)
-	from := r.table.Load().dbOf[shard]
-	res.From = r.names[from]
+	names, dbs := r.Names(), r.Databases()
+	to := slices.Index(names, target)
+	from := dbOf(r, shard)
+	res.From = names[from]
 	if to < 0 || to == from {
-		return res, withDetail(ErrInvalidConfig, fmt.Sprintf("move shard %d from %s to %q: not another database of the router", shard, res.From, target))
+		return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("move shard %d from %s to %q: not another database of the router", shard, res.From, target))
 	}
-	if d1, d2 := r.dbs[from].Dialector.Name(), r.dbs[to].Dialector.Name(); d1 != d2 || (d1 != "postgres" && d1 != "mysql") {
-		return res, withDetail(ErrInvalidConfig, "moving shards needs PostgreSQL or MySQL/MariaDB on both sides, not "+d1+" and "+d2)
+	if d1, d2 := dbs[from].Dialector.Name(), dbs[to].Dialector.Name(); d1 != d2 || (d1 != "postgres" && d1 != "mysql") {
+		return res, withDetail(shardid.ErrInvalidConfig, "moving shards needs PostgreSQL or MySQL/MariaDB on both sides, not "+d1+" and "+d2)
 	}
 	if len(opts.Models) == 0 && len(opts.Tables) == 0 {
-		return res, withDetail(ErrInvalidConfig, "MoveOptions has neither Models nor Tables")
+		return res, withDetail(shardid.ErrInvalidConfig, "MoveOptions has neither Models nor Tables")
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = 1000
@@ -130,7 +123,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	if opts.FenceFor <= 0 {
 		opts.FenceFor = time.Minute
 	}
-	src, dst, schema := r.dbs[from], r.dbs[to], r.schemas[shard]
+	src, dst, schema := dbs[from], dbs[to], r.Schema(shard)
 	// defs are the shard's tables as models, or as names (validated by
 	// tableNames) when there are no models.
 	defs := opts.Models
@@ -154,7 +147,10 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 		if err != nil {
 			return res, err
 		}
-		if name != "" && name != res.From {
+		if name == "" {
+			return res, withDetail(ErrInvalidCatalog, "the catalog holds no map: save one first (Catalog.Save)")
+		}
+		if name != res.From {
 			return res, &catalogConflict{fmt.Sprintf("the catalog maps shard %d to %s, this router to %s: load the catalog's map first", shard, name, res.From)}
 		}
 	}
@@ -171,7 +167,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 
 	// 1. The schema and tables on the target.
 	if len(opts.Models) > 0 {
-		err = migrateShard(ctx, dst, schema, opts.Models)
+		err = shardid.MigrateSchema(ctx, dst, schema, opts.Models...)
 	} else {
 		err = copyDefinitions(ctx, src, dst, schema, tables)
 	}
@@ -246,7 +242,7 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 				"but the catalog was not flipped (run the move again to finish it): %w", shard, target, res.From, err)
 		}
 	}
-	if err := r.swapShard(shard, from, to); err != nil {
+	if _, err := r.SwapShard(shard, from, to); err != nil {
 		return res, err
 	}
 	res.Fenced = timeNow().Sub(fenced)
@@ -254,35 +250,21 @@ func (r *Router) MoveShard(ctx context.Context, c *Catalog, shard int, target st
 	return res, nil
 }
 
-// swapShard points shard at database to in r's map if it is still at from;
-// unlike Map and SetMap, it cannot undo a change made meanwhile (a move of
-// another shard, or Follow loading the catalog).
-func (r *Router) swapShard(shard, from, to int) error {
-	for {
-		old := r.table.Load()
-		if old.dbOf[shard] != from {
-			return nil // someone else put it there already (Follow), or moved it on
-		}
-		m := append([]int(nil), old.dbOf...)
-		m[shard] = to
-		nt, err := r.newRouteTable(m)
-		if err != nil {
-			return err
-		}
-		if r.table.CompareAndSwap(old, nt) {
-			return nil
-		}
+// checkMove checks that r can move shard: it has a schema per shard, and
+// shard is one of its shards.
+func checkMove(r *shardid.Router, shard int) error {
+	if r.Schema(0) == "" {
+		return withDetail(shardid.ErrInvalidConfig, "moving shards needs a SchemaPattern: a schema per logical shard")
 	}
-}
-
-func (r *Router) checkMove(shard int) error {
-	if r.schemas == nil {
-		return withDetail(ErrInvalidConfig, "moving shards needs a SchemaPattern: a schema per logical shard")
-	}
-	if shard < 0 || shard >= r.shards {
-		return withDetail(ErrShardRange, rangeDetail(shard, r.shards))
+	if shard < 0 || shard >= r.LogicalShards() {
+		return withDetail(shardid.ErrShardRange, fmt.Sprintf("%d is not in [0, %d)", shard, r.LogicalShards()))
 	}
 	return nil
+}
+
+// dbOf returns the index of the database that holds shard in r's map now.
+func dbOf(r *shardid.Router, shard int) int {
+	return slices.Index(r.Names(), r.DatabaseName(shard))
 }
 
 // Fence makes the tables of shard, on the database that holds it now, refuse
@@ -290,14 +272,14 @@ func (r *Router) checkMove(shard int) error {
 // that database's clock. Changing a fence (from d to for good, say) leaves
 // no moment without one. It returns ErrMoveInProgress while a move of the
 // shard runs, and ErrShardMoved for the old copy of a shard that moved.
-func (r *Router) Fence(ctx context.Context, shard int, models []any, d time.Duration) error {
-	if err := r.checkMove(shard); err != nil {
+func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d time.Duration) error {
+	if err := checkMove(r, shard); err != nil {
 		return err
 	}
 	if d < 0 {
-		return withDetail(ErrInvalidConfig, "a fence for "+d.String())
+		return withDetail(shardid.ErrInvalidConfig, "a fence for "+d.String())
 	}
-	db, schema := r.dbs[r.table.Load().dbOf[shard]], r.schemas[shard]
+	db, schema := r.Databases()[dbOf(r, shard)], r.Schema(shard)
 	tables, err := tableNames(db, models)
 	if err != nil {
 		return err
@@ -311,7 +293,7 @@ func (r *Router) Fence(ctx context.Context, shard int, models []any, d time.Dura
 		return err
 	}
 	if _, err = setFence(ctx, db, schema, tables, d, false); err != nil {
-		return fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, r.names[r.table.Load().dbOf[shard]], err)
+		return fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, r.DatabaseName(shard), err)
 	}
 	return nil
 }
@@ -321,11 +303,11 @@ func (r *Router) Fence(ctx context.Context, shard int, models []any, d time.Dura
 // ErrMoveInProgress while a move of the shard runs (stop the mover first),
 // and ErrShardMoved for the old copy of a shard that a move fenced for good,
 // which must stay so (run that move again to finish it).
-func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
-	if err := r.checkMove(shard); err != nil {
+func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) error {
+	if err := checkMove(r, shard); err != nil {
 		return err
 	}
-	db, schema := r.dbs[r.table.Load().dbOf[shard]], r.schemas[shard]
+	db, schema := r.Databases()[dbOf(r, shard)], r.Schema(shard)
 	tables, err := tableNames(db, models)
 	if err != nil {
 		return err
@@ -343,26 +325,19 @@ func (r *Router) Unfence(ctx context.Context, shard int, models []any) error {
 
 // DropShardCopy drops the copy of shard left on the database named from by
 // a move. It refuses while the map still points there.
-func (r *Router) DropShardCopy(ctx context.Context, shard int, from string) error {
-	if err := r.checkMove(shard); err != nil {
+func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from string) error {
+	if err := checkMove(r, shard); err != nil {
 		return err
 	}
-	d := slices.Index(r.names, from)
-	if d < 0 || r.table.Load().dbOf[shard] == d {
-		return withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d lives on %q: its copy there is not a leftover", shard, from))
+	d := slices.Index(r.Names(), from)
+	if d < 0 || dbOf(r, shard) == d {
+		return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("shard %d lives on %q: its copy there is not a leftover", shard, from))
 	}
-	if r.dbs[d].Dialector.Name() == "mysql" {
-		return r.dbs[d].WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + r.schemas[shard] + "`").Error
+	db := r.Databases()[d]
+	if db.Dialector.Name() == "mysql" {
+		return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + r.Schema(shard) + "`").Error
 	}
-	return r.dbs[d].WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + r.schemas[shard] + `" CASCADE`).Error
-}
-
-// markMoving turns the fence's error into ErrShardMoving. It is registered
-// after GORM's create, update and delete callbacks.
-func markMoving(db *gorm.DB) {
-	if db.Error != nil && !errors.Is(db.Error, ErrShardMoving) && strings.Contains(db.Error.Error(), fenceMessage) {
-		db.Error = errors.Join(ErrShardMoving, db.Error)
-	}
+	return db.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + r.Schema(shard) + `" CASCADE`).Error
 }
 
 // tableNames returns the table names of models, validated. A model may be
@@ -371,8 +346,8 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 	var names []string
 	for _, m := range models {
 		if name, ok := m.(string); ok {
-			if !schemaName.MatchString(name) {
-				return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", name, schemaName))
+			if !sqlddl.Name.MatchString(name) {
+				return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", name, sqlddl.Name))
 			}
 			names = append(names, name)
 			continue
@@ -381,8 +356,8 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 		if err := stmt.Parse(m); err != nil {
 			return nil, err
 		}
-		if !schemaName.MatchString(stmt.Schema.Table) {
-			return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", stmt.Schema.Table, schemaName))
+		if !sqlddl.Name.MatchString(stmt.Schema.Table) {
+			return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", stmt.Schema.Table, sqlddl.Name))
 		}
 		names = append(names, stmt.Schema.Table)
 	}

@@ -1,4 +1,4 @@
-package shardid_test
+package reshard_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/gorm"
 )
 
@@ -32,7 +33,7 @@ func TestCatalogSaveIf(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			db := segmentDB(t, kind)
 			db.Exec("DROP TABLE IF EXISTS shardid_cas_catalog, shardid_cas_catalog_version, shardid_cas_catalog_setup")
-			c := &shardid.Catalog{DB: db, Table: "shardid_cas_catalog"}
+			c := &reshard.Catalog{DB: db, Table: "shardid_cas_catalog"}
 			ctx := context.Background()
 			race := func(expected int64) (won []int, version int64) {
 				var mu sync.Mutex
@@ -49,7 +50,7 @@ func TestCatalogSaveIf(t *testing.T) {
 						switch {
 						case err == nil:
 							won, version = append(won, i), v
-						case !errors.Is(err, shardid.ErrCatalogConflict):
+						case !errors.Is(err, reshard.ErrCatalogConflict):
 							t.Errorf("a save that lost the race: %v, want ErrCatalogConflict", err)
 						}
 					}()
@@ -69,10 +70,10 @@ func TestCatalogSaveIf(t *testing.T) {
 				}
 			}
 			r := catalogRouter(t, 4)
-			if _, err := c.SaveIf(ctx, r, 1); !errors.Is(err, shardid.ErrCatalogConflict) {
+			if _, err := c.SaveIf(ctx, r, 1); !errors.Is(err, reshard.ErrCatalogConflict) {
 				t.Errorf("a save over an old version: %v, want ErrCatalogConflict", err)
 			}
-			if _, err := c.SaveIf(ctx, r, -1); !errors.Is(err, shardid.ErrInvalidCatalog) {
+			if _, err := c.SaveIf(ctx, r, -1); !errors.Is(err, reshard.ErrInvalidCatalog) {
 				t.Errorf("a save over version -1: %v, want ErrInvalidCatalog", err)
 			}
 			if v, _ := c.Version(ctx); v != 3 {
@@ -84,14 +85,14 @@ func TestCatalogSaveIf(t *testing.T) {
 				return r
 			}()} {
 				_, _, err := c.Load(ctx, other)
-				if !errors.Is(err, shardid.ErrInvalidCatalog) || !errors.Is(err, shardid.ErrInvalidConfig) || strings.Contains(fmt.Sprint(err), "plugin") {
+				if !errors.Is(err, reshard.ErrInvalidCatalog) || !errors.Is(err, shardid.ErrInvalidConfig) || strings.Contains(fmt.Sprint(err), "plugin") {
 					t.Errorf("loading a catalog that does not fit: %v, want ErrInvalidCatalog in its own words", err)
 				}
 			}
-			if _, err := c.LoadSetup(ctx); !errors.Is(err, shardid.ErrInvalidCatalog) {
+			if _, err := c.LoadSetup(ctx); !errors.Is(err, reshard.ErrInvalidCatalog) {
 				t.Errorf("a catalog without a setup: %v, want ErrInvalidCatalog", err)
 			}
-			if _, err := (&shardid.Catalog{DB: db, Table: "bad name"}).Version(ctx); !errors.Is(err, shardid.ErrInvalidCatalog) {
+			if _, err := (&reshard.Catalog{DB: db, Table: "bad name"}).Version(ctx); !errors.Is(err, reshard.ErrInvalidCatalog) {
 				t.Errorf("a bad table name: %v, want ErrInvalidCatalog", err)
 			}
 		})

@@ -1,4 +1,4 @@
-package shardid
+package reshard
 
 import "time"
 

@@ -1,4 +1,4 @@
-package shardid
+package reshard
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardid/shardid"
 	"gorm.io/gorm"
 )
 
@@ -42,7 +43,7 @@ BEGIN
 		RAISE EXCEPTION '%[3]s' USING ERRCODE = '55000';
 	END IF;
 	RETURN NULL;
-END $$`, schema, fenceTable, fenceMessage)
+END $$`, schema, fenceTable, shardid.FenceMessage)
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		stmts := []string{
 			"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
@@ -112,7 +113,7 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 				"DECLARE u DATETIME(6); "+
 				"SELECT fenced_until INTO u FROM `%[1]s`.`%[5]s` WHERE id = 1 LOCK IN SHARE MODE; "+
 				"IF u > UTC_TIMESTAMP(6) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; END",
-				schema, name, ev.event, t, fenceTable, fenceMessage)
+				schema, name, ev.event, t, fenceTable, shardid.FenceMessage)
 			if err := exec(q); err != nil && !strings.Contains(err.Error(), "already exists") {
 				return err
 			}

@@ -1,0 +1,24 @@
+// Package reshard moves logical shards between the physical databases of a
+// [shardid.Router] while the application keeps writing, and keeps the
+// shard map where every process can read it.
+//
+// # The catalog
+//
+// A [Catalog] is a table in a PostgreSQL or MySQL/MariaDB database that
+// holds the shard map and a version that changes with every change.
+// [Follow] loads it into a router and keeps it current (on PostgreSQL it
+// listens for the catalog's notifications, with pgx). [LoadMapFile] and
+// [WriteMapFile] keep a static map in a JSON file instead.
+//
+// # Moves
+//
+// [MoveShard] copies a shard to another database, fences the old copy
+// (writes to it fail with [shardid.ErrShardMoving]), verifies both sides,
+// fences the old copy for good and flips the map in the catalog and the
+// router. [Fence], [Unfence] and [DropShardCopy] are the manual steps
+// around it.
+//
+// The root package shardid keeps the router and its SetMap; this package
+// brings the database drivers' dependencies (pgx) that the root does not
+// need.
+package reshard

@@ -1,0 +1,76 @@
+package reshard
+
+import (
+	"errors"
+
+	"github.com/shardid/shardid"
+)
+
+// kindError is a sentinel of its own that also matches a broader one with
+// errors.Is, so callers that checked the broader one keep working while the
+// message says what is really wrong.
+type kindError struct {
+	msg    string
+	parent error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.parent }
+
+// These errors can be returned by LoadMapFile and the Catalog.
+var (
+	// ErrInvalidMap is returned when a shard map file is not valid: not JSON
+	// of the expected form, an unknown database name, a bad range, or a shard
+	// named twice or not at all. errors.Is(err, shardid.ErrInvalidConfig)
+	// also holds.
+	ErrInvalidMap error = &kindError{"shardid: invalid shard map", shardid.ErrInvalidConfig}
+
+	// ErrInvalidCatalog is returned when the catalog's content does not fit
+	// the router reading it (another number of shards, a database the router
+	// does not know), or it holds no setup. errors.Is(err,
+	// shardid.ErrInvalidConfig) also holds.
+	ErrInvalidCatalog error = &kindError{"shardid: invalid catalog", shardid.ErrInvalidConfig}
+
+	// ErrCatalogConflict is returned when a conditional change of the
+	// catalog finds it changed since it was read: another version than the
+	// one expected (Catalog.SaveIf), or a shard no longer where the mover
+	// found it. Reload and retry.
+	ErrCatalogConflict = errors.New("shardid: the catalog changed meanwhile")
+)
+
+// These errors can be returned by MoveShard, Fence and Unfence.
+var (
+	// ErrMoveInProgress is returned when another mover (in this process or
+	// another) is moving the same logical shard, or when Unfence is called
+	// while a move of the shard runs.
+	ErrMoveInProgress = errors.New("shardid: a move of this shard is in progress")
+
+	// ErrFenceLapsed is returned by MoveShard when its fence ran out (by the
+	// database's clock) or was lifted or replaced before the move could
+	// fence the old copy for good, as when the mover was paused longer than
+	// MoveOptions.FenceFor: writes may have reached the old copy after the
+	// last copy, so the map is not flipped.
+	ErrFenceLapsed = errors.New("shardid: the move's fence lapsed before the flip")
+
+	// ErrShardMoved is returned by Fence and Unfence when the copy of the
+	// shard they would change was fenced for good by a move (its old copy):
+	// the router's map is out of date, or the move failed after it fenced
+	// the old copy and before the catalog named the new one (run the move
+	// again to finish it).
+	ErrShardMoved = errors.New("shardid: this copy of the shard was moved away and is fenced for good")
+)
+
+// detailError adds context to a sentinel error while keeping errors.Is
+// working: "shardid: invalid catalog: the catalog maps 8 shards, the router
+// has 16".
+type detailError struct {
+	err    error
+	detail string
+}
+
+func (e *detailError) Error() string { return e.err.Error() + ": " + e.detail }
+func (e *detailError) Unwrap() error { return e.err }
+
+func withDetail(err error, detail string) error {
+	return &detailError{err: err, detail: detail}
+}
