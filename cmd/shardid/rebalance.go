@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/gorm"
 )
 
@@ -109,11 +110,11 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if setup.SchemaPattern == "" {
 		return errors.New("the catalog's setup has no schema pattern: moving shards needs a schema (MySQL: a database) per logical shard")
 	}
-	sizes, err := r.Sizes(ctx, shardid.SizeOptions{Tables: setup.Tables, ExactRows: *exact})
+	sizes, err := reshard.Sizes(ctx, r, reshard.SizeOptions{Tables: setup.Tables, ExactRows: *exact})
 	if err != nil {
 		return err
 	}
-	p, err := shardid.PlanRebalance(sizes, r.Map(), shardid.PlanOptions{By: shardid.Measure(*by), MaxMoves: *maxMoves,
+	p, err := reshard.PlanRebalance(sizes, r.Map(), reshard.PlanOptions{By: reshard.Measure(*by), MaxMoves: *maxMoves,
 		Tolerance: *tolerance, Drain: drains, Fill: fills})
 	if err != nil {
 		return err
@@ -137,10 +138,10 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	bar := startProgress(stdout, "moving", total)
 	last := map[string]int64{} // rows copied per table in the current pass
-	res, err := p.Apply(ctx, r, c, shardid.ApplyOptions{
-		Move:       shardid.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor},
+	res, err := p.Apply(ctx, r, c, reshard.ApplyOptions{
+		Move:       reshard.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor},
 		DropCopies: *dropCopies, DropDelay: *dropDelay,
-		Progress: func(ev shardid.ApplyProgress) {
+		Progress: func(ev reshard.ApplyProgress) {
 			mv := ev.Move
 			switch ev.Stage {
 			case "started":
@@ -198,7 +199,7 @@ func nameList(flagName, v string) ([]string, error) {
 
 // printPlan prints the moves of p and the load of every database before and
 // after them.
-func printPlan(w io.Writer, p shardid.Plan, version int64, tolerance float64, exact bool) {
+func printPlan(w io.Writer, p reshard.Plan, version int64, tolerance float64, exact bool) {
 	rows := "rows (estimated)"
 	if exact {
 		rows = "rows"
@@ -243,8 +244,8 @@ func humanBytes(n int64) string {
 // catalogRouter is a router built from a catalog's setup, with its map.
 type catalogRouter struct {
 	r       *shardid.Router
-	c       *shardid.Catalog
-	setup   shardid.CatalogSetup
+	c       *reshard.Catalog
+	setup   reshard.CatalogSetup
 	version int64
 	dbs     []*gorm.DB
 }
@@ -269,7 +270,7 @@ func loadCatalog(ctx context.Context, dsn, table string) (*catalogRouter, error)
 	if err := catalogExists(ctx, catDB, table); err != nil {
 		return fail(err)
 	}
-	cr.c = &shardid.Catalog{DB: catDB, Table: table}
+	cr.c = &reshard.Catalog{DB: catDB, Table: table}
 	if cr.setup, err = cr.c.LoadSetup(ctx); err != nil {
 		return fail(err)
 	}

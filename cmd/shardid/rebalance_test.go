@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -123,15 +124,15 @@ func TestRebalanceCommand(t *testing.T) {
 			}
 		}
 	}
-	c := &shardid.Catalog{DB: db1, Table: "shardid_cmdrb_catalog"}
+	c := &reshard.Catalog{DB: db1, Table: "shardid_cmdrb_catalog"}
 	if _, err := c.Save(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	var cdbs []shardid.CatalogDatabase
+	var cdbs []reshard.CatalogDatabase
 	for i, n := range r.Names() {
-		cdbs = append(cdbs, shardid.CatalogDatabase{Name: n, Dialect: "postgres", DSN: dsns[i]})
+		cdbs = append(cdbs, reshard.CatalogDatabase{Name: n, Dialect: "postgres", DSN: dsns[i]})
 	}
-	if err := c.SaveSetup(ctx, shardid.CatalogSetup{Databases: cdbs, LogicalShards: shards,
+	if err := c.SaveSetup(ctx, reshard.CatalogSetup{Databases: cdbs, LogicalShards: shards,
 		SchemaPattern: "shardid_cmdrb_%04d", Tables: []string{"photos"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package shardid
+package reshard
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/sqlddl"
 	"gorm.io/gorm"
 )
 
@@ -33,9 +35,9 @@ type ShardSize struct {
 	Rows     int64 // an estimate unless SizeOptions.ExactRows
 }
 
-// Sizes is the size of every copy of every logical shard that Sizes found
-// on a router's databases.
-type Sizes struct {
+// ShardSizes is the size of every copy of every logical shard that Sizes
+// found on a router's databases.
+type ShardSizes struct {
 	// Databases are the router's database names, in its order.
 	Databases []string
 
@@ -54,7 +56,7 @@ type Sizes struct {
 
 // Of returns the size of the copy of shard on the database named db, and
 // whether there is one.
-func (s Sizes) Of(shard int, db string) (ShardSize, bool) {
+func (s ShardSizes) Of(shard int, db string) (ShardSize, bool) {
 	i := sort.Search(len(s.Copies), func(i int) bool { return s.Copies[i].Shard >= shard })
 	for ; i < len(s.Copies) && s.Copies[i].Shard == shard; i++ {
 		if s.Copies[i].Database == db {
@@ -75,14 +77,14 @@ func (s Sizes) Of(shard int, db string) (ShardSize, bool) {
 // a second, InnoDB's until its next statistics update); bytes count pages,
 // so a shard's size falls only after VACUUM (or OPTIMIZE TABLE) gives the
 // space back.
-func (r *Router) Sizes(ctx context.Context, opts SizeOptions) (Sizes, error) {
-	res := Sizes{Databases: r.Names(), LogicalShards: r.LogicalShards(), ExactRows: opts.ExactRows}
+func Sizes(ctx context.Context, r *shardid.Router, opts SizeOptions) (ShardSizes, error) {
+	res := ShardSizes{Databases: r.Names(), LogicalShards: r.LogicalShards(), ExactRows: opts.ExactRows}
 	if r.Schema(0) == "" {
-		return res, withDetail(ErrInvalidConfig, "measuring shards needs a SchemaPattern: a schema per logical shard")
+		return res, withDetail(shardid.ErrInvalidConfig, "measuring shards needs a SchemaPattern: a schema per logical shard")
 	}
 	for _, t := range opts.Tables {
-		if !schemaName.MatchString(t) {
-			return res, withDetail(ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", t, schemaName))
+		if !sqlddl.Name.MatchString(t) {
+			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("table name %q: want %s", t, sqlddl.Name))
 		}
 	}
 	shardOf := make(map[string]int, r.LogicalShards())
@@ -94,7 +96,7 @@ func (r *Router) Sizes(ctx context.Context, opts SizeOptions) (Sizes, error) {
 	dbs := r.Databases()
 	for i, db := range dbs {
 		if n := db.Dialector.Name(); n != "postgres" && n != "mysql" {
-			return res, withDetail(ErrInvalidConfig, fmt.Sprintf("database %s is %s: measuring shards needs PostgreSQL or MySQL/MariaDB", res.Databases[i], n))
+			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("database %s is %s: measuring shards needs PostgreSQL or MySQL/MariaDB", res.Databases[i], n))
 		}
 	}
 	found := make([][]ShardSize, len(dbs))

@@ -1,4 +1,4 @@
-package shardid_test
+package reshard_test
 
 import (
 	"errors"
@@ -8,20 +8,21 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 )
 
 // planSizes makes Sizes over names where shard s, on database m[s], has
 // bytes[s] bytes and rows[s] rows.
-func planSizes(names []string, m []int, bytes, rows []int64) shardid.Sizes {
-	sz := shardid.Sizes{Databases: names, LogicalShards: len(m)}
+func planSizes(names []string, m []int, bytes, rows []int64) reshard.ShardSizes {
+	sz := reshard.ShardSizes{Databases: names, LogicalShards: len(m)}
 	for s, d := range m {
-		sz.Copies = append(sz.Copies, shardid.ShardSize{Shard: s, Database: names[d], Tables: 1, Bytes: bytes[s], Rows: rows[s]})
+		sz.Copies = append(sz.Copies, reshard.ShardSize{Shard: s, Database: names[d], Tables: 1, Bytes: bytes[s], Rows: rows[s]})
 	}
 	return sz
 }
 
 // applyPlan replays p on m and returns the loads by bytes and rows.
-func applyPlan(t *testing.T, names []string, m []int, p shardid.Plan) []int {
+func applyPlan(t *testing.T, names []string, m []int, p reshard.Plan) []int {
 	t.Helper()
 	out := slices.Clone(m)
 	seen := map[int]bool{}
@@ -51,14 +52,14 @@ func TestPlanRebalanceGrow(t *testing.T) {
 	}
 	sizes := planSizes(names, m, bytes, rows)
 	keep := slices.Clone(m)
-	p, err := shardid.PlanRebalance(sizes, m, shardid.PlanOptions{})
+	p, err := reshard.PlanRebalance(sizes, m, reshard.PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(m, keep) {
 		t.Error("PlanRebalance changed the map it was given")
 	}
-	if !p.Balanced || p.By != shardid.ByBytes {
+	if !p.Balanced || p.By != reshard.ByBytes {
 		t.Errorf("plan: balanced %v by %q", p.Balanced, p.By)
 	}
 	after := applyPlan(t, names, m, p)
@@ -89,12 +90,12 @@ func TestPlanRebalanceGrow(t *testing.T) {
 			t.Errorf("move %+v: growing onto an empty database should move onto it only", mv)
 		}
 	}
-	again, _ := shardid.PlanRebalance(sizes, m, shardid.PlanOptions{})
+	again, _ := reshard.PlanRebalance(sizes, m, reshard.PlanOptions{})
 	if !reflect.DeepEqual(p, again) {
 		t.Error("two plans of the same input differ")
 	}
 	// Balanced already: nothing to do.
-	if p2, err := shardid.PlanRebalance(planSizes(names, after, bytes, rows), after, shardid.PlanOptions{}); err != nil || len(p2.Moves) != 0 || !p2.Balanced {
+	if p2, err := reshard.PlanRebalance(planSizes(names, after, bytes, rows), after, reshard.PlanOptions{}); err != nil || len(p2.Moves) != 0 || !p2.Balanced {
 		t.Errorf("planning a balanced map: %d moves, %v", len(p2.Moves), err)
 	}
 }
@@ -108,7 +109,7 @@ func TestPlanRebalanceOptions(t *testing.T) {
 	sizes := planSizes(names, m, bytes, rows)
 
 	t.Run("by rows", func(t *testing.T) {
-		p, err := shardid.PlanRebalance(sizes, m, shardid.PlanOptions{By: shardid.ByRows, Tolerance: 0.5})
+		p, err := reshard.PlanRebalance(sizes, m, reshard.PlanOptions{By: reshard.ByRows, Tolerance: 0.5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestPlanRebalanceOptions(t *testing.T) {
 		}
 	})
 	t.Run("max moves", func(t *testing.T) {
-		p, err := shardid.PlanRebalance(sizes, m, shardid.PlanOptions{MaxMoves: 1})
+		p, err := reshard.PlanRebalance(sizes, m, reshard.PlanOptions{MaxMoves: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +139,7 @@ func TestPlanRebalanceOptions(t *testing.T) {
 		}
 	})
 	t.Run("drain", func(t *testing.T) {
-		p, err := shardid.PlanRebalance(sizes, m, shardid.PlanOptions{Drain: []string{"a"}})
+		p, err := reshard.PlanRebalance(sizes, m, reshard.PlanOptions{Drain: []string{"a"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,13 +156,13 @@ func TestPlanRebalanceOptions(t *testing.T) {
 			}
 		}
 		// Capped: the drain is not finished, so the plan is not balanced.
-		p, _ = shardid.PlanRebalance(sizes, m, shardid.PlanOptions{Drain: []string{"a"}, MaxMoves: 2})
+		p, _ = reshard.PlanRebalance(sizes, m, reshard.PlanOptions{Drain: []string{"a"}, MaxMoves: 2})
 		if len(p.Moves) != 2 || p.Balanced || p.Moves[0].Shard != 0 || p.Moves[1].Shard != 1 {
 			t.Errorf("a capped drain: %+v balanced %v", p.Moves, p.Balanced)
 		}
 	})
 	t.Run("fill", func(t *testing.T) {
-		p, err := shardid.PlanRebalance(sizes, m, shardid.PlanOptions{Fill: []string{"c"}})
+		p, err := reshard.PlanRebalance(sizes, m, reshard.PlanOptions{Fill: []string{"c"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,9 +178,9 @@ func TestPlanRebalanceOptions(t *testing.T) {
 	t.Run("leftover copies", func(t *testing.T) {
 		// b holds an old copy of shard 0: the plan must not move it there.
 		s := sizes
-		s.Copies = append(slices.Clone(sizes.Copies), shardid.ShardSize{Shard: 0, Database: "b", Bytes: 500})
-		slices.SortStableFunc(s.Copies, func(x, y shardid.ShardSize) int { return x.Shard - y.Shard })
-		p, err := shardid.PlanRebalance(s, m, shardid.PlanOptions{MaxMoves: 1})
+		s.Copies = append(slices.Clone(sizes.Copies), reshard.ShardSize{Shard: 0, Database: "b", Bytes: 500})
+		slices.SortStableFunc(s.Copies, func(x, y reshard.ShardSize) int { return x.Shard - y.Shard })
+		p, err := reshard.PlanRebalance(s, m, reshard.PlanOptions{MaxMoves: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +193,7 @@ func TestPlanRebalanceOptions(t *testing.T) {
 	})
 	t.Run("empty shards stay", func(t *testing.T) {
 		z := planSizes(names, m, make([]int64, 10), make([]int64, 10))
-		p, err := shardid.PlanRebalance(z, m, shardid.PlanOptions{})
+		p, err := reshard.PlanRebalance(z, m, reshard.PlanOptions{})
 		if err != nil || len(p.Moves) != 0 || !p.Balanced {
 			t.Errorf("all empty: %+v, %v", p.Moves, err)
 		}
@@ -206,30 +207,30 @@ func TestPlanRebalanceRefuses(t *testing.T) {
 	sizes := planSizes(names, m, []int64{1, 2}, []int64{1, 2})
 	for _, tc := range []struct {
 		name  string
-		sizes shardid.Sizes
+		sizes reshard.ShardSizes
 		m     []int
-		opts  shardid.PlanOptions
+		opts  reshard.PlanOptions
 	}{
-		{"unknown measure", sizes, m, shardid.PlanOptions{By: "weight"}},
-		{"negative max moves", sizes, m, shardid.PlanOptions{MaxMoves: -1}},
-		{"negative tolerance", sizes, m, shardid.PlanOptions{Tolerance: -0.1}},
-		{"tolerance over 1", sizes, m, shardid.PlanOptions{Tolerance: 2}},
-		{"NaN tolerance", sizes, m, shardid.PlanOptions{Tolerance: math.NaN()}},
-		{"unknown drain", sizes, m, shardid.PlanOptions{Drain: []string{"z"}}},
-		{"unknown fill", sizes, m, shardid.PlanOptions{Fill: []string{"z"}}},
-		{"drain and fill", sizes, m, shardid.PlanOptions{Drain: []string{"a"}, Fill: []string{"a"}}},
-		{"everything drained", sizes, m, shardid.PlanOptions{Drain: []string{"a", "b"}}},
-		{"short map", sizes, []int{0}, shardid.PlanOptions{}},
-		{"map out of range", sizes, []int{0, 2}, shardid.PlanOptions{}},
-		{"negative map entry", sizes, []int{-1, 0}, shardid.PlanOptions{}},
-		{"no databases", shardid.Sizes{LogicalShards: 2}, m, shardid.PlanOptions{}},
-		{"copy of an unknown database", shardid.Sizes{Databases: names, LogicalShards: 2,
-			Copies: []shardid.ShardSize{{Shard: 0, Database: "x"}}}, m, shardid.PlanOptions{}},
-		{"copy of an unknown shard", shardid.Sizes{Databases: names, LogicalShards: 2,
-			Copies: []shardid.ShardSize{{Shard: 7, Database: "a"}}}, m, shardid.PlanOptions{}},
+		{"unknown measure", sizes, m, reshard.PlanOptions{By: "weight"}},
+		{"negative max moves", sizes, m, reshard.PlanOptions{MaxMoves: -1}},
+		{"negative tolerance", sizes, m, reshard.PlanOptions{Tolerance: -0.1}},
+		{"tolerance over 1", sizes, m, reshard.PlanOptions{Tolerance: 2}},
+		{"NaN tolerance", sizes, m, reshard.PlanOptions{Tolerance: math.NaN()}},
+		{"unknown drain", sizes, m, reshard.PlanOptions{Drain: []string{"z"}}},
+		{"unknown fill", sizes, m, reshard.PlanOptions{Fill: []string{"z"}}},
+		{"drain and fill", sizes, m, reshard.PlanOptions{Drain: []string{"a"}, Fill: []string{"a"}}},
+		{"everything drained", sizes, m, reshard.PlanOptions{Drain: []string{"a", "b"}}},
+		{"short map", sizes, []int{0}, reshard.PlanOptions{}},
+		{"map out of range", sizes, []int{0, 2}, reshard.PlanOptions{}},
+		{"negative map entry", sizes, []int{-1, 0}, reshard.PlanOptions{}},
+		{"no databases", reshard.ShardSizes{LogicalShards: 2}, m, reshard.PlanOptions{}},
+		{"copy of an unknown database", reshard.ShardSizes{Databases: names, LogicalShards: 2,
+			Copies: []reshard.ShardSize{{Shard: 0, Database: "x"}}}, m, reshard.PlanOptions{}},
+		{"copy of an unknown shard", reshard.ShardSizes{Databases: names, LogicalShards: 2,
+			Copies: []reshard.ShardSize{{Shard: 7, Database: "a"}}}, m, reshard.PlanOptions{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := shardid.PlanRebalance(tc.sizes, tc.m, tc.opts)
+			_, err := reshard.PlanRebalance(tc.sizes, tc.m, tc.opts)
 			if !errors.Is(err, shardid.ErrInvalidConfig) {
 				t.Errorf("PlanRebalance(%+v) = %v, want ErrInvalidConfig", tc.opts, err)
 			}

@@ -1,4 +1,4 @@
-package shardid_test
+package reshard_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -81,7 +82,7 @@ func rbRouter(t testing.TB, dbs []*gorm.DB, p *shardid.Plugin, m []int) *shardid
 // rbSetup drops what earlier runs left, puts shards 0-5 on pg1 and 6-11 on
 // pg2 (pg3 is new and empty), migrates, writes 20*s+5 rows to shard s, and
 // saves the map in a fresh catalog on pg1.
-func rbSetup(t *testing.T) (*shardid.Router, *shardid.Catalog, []*gorm.DB) {
+func rbSetup(t *testing.T) (*shardid.Router, *reshard.Catalog, []*gorm.DB) {
 	t.Helper()
 	dbs := rbDatabases(t)
 	for _, db := range dbs {
@@ -110,7 +111,7 @@ func rbSetup(t *testing.T) (*shardid.Router, *shardid.Catalog, []*gorm.DB) {
 			t.Fatal(err)
 		}
 	}
-	c := &shardid.Catalog{DB: dbs[0], Table: "shardid_rb_catalog"}
+	c := &reshard.Catalog{DB: dbs[0], Table: "shardid_rb_catalog"}
 	if _, err := c.Save(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestSizesPostgres(t *testing.T) {
 	for _, db := range dbs {
 		counts = append(counts, countStatements(t, db))
 	}
-	sz, err := r.Sizes(ctx, shardid.SizeOptions{ExactRows: true})
+	sz, err := reshard.Sizes(ctx, r, reshard.SizeOptions{ExactRows: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestSizesPostgres(t *testing.T) {
 	for _, n := range counts {
 		n.Store(0)
 	}
-	est, err := r.Sizes(ctx, shardid.SizeOptions{Tables: []string{"rb_items"}})
+	est, err := reshard.Sizes(ctx, r, reshard.SizeOptions{Tables: []string{"rb_items"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,15 +201,15 @@ func TestSizesPostgres(t *testing.T) {
 		}
 	}
 	// Only the tables asked for.
-	if none, err := r.Sizes(ctx, shardid.SizeOptions{Tables: []string{"nothing_here"}}); err != nil || none.Copies[0].Tables != 0 || none.Copies[0].Bytes != 0 {
+	if none, err := reshard.Sizes(ctx, r, reshard.SizeOptions{Tables: []string{"nothing_here"}}); err != nil || none.Copies[0].Tables != 0 || none.Copies[0].Bytes != 0 {
 		t.Errorf("Sizes of a table no shard has: %+v, %v", none.Copies[0], err)
 	}
-	if _, err := r.Sizes(ctx, shardid.SizeOptions{Tables: []string{"x; DROP"}}); !errors.Is(err, shardid.ErrInvalidConfig) {
+	if _, err := reshard.Sizes(ctx, r, reshard.SizeOptions{Tables: []string{"x; DROP"}}); !errors.Is(err, shardid.ErrInvalidConfig) {
 		t.Errorf("a bad table name: %v", err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := r.Sizes(cancelled, shardid.SizeOptions{}); !errors.Is(err, context.Canceled) {
+	if _, err := reshard.Sizes(cancelled, r, reshard.SizeOptions{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Sizes with a cancelled context: %v", err)
 	}
 }
@@ -247,22 +248,22 @@ func snapshot(t *testing.T, dbs []*gorm.DB) []string {
 func TestPlanChangesNothing(t *testing.T) {
 	r, c, dbs := rbSetup(t)
 	ctx := context.Background()
-	if err := c.SaveSetup(ctx, shardid.CatalogSetup{LogicalShards: rbShards, SchemaPattern: "shardid_rb_%04d", Tables: []string{"rb_items"}}); err != nil {
+	if err := c.SaveSetup(ctx, reshard.CatalogSetup{LogicalShards: rbShards, SchemaPattern: "shardid_rb_%04d", Tables: []string{"rb_items"}}); err != nil {
 		t.Fatal(err)
 	}
 	before := snapshot(t, dbs)
 	version, _ := c.Version(ctx)
-	for _, opts := range []shardid.SizeOptions{{}, {ExactRows: true}, {Tables: []string{"rb_items"}}} {
-		sz, err := r.Sizes(ctx, opts)
+	for _, opts := range []reshard.SizeOptions{{}, {ExactRows: true}, {Tables: []string{"rb_items"}}} {
+		sz, err := reshard.Sizes(ctx, r, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, po := range []shardid.PlanOptions{{}, {By: shardid.ByRows}, {Drain: []string{"pg1"}}, {Fill: []string{"pg3"}}} {
-			p, err := shardid.PlanRebalance(sz, r.Map(), po)
+		for _, po := range []reshard.PlanOptions{{}, {By: reshard.ByRows}, {Drain: []string{"pg1"}}, {Fill: []string{"pg3"}}} {
+			p, err := reshard.PlanRebalance(sz, r.Map(), po)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(p.Moves) == 0 && (opts.ExactRows || po.By != shardid.ByRows) { // estimates may not have seen the rows yet
+			if len(p.Moves) == 0 && (opts.ExactRows || po.By != reshard.ByRows) { // estimates may not have seen the rows yet
 				t.Errorf("%+v: no moves planned onto the empty pg3", po)
 			}
 		}
@@ -305,11 +306,11 @@ func rbCheckRows(t *testing.T, r *shardid.Router, dbs []*gorm.DB, ids []shardid.
 func TestRebalanceApplyInterrupted(t *testing.T) {
 	r, c, dbs := rbSetup(t)
 	ctx := context.Background()
-	sz, err := r.Sizes(ctx, shardid.SizeOptions{ExactRows: true})
+	sz, err := reshard.Sizes(ctx, r, reshard.SizeOptions{ExactRows: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := shardid.PlanRebalance(sz, r.Map(), shardid.PlanOptions{By: shardid.ByRows})
+	p, err := reshard.PlanRebalance(sz, r.Map(), reshard.PlanOptions{By: reshard.ByRows})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,8 +328,8 @@ func TestRebalanceApplyInterrupted(t *testing.T) {
 
 	cctx, cancel := context.WithCancel(ctx)
 	var events []string
-	_, err = p.Apply(cctx, r, c, shardid.ApplyOptions{Move: shardid.MoveOptions{Models: []any{&RbItem{}}, Batch: 10},
-		Progress: func(ev shardid.ApplyProgress) {
+	_, err = p.Apply(cctx, r, c, reshard.ApplyOptions{Move: reshard.MoveOptions{Models: []any{&RbItem{}}, Batch: 10},
+		Progress: func(ev reshard.ApplyProgress) {
 			events = append(events, fmt.Sprintf("%d %s", ev.Step, ev.Stage))
 			if ev.Step == 2 && ev.Stage == "copying" && ev.Copied >= 20 {
 				cancel() // killed in the middle of the second move's copy
@@ -364,8 +365,8 @@ func TestRebalanceApplyInterrupted(t *testing.T) {
 	}
 	r2 := rbRouter(t, dbs, nil, orig)
 	var stages []string
-	res, err := p.Apply(ctx, r2, c, shardid.ApplyOptions{Move: shardid.MoveOptions{Models: []any{&RbItem{}}},
-		Progress: func(ev shardid.ApplyProgress) {
+	res, err := p.Apply(ctx, r2, c, reshard.ApplyOptions{Move: reshard.MoveOptions{Models: []any{&RbItem{}}},
+		Progress: func(ev reshard.ApplyProgress) {
 			if ev.Stage == "skipped" || ev.Stage == "moved" {
 				stages = append(stages, fmt.Sprintf("%d %s", ev.Step, ev.Stage))
 			}
@@ -383,7 +384,7 @@ func TestRebalanceApplyInterrupted(t *testing.T) {
 	}
 	rbCheckRows(t, r2, dbs, ids, want)
 	// A third run has nothing left to do.
-	res, err = p.Apply(ctx, r2, c, shardid.ApplyOptions{Move: shardid.MoveOptions{Models: []any{&RbItem{}}}})
+	res, err = p.Apply(ctx, r2, c, reshard.ApplyOptions{Move: reshard.MoveOptions{Models: []any{&RbItem{}}}})
 	if err != nil || len(res.Moved) != 0 || len(res.Skipped) != len(p.Moves) {
 		t.Errorf("a third run: %+v, %v", res, err)
 	}
@@ -394,13 +395,13 @@ func TestRebalanceApplyInterrupted(t *testing.T) {
 			others = append(others, n)
 		}
 	}
-	stale := shardid.Plan{Moves: []shardid.PlannedMove{{Shard: first.Shard, From: others[0], To: others[1]}}}
-	if _, err := stale.Apply(ctx, r2, c, shardid.ApplyOptions{Move: shardid.MoveOptions{Models: []any{&RbItem{}}}}); !errors.Is(err, shardid.ErrCatalogConflict) {
+	stale := reshard.Plan{Moves: []reshard.PlannedMove{{Shard: first.Shard, From: others[0], To: others[1]}}}
+	if _, err := stale.Apply(ctx, r2, c, reshard.ApplyOptions{Move: reshard.MoveOptions{Models: []any{&RbItem{}}}}); !errors.Is(err, reshard.ErrCatalogConflict) {
 		t.Errorf("a stale plan: %v, want ErrCatalogConflict", err)
 	}
 	// A plan that does not fit the router.
-	for _, bad := range []shardid.PlannedMove{{Shard: rbShards, From: "pg1", To: "pg2"}, {Shard: 0, From: "pg1", To: "pg9"}, {Shard: 0, From: "pg1", To: "pg1"}} {
-		if _, err := (shardid.Plan{Moves: []shardid.PlannedMove{bad}}).Apply(ctx, r2, c, shardid.ApplyOptions{}); !errors.Is(err, shardid.ErrInvalidConfig) && !errors.Is(err, shardid.ErrShardRange) {
+	for _, bad := range []reshard.PlannedMove{{Shard: rbShards, From: "pg1", To: "pg2"}, {Shard: 0, From: "pg1", To: "pg9"}, {Shard: 0, From: "pg1", To: "pg1"}} {
+		if _, err := (reshard.Plan{Moves: []reshard.PlannedMove{bad}}).Apply(ctx, r2, c, reshard.ApplyOptions{}); !errors.Is(err, shardid.ErrInvalidConfig) && !errors.Is(err, shardid.ErrShardRange) {
 			t.Errorf("applying %+v: %v", bad, err)
 		}
 	}
@@ -428,7 +429,7 @@ func TestRebalanceGrowUnderWrites(t *testing.T) {
 		// Each writer has a router of its own, following the catalog, as
 		// another process would.
 		wr := rbRouter(t, rbDatabases(t), rbPlugin(t, w+1), nil)
-		if err := wr.Follow(ctx, c, 50*time.Millisecond, func(err error) { t.Error(err) }); err != nil {
+		if err := reshard.Follow(ctx, wr, c, 50*time.Millisecond, func(err error) { t.Error(err) }); err != nil {
 			t.Fatal(err)
 		}
 		wg.Add(1)
@@ -460,18 +461,18 @@ func TestRebalanceGrowUnderWrites(t *testing.T) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	sz, err := r.Sizes(ctx, shardid.SizeOptions{})
+	sz, err := reshard.Sizes(ctx, r, reshard.SizeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := shardid.PlanRebalance(sz, r.Map(), shardid.PlanOptions{Tolerance: 0.2})
+	p, err := reshard.PlanRebalance(sz, r.Map(), reshard.PlanOptions{Tolerance: 0.2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(p.Moves) < 2 {
 		t.Fatalf("plan: %+v", p)
 	}
-	res, err := p.Apply(ctx, r, c, shardid.ApplyOptions{Move: shardid.MoveOptions{Models: []any{&RbItem{}}, Batch: 50},
+	res, err := p.Apply(ctx, r, c, reshard.ApplyOptions{Move: reshard.MoveOptions{Models: []any{&RbItem{}}, Batch: 50},
 		DropCopies: true, DropDelay: 2 * time.Second})
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
@@ -506,7 +507,7 @@ func TestRebalanceGrowUnderWrites(t *testing.T) {
 		}
 	}
 	// The old copies are gone; every shard is on one database only.
-	after, err := fresh.Sizes(ctx, shardid.SizeOptions{})
+	after, err := reshard.Sizes(ctx, fresh, reshard.SizeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +544,7 @@ func TestSizesMariaDB(t *testing.T) {
 		}
 	}
 	n := countStatements(t, db)
-	sz, err := r.Sizes(ctx, shardid.SizeOptions{ExactRows: true, Tables: []string{"rb_items"}})
+	sz, err := reshard.Sizes(ctx, r, reshard.SizeOptions{ExactRows: true, Tables: []string{"rb_items"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +560,7 @@ func TestSizesMariaDB(t *testing.T) {
 		}
 	}
 	n.Store(0)
-	if _, err := r.Sizes(ctx, shardid.SizeOptions{}); err != nil || n.Load() != 1 {
+	if _, err := reshard.Sizes(ctx, r, reshard.SizeOptions{}); err != nil || n.Load() != 1 {
 		t.Errorf("Sizes: %d statements, %v; want 1", n.Load(), err)
 	}
 }

@@ -1,10 +1,12 @@
-package shardid
+package reshard
 
 import (
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+
+	"github.com/shardid/shardid"
 )
 
 // Measure is what a rebalancing plan evens out.
@@ -77,7 +79,7 @@ type Plan struct {
 }
 
 // PlanRebalance plans the moves that even out the databases of m, the map
-// of logical shards to database indexes (as Router.Map returns it), by the
+// of logical shards to database indexes (as [shardid.Router.Map] returns it), by the
 // sizes measured: greedily, it moves the largest shard that fits from the
 // fullest database to the emptiest, where "fits" means the move narrows the
 // gap between the two (a shard of at most half the gap first, else the
@@ -89,10 +91,10 @@ type Plan struct {
 // ties go to the lower shard number and the earlier database.
 //
 // PlanRebalance reads nothing and changes nothing. Bad options, or a map
-// that does not fit sizes, give an error matching ErrInvalidConfig.
-func PlanRebalance(sizes Sizes, m []int, opts PlanOptions) (Plan, error) {
+// that does not fit sizes, give an error matching shardid.ErrInvalidConfig.
+func PlanRebalance(sizes ShardSizes, m []int, opts PlanOptions) (Plan, error) {
 	bad := func(format string, a ...any) (Plan, error) {
-		return Plan{}, withDetail(ErrInvalidConfig, fmt.Sprintf(format, a...))
+		return Plan{}, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf(format, a...))
 	}
 	names := sizes.Databases
 	switch opts.By {
@@ -125,7 +127,7 @@ func PlanRebalance(sizes Sizes, m []int, opts PlanOptions) (Plan, error) {
 	index := func(field, n string) (int, error) {
 		i := slices.Index(names, n)
 		if i < 0 {
-			return 0, withDetail(ErrInvalidConfig, fmt.Sprintf("PlanOptions.%s: no database %q (there are %v)", field, n, names))
+			return 0, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("PlanOptions.%s: no database %q (there are %v)", field, n, names))
 		}
 		return i, nil
 	}

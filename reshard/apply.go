@@ -1,4 +1,4 @@
-package shardid
+package reshard
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/shardid/shardid"
 )
 
 // ApplyOptions configures Plan.Apply.
@@ -72,15 +74,15 @@ type ApplyResult struct {
 // fresh sizes: a move that did not finish left its shard on the source,
 // writable, as MoveShard guarantees, and the moves that finished are
 // skipped.
-func (p Plan) Apply(ctx context.Context, r *Router, c *Catalog, opts ApplyOptions) (ApplyResult, error) {
+func (p Plan) Apply(ctx context.Context, r *shardid.Router, c *Catalog, opts ApplyOptions) (ApplyResult, error) {
 	var res ApplyResult
 	names := r.Names()
 	for _, mv := range p.Moves {
 		if mv.Shard < 0 || mv.Shard >= r.LogicalShards() {
-			return res, withDetail(ErrShardRange, rangeDetail(mv.Shard, r.LogicalShards()))
+			return res, withDetail(shardid.ErrShardRange, fmt.Sprintf("shard %d is not in [0, %d)", mv.Shard, r.LogicalShards()))
 		}
 		if !slices.Contains(names, mv.From) || !slices.Contains(names, mv.To) || mv.From == mv.To {
-			return res, withDetail(ErrInvalidConfig, fmt.Sprintf("the plan moves shard %d from %q to %q: not two databases of the router (%v)", mv.Shard, mv.From, mv.To, names))
+			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("the plan moves shard %d from %q to %q: not two databases of the router (%v)", mv.Shard, mv.From, mv.To, names))
 		}
 	}
 	if opts.DropDelay <= 0 {
@@ -109,7 +111,7 @@ func (p Plan) Apply(ctx context.Context, r *Router, c *Catalog, opts ApplyOption
 				case <-time.After(wait):
 				}
 			}
-			if err := r.DropShardCopy(ctx, d.mv.Shard, d.mv.From); err != nil {
+			if err := DropShardCopy(ctx, r, d.mv.Shard, d.mv.From); err != nil {
 				return fmt.Errorf("shardid: dropping the old copy of shard %d on %s: %w", d.mv.Shard, d.mv.From, err)
 			}
 			res.Dropped = append(res.Dropped, d.mv)
@@ -167,14 +169,14 @@ func (p Plan) Apply(ctx context.Context, r *Router, c *Catalog, opts ApplyOption
 			e.Stage = stage
 			report(e)
 		}
-		mr, err := r.MoveShard(ctx, c, mv.Shard, mv.To, mo)
+		mr, err := MoveShard(ctx, r, c, mv.Shard, mv.To, mo)
 		if errors.Is(err, ErrShardMoved) && opts.DropCopies {
 			// The target holds an old copy of the shard, from a move away
 			// from it: the map names the source, so it is a leftover.
-			if derr := r.DropShardCopy(ctx, mv.Shard, mv.To); derr != nil {
+			if derr := DropShardCopy(ctx, r, mv.Shard, mv.To); derr != nil {
 				return fail(errors.Join(err, derr))
 			}
-			mr, err = r.MoveShard(ctx, c, mv.Shard, mv.To, mo)
+			mr, err = MoveShard(ctx, r, c, mv.Shard, mv.To, mo)
 		}
 		if err != nil {
 			return fail(err)
@@ -198,7 +200,7 @@ func (p Plan) Apply(ctx context.Context, r *Router, c *Catalog, opts ApplyOption
 // currentHome returns the name of the database that holds shard now: the
 // catalog's answer, loaded into r when r is behind it, or r's without a
 // catalog.
-func currentHome(ctx context.Context, r *Router, c *Catalog, shard int) (string, error) {
+func currentHome(ctx context.Context, r *shardid.Router, c *Catalog, shard int) (string, error) {
 	if c == nil {
 		return r.DatabaseName(shard), nil
 	}
