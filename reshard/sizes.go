@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -73,8 +74,8 @@ func (s ShardSizes) Of(shard int, db string) (ShardSize, bool) {
 // DATA_LENGTH+INDEX_LENGTH and TABLE_ROWS), the databases in parallel. It
 // changes nothing. The router needs a SchemaPattern.
 //
-// Row estimates lag behind recent writes (PostgreSQL's statistics by about
-// a second, InnoDB's until its next statistics update); bytes count pages,
+// Row estimates lag behind recent writes (PostgreSQL's statistics by up to
+// some ten seconds, InnoDB's until its next statistics update); bytes count pages,
 // so a shard's size falls only after VACUUM (or OPTIMIZE TABLE) gives the
 // space back.
 func Sizes(ctx context.Context, r *shardid.Router, opts SizeOptions) (ShardSizes, error) {
@@ -115,6 +116,9 @@ func Sizes(ctx context.Context, r *shardid.Router, opts SizeOptions) (ShardSizes
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+				err = fmt.Errorf("%w: %w", ctxErr, err) // a driver may say only that its connection closed
+			}
 			return res, fmt.Errorf("shardid: measuring the shards on %s: %w", res.Databases[i], err)
 		}
 	}
