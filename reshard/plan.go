@@ -64,6 +64,8 @@ type DatabaseLoad struct {
 // JSON, and applied later (Apply checks each move against the map then).
 type Plan struct {
 	By        Measure
+	Tolerance float64 // as a fraction of the mean load
+	ExactRows bool    // the rows were counted, not estimated
 	Databases []string
 	Moves     []PlannedMove
 
@@ -177,7 +179,7 @@ func PlanRebalance(sizes ShardSizes, m []int, opts PlanOptions) (Plan, error) {
 		return size[s].Bytes
 	}
 	cur := append([]int(nil), m...)
-	p := Plan{By: opts.By, Databases: append([]string(nil), names...), Before: loads(names, cur, size)}
+	p := Plan{By: opts.By, Tolerance: opts.Tolerance, ExactRows: sizes.ExactRows, Databases: append([]string(nil), names...), Before: loads(names, cur, size)}
 	load := make([]int64, len(names))
 	for s, d := range cur {
 		load[d] += weight(s)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +18,7 @@ import (
 )
 
 func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("rebalance", "--catalog DSN [--by bytes|rows] [--drain NAMES | --fill NAMES] [--apply [--drop-copies]]", stderr)
+	fs := newFlagSet("rebalance", "--catalog DSN [--by bytes|rows] [--drain NAMES | --fill NAMES] [--save-plan FILE | --plan FILE] [--apply [--drop-copies]]", stderr)
 	catalogDSN := fs.String("catalog", "", "the DSN of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
 	table := fs.String("catalog-table", "", "the catalog table (default shardid_shard_map)")
 	by := fs.String("by", "bytes", "what to even out: bytes or rows")
@@ -26,6 +27,8 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	tolerance := fs.Float64("tolerance", 0.05, "how uneven the databases may stay, as a fraction of the mean (0 to 1)")
 	drain := fs.String("drain", "", "comma-separated databases to empty (all their shards move away, none moves onto them)")
 	fill := fs.String("fill", "", "comma-separated databases that are the only ones shards move onto (a new, empty database)")
+	planIn := fs.String("plan", "", "carry out (with --apply) or print the plan saved in this JSON file, instead of planning")
+	planOut := fs.String("save-plan", "", "save the plan to this JSON file, to review it and --apply exactly it later")
 	apply := fs.Bool("apply", false, "carry the plan out, move by move (without it: print the plan and change nothing)")
 	batch := fs.Int("batch", 5000, "rows per copy statement (with --apply)")
 	fenceFor := fs.Duration("fence-for", time.Minute, "how long a source stays fenced if a move dies (with --apply)")
@@ -40,6 +43,13 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	set := given(fs)
 	if *catalogDSN == "" {
 		return badFlag("--catalog is required")
+	}
+	if *planIn != "" {
+		for _, f := range []string{"by", "exact", "max-moves", "tolerance", "drain", "fill", "save-plan"} {
+			if set[f] {
+				return badFlag("--%s is for making a plan: --plan %s reads one made already", f, *planIn)
+			}
+		}
 	}
 	if *by != "bytes" && *by != "rows" {
 		return badFlag("--by %q: want bytes or rows", *by)
@@ -110,16 +120,38 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if setup.SchemaPattern == "" {
 		return errors.New("the catalog's setup has no schema pattern: moving shards needs a schema (MySQL: a database) per logical shard")
 	}
-	sizes, err := reshard.Sizes(ctx, r, reshard.SizeOptions{Tables: setup.Tables, ExactRows: *exact})
-	if err != nil {
-		return err
+	var p reshard.Plan
+	if *planIn != "" {
+		b, err := os.ReadFile(*planIn)
+		if err != nil {
+			return fmt.Errorf("--plan: %w", err)
+		}
+		if err := json.Unmarshal(b, &p); err != nil {
+			return fmt.Errorf("--plan %s: not a plan: %w", *planIn, err)
+		}
+		if len(p.Before) != len(p.Databases) || len(p.After) != len(p.Databases) {
+			return fmt.Errorf("--plan %s: not a plan saved by --save-plan", *planIn)
+		}
+	} else {
+		sizes, err := reshard.Sizes(ctx, r, reshard.SizeOptions{Tables: setup.Tables, ExactRows: *exact})
+		if err != nil {
+			return err
+		}
+		if p, err = reshard.PlanRebalance(sizes, r.Map(), reshard.PlanOptions{By: reshard.Measure(*by), MaxMoves: *maxMoves,
+			Tolerance: *tolerance, Drain: drains, Fill: fills}); err != nil {
+			return err
+		}
 	}
-	p, err := reshard.PlanRebalance(sizes, r.Map(), reshard.PlanOptions{By: reshard.Measure(*by), MaxMoves: *maxMoves,
-		Tolerance: *tolerance, Drain: drains, Fill: fills})
-	if err != nil {
-		return err
+	if *planOut != "" {
+		b, err := json.MarshalIndent(p, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*planOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--save-plan: %w", err)
+		}
 	}
-	printPlan(stdout, p, cl.version, *tolerance, *exact)
+	printPlan(stdout, p, cl.version)
 	if !*apply {
 		if len(p.Moves) > 0 {
 			fmt.Fprintln(stdout, "plan only: nothing was changed (run again with --apply to carry it out)")
@@ -167,7 +199,7 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}})
 	bar.Finish()
 	if err != nil {
-		return fmt.Errorf("%w\nthe moves done stay done; run the same command again to go on (it plans again from fresh sizes)", err)
+		return fmt.Errorf("%w\nthe moves done stay done; run the same command again to go on (it skips them)", err)
 	}
 	fmt.Fprintf(stdout, "rebalanced: %d moved, %d found done already", len(res.Moved), len(res.Skipped))
 	if *dropCopies {
@@ -199,9 +231,10 @@ func nameList(flagName, v string) ([]string, error) {
 
 // printPlan prints the moves of p and the load of every database before and
 // after them.
-func printPlan(w io.Writer, p reshard.Plan, version int64, tolerance float64, exact bool) {
+func printPlan(w io.Writer, p reshard.Plan, version int64) {
+	tolerance := p.Tolerance
 	rows := "rows (estimated)"
-	if exact {
+	if p.ExactRows {
 		rows = "rows"
 	}
 	fmt.Fprintf(w, "rebalancing by %s, catalog version %d: %d moves\n", p.By, version, len(p.Moves))

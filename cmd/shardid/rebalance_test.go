@@ -41,6 +41,8 @@ func TestRebalanceBadArguments(t *testing.T) {
 		{[]string{"--catalog", "x", "--drain", "pg1", "--fill", "pg1"}, "--drain and --fill both name pg1"},
 		{[]string{"--catalog", "x", "--catalog-table", "T;"}, `--catalog-table "T;"`},
 		{[]string{"--catalog", "x", "now"}, `unexpected argument "now"`},
+		{[]string{"--catalog", "x", "--plan", "p.json", "--by", "rows"}, "--by is for making a plan: --plan p.json reads one made already"},
+		{[]string{"--catalog", "x", "--plan", "p.json", "--save-plan", "q.json"}, "--save-plan is for making a plan"},
 		{[]string{"--catalog", "x", "--max-moves", "many"}, `invalid value "many" for flag -max-moves`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -152,7 +154,8 @@ func TestRebalanceCommand(t *testing.T) {
 	base := []string{"rebalance", "--catalog", dsn1, "--catalog-table", "shardid_cmdrb_catalog", "--by", "rows", "--exact"}
 
 	before := snap()
-	code, out, errs := shardidCmd(t, "", base...)
+	planFile := t.TempDir() + "/plan.json"
+	code, out, errs := shardidCmd(t, "", append(base, "--save-plan", planFile)...)
 	if code != 0 || !strings.Contains(out, "rebalancing by rows, catalog version 1") || !strings.Contains(out, "plan only: nothing was changed") {
 		t.Fatalf("the plan: %d\n%s\n%s", code, out, errs)
 	}
@@ -168,7 +171,9 @@ func TestRebalanceCommand(t *testing.T) {
 		t.Errorf("--drain of an unknown database: %d %s", code, errs)
 	}
 
-	code, out, errs = shardidCmd(t, "", append(base, "--apply", "--batch", "20", "--drop-copies", "--drop-delay", "10ms")...)
+	// Exactly the plan printed, from its file.
+	code, out, errs = shardidCmd(t, "", "rebalance", "--catalog", dsn1, "--catalog-table", "shardid_cmdrb_catalog", "--plan", planFile,
+		"--apply", "--batch", "20", "--drop-copies", "--drop-delay", "10ms")
 	if code != 0 || !strings.Contains(out, "rebalanced: ") || !strings.Contains(out, "done, writes fenced for") || !strings.Contains(out, "dropped the old copy") {
 		t.Fatalf("--apply: %d\n%s\n%s", code, out, errs)
 	}
