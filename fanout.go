@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -61,6 +62,7 @@ func (e *ShardError) Unwrap() error { return e.Err }
 // even when others failed; the error then joins a *ShardError per failure.
 func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, id func(T) ID,
 	query func(ctx context.Context, db *gorm.DB) ([]T, error)) ([]T, error) {
+	defer r.gathered(time.Now())
 	type target struct{ shard, db int }
 	var targets []target
 	t := r.table.Load()

@@ -2,6 +2,7 @@ package shardid
 
 import (
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -67,6 +68,7 @@ type Generator struct {
 	// beforeCAS, if set, runs in leased generators between the lease check
 	// and the compare-and-swap that takes an ID: a seam for tests.
 	beforeCAS func()
+	log       *genLog // nil unless made WithLogger
 }
 
 // genState is the state that generators of one layout and worker share.
@@ -74,6 +76,7 @@ type genState struct {
 	anchor     time.Time      // when the state was made, with a monotonic reading under the default clock
 	anchorNano int64          // anchor as nanoseconds since the layout's epoch
 	last       []atomic.Int64 // per shard: tick<<seqBits | seq of its last ID; 0 before the first
+	stats      genStats
 }
 
 // states holds the shared state of every generator made with the default
@@ -98,6 +101,7 @@ type generatorOptions struct {
 	hasWorker bool
 	maxBack   time.Duration
 	now       func() time.Time
+	logger    *slog.Logger
 }
 
 // WithWorker sets the generator's worker id. It is required when the layout
@@ -154,6 +158,9 @@ func NewGenerator(l Layout, opts ...GeneratorOption) (*Generator, error) {
 		epoch:   l.Epoch(),
 		pause:   waitPause,
 	}
+	if o.logger != nil {
+		g.log = &genLog{logger: o.logger}
+	}
 	if g.now != nil {
 		g.customClock = true
 		g.st = g.newState(g.now())
@@ -190,6 +197,7 @@ func (g *Generator) newState(anchor time.Time) *genState {
 		anchor:     anchor,
 		anchorNano: int64(anchor.Sub(g.epoch)),
 		last:       make([]atomic.Int64, g.layout.Shards()),
+		stats:      genStats{issued: make([]atomic.Int64, g.layout.Shards())},
 	}
 }
 
@@ -226,6 +234,9 @@ func (g *Generator) Next(shard int) (ID, error) {
 				next = prev + 1 // same unit as the clock, or the slow path
 			}
 			if next>>s == now && last.CompareAndSwap(prev, next) {
+				if prev>>s != now {
+					g.st.stats.unitDone(shard, prev, s)
+				}
 				return g.compose(shard, next), nil
 			}
 		}
@@ -239,7 +250,7 @@ func (g *Generator) Next(shard int) (ID, error) {
 func (g *Generator) nextSlow(shard int) (ID, error) {
 	all := g.last
 	if uint(shard) >= uint(len(all)) {
-		return 0, g.layout.checkShard(shard)
+		return 0, g.fail(g.layout.checkShard(shard))
 	}
 	last := &all[shard]
 	s := g.layout.seqBits
@@ -254,11 +265,11 @@ func (g *Generator) nextSlow(shard int) (ID, error) {
 		prev := last.Load()
 		now, _, err := g.tick()
 		if err != nil {
-			return 0, err
+			return 0, g.fail(err)
 		}
 		if g.guard != nil {
 			if err := g.checkGuard(now); err != nil {
-				return 0, err
+				return 0, g.fail(err)
 			}
 		}
 		next := now << s
@@ -271,23 +282,29 @@ func (g *Generator) nextSlow(shard int) (ID, error) {
 					reread = true
 					continue
 				}
-				return 0, g.backwardsError(prevTick, now)
+				return 0, g.tooFarBehind(shard, prevTick, now)
+			}
+			if prevTick > now {
+				g.clockBehind(shard, prevTick, now)
 			}
 			next = prev + 1
 			if next>>s != prevTick {
 				// prevTick's sequence is used up: the next unit is still
 				// ahead of the clock.
-				if err := g.waitFor(next >> s); err != nil {
+				if err := g.wait(shard, next>>s); err != nil {
 					return 0, err
 				}
 				continue
 			}
 		}
 		if last.CompareAndSwap(prev, next) {
+			if next>>s != prev>>s {
+				g.st.stats.unitDone(shard, prev, s)
+			}
 			if g.guard != nil {
 				if err := g.guard.allow(now); err != nil {
 					// See checkGuard: the ID is burnt, not issued.
-					return 0, err
+					return 0, g.fail(err)
 				}
 			}
 			return g.compose(shard, next), nil
@@ -330,7 +347,7 @@ func (g *Generator) checkGuard(now int64) error {
 func (g *Generator) NextN(shard int, ids []ID) error {
 	all := g.last
 	if uint(shard) >= uint(len(all)) {
-		return g.layout.checkShard(shard)
+		return g.fail(g.layout.checkShard(shard))
 	}
 	last := &all[shard]
 	s := g.layout.seqBits
@@ -341,12 +358,12 @@ func (g *Generator) NextN(shard int, ids []ID) error {
 		if !ok {
 			var err error
 			if now, _, err = g.tick(); err != nil {
-				return err
+				return g.fail(err)
 			}
 		}
 		if g.guard != nil {
 			if err := g.checkGuard(now); err != nil {
-				return err
+				return g.fail(err)
 			}
 		}
 		prevTick := prev >> s
@@ -357,14 +374,17 @@ func (g *Generator) NextN(shard int, ids []ID) error {
 					reread = true
 					continue
 				}
-				return g.backwardsError(prevTick, now)
+				return g.tooFarBehind(shard, prevTick, now)
+			}
+			if prevTick > now {
+				g.clockBehind(shard, prevTick, now)
 			}
 			first = prev + 1
 		}
 		// Only units the clock has reached, or the last one used, are open.
 		limit := (max(now, prevTick) + 1) << s
 		if first >= limit {
-			if err := g.waitFor(first >> s); err != nil {
+			if err := g.wait(shard, first>>s); err != nil {
 				return err
 			}
 			continue
@@ -373,9 +393,12 @@ func (g *Generator) NextN(shard int, ids []ID) error {
 		if !last.CompareAndSwap(prev, first+n-1) {
 			continue
 		}
+		if first>>s != prevTick {
+			g.st.stats.unitDone(shard, prev, s)
+		}
 		if g.guard != nil {
 			if err := g.guard.allow(now); err != nil {
-				return err // see checkGuard
+				return g.fail(err) // see checkGuard
 			}
 		}
 		// The n IDs are in one unit (first's, the only open one from first
@@ -549,13 +572,7 @@ func (g *Generator) backwardsError(prevTick, now int64) error {
 func (g *Generator) raiseFloor(floor int64) {
 	want := (floor+1)<<g.layout.seqBits - 1
 	for i := range g.st.last {
-		last := &g.st.last[i]
-		for {
-			cur := last.Load()
-			if cur >= want || last.CompareAndSwap(cur, want) {
-				break
-			}
-		}
+		g.st.raiseShard(i, want, g.layout.seqBits)
 	}
 }
 

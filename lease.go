@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -44,6 +45,11 @@ type LeaseConfig struct {
 	// Options are passed to NewGenerator, such as WithMaxClockBackwards.
 	// The worker id comes from the lease.
 	Options []GeneratorOption
+
+	// Logger, if not nil, gets the lease's events (a renewal failed, the
+	// lease lost, reacquired), and the generator's unless Options has a
+	// WithLogger of its own. If nil, nothing is logged.
+	Logger *slog.Logger
 }
 
 // Lease is a worker id held in a LeaseStore, renewed in the background, and
@@ -68,6 +74,8 @@ type Lease struct {
 	closeMu  sync.Mutex // serializes Close; protects stopped, released
 	stopped  bool       // the generator is revoked and the loop has returned
 	released bool       // the release succeeded, or found the lease lost
+
+	stats leaseStats
 }
 
 // leaseGuard is what a leased generator checks before each ID.
@@ -128,6 +136,7 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("lease owner of %d bytes, more than %d", len(cfg.Owner), maxOwnerLen))
 	}
 	l := &Lease{cfg: cfg, owner: cfg.Owner, done: make(chan struct{})}
+	l.stats.logger = cfg.Logger
 	if l.owner == "" {
 		l.owner = defaultOwner()
 	}
@@ -146,7 +155,8 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 		case <-time.After(cfg.TTL / 10):
 		}
 	}
-	g, err := NewGenerator(cfg.Layout, append(append([]GeneratorOption(nil), cfg.Options...), WithWorker(l.worker))...)
+	opts := []GeneratorOption{WithLogger(cfg.Logger)}
+	g, err := NewGenerator(cfg.Layout, append(append(opts, cfg.Options...), WithWorker(l.worker))...)
 	if err != nil {
 		l.releaseAfterFailure(ctx, l.claim, l.claim.Last)
 		return nil, err
@@ -159,6 +169,7 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	g.guard = l.guard
 	l.g = g
 	// The first renewal sets the promise before any ID is made.
+	start := time.Now()
 	if err := l.renew(ctx); err != nil {
 		// The renewal may have claimed the id again, with a new token and a
 		// higher floor: release what is held now, above that floor.
@@ -168,6 +179,7 @@ func AcquireLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 		l.releaseAfterFailure(ctx, c, g.highWater())
 		return nil, err
 	}
+	l.renewed(start, nil)
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.cancel = cancel
 	go l.loop(loopCtx)
@@ -274,7 +286,8 @@ func (l *Lease) loop(ctx context.Context) {
 			return
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/3)
-			_ = l.renew(rctx)
+			start := time.Now()
+			l.renewed(start, l.renew(rctx))
 			cancel()
 		}
 	}
@@ -363,6 +376,7 @@ func (l *Lease) reclaim(ctx context.Context) (Claim, error) {
 		return Claim{}, withDetail(ErrLeaseLost, fmt.Sprintf("worker %d is held by another process", l.worker))
 	}
 	l.g.raiseFloor(c.Last)
+	l.reclaimed()
 	return c, nil
 }
 

@@ -69,6 +69,8 @@ type SegmentAllocator struct {
 	fetchErr error         // the last fetch's error
 	step     int64         // the step of the next fetch
 	closed   bool          // no fetch starts once set
+
+	stats segmentStats
 }
 
 // segment is one block: IDs in [start, end].
@@ -117,7 +119,7 @@ func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAlloca
 	if err := s.setup(ctx); err != nil {
 		return nil, err
 	}
-	seg, err := s.fetch(ctx, s.step)
+	seg, err := s.fetchCounted(ctx, s.step)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +215,7 @@ func (s *SegmentAllocator) startFetch(seg *segment) {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.stop, 30*time.Second)
 		defer cancel()
-		next, err := s.fetch(ctx, step)
+		next, err := s.fetchCounted(ctx, step)
 		s.mu.Lock()
 		s.next, s.fetchErr, s.fetching = next, err, nil
 		s.mu.Unlock()
@@ -255,6 +257,7 @@ func (s *SegmentAllocator) advance(ctx context.Context, seg *segment) error {
 			}
 		}
 		s.mu.Unlock()
+		s.stats.waits.Add(1)
 		select {
 		case <-wait:
 		case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -73,6 +74,11 @@ type RouterConfig struct {
 	// Layout decodes IDs for ForID. If it is the zero Layout, the plugin's
 	// layout is used, or Instagram.
 	Layout Layout
+
+	// Logger, if not nil, gets the router's events: fences set and lifted,
+	// moves done or failed, routed statements that failed (at most one
+	// record per 10s). If nil, nothing is logged.
+	Logger *slog.Logger
 }
 
 // Router maps logical shards onto physical databases and routes by ID.
@@ -100,6 +106,7 @@ type Router struct {
 	schemas []string // per logical shard; nil without SchemaPattern
 	plugin  *Plugin
 	table   atomic.Pointer[routeTable]
+	stats   routerStats
 }
 
 // routeTable is one immutable version of the shard map.
@@ -159,6 +166,9 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 				i, r.names[i], other, other, cfg.Plugin))
 		}
 	}
+	r.stats.logger = cfg.Logger
+	r.stats.dbErrs = make([]atomic.Uint64, len(r.dbs))
+	r.stats.shardErrs = make([]atomic.Uint64, r.shards)
 	if cfg.SchemaPattern != "" {
 		if strings.Count(cfg.SchemaPattern, "%") != 1 || !strings.Contains(cfg.SchemaPattern, "%0") && !strings.Contains(cfg.SchemaPattern, "%d") {
 			return bad("SchemaPattern %q must have exactly one %%d verb", cfg.SchemaPattern)
@@ -269,7 +279,7 @@ func (r *Router) register(db *gorm.DB) error {
 			}
 		}
 	}
-	return nil
+	return registerStats(db)
 }
 
 // qualifyTable puts a routed statement's table in its shard's schema, as

@@ -208,4 +208,3 @@ func TestRouterRefusesAnotherPlugin(t *testing.T) {
 		t.Errorf("Initialize again on its own database: %v", err)
 	}
 }
-

@@ -32,17 +32,11 @@ var (
 	openMySQLTB           = testdb.OpenMySQL
 	openServer            = testdb.OpenServer
 	openSQLite            = testdb.OpenSQLite
-	ping                  = testdb.Ping
 	closeAtEnd            = testdb.CloseAtEnd
 	fresh                 = testdb.Fresh
 	helperProcess         = testdb.HelperProcess
 	startPostgresInstance = testdb.StartPostgres
 	startMariaDBInstance  = testdb.StartMariaDB
-)
-
-type (
-	pgInstance      = testdb.PGInstance
-	mariaDBInstance = testdb.MariaDB
 )
 
 func openMySQL(t *testing.T) *gorm.DB { t.Helper(); return openMySQLTB(t) }

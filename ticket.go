@@ -63,6 +63,7 @@ type ticketServer struct {
 	downUntil time.Time
 	closed    bool
 	ready     bool // set up and checked
+	stats     ticketServerStats
 }
 
 // NewTicketAllocator sets up every server (the table or sequence) and
@@ -210,10 +211,12 @@ func (s *ticketServer) next(ctx context.Context, retry time.Duration) (int64, er
 		return 0, ErrClosed
 	}
 	if time.Now().Before(s.downUntil) {
+		s.stats.skips.Add(1)
 		return 0, fmt.Errorf("ticket server %d is skipped until %s", s.offset-1, s.downUntil.Format(time.TimeOnly))
 	}
 	id, err := s.ask(ctx)
 	if err != nil {
+		s.stats.failures.Add(1)
 		if s.conn != nil {
 			s.conn.Close()
 			s.conn = nil
@@ -223,6 +226,7 @@ func (s *ticketServer) next(ctx context.Context, retry time.Duration) (int64, er
 		}
 		return 0, fmt.Errorf("ticket server %d: %w", s.offset-1, err)
 	}
+	s.stats.tickets.Add(1)
 	return id, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 
 	"github.com/shardid/shardid"
@@ -18,6 +19,11 @@ import (
 type Catalog struct {
 	DB    *gorm.DB
 	Table string // If empty, "shardid_shard_map". It must match [a-z_][a-z0-9_]*.
+
+	// AllowPasswords lets SaveSetup store DSNs that carry a literal
+	// password. If false, SaveSetup refuses them with ErrSecretInDSN:
+	// whoever can read the catalog could log in to every database.
+	AllowPasswords bool
 }
 
 func (c *Catalog) table() (string, error) {
@@ -255,12 +261,28 @@ type CatalogSetup struct {
 
 // CatalogDatabase is a physical database: its name in the map, its dialect
 // ("postgres" or "mysql") and its DSN.
+//
+// The DSN is stored as it is given, so it should hold no secret: write a
+// password as a ${NAME} placeholder, which LoadSetup replaces with the
+// environment variable NAME of the process that loads it
+// ("postgres://shardid:${PG3_PASSWORD}@pg3/app", "password=${PG3_PASSWORD}",
+// "shardid:${MY1_PASSWORD}@tcp(my1:3306)/app"), or leave the password out
+// and let the driver find it (pgx reads ~/.pgpass, or the file PGPASSFILE
+// names). Any part of a DSN may be a placeholder.
 type CatalogDatabase struct {
 	Name, Dialect, DSN string
 }
 
-// SaveSetup stores setup in the catalog, replacing what was there.
+// SaveSetup stores setup in the catalog, replacing what was there. It
+// refuses, with ErrSecretInDSN, a DSN that carries a literal password
+// unless c.AllowPasswords, and with ErrInvalidCatalog a malformed ${NAME}
+// placeholder; it stores placeholders as they are.
 func (c *Catalog) SaveSetup(ctx context.Context, setup CatalogSetup) error {
+	for _, d := range setup.Databases {
+		if err := checkDSN(d, c.AllowPasswords); err != nil {
+			return err
+		}
+	}
 	t, err := c.setup(ctx)
 	if err != nil {
 		return err
@@ -277,7 +299,10 @@ func (c *Catalog) SaveSetup(ctx context.Context, setup CatalogSetup) error {
 	})
 }
 
-// LoadSetup returns the setup SaveSetup stored.
+// LoadSetup returns the setup SaveSetup stored, with the ${NAME}
+// placeholders of its DSNs replaced by this process's environment
+// variables (escaped for where they stand in the DSN). A variable that is
+// not set gives ErrDSNVariable.
 func (c *Catalog) LoadSetup(ctx context.Context) (CatalogSetup, error) {
 	var setup CatalogSetup
 	t, err := c.setup(ctx)
@@ -291,6 +316,8 @@ func (c *Catalog) LoadSetup(ctx context.Context) (CatalogSetup, error) {
 	if text == "" {
 		return setup, withDetail(ErrInvalidCatalog, "the catalog has no setup: see Catalog.SaveSetup")
 	}
-	err = json.Unmarshal([]byte(text), &setup)
-	return setup, err
+	if err := json.Unmarshal([]byte(text), &setup); err != nil {
+		return setup, withDetail(ErrInvalidCatalog, "its setup: "+err.Error())
+	}
+	return expandSetup(setup, os.LookupEnv)
 }

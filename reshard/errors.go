@@ -36,6 +36,20 @@ var (
 	// one expected (Catalog.SaveIf), or a shard no longer where the mover
 	// found it. Reload and retry.
 	ErrCatalogConflict = errors.New("shardid: the catalog changed meanwhile")
+
+	// ErrSecretInDSN is returned by Catalog.SaveSetup when a database's DSN
+	// carries a literal password (postgres://u:p@h/db, password=p, or
+	// MySQL's u:p@tcp(...)/db): every process that reads the catalog could
+	// read it. Write the password as a ${NAME} placeholder, expanded from the
+	// environment when the setup is loaded, or leave it out and use a
+	// password file (PostgreSQL's ~/.pgpass or PGPASSFILE); or set
+	// Catalog.AllowPasswords.
+	ErrSecretInDSN = errors.New("shardid: a DSN in the catalog's setup carries a literal password")
+
+	// ErrDSNVariable is returned by Catalog.LoadSetup when a ${NAME}
+	// placeholder in a database's DSN names an environment variable that is
+	// not set, or one whose value the DSN cannot carry.
+	ErrDSNVariable = errors.New("shardid: a DSN placeholder cannot be expanded")
 )
 
 // These errors can be returned by MoveShard, Fence and Unfence.

@@ -47,3 +47,10 @@ func TestHelperProcess(t *testing.T) {
 		os.Exit(0)
 	}
 }
+
+// unsetenv removes key from the environment until the test ends (t.Setenv
+// before it restores the old value).
+func unsetenv(t *testing.T, key string) error {
+	t.Helper()
+	return os.Unsetenv(key)
+}

@@ -99,8 +99,8 @@ type TableCheck struct {
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
-func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, target string, opts MoveOptions) (MoveResult, error) {
-	res := MoveResult{Shard: shard, To: target}
+func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, target string, opts MoveOptions) (res MoveResult, err error) {
+	res = MoveResult{Shard: shard, To: target}
 	if err := checkMove(r, shard); err != nil {
 		return res, err
 	}
@@ -136,6 +136,11 @@ func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, err
 	}
+	// The move's record: Router.Stats reports it, the router's Logger
+	// gets its events.
+	mv := r.RecordMove(shard, res.From, target)
+	defer func() { mv.Finish(res.Fenced, err) }()
+	opts.Progress = mv.Progress(opts.Progress)
 	lock, err := lockMove(ctx, src, schema)
 	if err != nil {
 		return res, fmt.Errorf("shardid: move shard %d: %w", shard, err)
@@ -160,6 +165,7 @@ func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		return res, withDetail(ErrShardMoved, fmt.Sprintf("%s holds an old copy of shard %d: drop it first (DropShardCopy)", target, shard))
 	}
 	stage := func(s string) {
+		mv.Stage(s)
 		if opts.OnStage != nil {
 			opts.OnStage(s)
 		}
@@ -193,6 +199,7 @@ func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, res.From, err)
 	}
+	mv.Fenced(opts.FenceFor)
 	stage("fenced")
 	sealed := false
 	defer func() {
@@ -200,7 +207,8 @@ func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 			// The source is still the shard's home: let writes through at
 			// once rather than when the fence runs out, unless the fence is
 			// no longer ours.
-			_, _ = liftFence(context.WithoutCancel(ctx), src, schema, tables, token)
+			lifted, _ := liftFence(context.WithoutCancel(ctx), src, schema, tables, token)
+			mv.Lifted(lifted)
 		}
 	}()
 	// 4. What changed during the first copy, then 5. verification.
@@ -234,6 +242,7 @@ func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		return res, fmt.Errorf("shardid: shard %d on %s: %w; the map is not flipped", shard, res.From, err)
 	}
 	sealed = true
+	r.LogFenceSet(shard, res.From, 0)
 	stage("sealed")
 	// 7. The flip: the other routers through the catalog, and this one.
 	if c != nil {
@@ -295,6 +304,7 @@ func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d ti
 	if _, err = setFence(ctx, db, schema, tables, d, false); err != nil {
 		return fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, r.DatabaseName(shard), err)
 	}
+	r.LogFenceSet(shard, r.DatabaseName(shard), d)
 	return nil
 }
 
@@ -320,6 +330,7 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 	if _, err = liftFence(ctx, db, schema, tables, 0); err != nil {
 		return fmt.Errorf("shardid: lifting the fence of shard %d: %w", shard, err)
 	}
+	r.LogFenceLifted(shard, r.DatabaseName(shard))
 	return nil
 }
 

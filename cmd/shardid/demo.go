@@ -236,7 +236,9 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return summarize(ctx, r, layout, ids, elapsed, out)
+	err = summarize(ctx, r, layout, ids, elapsed, out)
+	printStats(out, g.Stats(), r.Stats())
+	return err
 }
 
 func closeAll(dbs []*gorm.DB) {

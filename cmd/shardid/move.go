@@ -180,18 +180,14 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return nil
 	}
 	bar := startProgress(stdout, "copying", 2*total) // a first copy, and one after the fence
-	last := map[string]int64{}                       // rows copied per table in the current pass
+	// The bar shows the router's figures of the move, what its metrics show.
 	res, err := reshard.MoveShard(ctx, r, c, s, *to, reshard.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor,
-		Progress: func(table string, copied int64) {
-			d := copied - last[table]
-			if d < 0 { // the copy after the fence starts again
-				d = copied
-			}
-			last[table] = copied
-			bar.Add(int(d))
-		}})
+		Progress: func(string, int64) { bar.Set(moveStats(r, s).RowsCopied) }})
 	bar.Finish()
 	if err != nil {
+		if m := moveStats(r, s); m.Stage == "failed" {
+			fmt.Fprintf(stdout, "the move failed after %d rows copied; writes were fenced for %v\n", m.RowsCopied, m.Fenced.Round(time.Millisecond))
+		}
 		return err
 	}
 	for _, t := range res.Tables {
@@ -244,7 +240,7 @@ func catalogExists(ctx context.Context, db *gorm.DB, table string) error {
 			return fmt.Errorf("--catalog: %w", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("--catalog: no catalog there: table %s does not exist (a program writes it with Catalog.Save and Catalog.SaveSetup)", t)
+			return fmt.Errorf("--catalog: no catalog there: table %s does not exist (a program writes it with reshard.Catalog.Save and SaveSetup)", t)
 		}
 	}
 	return nil

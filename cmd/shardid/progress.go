@@ -61,6 +61,9 @@ func (p *progress) Printf(format string, a ...any) {
 	fmt.Fprintf(p.w, format, a...)
 }
 
+// Set sets the work done to n.
+func (p *progress) Set(n int64) { p.done.Store(n) }
+
 func (p *progress) draw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -1,0 +1,480 @@
+package shardid_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	stdlog "log"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/redislease"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// ChaosA and ChaosB are the tables the fault test's writers fill: every
+// logical shard has both. Proc, Attempt and Idx say which write a row came
+// from, so the checker can tell a row from another that took its ID.
+type ChaosA struct {
+	ID      shardid.ID
+	UserID  int64 `shardid:"key"`
+	Proc    int
+	Attempt int64
+	Idx     int
+}
+
+// ChaosB is the second table of every shard.
+type ChaosB ChaosA
+
+// chaosLog appends events to a writer process's log file, one write per
+// line, so that a kill loses at most the line being written.
+type chaosLog struct {
+	mu   sync.Mutex
+	f    *os.File
+	proc int
+}
+
+func (l *chaosLog) printf(format string, args ...any) {
+	line := fmt.Sprintf(format, args...) + "\n"
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.WriteString(line); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos log:", err)
+		os.Exit(2)
+	}
+}
+
+func (l *chaosLog) event(kind string) { l.printf("event %d %s", l.proc, kind) }
+
+// chaosStore is the writer's view of a lease store: it gives the process's
+// store group its own slice of the worker ids (offset, size), so that
+// processes of different stores never share a worker id, and logs every
+// claim, with its fencing token, and every release. With lie set it is a
+// broken store, for the checker's own test: every claim is told it got the
+// first worker id of the slice.
+type chaosStore struct {
+	inner        shardid.LeaseStore
+	offset, size int
+	log          *chaosLog
+	lie          bool
+
+	mu      sync.Mutex
+	innerOf map[int64]int // lying: token → the worker the inner store really gave
+}
+
+func (s *chaosStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (shardid.Claim, error) {
+	p := prefer - s.offset
+	if p < 0 || p >= s.size {
+		p = -1
+	}
+	c, err := s.inner.Claim(ctx, s.size, p, owner, ttl)
+	if err != nil {
+		return c, err
+	}
+	w := c.Worker
+	c.Worker += s.offset
+	if s.lie {
+		c.Worker = s.offset
+		s.mu.Lock()
+		s.innerOf[c.Token] = w
+		s.mu.Unlock()
+	}
+	s.log.printf("claim %d %d %d %d %d", s.log.proc, c.Worker, c.Token, c.Last, time.Now().UnixNano())
+	return c, nil
+}
+
+// innerClaim returns c as the inner store knows it.
+func (s *chaosStore) innerClaim(c shardid.Claim) shardid.Claim {
+	if s.lie {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c.Worker = s.innerOf[c.Token]
+		return c
+	}
+	c.Worker -= s.offset
+	return c
+}
+
+func (s *chaosStore) Renew(ctx context.Context, c shardid.Claim, ttl time.Duration, promise int64) error {
+	return s.inner.Renew(ctx, s.innerClaim(c), ttl, promise)
+}
+
+func (s *chaosStore) Release(ctx context.Context, c shardid.Claim, last int64) error {
+	s.log.printf("release %d %d %d %d", s.log.proc, c.Worker, c.Token, last)
+	return s.inner.Release(ctx, s.innerClaim(c), last)
+}
+
+// chaosQuiet drops go-redis's reports of connections a restart broke.
+type chaosQuiet struct{}
+
+func (chaosQuiet) Printf(context.Context, string, ...any) {}
+
+// chaosEnv reads the writer's configuration.
+func chaosEnv(name string) string { return os.Getenv("SHARDID_CHAOS_" + name) }
+
+func chaosEnvInt(name string) int {
+	n, err := strconv.Atoi(chaosEnv(name))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "SHARDID_CHAOS_%s: %v\n", name, err)
+		os.Exit(2)
+	}
+	return n
+}
+
+// TestChaosHelper is not a test: it is the body of the fault test's writer
+// processes. It does nothing in a normal run.
+func TestChaosHelper(t *testing.T) {
+	switch chaosEnv("MODE") {
+	case "":
+		return
+	case "mover":
+		chaosMover()
+	default:
+		chaosWriter(t)
+	}
+	os.Exit(0)
+}
+
+// chaosSession is what a writer holds while it writes: a worker id (leased,
+// or static), a router of its own over the two databases following the
+// catalog, and the plugin on it.
+type chaosSession struct {
+	lease  *shardid.Lease
+	r      *shardid.Router
+	dbs    []*gorm.DB
+	cancel context.CancelFunc
+	token  func() string
+}
+
+func (s *chaosSession) close(log *chaosLog) {
+	s.cancel()
+	if s.lease != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.lease.Close(ctx); err != nil {
+			log.event("close-failed")
+		}
+		cancel()
+	}
+	for _, db := range s.dbs {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	}
+}
+
+// chaosWriter is one writer process: it takes a worker id, writes batches
+// of rows to random shards through a router that follows the catalog, logs
+// every claim and every batch, and obeys commands on its standard input
+// ("clock NANOSECONDS" sets its generator's clock offset) until it closes.
+func chaosWriter(t *testing.T) {
+	proc := chaosEnvInt("PROC")
+	f, err := os.OpenFile(chaosEnv("LOG"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	log := &chaosLog{f: f, proc: proc}
+	// The MySQL driver reports every connection a restart broke.
+	mysqldriver.SetLogger(stdlog.New(io.Discard, "", 0))
+	rng := rand.New(rand.NewPCG(uint64(chaosEnvInt("SEED")), uint64(proc)))
+	mode := chaosEnv("MODE")
+
+	var offset atomic.Int64
+	var stopping atomic.Bool
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		for in.Scan() {
+			if v, ok := strings.CutPrefix(in.Text(), "clock "); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				offset.Store(n)
+				log.event("clock-set")
+			}
+		}
+		stopping.Store(true)
+	}()
+	redis.SetLogger(chaosQuiet{})
+	clock := shardid.WithClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+
+	var store *chaosStore
+	if mode != "static" {
+		// The store may be down while the process starts (a restart).
+		inner, err := chaosLeaseStore(chaosEnv("STORE"), chaosEnv("STORE_ADDR"))
+		for err != nil && !stopping.Load() {
+			log.event("store-open-failed")
+			time.Sleep(100 * time.Millisecond)
+			inner, err = chaosLeaseStore(chaosEnv("STORE"), chaosEnv("STORE_ADDR"))
+		}
+		if err != nil {
+			log.event("exit")
+			return
+		}
+		store = &chaosStore{inner: inner, offset: chaosEnvInt("OFFSET"), size: chaosEnvInt("GROUP"), log: log,
+			lie: mode == "liar", innerOf: map[int64]int{}}
+	}
+	prefer := chaosEnvInt("PREFER")
+	if prefer < 0 {
+		prefer = chaosEnvInt("OFFSET") // AcquireLease wants a worker id in range
+	}
+	acquireErrs := 0
+
+	open := func() *chaosSession {
+		for !stopping.Load() {
+			s := &chaosSession{}
+			var gen *shardid.Generator
+			if store == nil {
+				g, err := shardid.NewGenerator(chaosLayout, shardid.WithWorker(prefer), clock)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(2)
+				}
+				token := "static" + strconv.Itoa(proc)
+				log.printf("claim %d %d %s -1 %d", proc, prefer, token, time.Now().UnixNano())
+				gen, s.token = g, func() string { return token }
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				l, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: store, Layout: chaosLayout, TTL: chaosTTL,
+					Prefer: prefer, Wait: true, Owner: chaosEnv("OWNER"), Options: []shardid.GeneratorOption{clock}})
+				cancel()
+				if err != nil {
+					if acquireErrs++; acquireErrs <= 2 {
+						fmt.Fprintf(os.Stderr, "chaos writer %d: acquiring a lease: %v\n", proc, err)
+					}
+					log.event("acquire-failed")
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				s.lease, gen = l, l.Generator()
+				s.token = func() string { return strconv.FormatInt(l.Token(), 10) }
+				prefer = l.Worker()
+			}
+			fmt.Printf("worker %d\n", gen.Worker())
+			if err := s.connect(gen); err != nil {
+				log.event("connect-failed")
+				s.close(log)
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			return s
+		}
+		return nil
+	}
+
+	sess := open()
+	lastAck := time.Now()
+	dupkeys := 0
+	for seq := int64(1); !stopping.Load(); seq++ {
+		if sess == nil {
+			if sess = open(); sess == nil {
+				break
+			}
+			lastAck = time.Now()
+		}
+		shard := rng.IntN(chaosShards)
+		if chaosEnv("ONE_SHARD") == "true" {
+			shard = 0
+		}
+		n := 1 + rng.IntN(8)
+		table := chaosTables[rng.IntN(len(chaosTables))]
+		rows := make([]ChaosA, n)
+		for i := range rows {
+			rows[i] = ChaosA{UserID: int64(shard) + chaosShards*rng.Int64N(1<<30), Proc: proc, Attempt: seq, Idx: i}
+		}
+		before := sess.token()
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		db := sess.r.ForKey(rows[0].UserID).WithContext(ctx)
+		if table == "chaos_bs" {
+			bs := make([]ChaosB, n)
+			for i := range rows {
+				bs[i] = ChaosB(rows[i])
+			}
+			err = db.Create(&bs).Error
+			for i := range rows {
+				rows[i].ID = bs[i].ID
+			}
+		} else {
+			err = db.Create(&rows).Error
+		}
+		cancel()
+		token := sess.token()
+		if token != before {
+			token = "-"
+		}
+		outcome := chaosOutcome(err)
+		refs := make([]string, 0, n)
+		for _, r := range rows {
+			if r.ID != 0 {
+				refs = append(refs, fmt.Sprintf("%d:%d", int64(r.ID), r.UserID))
+			}
+		}
+		list := strings.Join(refs, ",")
+		if list == "" {
+			list = "-"
+		}
+		log.printf("attempt %d %d %s %s %s %d %d %s", proc, seq, table, outcome, token, began.UnixMilli(), time.Since(began).Milliseconds(), list)
+		switch {
+		case err == nil:
+			lastAck = time.Now()
+		case outcome == "dupkey":
+			if dupkeys++; dupkeys <= 3 && mode == "lease" { // expected of the broken modes
+				fmt.Fprintf(os.Stderr, "chaos writer %d: duplicate key: %v\n", proc, err)
+			}
+		case outcome == "other":
+			msg := strings.Join(strings.Fields(err.Error()), "_")
+			log.event("other:" + msg[:min(100, len(msg))])
+		}
+		// A lease that stays lost (its worker id went to another process)
+		// is given up for a new one, as an application would.
+		if err != nil && sess.lease != nil && time.Since(lastAck) > 4*chaosTTL && errors.Is(sess.lease.Err(), shardid.ErrLeaseLost) {
+			log.event("lease-given-up")
+			sess.close(log)
+			sess = nil
+			continue
+		}
+		if err != nil {
+			time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
+		} else {
+			time.Sleep(time.Duration(2+rng.IntN(8)) * time.Millisecond)
+		}
+	}
+	if sess != nil {
+		sess.close(log)
+	}
+	log.event("exit")
+	fmt.Println("done")
+}
+
+// connect opens the writer's own connections to both databases and a
+// router over them with a plugin on gen, following the catalog.
+func (s *chaosSession) connect(gen *shardid.Generator) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, dsn := range []string{chaosEnv("DB1"), chaosEnv("DB2")} {
+		db, err := gorm.Open(postgres.Open(dsn), gormConfig())
+		if err != nil {
+			return err
+		}
+		sqlDB, _ := db.DB()
+		sqlDB.SetConnMaxIdleTime(time.Second)
+		s.dbs = append(s.dbs, db)
+	}
+	p, err := shardid.NewPlugin(shardid.PluginConfig{Generator: gen, LogicalShards: chaosShards})
+	if err != nil {
+		return err
+	}
+	s.r, err = shardid.NewRouter(shardid.RouterConfig{Databases: s.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Plugin: p})
+	if err != nil {
+		return err
+	}
+	return reshard.Follow(ctx, s.r, chaosCatalog(s.dbs[0]), 100*time.Millisecond, nil)
+}
+
+const chaosSchemaPattern = "chaos_%04d"
+
+func chaosCatalog(db *gorm.DB) *reshard.Catalog {
+	return &reshard.Catalog{DB: db, Table: "chaos_catalog"}
+}
+
+// chaosLeaseStore opens the lease store of a writer's group.
+func chaosLeaseStore(kind, addr string) (shardid.LeaseStore, error) {
+	switch kind {
+	case "redis":
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
+			ReadTimeout: time.Second, WriteTimeout: time.Second})
+		return &redislease.Store{Client: c, Prefix: "chaos"}, nil
+	case "postgres", "mysql":
+		// Open without a ping: the store may be down while the process
+		// starts; the lease retries.
+		var d gorm.Dialector = postgres.Open(addr)
+		if kind == "mysql" {
+			d = mysql.Open(addr)
+		}
+		cfg := gormConfig()
+		cfg.DisableAutomaticPing = true
+		db, err := gorm.Open(d, cfg)
+		if err != nil {
+			return nil, err
+		}
+		sqlDB, _ := db.DB()
+		sqlDB.SetConnMaxIdleTime(100 * time.Millisecond) // let broken connections go quickly
+		return &shardid.SQLLeaseStore{DB: db, Table: "chaos_workers"}, nil
+	}
+	return nil, fmt.Errorf("unknown store %q", kind)
+}
+
+// chaosOutcome classifies the result of a write.
+func chaosOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ack"
+	case errors.Is(err, shardid.ErrShardMoving):
+		return "moving"
+	case errors.Is(err, shardid.ErrLeaseLost):
+		return "lease"
+	case errors.Is(err, shardid.ErrClockBackwards):
+		return "clock"
+	case errors.Is(err, shardid.ErrSequenceExhausted):
+		return "exhausted"
+	case errors.Is(err, shardid.ErrWrongShard):
+		return "wrongshard"
+	case strings.Contains(err.Error(), "23505"):
+		return "dupkey"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case strings.Contains(err.Error(), "does not exist"):
+		return "gone" // an old copy dropped after a move, before the router followed
+	case strings.Contains(err.Error(), "connect") || strings.Contains(err.Error(), "EOF") ||
+		strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "reset by peer") ||
+		strings.Contains(err.Error(), "shutting down") || strings.Contains(err.Error(), "57P") ||
+		strings.Contains(err.Error(), "closed") || strings.Contains(err.Error(), "starting up"):
+		return "db"
+	}
+	return "other"
+}
+
+// chaosMover is a mover process: it moves a shard, as the shardid move
+// command would, and is killed at some point by the driver.
+func chaosMover() {
+	var dbs []*gorm.DB
+	for _, dsn := range []string{chaosEnv("DB1"), chaosEnv("DB2")} {
+		db, err := gorm.Open(postgres.Open(dsn), gormConfig())
+		if err != nil {
+			fmt.Println("error", err)
+			return
+		}
+		dbs = append(dbs, db)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	ctx := context.Background()
+	c := chaosCatalog(dbs[0])
+	m, _, err := c.Load(ctx, r)
+	if err == nil {
+		err = r.SetMap(m)
+	}
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	res, err := chaosMove(ctx, r, c, chaosEnvInt("SHARD"), chaosEnv("TARGET"))
+	fmt.Println("moved", res.Fenced, err)
+}

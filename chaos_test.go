@@ -1,0 +1,934 @@
+package shardid_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"github.com/shardid/shardid/internal/testdb"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+var (
+	chaosSeedFlag     = flag.Int64("chaos.seed", 0, "seed of TestChaos's faults (0: from the time; the seed is printed)")
+	chaosDurationFlag = flag.Duration("chaos.duration", 30*time.Second, "how long TestChaos injects faults")
+)
+
+// The fault test, in the spirit of Jepsen. Six writer processes (this test
+// binary, re-executed) take worker ids from three lease stores, a
+// PostgreSQL, a MariaDB and a Redis of the test's own, two processes per
+// store, and write batches of rows with the GORM plugin through routers of
+// their own into two PostgreSQL instances of the test's own, a schema per
+// logical shard, following a catalog. Meanwhile a driver, from a seed, picks
+// faults at random (the first six are one of each kind):
+//
+//   - pause: SIGSTOP a writer for 1.3 to 3 times the lease TTL, then SIGCONT;
+//   - kill: SIGKILL a writer and start a new one in its place, which prefers
+//     the worker id of a writer of its store paused for longer than the TTL;
+//   - restart: kill one of the four servers (pg1 holds the catalog, pg2 the
+//     SQL leases; both hold shards) and start it again;
+//   - freeze: SIGSTOP every process of one of the servers for 1.3 to 3 times
+//     the TTL, connections open, then SIGCONT;
+//   - clock: set a writer's clock (its generator's, WithClock) back or
+//     forward by up to 1.5s;
+//   - move: move two logical shards at once, each by a router of its own
+//     (two operators), to the other database, while the writers write to
+//     every shard; one time in three the first runs in a mover process that
+//     is killed at a random moment. A failed move is run again, as an
+//     operator would, and the old copies are dropped once it is done.
+//
+// Some writers of one store share their Owner name, as pods configured with
+// the same name would. The checker (chaos_check_test.go) then judges the
+// logs of every writer against every row of every table. The seed is
+// printed; -chaos.seed=N replays the same choices (the timing of a busy
+// machine differs from run to run), -chaos.duration=10m runs longer. On a
+// failure the logs of the run, the driver's among them, are kept.
+func TestChaos(t *testing.T) {
+	d := *chaosDurationFlag
+	if testing.Short() && d == 30*time.Second {
+		d = 10 * time.Second
+	}
+	seed := *chaosSeedFlag
+	if seed == 0 {
+		seed = time.Now().UnixNano() % 1_000_000_000
+	}
+	t.Logf("chaos seed %d, duration %v (replay: go test -run '^TestChaos$' -chaos.seed=%d -chaos.duration=%v .)", seed, d, seed, d)
+	fmt.Fprintf(os.Stderr, "TestChaos: seed %d, duration %v\n", seed, d)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+
+	c := startChaosCluster(t, true)
+	var writers []chaosWriterSpec
+	for i := range 6 {
+		st := []string{"postgres", "mysql", "redis"}[i%3]
+		owner := ""
+		if rng.IntN(2) == 0 {
+			owner = "pod-" + st // the same name in two processes
+		}
+		writers = append(writers, chaosWriterSpec{mode: "lease", store: st, owner: owner, prefer: -1})
+	}
+	run := c.run(chaosRun{seed: seed, rng: rng, duration: d, writers: writers, faults: true})
+	run.report(t)
+	if len(run.verdict.Violations) > 0 {
+		t.Errorf("chaos seed %d: replay with -chaos.seed=%d -chaos.duration=%v", seed, seed, d)
+	}
+}
+
+// The checker fails a broken configuration: two processes that write with
+// one worker id, without a lease ("static"), or with a lease from a store
+// that gives the same worker id to every claimant ("liar"). Both write to
+// one shard, so that the shared worker id makes equal IDs.
+func TestChaosCheckerCatchesSharedWorker(t *testing.T) {
+	c := startChaosCluster(t, false)
+	for _, mode := range []string{"static", "liar"} {
+		t.Run(mode, func(t *testing.T) {
+			c.reset(t)
+			w := chaosWriterSpec{mode: mode, store: "postgres", prefer: 0, oneShard: true}
+			run := c.run(chaosRun{seed: 1, rng: rand.New(rand.NewPCG(1, 1)), duration: 4 * time.Second,
+				writers: []chaosWriterSpec{w, w}})
+			v := run.verdict
+			t.Logf("%d IDs, %d acknowledged, %d rows; %d violations", v.IDs, v.Acked, v.Rows, len(v.Violations))
+			var overlap, dups int
+			for _, s := range v.Violations {
+				switch {
+				case strings.HasPrefix(s, "worker-held-twice"), strings.HasPrefix(s, "token-reused"), strings.HasPrefix(s, "foreign-claim"):
+					overlap++ // one worker id, two holders
+				case strings.Contains(s, "issued twice"), strings.Contains(s, "duplicate key"):
+					dups++
+				}
+			}
+			if overlap == 0 || dups == 0 {
+				t.Errorf("the checker found %d overlapping claims and %d duplicates, want both; violations: %q",
+					overlap, dups, v.Violations[:min(5, len(v.Violations))])
+			}
+			if v.Acked == 0 {
+				t.Error("nothing was written")
+			}
+		})
+	}
+}
+
+// chaosCluster is the servers of one fault test: two PostgreSQL data
+// databases (pg1 holds the catalog too), and the lease stores.
+type chaosCluster struct {
+	t        *testing.T
+	dir      string
+	pg1, pg2 *testdb.PGInstance
+	maria    *testdb.MariaDB
+	redis    *redisInstance
+	dbs      []*gorm.DB // the driver's connections to pg1 and pg2
+	catalog  *reshard.Catalog
+	procs    int // writer processes started, for unique process numbers
+
+	logMu sync.Mutex
+	dlog  *os.File // the driver's log: every fault and move, with its time
+}
+
+// note appends a line to the driver's log.
+func (c *chaosCluster) note(format string, args ...any) {
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	fmt.Fprintf(c.dlog, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// startChaosCluster starts the servers; all adds MariaDB and Redis to the
+// PostgreSQL lease store.
+func startChaosCluster(t *testing.T, all bool) *chaosCluster {
+	c := &chaosCluster{t: t, dir: t.TempDir()}
+	var err error
+	if c.dlog, err = os.Create(filepath.Join(c.dir, "driver.log")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.dlog.Close() })
+	c.pg1 = startPostgresInstance(t)
+	c.pg2 = startPostgresInstance(t)
+	if all {
+		c.maria = startMariaDBInstance(t)
+		c.redis = startRedisInstance(t)
+	}
+	for _, pg := range []*testdb.PGInstance{c.pg1, c.pg2} {
+		db, err := gorm.Open(postgres.Open(pg.DSN()), gormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB, _ := db.DB()
+		sqlDB.SetConnMaxIdleTime(time.Second)
+		closeAtEnd(t, db)
+		c.dbs = append(c.dbs, db)
+	}
+	c.catalog = chaosCatalog(c.dbs[0])
+	c.reset(t)
+	return c
+}
+
+// reset drops the shards, the catalog and the leases, and sets up the
+// shards afresh, 0-3 on pg1 and 4-7 on pg2.
+func (c *chaosCluster) reset(t *testing.T) {
+	ctx := context.Background()
+	for _, db := range c.dbs {
+		for s := range chaosShards {
+			c.retry(func() error { return db.Exec(fmt.Sprintf("DROP SCHEMA IF EXISTS chaos_%04d CASCADE", s)).Error })
+		}
+		c.retry(func() error { return db.Exec("DROP TABLE IF EXISTS chaos_workers").Error })
+	}
+	c.retry(func() error {
+		return c.dbs[0].Exec("DROP TABLE IF EXISTS chaos_catalog, chaos_catalog_version, chaos_catalog_setup").Error
+	})
+	r := c.router(t)
+	if err := r.Migrate(ctx, &ChaosA{}, &ChaosB{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.catalog.Save(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// retry runs f until it succeeds, for up to 30s: right after a restart, the
+// pool may still hold broken connections.
+func (c *chaosCluster) retry(f func() error) {
+	c.t.Helper()
+	var err error
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(100 * time.Millisecond) {
+		if err = f(); err == nil {
+			return
+		}
+	}
+	c.t.Fatal(err)
+}
+
+// router returns a new router over the driver's connections, without a
+// plugin, on the initial map.
+func (c *chaosCluster) router(t testing.TB) *shardid.Router {
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// chaosStores are the lease stores, with the slice of worker ids each
+// gives out.
+var chaosStores = map[string]struct{ offset, size int }{
+	"postgres": {0, 8}, "mysql": {8, 8}, "redis": {16, 8},
+}
+
+func (c *chaosCluster) storeAddr(kind string) string {
+	switch kind {
+	case "postgres":
+		return c.pg2.DSN()
+	case "mysql":
+		return c.maria.DSN("test")
+	case "redis":
+		return c.redis.Addr()
+	}
+	c.t.Fatalf("no store %q", kind)
+	return ""
+}
+
+// chaosWriterSpec describes a writer slot.
+type chaosWriterSpec struct {
+	mode     string // "lease", "static" or "liar"
+	store    string
+	owner    string // "" for the default, unique per process
+	prefer   int    // worker id to prefer (the worker id itself in static mode)
+	oneShard bool   // write to shard 0 only
+}
+
+// chaosProc is a running writer process.
+type chaosProc struct {
+	id       int
+	spec     chaosWriterSpec
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	done     chan struct{}
+	worker   atomic.Int64 // -1 until the process says
+	paused   bool
+	pausedAt time.Time
+	resume   time.Time // when a paused process gets SIGCONT
+	offset   time.Duration
+	killed   bool  // by the driver
+	stopped  bool  // told to stop (its standard input closed)
+	exitErr  error // set before done is closed
+	started  time.Time
+}
+
+func (c *chaosCluster) startWriter(spec chaosWriterSpec, seed int64) *chaosProc {
+	c.procs++
+	p := &chaosProc{id: c.procs, spec: spec, done: make(chan struct{}), started: time.Now()}
+	p.worker.Store(-1)
+	st := chaosStores[spec.store]
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosHelper$", "-test.v=false")
+	cmd.Env = append(os.Environ(),
+		"SHARDID_CHAOS_MODE="+spec.mode,
+		"SHARDID_CHAOS_PROC="+strconv.Itoa(p.id),
+		"SHARDID_CHAOS_LOG="+filepath.Join(c.dir, fmt.Sprintf("writer%03d.log", p.id)),
+		"SHARDID_CHAOS_SEED="+strconv.FormatInt(seed, 10),
+		"SHARDID_CHAOS_STORE="+spec.store,
+		"SHARDID_CHAOS_STORE_ADDR="+c.storeAddr(spec.store),
+		"SHARDID_CHAOS_OFFSET="+strconv.Itoa(st.offset),
+		"SHARDID_CHAOS_GROUP="+strconv.Itoa(st.size),
+		"SHARDID_CHAOS_OWNER="+spec.owner,
+		"SHARDID_CHAOS_PREFER="+strconv.Itoa(spec.prefer),
+		"SHARDID_CHAOS_ONE_SHARD="+strconv.FormatBool(spec.oneShard),
+		"SHARDID_CHAOS_DB1="+c.pg1.DSN(),
+		"SHARDID_CHAOS_DB2="+c.pg2.DSN(),
+	)
+	cmd.Stderr = os.Stderr
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		c.t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	p.cmd = cmd
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var w int
+			if _, err := fmt.Sscanf(sc.Text(), "worker %d", &w); err == nil {
+				p.worker.Store(int64(w))
+			}
+		}
+		p.exitErr = cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// chaosRun is one run of writers, with or without faults.
+type chaosRun struct {
+	dir      string // the logs
+	seed     int64
+	rng      *rand.Rand
+	duration time.Duration
+	writers  []chaosWriterSpec
+	faults   bool
+
+	faultCounts map[string]int
+	moves       []string
+	started     int
+	verdict     chaosVerdict
+	history     chaosHistory
+	checkTook   time.Duration
+}
+
+// run starts the writers, injects faults for r.duration, stops the writers
+// and judges what they did.
+func (c *chaosCluster) run(r chaosRun) *chaosRun {
+	t := c.t
+	r.faultCounts = map[string]int{}
+	r.dir = c.dir
+	c.note("run: seed %d, %v, %d writers", r.seed, r.duration, len(r.writers))
+	first := c.procs
+	procs := make([]*chaosProc, len(r.writers))
+	var all []*chaosProc // every writer started, replaced ones too
+	for i, w := range r.writers {
+		procs[i] = c.startWriter(w, r.rng.Int64())
+		all = append(all, procs[i])
+	}
+	t.Cleanup(func() { // on a failure midway
+		for _, p := range procs {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.cmd.Process.Kill()
+		}
+	})
+
+	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move"}
+	servers := []string{"pg1", "pg2"}
+	if c.maria != nil {
+		servers = append(servers, "mariadb", "redis")
+	}
+	frozen := map[string]time.Time{} // server → when it gets SIGCONT
+	frozenPids := map[string][]int{}
+	thaw := func(s string) {
+		for _, pid := range frozenPids[s] {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+		delete(frozen, s)
+		delete(frozenPids, s)
+		c.note("SIGCONT %s", s)
+	}
+	var plan []string // the first faults: every kind once, in a random order
+	for _, i := range r.rng.Perm(len(kinds)) {
+		plan = append(plan, kinds[i])
+	}
+	var (
+		moving    sync.WaitGroup
+		movesBusy atomic.Bool
+		movesMu   sync.Mutex
+		leftovers = map[int]string{} // shard → database holding its old copy
+	)
+	restarts := map[int]time.Time{} // slot → when its killed writer is replaced
+	end := time.Now().Add(r.duration)
+	next := time.Now().Add(time.Second)
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		for i, p := range procs {
+			if p.paused && now.After(p.resume) {
+				p.cmd.Process.Signal(syscall.SIGCONT)
+				p.paused = false
+				c.note("SIGCONT writer %d", p.id)
+			}
+			if at, ok := restarts[i]; ok && now.After(at) {
+				delete(restarts, i)
+				spec := r.writers[i]
+				spec.prefer = int(p.worker.Load())
+				for _, q := range procs { // take over a paused writer's worker id
+					if q.paused && q.spec.store == spec.store && q.worker.Load() >= 0 && now.Sub(q.pausedAt) > chaosTTL {
+						spec.prefer = int(q.worker.Load())
+					}
+				}
+				procs[i] = c.startWriter(spec, r.rng.Int64())
+				all = append(all, procs[i])
+				c.note("started writer %d in slot %d, preferring worker %d", procs[i].id, i, spec.prefer)
+				r.started++
+			}
+		}
+		for s, at := range frozen {
+			if now.After(at) {
+				thaw(s)
+			}
+		}
+		if !r.faults || now.Before(next) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		next = now.Add(time.Duration(300+r.rng.IntN(1700)) * time.Millisecond)
+		kind := kinds[r.rng.IntN(len(kinds))]
+		if len(plan) > 0 {
+			kind, plan = plan[0], plan[1:]
+		}
+		if kind == "move" && movesBusy.Load() {
+			kind = "clock"
+		}
+		var running []int
+		for i, p := range procs {
+			if _, dead := restarts[i]; !dead && !p.paused {
+				running = append(running, i)
+			}
+		}
+		if (kind == "pause" || kind == "kill" || kind == "clock") && len(running) == 0 {
+			kind = "restart"
+		}
+		r.faultCounts[kind]++
+		c.note("fault %s", kind)
+		switch kind {
+		case "pause":
+			p := procs[running[r.rng.IntN(len(running))]]
+			p.cmd.Process.Signal(syscall.SIGSTOP)
+			p.paused, p.pausedAt = true, now
+			c.note("SIGSTOP writer %d (worker %d)", p.id, p.worker.Load())
+			p.resume = now.Add(chaosTTL*13/10 + time.Duration(r.rng.Int64N(int64(chaosTTL)*17/10)))
+		case "kill":
+			i := running[r.rng.IntN(len(running))]
+			procs[i].killed = true
+			c.note("SIGKILL writer %d (worker %d)", procs[i].id, procs[i].worker.Load())
+			procs[i].cmd.Process.Kill()
+			<-procs[i].done
+			restarts[i] = now.Add(time.Duration(r.rng.IntN(1000)) * time.Millisecond)
+		case "clock":
+			p := procs[running[r.rng.IntN(len(running))]]
+			p.offset = time.Duration(r.rng.Int64N(int64(3*time.Second))) - 1500*time.Millisecond
+			fmt.Fprintf(p.stdin, "clock %d\n", int64(p.offset))
+			c.note("clock of writer %d set to %v", p.id, p.offset)
+		case "freeze":
+			s := servers[r.rng.IntN(len(servers))]
+			if _, ok := frozen[s]; ok {
+				break
+			}
+			r.faultCounts["freeze "+s]++
+			frozenPids[s] = c.freeze(s)
+			c.note("SIGSTOP %s (pids %v)", s, frozenPids[s])
+			frozen[s] = now.Add(chaosTTL*13/10 + time.Duration(r.rng.Int64N(int64(chaosTTL)*17/10)))
+		case "restart":
+			s := servers[r.rng.IntN(len(servers))]
+			if _, ok := frozen[s]; ok {
+				thaw(s) // a frozen server cannot be stopped
+			}
+			r.faultCounts["restart "+s]++
+			c.note("restarting %s", s)
+			down := time.Duration(100+r.rng.IntN(1400)) * time.Millisecond
+			switch s {
+			case "pg1":
+				c.pg1.Stop()
+				time.Sleep(down)
+				c.pg1.Start()
+			case "pg2":
+				c.pg2.Stop()
+				time.Sleep(down)
+				c.pg2.Start()
+			case "mariadb":
+				c.maria.Stop()
+				time.Sleep(down)
+				c.maria.Start()
+			case "redis":
+				c.redis.Stop()
+				time.Sleep(down)
+				c.redis.Start()
+			}
+			c.note("restarted %s", s)
+		case "move":
+			// The choices now, from the seed; the work in the background,
+			// so that the driver never waits on a frozen server.
+			order := r.rng.Perm(chaosShards)
+			var killAfter time.Duration
+			if r.rng.IntN(3) == 0 {
+				killAfter = time.Duration(200+r.rng.IntN(4000)) * time.Millisecond
+				r.faultCounts["move killed"]++
+			}
+			movesBusy.Store(true)
+			moving.Add(1)
+			go func() {
+				defer moving.Done()
+				defer movesBusy.Store(false)
+				movesMu.Lock()
+				c.dropLeftovers(leftovers)
+				var free []int
+				for _, s := range order {
+					if _, ok := leftovers[s]; !ok {
+						free = append(free, s)
+					}
+				}
+				movesMu.Unlock()
+				final, err := c.loadMap()
+				if len(free) < 2 || err != nil {
+					movesMu.Lock()
+					r.moves = append(r.moves, fmt.Sprintf("skipped: %d shards free to move, loading the map: %v", len(free), err))
+					movesMu.Unlock()
+					return
+				}
+				var pair sync.WaitGroup
+				for n, shard := range free[:2] {
+					to := "pg1"
+					if final[shard] == 0 {
+						to = "pg2"
+					}
+					kill := killAfter
+					if n > 0 {
+						kill = 0 // the first of the two may run in a process that is killed
+					}
+					pair.Add(1)
+					go func() {
+						defer pair.Done()
+						msgs, from, ok := c.move(shard, to, kill)
+						movesMu.Lock()
+						r.moves = append(r.moves, msgs...)
+						if ok {
+							leftovers[shard] = from
+						}
+						movesMu.Unlock()
+					}()
+				}
+				pair.Wait()
+			}()
+		}
+	}
+	for s := range frozen {
+		thaw(s)
+	}
+	moving.Wait()
+
+	// The end: every writer resumes and stops cleanly; then the checker.
+	for i, p := range procs {
+		if _, dead := restarts[i]; dead {
+			continue
+		}
+		if p.paused {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.paused = false
+		}
+		p.stopped = true
+		p.stdin.Close()
+	}
+	for i, p := range procs {
+		if _, dead := restarts[i]; dead {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-time.After(60 * time.Second):
+			t.Errorf("writer %d did not stop within 60s of its standard input closing; killed", p.id)
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	r.started += len(r.writers)
+	// A writer that died by itself (a panic, a fatal error) is a failure:
+	// only the driver kills them.
+	var died []string
+	for _, p := range all {
+		select {
+		case <-p.done:
+			if !p.killed && (!p.stopped || p.exitErr != nil) {
+				died = append(died, fmt.Sprintf("writer process %d exited by itself (%v); its standard error is above", p.id, p.exitErr))
+			}
+		default:
+		}
+	}
+
+	start := time.Now()
+	r.history.Other = map[string]int{}
+	for id := first + 1; id <= c.procs; id++ {
+		err := readChaosLog(filepath.Join(c.dir, fmt.Sprintf("writer%03d.log", id)), &r.history)
+		if errors.Is(err, fs.ErrNotExist) {
+			r.history.Other["killed before its log"]++ // (a writer that exited by itself is reported below)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	final, rows := c.snapshot(t)
+	r.verdict = chaosCheck(r.history, rows, final)
+	for _, msg := range died {
+		r.verdict.fail("writer-died", "%s", msg)
+	}
+	c.readBack(t, &r, final)
+	r.checkTook = time.Since(start)
+	return &r
+}
+
+// freeze stops every process of a server with SIGSTOP and returns their
+// ids, for SIGCONT later: the server hangs, with its connections open, as
+// under a long GC pause, swapping, or a VM stalled by its host.
+func (c *chaosCluster) freeze(server string) []int {
+	var pid int
+	switch server {
+	case "redis":
+		pid = c.redis.cmd.Process.Pid
+	case "mariadb":
+		// The instance's own process, found by the port only it listens on.
+		port := c.maria.DSN("")[strings.Index(c.maria.DSN(""), ":")+1:]
+		pid = chaosPid("mariadbd", "--port="+port[:strings.IndexByte(port, ')')]+" ")
+	case "pg1", "pg2":
+		pg := c.pg1
+		if server == "pg2" {
+			pg = c.pg2
+		}
+		_, port, _ := strings.Cut(pg.DSN(), "port=")
+		pid = chaosPid("postgres", "-p "+strings.Fields(port)[0]+" ") // the postmaster
+	}
+	if pid <= 0 || syscall.Kill(pid, syscall.SIGSTOP) != nil {
+		return nil
+	}
+	// Then its children (PostgreSQL's backends), which the stopped
+	// postmaster can no longer add to.
+	pids := []int{pid}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after ")".
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) && syscall.Kill(child, syscall.SIGSTOP) == nil {
+			pids = append(pids, child)
+		}
+	}
+	return pids
+}
+
+// chaosPid returns the id of the process whose command line holds every one
+// of parts, or 0.
+func chaosPid(parts ...string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		line := strings.ReplaceAll(string(b), "\x00", " ")
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return pid
+		}
+	}
+	return 0
+}
+
+// loadMap returns the catalog's map.
+func (c *chaosCluster) loadMap() ([]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		return nil, err
+	}
+	m, _, err := c.catalog.Load(ctx, r)
+	return m, err
+}
+
+// move moves shard to the database named to, as an operator would: with a
+// router of its own loaded from the catalog, run again after a failure
+// until it is done (at most 6 times). With killAfter, the first run is a
+// mover process of its own, killed after that long. It returns what
+// happened, the database the shard left, and whether it got there.
+func (c *chaosCluster) move(shard int, to string, killAfter time.Duration) ([]string, string, bool) {
+	var msgs []string
+	c.note("move of shard %d to %s begins", shard, to)
+	if killAfter > 0 {
+		msgs = append(msgs, c.killedMove(shard, to, killAfter))
+		c.note("move: %s", msgs[len(msgs)-1])
+	}
+	for try := range 6 {
+		msg, from, ok := c.moveOnce(shard, to)
+		if try > 0 || killAfter > 0 {
+			msg += fmt.Sprintf(" (run %d)", try+1)
+		}
+		c.note("move: %s", msg)
+		msgs = append(msgs, msg)
+		if ok {
+			return msgs, from, true
+		}
+		time.Sleep(time.Second)
+	}
+	return msgs, "", false
+}
+
+// killedMove runs a move in a mover process and kills it after d.
+func (c *chaosCluster) killedMove(shard int, to string, d time.Duration) string {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosHelper$", "-test.v=false")
+	cmd.Env = append(os.Environ(), "SHARDID_CHAOS_MODE=mover", "SHARDID_CHAOS_SHARD="+strconv.Itoa(shard),
+		"SHARDID_CHAOS_TARGET="+to, "SHARDID_CHAOS_DB1="+c.pg1.DSN(), "SHARDID_CHAOS_DB2="+c.pg2.DSN())
+	cmd.Stderr = os.Stderr
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Sprintf("shard %d: starting a mover: %v", shard, err)
+	}
+	timer := time.AfterFunc(d, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	timer.Stop()
+	if err != nil {
+		return fmt.Sprintf("shard %d →%s: mover process killed after %v (%s)", shard, to, d, strings.TrimSpace(out.String()))
+	}
+	return fmt.Sprintf("shard %d →%s: mover process finished before its kill: %s", shard, to, strings.TrimSpace(out.String()))
+}
+
+// moveOnce runs one move of shard to the database named to.
+func (c *chaosCluster) moveOnce(shard int, to string) (string, string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		return fmt.Sprintf("shard %d: %v", shard, err), "", false
+	}
+	m, _, err := c.catalog.Load(ctx, r)
+	if err == nil {
+		err = r.SetMap(m)
+	}
+	if err != nil {
+		return fmt.Sprintf("shard %d: loading the catalog: %v", shard, err), "", false
+	}
+	from := r.DatabaseName(shard)
+	if from == to { // a killed mover got it there
+		other := "pg1"
+		if to == "pg1" {
+			other = "pg2"
+		}
+		return fmt.Sprintf("shard %d is on %s already", shard, to), other, true
+	}
+	res, err := chaosMove(ctx, r, c.catalog, shard, to)
+	if err != nil {
+		return fmt.Sprintf("shard %d %s→%s failed: %v", shard, from, to, err), "", false
+	}
+	rows := int64(0)
+	for _, tc := range res.Tables {
+		rows += tc.Rows
+	}
+	return fmt.Sprintf("shard %d %s→%s: %d rows, fenced %v, catalog v%d", shard, from, to, rows, res.Fenced.Round(time.Millisecond), res.Version), from, true
+}
+
+func chaosMove(ctx context.Context, r *shardid.Router, c *reshard.Catalog, shard int, to string) (reshard.MoveResult, error) {
+	return reshard.MoveShard(ctx, r, c, shard, to, reshard.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
+		Batch: 1000, FenceFor: 30 * time.Second})
+}
+
+// dropLeftovers drops the old copies of moved shards that the catalog no
+// longer names, so that a shard can move back.
+func (c *chaosCluster) dropLeftovers(leftovers map[int]string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		return
+	}
+	m, _, err := c.catalog.Load(ctx, r)
+	if err != nil || r.SetMap(m) != nil {
+		return
+	}
+	for shard, from := range leftovers {
+		if r.DatabaseName(shard) == from {
+			continue // the catalog names it (a move was undone): keep it
+		}
+		if err := reshard.DropShardCopy(ctx, r, shard, from); err == nil {
+			delete(leftovers, shard)
+		}
+	}
+}
+
+// snapshot returns the catalog's final map and every row of every shard
+// table on both databases.
+func (c *chaosCluster) snapshot(t *testing.T) ([]int, []chaosRow) {
+	ctx := context.Background()
+	r := c.router(t)
+	var final []int
+	c.retry(func() error {
+		m, _, err := c.catalog.Load(ctx, r)
+		final = m
+		return err
+	})
+	var rows []chaosRow
+	for d, db := range c.dbs {
+		for s := range chaosShards {
+			for _, table := range chaosTables {
+				var exists bool
+				c.retry(func() error {
+					return db.Raw("SELECT to_regclass(?) IS NOT NULL", fmt.Sprintf("chaos_%04d.%s", s, table)).Scan(&exists).Error
+				})
+				if !exists {
+					continue
+				}
+				var got []struct {
+					ID      shardid.ID
+					UserID  int64
+					Proc    int
+					Attempt int64
+					Idx     int
+				}
+				c.retry(func() error {
+					got = got[:0]
+					return db.Raw(fmt.Sprintf("SELECT id, user_id, proc, attempt, idx FROM chaos_%04d.%s", s, table)).Scan(&got).Error
+				})
+				for _, g := range got {
+					rows = append(rows, chaosRow{DB: d, Shard: s, Table: table, ID: g.ID, Key: g.UserID, Proc: g.Proc, Attempt: g.Attempt, Idx: g.Idx})
+				}
+			}
+		}
+	}
+	return final, rows
+}
+
+// readBack reads a sample of the acknowledged rows through a router that
+// follows the catalog, as an application would.
+func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt := c.router(t)
+	if err := reshard.Follow(ctx, rt, c.catalog, time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if m := rt.Map(); !slices.Equal(m, final) {
+		r.verdict.fail("router-map", "a following router has the map %v, the catalog %v", m, final)
+	}
+	var acked []chaosAttempt
+	for _, a := range r.history.Attempts {
+		if a.Outcome == "ack" {
+			acked = append(acked, a)
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(r.seed), 2))
+	for range min(200, len(acked)) {
+		a := acked[rng.IntN(len(acked))]
+		i := rng.IntN(len(a.Rows))
+		id := a.Rows[i].ID
+		var got ChaosA
+		var err error
+		if a.Table == "chaos_bs" {
+			var b ChaosB
+			err = rt.Get(ctx, &b, id)
+			got = ChaosA(b)
+		} else {
+			err = rt.Get(ctx, &got, id)
+		}
+		if err != nil || got.Proc != a.Proc || got.Attempt != a.Seq || got.Idx != i {
+			r.verdict.fail("read-back", "reading acknowledged row %v of process %d attempt %d through the router: %+v, %v", id, a.Proc, a.Seq, got, err)
+		}
+	}
+}
+
+// report logs what the run did and fails the test with the violations.
+func (r *chaosRun) report(t *testing.T) {
+	t.Helper()
+	v := r.verdict
+	var kinds []string
+	for k, n := range r.faultCounts {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(kinds)
+	var other []string
+	for k, n := range r.history.Other {
+		other = append(other, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(other)
+	t.Logf("seed %d, %v: faults %s", r.seed, r.duration, strings.Join(kinds, " "))
+	t.Logf("writer processes %d; claims %d; events %s", r.started, v.Claims, strings.Join(other, " "))
+	for _, m := range r.moves {
+		t.Logf("move: %s", m)
+	}
+	t.Logf("checked: %d IDs issued (%d judged against their claims), %d acknowledged rows, %d stored rows (%d live); %v to check; %d violations",
+		v.IDs, v.Judged, v.Acked, v.Rows, v.LiveRows, r.checkTook.Round(time.Millisecond), len(v.Violations))
+	var names []string
+	for k := range v.Kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		t.Errorf("%d violations of kind %s, e.g.:", v.Kinds[k], k)
+		shown := 0
+		for _, s := range v.Violations {
+			if strings.HasPrefix(s, k+": ") && shown < 5 {
+				t.Errorf("  %s", s)
+				shown++
+			}
+		}
+	}
+	if v.Acked == 0 {
+		t.Error("no write was acknowledged: the run tested nothing")
+	}
+	if len(v.Violations) > 0 {
+		keep := filepath.Join(os.TempDir(), fmt.Sprintf("shardid-chaos-%d-%d", r.seed, time.Now().Unix()))
+		if err := os.CopyFS(keep, os.DirFS(r.dir)); err == nil {
+			t.Errorf("the logs of the run (driver.log, writerNNN.log) are kept in %s", keep)
+		}
+	}
+}

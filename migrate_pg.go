@@ -1,0 +1,228 @@
+package shardid
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"regexp"
+	"strings"
+)
+
+// migratePostgres is the fast path of Migrate on PostgreSQL.
+type migratePostgres struct{}
+
+// pgBatchStatements bounds the statements of one transaction: each
+// CREATE TABLE takes several locks, and the lock table is shared by the
+// whole server.
+const pgBatchStatements = 200
+
+func (migratePostgres) lock(ctx context.Context, conn *sql.Conn, name string) (func() error, error) {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", name); err != nil {
+		return nil, err
+	}
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		var ok bool
+		if err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", name).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("shardid: the migration lock was not held")
+		}
+		return nil
+	}, nil
+}
+
+func (migratePostgres) createSchema(schema string) string {
+	return `CREATE SCHEMA IF NOT EXISTS "` + schema + `"`
+}
+
+func (migratePostgres) dropSchema(schema string) string {
+	return `DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`
+}
+
+// pgCatalogQueries read, for the schemas in $1, the schemas, the columns
+// of their tables, the indexes and the constraints, from pg_catalog (the
+// information_schema views check privileges row by row and slow down with
+// every schema).
+var pgCatalogQueries = [...]string{
+	`SELECT nspname FROM pg_catalog.pg_namespace WHERE nspname = ANY($1)`,
+	`SELECT n.nspname, c.relname, a.attname,
+		pg_catalog.format_type(a.atttypid, a.atttypmod) ||
+			COALESCE(' COLLATE ' || pg_catalog.quote_ident(co.collname), ''),
+		a.attnotnull, d.adbin IS NOT NULL, COALESCE(pg_catalog.pg_get_expr(d.adbin, d.adrelid), ''),
+		a.attidentity::text || a.attgenerated::text,
+		COALESCE(pg_catalog.col_description(c.oid, a.attnum), '')
+	FROM pg_catalog.pg_namespace n
+	JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relkind IN ('r', 'p')
+	JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+	LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+	LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation AND a.attcollation <> ty.typcollation
+	WHERE n.nspname = ANY($1)`,
+	`SELECT n.nspname, t.relname, i.relname
+	FROM pg_catalog.pg_index x
+	JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+	JOIN pg_catalog.pg_class t ON t.oid = x.indrelid
+	JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace
+	WHERE n.nspname = ANY($1)`,
+	`SELECT n.nspname, t.relname, co.conname
+	FROM pg_catalog.pg_constraint co
+	JOIN pg_catalog.pg_class t ON t.oid = co.conrelid
+	JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace
+	WHERE n.nspname = ANY($1) AND co.contype IN ('p', 'u', 'f', 'c', 'x')`,
+}
+
+func (migratePostgres) catalog(ctx context.Context, conn *sql.Conn, schemas []string) (map[string]catSchema, error) {
+	cat := make(map[string]catSchema, len(schemas))
+	table := func(schema, name string) *catTable {
+		s := cat[schema]
+		if s == nil {
+			s = make(catSchema)
+			cat[schema] = s
+		}
+		t := s[name]
+		if t == nil {
+			t = &catTable{cols: map[string]catColumn{}, indexes: map[string]bool{}, cons: map[string]bool{}}
+			s[name] = t
+		}
+		return t
+	}
+	for i, q := range pgCatalogQueries {
+		rows, err := conn.QueryContext(ctx, q, schemas)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var schema, tname, name string
+			switch i {
+			case 0:
+				err = rows.Scan(&schema)
+				if err == nil && cat[schema] == nil {
+					cat[schema] = make(catSchema)
+				}
+			case 1:
+				var c catColumn
+				err = rows.Scan(&schema, &tname, &name, &c.typ, &c.notNull, &c.hasDef, &c.def, &c.extra, &c.comment)
+				c.typ, c.def = markSchema(c.typ, schema), markSchema(c.def, schema)
+				table(schema, tname).cols[name] = c
+			case 2:
+				err = rows.Scan(&schema, &tname, &name)
+				table(schema, tname).indexes[name] = true
+			case 3:
+				err = rows.Scan(&schema, &tname, &name)
+				table(schema, tname).cons[name] = true
+			}
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		rows.Close()
+	}
+	return cat, nil
+}
+
+func (migratePostgres) addColumn(table, name string, c catColumn) ([]string, bool) {
+	if c.extra != "" || strings.Contains(c.typ, schemaMark) || strings.Contains(c.def, schemaMark) {
+		return nil, false // identity, generated, a sequence or a type of the schema
+	}
+	q := `ALTER TABLE "` + table + `" ADD COLUMN ` + pgIdent(name) + " " + c.typ
+	if c.hasDef {
+		q += " DEFAULT " + c.def
+	}
+	if c.notNull {
+		q += " NOT NULL"
+	}
+	stmts := []string{q}
+	if c.comment != "" {
+		stmts = append(stmts, `COMMENT ON COLUMN "`+table+`".`+pgIdent(name)+" IS "+pgLiteral(c.comment))
+	}
+	return stmts, true
+}
+
+// The forms of GORM's DDL on PostgreSQL, with an unqualified table.
+var (
+	pgCreateTable = regexp.MustCompile(`^CREATE TABLE "([^".]+)" \(`)
+	pgCreateIndex = regexp.MustCompile(`^CREATE (?:UNIQUE )?INDEX IF NOT EXISTS "([^"]+)" ON "([^".]+)"(?: USING | \()`)
+	pgComment     = regexp.MustCompile(`^COMMENT ON COLUMN "([^".]+)"\."`)
+	pgAlterTable  = regexp.MustCompile(`^ALTER TABLE "([^".]+)" `)
+)
+
+func (migratePostgres) parse(stmt string) (table, index string, ok bool) {
+	if m := pgCreateTable.FindStringSubmatch(stmt); m != nil {
+		return m[1], "", true
+	}
+	if m := pgCreateIndex.FindStringSubmatch(stmt); m != nil {
+		return m[2], m[1], true
+	}
+	if m := pgComment.FindStringSubmatch(stmt); m != nil {
+		return m[1], "", true
+	}
+	if m := pgAlterTable.FindStringSubmatch(stmt); m != nil {
+		return m[1], "", true
+	}
+	return "", "", false
+}
+
+// apply runs the actions on conn in transactions of up to
+// pgBatchStatements statements, one round trip each: DDL is transactional on PostgreSQL, and
+// SET LOCAL search_path puts each shard's statements in its schema. When a
+// batch fails, its shards are run again one per transaction, to name the
+// one that fails.
+func (migratePostgres) apply(ctx context.Context, conn *sql.Conn, _ *sql.DB, acts []shardAction, done func(n int)) error {
+	run := func(batch []shardAction) error {
+		var b strings.Builder
+		for _, a := range batch {
+			b.WriteString(`CREATE SCHEMA IF NOT EXISTS "` + a.schema + `";SET LOCAL search_path TO "` + a.schema + `";`)
+			for _, q := range a.stmts {
+				b.WriteString(q)
+				b.WriteString(";\n")
+			}
+		}
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, b.String()); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	for len(acts) > 0 {
+		n, stmts := 0, 0
+		for n < len(acts) && (n == 0 || stmts+len(acts[n].stmts) <= pgBatchStatements) {
+			stmts += len(acts[n].stmts)
+			n++
+		}
+		if err := run(acts[:n]); err != nil {
+			if ctx.Err() != nil || n == 1 {
+				return &ShardError{Shard: acts[0].shard, Err: err}
+			}
+			for _, a := range acts[:n] {
+				if err := run([]shardAction{a}); err != nil {
+					return &ShardError{Shard: a.shard, Err: err}
+				}
+				done(1)
+			}
+		} else {
+			done(n)
+		}
+		acts = acts[n:]
+	}
+	return nil
+}
+
+// pgIdent quotes a PostgreSQL identifier.
+func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// pgLiteral quotes a PostgreSQL string literal, whatever
+// standard_conforming_strings says.
+func pgLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(s) + "'"
+}
