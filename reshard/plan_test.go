@@ -1,6 +1,7 @@
 package reshard_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
+	"gorm.io/gorm"
 )
 
 // planSizes makes Sizes over names where shard s, on database m[s], has
@@ -235,5 +237,39 @@ func TestPlanRebalanceRefuses(t *testing.T) {
 				t.Errorf("PlanRebalance(%+v) = %v, want ErrInvalidConfig", tc.opts, err)
 			}
 		})
+	}
+}
+
+// Apply refuses a plan that does not fit the router, and options it cannot
+// move by, before it reads or changes anything.
+func TestApplyRefusesBadPlans(t *testing.T) {
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openSQLite(t), openSQLite(t)}, Names: []string{"a", "b"},
+		LogicalShards: 4, SchemaPattern: "s_%04d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := reshard.ApplyOptions{Move: reshard.MoveOptions{Tables: []string{"t"}}}
+	for _, tc := range []struct {
+		name string
+		mv   reshard.PlannedMove
+		opts reshard.ApplyOptions
+		want error
+	}{
+		{"shard out of range", reshard.PlannedMove{Shard: 4, From: "a", To: "b"}, opts, shardid.ErrShardRange},
+		{"negative shard", reshard.PlannedMove{Shard: -1, From: "a", To: "b"}, opts, shardid.ErrShardRange},
+		{"unknown target", reshard.PlannedMove{Shard: 1, From: "a", To: "z"}, opts, shardid.ErrInvalidConfig},
+		{"unknown source", reshard.PlannedMove{Shard: 1, From: "z", To: "a"}, opts, shardid.ErrInvalidConfig},
+		{"onto itself", reshard.PlannedMove{Shard: 1, From: "a", To: "a"}, opts, shardid.ErrInvalidConfig},
+		{"no tables", reshard.PlannedMove{Shard: 1, From: "a", To: "b"}, reshard.ApplyOptions{}, shardid.ErrInvalidConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := reshard.Plan{Moves: []reshard.PlannedMove{tc.mv}}.Apply(context.Background(), r, nil, tc.opts)
+			if !errors.Is(err, tc.want) || len(res.Moved)+len(res.Skipped) != 0 {
+				t.Errorf("Apply(%+v) = %+v, %v; want %v", tc.mv, res, err, tc.want)
+			}
+		})
+	}
+	if r.DatabaseName(1) != "a" {
+		t.Errorf("the map changed: %v", r.Map())
 	}
 }
