@@ -18,6 +18,14 @@
 // router. [Fence], [Unfence] and [DropShardCopy] are the manual steps
 // around it.
 //
+// # Rebalancing
+//
+// [Sizes] measures every shard, bytes and rows, with one catalog query per
+// database; [PlanRebalance] plans the moves that even the databases out
+// (or drain one, or fill a new one) and changes nothing; [Plan.Apply]
+// carries a plan out move by move, with progress, and can be run again
+// after an interruption. The shardid rebalance command does all three.
+//
 // The root package shardid keeps the router and its SetMap; this package
 // brings the database drivers' dependencies (pgx) that the root does not
 // need.

@@ -7,6 +7,7 @@
 //	shardid sql    --dialect postgres --schema NAME --shard N [--table T [--column C]] [--worker W]
 //	shardid demo   [--postgres DSN | --mysql DSN | --dir DIR] [--shards N] [--users N] [--photos N] [--keep]
 //	shardid move   --catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME)
+//	shardid rebalance --catalog DSN [--by bytes|rows] [--drain NAMES | --fill NAMES] [--apply [--drop-copies]]
 //
 // Run "shardid COMMAND --help" for each command's flags. A wrong flag or
 // argument exits with status 2 and a message that names it; a command that
@@ -42,6 +43,7 @@ var commands = []command{
 	{"sql", "print the SQL that makes IDs inside PostgreSQL", runSQL},
 	{"demo", "write and read sharded rows end to end (no server needed)", runDemo},
 	{"move", "move a logical shard to another database, every ID unchanged", runMove},
+	{"rebalance", "plan (and --apply) the moves that even out the databases", runRebalance},
 }
 
 func main() {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,6 +21,7 @@ type progress struct {
 	stop  chan struct{}
 	ended chan struct{}
 	tty   bool
+	mu    sync.Mutex // serializes writes to w: the bar's and Printf's
 }
 
 func startProgress(w io.Writer, label string, total int64) *progress {
@@ -49,12 +51,26 @@ func startProgress(w io.Writer, label string, total int64) *progress {
 
 func (p *progress) Add(n int) { p.done.Add(int64(n)) }
 
+// Printf prints a line of text above the bar.
+func (p *progress) Printf(format string, a ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K") // clear the bar's line; the next draw puts it back below
+	}
+	fmt.Fprintf(p.w, format, a...)
+}
+
 // Set sets the work done to n.
 func (p *progress) Set(n int64) { p.done.Store(n) }
 
 func (p *progress) draw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	done := p.done.Load()
-	frac := float64(done) / float64(max(p.total, 1))
+	// More rows than announced (writes during a move, an estimate that
+	// fell short) fill the bar, never more.
+	frac := min(float64(done)/float64(max(p.total, 1)), 1)
 	const width = 30
 	bar := strings.Repeat("█", int(frac*width)) + strings.Repeat("░", width-int(frac*width))
 	el := time.Since(p.start)
