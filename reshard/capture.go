@@ -3,11 +3,11 @@ package reshard
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
-	"time"
 
 	"gorm.io/gorm"
 )
@@ -69,34 +69,12 @@ func quoteIdent(db *gorm.DB, name string) string {
 // MySQL's metadata lock), so they are committed, and every later write
 // fires it.
 func startCapture(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
-	if err := stopCapture(ctx, db, schema, tables); err != nil {
+	if err := stopCapture(ctx, db, schema); err != nil {
 		return err
 	}
 	log := quoteTable(db, schema, changeTable)
 	if db.Dialector.Name() == "mysql" {
-		exec := func(q string) error { return db.WithContext(ctx).Exec(q).Error }
-		if err := exec("CREATE TABLE " + log + " (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL) ENGINE=InnoDB"); err != nil {
-			return err
-		}
-		time.Sleep(300 * time.Millisecond)
-		for _, t := range tables {
-			on := quoteTable(db, schema, t)
-			add := func(key string) string {
-				return "INSERT INTO " + log + " (tbl, id) VALUES ('" + t + "', " + key + ");"
-			}
-			stmts := []string{
-				fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER INSERT ON %s FOR EACH ROW %s", schema, captureTrigger("i", t), on, add("NEW.id")),
-				fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER UPDATE ON %s FOR EACH ROW BEGIN %s IF NEW.id <> OLD.id THEN %s END IF; END",
-					schema, captureTrigger("u", t), on, add("OLD.id"), add("NEW.id")),
-				fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER DELETE ON %s FOR EACH ROW %s", schema, captureTrigger("d", t), on, add("OLD.id")),
-			}
-			for _, q := range stmts {
-				if err := exec(q); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		return startCaptureMySQL(ctx, db, schema, tables)
 	}
 	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_capture() RETURNS trigger LANGUAGE plpgsql
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -124,44 +102,31 @@ END $$`, schema, changeTable)
 	})
 }
 
-// stopCapture drops the capture triggers of tables of schema on db and the
-// change log, if they exist: a move that ends, fails or is aborted leaves
-// no trigger that keeps logging writes.
-func stopCapture(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+// stopCapture drops the capture triggers of schema on db and the change
+// log, if they exist: a move that ends, fails or is aborted leaves no
+// trigger that keeps logging writes.
+func stopCapture(ctx context.Context, db *gorm.DB, schema string) error {
 	var exists int64
 	q := "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?"
 	if err := db.WithContext(ctx).Raw(q, schema).Scan(&exists).Error; err != nil || exists == 0 {
 		return err
 	}
 	if db.Dialector.Name() == "mysql" {
-		for _, t := range tables {
-			for _, l := range []string{"i", "u", "d"} {
-				if err := db.WithContext(ctx).Exec(fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, captureTrigger(l, t))).Error; err != nil {
-					return err
-				}
+		var names []string
+		q := "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%'"
+		if err := db.WithContext(ctx).Raw(q, schema).Scan(&names).Error; err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := db.WithContext(ctx).Exec(fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, n)).Error; err != nil {
+				return err
 			}
 		}
 		return db.WithContext(ctx).Exec("DROP TABLE IF EXISTS " + quoteTable(db, schema, changeTable)).Error
 	}
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		for _, t := range tables {
-			var n int64
-			q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
-			if err := tx.Raw(q, schema, t).Scan(&n).Error; err != nil {
-				return err
-			}
-			if n == 0 {
-				continue
-			}
-			if err := tx.Exec("DROP TRIGGER IF EXISTS shardid_capture ON " + quoteTable(db, schema, t)).Error; err != nil {
-				return err
-			}
-		}
-		if err := tx.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture()`, schema)).Error; err != nil {
-			return err
-		}
-		return tx.Exec("DROP TABLE IF EXISTS " + quoteTable(db, schema, changeTable)).Error
-	})
+	// The function's triggers go with it.
+	return db.WithContext(ctx).Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture() CASCADE; DROP TABLE IF EXISTS %s`,
+		schema, quoteTable(db, schema, changeTable))).Error
 }
 
 // placeholders returns n placeholders for db's dialect, from the first+1th.
@@ -347,6 +312,65 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []stri
 			return fmt.Errorf("shardid: applying changed rows of %s: %w", table, err)
 		}
 		ids = ids[n:]
+	}
+	return nil
+}
+
+// startCaptureMySQL creates the change log and its triggers on MySQL and
+// MariaDB. The triggers are created under LOCK TABLES ... WRITE on a
+// session of their own: MariaDB fails a write that opens its table while a
+// trigger that uses another table is being created ("Table ... doesn't
+// exist"), and the lock keeps writes out for those few milliseconds.
+func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+	log := quoteTable(db, schema, changeTable)
+	if err := db.WithContext(ctx).Exec("CREATE TABLE " + log + " (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL) ENGINE=InnoDB").Error; err != nil {
+		return err
+	}
+	pool, err := sqlDB(db)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	locks := []string{log + " WRITE"}
+	for _, t := range tables {
+		locks = append(locks, quoteTable(db, schema, t)+" WRITE")
+	}
+	var has int64
+	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&has).Error; err != nil {
+		return err
+	}
+	if has > 0 { // the fence's triggers read it
+		locks = append(locks, quoteTable(db, schema, fenceTable)+" WRITE")
+	}
+	if _, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(locks, ", ")); err != nil {
+		return err
+	}
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // the session ends, and its locks
+		}
+	}()
+	for _, t := range tables {
+		on := quoteTable(db, schema, t)
+		add := func(key string) string {
+			return "INSERT INTO " + log + " (tbl, id) VALUES ('" + t + "', " + key + ");"
+		}
+		stmts := []string{
+			fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER INSERT ON %s FOR EACH ROW %s", schema, captureTrigger("i", t), on, add("NEW.id")),
+			fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER UPDATE ON %s FOR EACH ROW BEGIN %s IF NEW.id <> OLD.id THEN %s END IF; END",
+				schema, captureTrigger("u", t), on, add("OLD.id"), add("NEW.id")),
+			fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER DELETE ON %s FOR EACH ROW %s", schema, captureTrigger("d", t), on, add("OLD.id")),
+		}
+		for _, q := range stmts {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -217,7 +217,7 @@ func (c *shardCopier) finish(ctx context.Context) ([]TableCheck, error) {
 
 // release drops the change log and its triggers on the source.
 func (c *shardCopier) release(ctx context.Context) error {
-	return stopCapture(ctx, c.src, c.schema, c.tables)
+	return stopCapture(ctx, c.src, c.schema)
 }
 
 var errCopyDiffers = fmt.Errorf("shardid: the copies differ")

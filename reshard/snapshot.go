@@ -48,7 +48,7 @@ func copySnapshot(ctx context.Context, src, dst *gorm.DB, table string, cols []s
 		return 0, fmt.Errorf("shardid: emptying %s on the target: %w", table, err)
 	}
 	if src.Dialector.Name() != "mysql" {
-		n, err := copyPG(ctx, src, dst, table, cols, progress)
+		n, err := copyPG(ctx, src, dst, table, cols, batch, progress)
 		if !errors.Is(err, errNotPgx) {
 			return n, err
 		}
@@ -79,8 +79,8 @@ func withPgx(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
 
 // copyPG pipes COPY TO STDOUT of table on src into COPY FROM STDIN on dst,
 // in text format, counting rows by their line ends (text COPY escapes
-// newlines inside values).
-func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string, progress func(int64)) (int64, error) {
+// newlines inside values) and reporting them every every rows.
+func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string, every int, progress func(int64)) (int64, error) {
 	list := columnList(src, cols)
 	var copied int64
 	err := withPgx(ctx, src, func(sc *pgx.Conn) error {
@@ -92,7 +92,7 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 				pw.CloseWithError(err) // nil: EOF
 				done <- err
 			}()
-			cr := &lineCounter{r: pr, progress: progress}
+			cr := &lineCounter{r: pr, progress: progress, every: int64(max(every, 1)), next: int64(max(every, 1))}
 			tag, err := dc.PgConn().CopyFrom(ctx, cr, "COPY "+table+" ("+list+") FROM STDIN")
 			pr.CloseWithError(io.ErrClosedPipe) // unblock the reader side if we stopped early
 			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
@@ -115,12 +115,12 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 }
 
 // lineCounter counts the lines read through it and reports them every
-// 65,536 lines.
+// every lines.
 type lineCounter struct {
-	r        io.Reader
-	lines    int64
-	next     int64
-	progress func(int64)
+	r           io.Reader
+	lines, next int64
+	every       int64
+	progress    func(int64)
 }
 
 func (c *lineCounter) Read(p []byte) (int, error) {
@@ -129,7 +129,7 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 		c.lines += int64(bytes.Count(p[:n], []byte{'\n'}))
 		if c.lines >= c.next {
 			c.progress(c.lines)
-			c.next = c.lines + 1<<16
+			c.next = c.lines + c.every
 		}
 	}
 	return n, err
