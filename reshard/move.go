@@ -28,14 +28,16 @@ type MoveOptions struct {
 	// columns and primary key, without other indexes or defaults.
 	Tables []string
 
-	// Batch is how many rows each copy statement moves. If 0, 1000.
+	// Batch is how many rows each INSERT of the first copy moves on
+	// MySQL, and how often Progress is called during a COPY on
+	// PostgreSQL. If 0, 1000.
 	Batch int
 
 	// FenceFor is how long the source stays fenced if the move dies before
 	// it fences the source for good: after that the source is writable
 	// again. It is judged by the source database's clock, never the
-	// mover's. The copy after the fence and the verification must finish
-	// within it, or the move fails with ErrFenceLapsed. If 0, 1m.
+	// mover's. The last changes and the verification under the fence must
+	// finish within it, or the move fails with ErrFenceLapsed. If 0, 1m.
 	FenceFor time.Duration
 
 	// Progress, if not nil, is called after every batch with the table and
@@ -71,12 +73,16 @@ type TableCheck struct {
 }
 
 // MoveShard moves logical shard to the database named target, with every ID
-// unchanged: it creates the shard's schema and tables on the target, copies
-// the rows in batches, fences the source (its tables refuse writes, so a
-// router still on the old map gets ErrShardMoving instead of writing to the
-// wrong place), copies again what changed meanwhile, verifies row counts and
-// checksums per table on both sides, fences the source for good, and only
-// then flips the map in the catalog and in r. Writes to the shard fail with
+// unchanged: it creates the shard's schema and tables on the target, starts
+// a change log on the source (triggers record the key of every row
+// written), copies the rows (COPY on PostgreSQL), applies the change log
+// and sums both sides by key ranges while the source takes writes, fences
+// the source (its tables refuse writes, so a router still on the old map
+// gets ErrShardMoving instead of writing to the wrong place), applies the
+// rest of the change log, sums again only the key ranges it touched (or
+// that differed), fences the source for good, and only then flips the map
+// in the catalog and in r. The fence covers the tail, not the shard's
+// size. A move cancelled through ctx returns an error that wraps ctx's. Writes to the shard fail with
 // ErrShardMoving from the fence until routers follow the new map; other
 // shards are untouched.
 //
