@@ -45,6 +45,9 @@ func TestHelperProcess(t *testing.T) {
 	case "mover":
 		helperMover(t)
 		os.Exit(0)
+	case "movemutator":
+		helperMoveMutator(t)
+		os.Exit(0)
 	}
 }
 

@@ -2,9 +2,8 @@ package reshard
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/sqlddl"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // timeNow is the mover's clock, a seam for tests. It only measures
@@ -30,14 +28,16 @@ type MoveOptions struct {
 	// columns and primary key, without other indexes or defaults.
 	Tables []string
 
-	// Batch is how many rows each copy statement moves. If 0, 1000.
+	// Batch is how many rows each INSERT of the first copy moves on
+	// MySQL, and how often Progress is called during a COPY on
+	// PostgreSQL. If 0, 1000.
 	Batch int
 
 	// FenceFor is how long the source stays fenced if the move dies before
 	// it fences the source for good: after that the source is writable
 	// again. It is judged by the source database's clock, never the
-	// mover's. The copy after the fence and the verification must finish
-	// within it, or the move fails with ErrFenceLapsed. If 0, 1m.
+	// mover's. The last changes and the verification under the fence must
+	// finish within it, or the move fails with ErrFenceLapsed. If 0, 1m.
 	FenceFor time.Duration
 
 	// Progress, if not nil, is called after every batch with the table and
@@ -58,6 +58,11 @@ type MoveResult struct {
 	Tables   []TableCheck // as verified on both sides
 	Version  int64        // the catalog version of the new map
 	Fenced   time.Duration
+
+	// Copied is how many rows the first copy (the snapshot) moved, in
+	// CopyTime.
+	Copied   int64
+	CopyTime time.Duration
 }
 
 // TableCheck is a table's row count and checksum, equal on both sides.
@@ -68,12 +73,16 @@ type TableCheck struct {
 }
 
 // MoveShard moves logical shard to the database named target, with every ID
-// unchanged: it creates the shard's schema and tables on the target, copies
-// the rows in batches, fences the source (its tables refuse writes, so a
-// router still on the old map gets ErrShardMoving instead of writing to the
-// wrong place), copies again what changed meanwhile, verifies row counts and
-// checksums per table on both sides, fences the source for good, and only
-// then flips the map in the catalog and in r. Writes to the shard fail with
+// unchanged: it creates the shard's schema and tables on the target, starts
+// a change log on the source (triggers record the key of every row
+// written), copies the rows (COPY on PostgreSQL), applies the change log
+// and sums both sides by key ranges while the source takes writes, fences
+// the source (its tables refuse writes, so a router still on the old map
+// gets ErrShardMoving instead of writing to the wrong place), applies the
+// rest of the change log, sums again only the key ranges it touched (or
+// that differed), fences the source for good, and only then flips the map
+// in the catalog and in r. The fence covers the tail, not the shard's
+// size. A move cancelled through ctx returns an error that wraps ctx's. Writes to the shard fail with
 // ErrShardMoving from the fence until routers follow the new map; other
 // shards are untouched.
 //
@@ -99,7 +108,23 @@ type TableCheck struct {
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
-func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, target string, opts MoveOptions) (res MoveResult, err error) {
+func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, target string, opts MoveOptions) (MoveResult, error) {
+	res, err := moveShard(ctx, r, c, shard, target, opts)
+	return res, canceled(ctx, err)
+}
+
+// canceled makes err, returned while ctx is done, wrap ctx's error: a
+// statement cut short by the cancellation fails with whatever the driver
+// says ("sql: connection is already closed", "conn closed"), which hides
+// why.
+func canceled(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, ctx.Err())
+}
+
+func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, target string, opts MoveOptions) (res MoveResult, err error) {
 	res = MoveResult{Shard: shard, To: target}
 	if err := checkMove(r, shard); err != nil {
 		return res, err
@@ -181,16 +206,31 @@ func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
 	stage("created")
-	// 2. A first copy, while the source takes writes.
-	for _, t := range tables {
-		if _, err := copyTable(ctx, src, dst, schema+"."+t, opts.Batch, opts.Progress); err != nil {
-			return res, err
-		}
+	// 2. The change log, before anything is read: from here on every write
+	// to the shard's tables is recorded. Then the fence's triggers
+	// (unfenced), and a first copy while the source takes writes.
+	cp := newShardCopier(src, dst, schema, tables, opts.Batch, opts.Progress)
+	defer func() {
+		// Failed, aborted or done: no trigger is left logging writes.
+		_ = cp.release(context.WithoutCancel(ctx))
+	}()
+	if err := cp.capture(ctx); err != nil {
+		return res, err
 	}
 	if err := ensureFence(ctx, src, schema, tables); err != nil {
 		return res, fmt.Errorf("shardid: preparing the fence of shard %d on %s: %w", shard, res.From, err)
 	}
+	copyStart := timeNow()
+	if res.Copied, err = cp.copy(ctx); err != nil {
+		return res, err
+	}
+	res.CopyTime = timeNow().Sub(copyStart)
 	stage("copied")
+	// The change log applied, and both sides summed by key ranges, until
+	// little is left for the fence.
+	if err := cp.converge(ctx); err != nil {
+		return res, err
+	}
 	// 3. The fence: from here on no write reaches the source.
 	fenced := timeNow()
 	// Over a seal too: a move run again after one that sealed the source
@@ -211,29 +251,10 @@ func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 			mv.Lifted(lifted)
 		}
 	}()
-	// 4. What changed during the first copy, then 5. verification.
-	for _, t := range tables {
-		q := schema + "." + t
-		if _, err := copyTable(ctx, src, dst, q, opts.Batch, opts.Progress); err != nil {
-			return res, err
-		}
-		if err := deleteMissing(ctx, src, dst, q); err != nil {
-			return res, err
-		}
-		a, err := checkTable(ctx, src, q)
-		if err != nil {
-			return res, err
-		}
-		b, err := checkTable(ctx, dst, q)
-		if err != nil {
-			return res, err
-		}
-		if a != b {
-			return res, fmt.Errorf("shardid: shard %d table %s differs after the copy: %d rows (%x) on %s, %d (%x) on %s",
-				shard, t, a.Rows, a.Checksum, res.From, b.Rows, b.Checksum, target)
-		}
-		a.Table = t
-		res.Tables = append(res.Tables, a)
+	// 4. The rest of the change log, then 5. verification of the key
+	// ranges it touched (or that differed): never the whole shard.
+	if res.Tables, err = cp.finish(ctx); err != nil {
+		return res, fmt.Errorf("shardid: shard %d from %s to %s: %w", shard, res.From, target, err)
 	}
 	stage("verified")
 	// 6. The source fenced for good, only if our fence held all along: a
@@ -330,6 +351,11 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 	if _, err = liftFence(ctx, db, schema, tables, 0); err != nil {
 		return fmt.Errorf("shardid: lifting the fence of shard %d: %w", shard, err)
 	}
+	// A mover that died leaves its change log and triggers: an abort drops
+	// them.
+	if err := stopCapture(ctx, db, schema); err != nil {
+		return fmt.Errorf("shardid: dropping the change log of shard %d: %w", shard, err)
+	}
 	r.LogFenceLifted(shard, r.DatabaseName(shard))
 	return nil
 }
@@ -373,90 +399,6 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 		names = append(names, stmt.Schema.Table)
 	}
 	return names, nil
-}
-
-// copyTable upserts every row of table from src into dst, in id order, in
-// batches.
-func copyTable(ctx context.Context, src, dst *gorm.DB, table string, batch int, progress func(string, int64)) (int64, error) {
-	var copied int64
-	var after any = int64(-1 << 63)
-	for {
-		var rows []map[string]any
-		if err := src.WithContext(ctx).Table(table).Where("id > ?", after).Order("id").Limit(batch).Find(&rows).Error; err != nil {
-			return copied, fmt.Errorf("shardid: reading %s: %w", table, err)
-		}
-		if len(rows) == 0 {
-			return copied, nil
-		}
-		var cols []string
-		for k := range rows[0] {
-			if k != "id" {
-				cols = append(cols, k)
-			}
-		}
-		err := dst.WithContext(ctx).Table(table).Clauses(clause.OnConflict{
-			Columns: []clause.Column{{Name: "id"}}, DoUpdates: clause.AssignmentColumns(cols),
-		}).Create(&rows).Error
-		if err != nil {
-			return copied, fmt.Errorf("shardid: writing %s: %w", table, err)
-		}
-		copied += int64(len(rows))
-		after = rows[len(rows)-1]["id"]
-		if progress != nil {
-			progress(table, copied)
-		}
-	}
-}
-
-// deleteMissing deletes from dst the rows of table that src no longer has.
-func deleteMissing(ctx context.Context, src, dst *gorm.DB, table string) error {
-	var have, want []int64
-	if err := dst.WithContext(ctx).Table(table).Order("id").Pluck("id", &have).Error; err != nil {
-		return err
-	}
-	if err := src.WithContext(ctx).Table(table).Order("id").Pluck("id", &want).Error; err != nil {
-		return err
-	}
-	var gone []int64
-	for _, id := range have {
-		if _, ok := slices.BinarySearch(want, id); !ok {
-			gone = append(gone, id)
-		}
-	}
-	for len(gone) > 0 {
-		n := min(len(gone), 1000)
-		if err := dst.WithContext(ctx).Exec("DELETE FROM "+table+" WHERE id IN ?", gone[:n]).Error; err != nil {
-			return err
-		}
-		gone = gone[n:]
-	}
-	return nil
-}
-
-// checkTable counts the rows of table and hashes them (FNV-1a 64 over each
-// row's JSON, in id order).
-func checkTable(ctx context.Context, db *gorm.DB, table string) (TableCheck, error) {
-	h := fnv.New64a()
-	var n int64
-	var after any = int64(-1 << 63)
-	for {
-		var rows []map[string]any
-		if err := db.WithContext(ctx).Table(table).Where("id > ?", after).Order("id").Limit(5000).Find(&rows).Error; err != nil {
-			return TableCheck{}, err
-		}
-		if len(rows) == 0 {
-			return TableCheck{Rows: n, Checksum: h.Sum64()}, nil
-		}
-		for _, row := range rows {
-			b, err := json.Marshal(row) // map keys are sorted: a stable text
-			if err != nil {
-				return TableCheck{}, err
-			}
-			h.Write(b)
-		}
-		n += int64(len(rows))
-		after = rows[len(rows)-1]["id"]
-	}
 }
 
 // copyDefinitions creates the schema and tables on dst as they are on src:

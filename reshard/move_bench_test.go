@@ -2,23 +2,55 @@ package reshard_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
+	"gorm.io/gorm"
 )
 
-// BenchmarkMoveShard moves one shard of $SHARDID_BENCH_MOVE_ROWS rows
-// (100,000 by default) from one PostgreSQL database to the other per op, and
-// reports rows copied per second. The README's figure is for 1,000,000:
+// BenchmarkMoveShard moves one shard of N rows from one PostgreSQL
+// database to the other per op, while a writer inserts, updates and
+// deletes rows of that shard through the mover's router, and reports:
 //
-//	SHARDID_BENCH_MOVE_ROWS=1000000 go test -run '^$' -bench MoveShard -benchtime 1x
+//	fenced-ms   MoveResult.Fenced, from the fence to the flip
+//	stall-ms    the longest a write of the writer waited (blocked, or
+//	            retrying ErrShardMoving) before it went through
+//	copy-rows/s the first copy (COPY), rows per second
+//	rows/s      the shard's rows over the whole move
+//
+// N is 100,000, or each of the comma-separated $SHARDID_BENCH_MOVE_ROWS.
+// The README's figures:
+//
+//	SHARDID_BENCH_MOVE_ROWS=100000,1000000 go test -run '^$' -bench MoveShard -benchtime 1x ./reshard
 func BenchmarkMoveShard(b *testing.B) {
-	rows := 100000
-	if v, err := strconv.Atoi(os.Getenv("SHARDID_BENCH_MOVE_ROWS")); err == nil && v > 0 {
-		rows = v
+	sizes := []int{100000}
+	if v := os.Getenv("SHARDID_BENCH_MOVE_ROWS"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				b.Fatalf("SHARDID_BENCH_MOVE_ROWS=%q: want row counts", v)
+			}
+			sizes = append(sizes, n)
+		}
 	}
+	for _, rows := range sizes {
+		b.Run(fmt.Sprint(rows), func(b *testing.B) { benchMove(b, rows) })
+	}
+}
+
+func benchMove(b *testing.B, rows int) {
 	p := movePlugin(b, 0)
 	ctx := context.Background()
 	for b.Loop() {
@@ -30,25 +62,105 @@ func BenchmarkMoveShard(b *testing.B) {
 		if err := r.Migrate(ctx, &RPhoto{}); err != nil {
 			b.Fatal(err)
 		}
-		batch := make([]RPhoto, 0, 5000)
-		for i := range rows {
-			batch = append(batch, RPhoto{UserID: int64(1 + moveShards*i), Caption: "a photo caption of some length"})
-			if len(batch) == cap(batch) || i == rows-1 {
-				if err := r.ForShard(1).Create(&batch).Error; err != nil {
-					b.Fatal(err)
+		seeded := seedCopy(b, r.Databases()[0], "shardid_mv_0001", rows)
+		stop := make(chan struct{})
+		var (
+			wg    sync.WaitGroup
+			stall time.Duration
+			ops   int
+		)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(1, 2))
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
 				}
-				batch = batch[:0]
+				start := time.Now()
+				for {
+					var err error
+					switch i % 3 {
+					case 0:
+						err = r.ForKey(int64(1 + moveShards*i)).Create(&RPhoto{UserID: int64(1 + moveShards*i), Caption: "new"}).Error
+					case 1:
+						err = r.ForShard(1).Model(&RPhoto{}).Where("id = ?", seeded[rng.IntN(len(seeded))]).Update("caption", "updated").Error
+					case 2:
+						err = r.ForShard(1).Where("id = ?", seeded[rng.IntN(len(seeded))]).Delete(&RPhoto{}).Error
+					}
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, shardid.ErrShardMoving) {
+						b.Error(err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+				stall = max(stall, time.Since(start))
+				ops++
+				time.Sleep(time.Millisecond)
 			}
-		}
+		}()
+		time.Sleep(200 * time.Millisecond)
 		b.StartTimer()
+		start := time.Now()
 		res, err := reshard.MoveShard(ctx, r, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 5000})
+		took := time.Since(start)
+		b.StopTimer()
+		time.Sleep(200 * time.Millisecond)
+		close(stop)
+		wg.Wait()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if res.Tables[0].Rows != int64(rows) {
-			b.Fatalf("moved %d rows, want %d", res.Tables[0].Rows, rows)
+		if res.Copied < int64(rows)*9/10 {
+			b.Fatalf("copied %d rows of %d", res.Copied, rows)
 		}
-		b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
-		b.ReportMetric(res.Fenced.Seconds(), "fenced-s")
+		b.ReportMetric(float64(res.Fenced.Microseconds())/1000, "fenced-ms")
+		b.ReportMetric(float64(stall.Microseconds())/1000, "stall-ms")
+		b.ReportMetric(float64(res.Copied)/res.CopyTime.Seconds(), "copy-rows/s")
+		b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
+		b.Logf("%d rows: moved in %v, fenced %v, writer's longest stall %v over %d writes", rows, took, res.Fenced, stall, ops)
+		b.StartTimer()
 	}
+}
+
+// seedCopy writes n rows of shard 1 into schema.r_photos on db with COPY,
+// with IDs of two hours ago (so none collides with a new one), and returns
+// their IDs.
+func seedCopy(b *testing.B, db *gorm.DB, schema string, n int) []int64 {
+	b.Helper()
+	ids := make([]int64, n)
+	t0 := time.Now().Add(-2 * time.Hour)
+	per := moveLayout.SeqPerUnit()
+	for i := range ids {
+		id, err := moveLayout.Compose(shardid.Parts{Time: t0.Add(time.Duration(i/per) * time.Millisecond), Shard: 1, Worker: 3, Seq: i % per})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = int64(id)
+	}
+	pool, err := db.DB()
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn, err := pool.Conn(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		src := pgx.CopyFromSlice(n, func(i int) ([]any, error) {
+			return []any{ids[i], int64(1 + moveShards*i), "a photo caption of some length"}, nil
+		})
+		_, err := dc.(*stdlib.Conn).Conn().CopyFrom(context.Background(), pgx.Identifier{schema, "r_photos"}, []string{"id", "user_id", "caption"}, src)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ids
 }

@@ -679,10 +679,12 @@ func TestMoveKilledAtEachStage(t *testing.T) {
 				if err := reshard.Unfence(ctx, r, 1, []any{&RPhoto{}}); !errors.Is(err, reshard.ErrShardMoved) {
 					t.Fatalf("aborting a move killed after its seal: %v, want ErrShardMoved", err)
 				}
-			} else if tc.fenced { // abort, as shardid move --abort does
+			} else { // abort, as shardid move --abort does
 				if err := reshard.Unfence(ctx, r, 1, []any{&RPhoto{}}); err != nil {
 					t.Fatal(err)
 				}
+				// The abort leaves nothing logging writes on the source.
+				noCapture(t, r.Databases()[0], "shardid_mv_0001")
 			}
 			var before int64
 			r.ForShard(1).Model(&RPhoto{}).Count(&before)
@@ -693,6 +695,22 @@ func TestMoveKilledAtEachStage(t *testing.T) {
 			if res.Tables[0].Rows != before || r.DatabaseName(1) != "pg2" {
 				t.Errorf("run again after a kill at %s: %+v, want %d rows", tc.stage, res, before)
 			}
+			noCapture(t, r.Databases()[0], "shardid_mv_0001")
 		})
+	}
+}
+
+// noCapture fails t if schema on db holds a move's change log or one of
+// its triggers.
+func noCapture(t *testing.T, db *gorm.DB, schema string) {
+	t.Helper()
+	var n int64
+	db.Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'shardid_changes'", schema).Scan(&n)
+	if n != 0 {
+		t.Errorf("the change log of %s is left on the source", schema)
+	}
+	db.Raw("SELECT count(*) FROM information_schema.triggers WHERE trigger_schema = ? AND trigger_name LIKE 'shardid_cap%'", schema).Scan(&n)
+	if n != 0 {
+		t.Errorf("%d capture triggers of %s are left on the source", n, schema)
 	}
 }

@@ -1,0 +1,376 @@
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// Change capture: while a shard moves, triggers on its tables record the
+// primary key of every inserted, updated or deleted row in a change table
+// of the shard's own schema (PostgreSQL) or database (MySQL/MariaDB). The
+// mover applies a change by re-reading the row's current state from the
+// source by its key: if it exists it is written to the target, otherwise
+// it is deleted there. Applying is idempotent and the order of changes is
+// irrelevant, so a change applied twice, or after a later one, does no
+// harm, and a mover that dies between applying changes and deleting them
+// from the log loses nothing.
+//
+// Why triggers and not PostgreSQL's logical replication: triggers work the
+// same on PostgreSQL and MySQL/MariaDB; they need no wal_level=logical (a
+// server restart on most installations), no replication privilege and no
+// replication slot, which, left behind by a mover that died, would hold
+// back WAL on the source until someone drops it. Their cost is one more
+// row written per row changed on the moving shard, for the time of the
+// move only. The trigger and its row commit or roll back with the write.
+
+// changeTable is the change log of a moving shard, in the shard's schema.
+const changeTable = "shardid_changes"
+
+// captureTrigger names the capture trigger of table for event (i, u, d on
+// MySQL, which has no trigger for several events), within 64 characters.
+func captureTrigger(letter, table string) string {
+	name := "shardid_cap_" + letter + "_" + table
+	if len(name) > 64 {
+		h := fnv.New64a()
+		h.Write([]byte(table))
+		name = "shardid_cap_" + letter + "_" + strconv.FormatUint(h.Sum64(), 16)
+	}
+	return name
+}
+
+// quoteTable quotes schema.table for db's dialect. Both names were
+// validated against schemaName.
+func quoteTable(db *gorm.DB, schema, table string) string {
+	if db.Dialector.Name() == "mysql" {
+		return "`" + schema + "`.`" + table + "`"
+	}
+	return `"` + schema + `"."` + table + `"`
+}
+
+// quoteIdent quotes a column name read from the database's catalog.
+func quoteIdent(db *gorm.DB, name string) string {
+	if db.Dialector.Name() == "mysql" {
+		return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+	}
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+// startCapture (re)creates the change log of tables of schema on db, empty,
+// with its triggers. Once it returns, every write to those tables that a
+// later read does not see is recorded: creating a trigger waits for the
+// writers under way on its table (PostgreSQL's SHARE ROW EXCLUSIVE lock,
+// MySQL's metadata lock), so they are committed, and every later write
+// fires it.
+func startCapture(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+	if err := stopCapture(ctx, db, schema); err != nil {
+		return err
+	}
+	log := quoteTable(db, schema, changeTable)
+	if db.Dialector.Name() == "mysql" {
+		return startCaptureMySQL(ctx, db, schema, tables)
+	}
+	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_capture() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF TG_OP <> 'INSERT' THEN
+		INSERT INTO "%[1]s".%[2]s (tbl, id) VALUES (TG_TABLE_NAME, OLD.id);
+	END IF;
+	IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND NEW.id IS DISTINCT FROM OLD.id) THEN
+		INSERT INTO "%[1]s".%[2]s (tbl, id) VALUES (TG_TABLE_NAME, NEW.id);
+	END IF;
+	RETURN NULL;
+END $$`, schema, changeTable)
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		stmts := []string{"CREATE TABLE " + log + " (seq BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, id BIGINT NOT NULL)", fn}
+		for _, t := range tables {
+			stmts = append(stmts, fmt.Sprintf(`CREATE TRIGGER shardid_capture AFTER INSERT OR UPDATE OR DELETE ON %s
+				FOR EACH ROW EXECUTE FUNCTION "%s".shardid_capture()`, quoteTable(db, schema, t), schema))
+		}
+		for _, q := range stmts {
+			if err := tx.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// stopCapture drops the capture triggers of schema on db and the change
+// log, if they exist: a move that ends, fails or is aborted leaves no
+// trigger that keeps logging writes.
+func stopCapture(ctx context.Context, db *gorm.DB, schema string) error {
+	var exists int64
+	q := "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?"
+	if err := db.WithContext(ctx).Raw(q, schema).Scan(&exists).Error; err != nil || exists == 0 {
+		return err
+	}
+	if db.Dialector.Name() == "mysql" {
+		var names []string
+		q := "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%'"
+		if err := db.WithContext(ctx).Raw(q, schema).Scan(&names).Error; err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := db.WithContext(ctx).Exec(fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, n)).Error; err != nil {
+				return err
+			}
+		}
+		return db.WithContext(ctx).Exec("DROP TABLE IF EXISTS " + quoteTable(db, schema, changeTable)).Error
+	}
+	// The function's triggers go with it.
+	return db.WithContext(ctx).Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture() CASCADE; DROP TABLE IF EXISTS %s`,
+		schema, quoteTable(db, schema, changeTable))).Error
+}
+
+// placeholders returns n placeholders for db's dialect, from the first+1th.
+func placeholders(db *gorm.DB, first, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if db.Dialector.Name() == "mysql" {
+			b.WriteByte('?')
+		} else {
+			b.WriteString("$" + strconv.Itoa(first+i+1))
+		}
+	}
+	return b.String()
+}
+
+// sqlDB returns db's pool.
+func sqlDB(db *gorm.DB) (*sql.DB, error) { return db.DB() }
+
+// changeBatch is one read of the change log: the keys changed per table,
+// and the log entries read.
+type changeBatch struct {
+	keys map[string][]int64
+	seqs []int64
+}
+
+// readChanges reads up to limit entries of the change log of schema.
+func readChanges(ctx context.Context, db *gorm.DB, schema string, limit int) (changeBatch, error) {
+	b := changeBatch{keys: map[string][]int64{}}
+	pool, err := sqlDB(db)
+	if err != nil {
+		return b, err
+	}
+	rows, err := pool.QueryContext(ctx, "SELECT seq, tbl, id FROM "+quoteTable(db, schema, changeTable)+" ORDER BY seq LIMIT "+strconv.Itoa(limit))
+	if err != nil {
+		return b, err
+	}
+	defer rows.Close()
+	seen := map[string]map[int64]bool{}
+	for rows.Next() {
+		var seq, id int64
+		var tbl string
+		if err := rows.Scan(&seq, &tbl, &id); err != nil {
+			return b, err
+		}
+		b.seqs = append(b.seqs, seq)
+		if seen[tbl] == nil {
+			seen[tbl] = map[int64]bool{}
+		}
+		if !seen[tbl][id] {
+			seen[tbl][id] = true
+			b.keys[tbl] = append(b.keys[tbl], id)
+		}
+	}
+	return b, rows.Err()
+}
+
+// forgetChanges deletes the entries seqs from the change log of schema.
+func forgetChanges(ctx context.Context, db *gorm.DB, schema string, seqs []int64) error {
+	pool, err := sqlDB(db)
+	if err != nil {
+		return err
+	}
+	for len(seqs) > 0 {
+		n := min(len(seqs), 1000)
+		args := make([]any, n)
+		for i, s := range seqs[:n] {
+			args[i] = s
+		}
+		q := "DELETE FROM " + quoteTable(db, schema, changeTable) + " WHERE seq IN (" + placeholders(db, 0, n) + ")"
+		if _, err := pool.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+		seqs = seqs[n:]
+	}
+	return nil
+}
+
+// readRows reads columns cols (the first is "id") of the rows of table with
+// the keys ids from db.
+func readRows(ctx context.Context, db *gorm.DB, table string, cols []string, ids []int64) ([][]any, error) {
+	pool, err := sqlDB(db)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := pool.QueryContext(ctx, "SELECT "+columnList(db, cols)+" FROM "+table+" WHERE id IN ("+placeholders(db, 0, len(ids))+")", args...)
+	if err != nil {
+		return nil, err
+	}
+	return scanAll(rows, len(cols))
+}
+
+// scanAll reads every row of rows, of n columns each, and closes rows.
+func scanAll(rows *sql.Rows, n int) ([][]any, error) {
+	defer rows.Close()
+	var out [][]any
+	for rows.Next() {
+		vals := make([]any, n)
+		ptrs := make([]any, n)
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		out = append(out, vals)
+	}
+	return out, rows.Err()
+}
+
+func columnList(db *gorm.DB, cols []string) string {
+	q := make([]string, len(cols))
+	for i, c := range cols {
+		q[i] = quoteIdent(db, c)
+	}
+	return strings.Join(q, ", ")
+}
+
+// insertRows inserts rows (values of cols) into table with multi-row
+// INSERT statements of at most 60,000 values each, through exec.
+func insertRows(ctx context.Context, db *gorm.DB, exec execFunc, table string, cols []string, rows [][]any) error {
+	per := max(1, min(1000, 60000/len(cols)))
+	head := "INSERT INTO " + table + " (" + columnList(db, cols) + ") VALUES "
+	for len(rows) > 0 {
+		n := min(len(rows), per)
+		var b strings.Builder
+		b.WriteString(head)
+		args := make([]any, 0, n*len(cols))
+		for i, row := range rows[:n] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(" + placeholders(db, len(args), len(cols)) + ")")
+			args = append(args, row...)
+		}
+		if _, err := exec(ctx, b.String(), args...); err != nil {
+			return err
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+// applyKeys brings the rows of table with the keys ids on dst to their
+// current state on src: it re-reads them from src, and in one transaction
+// on dst deletes them and inserts those that src still has. It is
+// idempotent.
+func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []string, ids []int64) error {
+	for len(ids) > 0 {
+		n := min(len(ids), 1000)
+		rows, err := readRows(ctx, src, table, cols, ids[:n])
+		if err != nil {
+			return fmt.Errorf("shardid: re-reading changed rows of %s: %w", table, err)
+		}
+		pool, err := sqlDB(dst)
+		if err != nil {
+			return err
+		}
+		tx, err := pool.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		_, err = tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE id IN ("+placeholders(dst, 0, n)+")", args...)
+		if err == nil {
+			err = insertRows(ctx, dst, tx.ExecContext, table, cols, rows)
+		}
+		if err == nil {
+			err = tx.Commit()
+		} else {
+			_ = tx.Rollback()
+		}
+		if err != nil {
+			return fmt.Errorf("shardid: applying changed rows of %s: %w", table, err)
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// startCaptureMySQL creates the change log and its triggers on MySQL and
+// MariaDB. The triggers are created under LOCK TABLES ... WRITE on a
+// session of their own: MariaDB fails a write that opens its table while a
+// trigger that uses another table is being created ("Table ... doesn't
+// exist"), and the lock keeps writes out for those few milliseconds.
+func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+	log := quoteTable(db, schema, changeTable)
+	if err := db.WithContext(ctx).Exec("CREATE TABLE " + log + " (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL) ENGINE=InnoDB").Error; err != nil {
+		return err
+	}
+	pool, err := sqlDB(db)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	locks := []string{log + " WRITE"}
+	for _, t := range tables {
+		locks = append(locks, quoteTable(db, schema, t)+" WRITE")
+	}
+	var has int64
+	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&has).Error; err != nil {
+		return err
+	}
+	if has > 0 { // the fence's triggers read it
+		locks = append(locks, quoteTable(db, schema, fenceTable)+" WRITE")
+	}
+	if _, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(locks, ", ")); err != nil {
+		return err
+	}
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // the session ends, and its locks
+		}
+	}()
+	for _, t := range tables {
+		on := quoteTable(db, schema, t)
+		add := func(key string) string {
+			return "INSERT INTO " + log + " (tbl, id) VALUES ('" + t + "', " + key + ");"
+		}
+		stmts := []string{
+			fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER INSERT ON %s FOR EACH ROW %s", schema, captureTrigger("i", t), on, add("NEW.id")),
+			fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER UPDATE ON %s FOR EACH ROW BEGIN %s IF NEW.id <> OLD.id THEN %s END IF; END",
+				schema, captureTrigger("u", t), on, add("OLD.id"), add("NEW.id")),
+			fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER DELETE ON %s FOR EACH ROW %s", schema, captureTrigger("d", t), on, add("OLD.id")),
+		}
+		for _, q := range stmts {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package reshard_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+)
+
+// cdcRow is a row of the change capture tests' table.
+type cdcRow struct {
+	ID int64
+	V  string
+	N  int64
+}
+
+// copyWhileWriting fills schema.items on src with seed rows, then copies
+// them to dst with reshard.CopyShard while writers insert, update and
+// delete rows, and checks that dst ends equal to src.
+func copyWhileWriting(t *testing.T, src, dst *gorm.DB, schema string, seed int) {
+	t.Helper()
+	ctx := context.Background()
+	q := func(db *gorm.DB) string {
+		if db.Dialector.Name() == "mysql" {
+			return "`" + schema + "`.items"
+		}
+		return `"` + schema + `".items`
+	}
+	for _, db := range []*gorm.DB{src, dst} {
+		if db.Dialector.Name() == "mysql" {
+			db.Exec("DROP DATABASE IF EXISTS `" + schema + "`")
+			if err := db.Exec("CREATE DATABASE `" + schema + "`").Error; err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			db.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`)
+			if err := db.Exec(`CREATE SCHEMA "` + schema + `"`).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Exec("CREATE TABLE " + q(db) + " (id BIGINT PRIMARY KEY, v VARCHAR(100), n BIGINT NOT NULL)").Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := make([]cdcRow, 0, 1000)
+	for i := 1; i <= seed; i++ {
+		rows = append(rows, cdcRow{ID: int64(i), V: fmt.Sprint("seed ", i), N: 0})
+		if len(rows) == cap(rows) || i == seed {
+			if err := src.Table(q(src)).Create(&rows).Error; err != nil {
+				t.Fatal(err)
+			}
+			rows = rows[:0]
+		}
+	}
+	var (
+		stop                      = make(chan struct{})
+		wg                        sync.WaitGroup
+		next                      atomic.Int64
+		inserts, updates, deletes atomic.Int64
+	)
+	next.Store(int64(seed))
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				op := rng.IntN(3)
+				switch op {
+				case 0:
+					id := next.Add(1)
+					err = src.Exec("INSERT INTO "+q(src)+" (id, v, n) VALUES (?, ?, 0)", id, fmt.Sprint("new ", id)).Error
+					inserts.Add(1)
+				case 1:
+					err = src.Exec("UPDATE "+q(src)+" SET v = ?, n = n + 1 WHERE id = ?", fmt.Sprint("upd ", w), 1+rng.Int64N(next.Load())).Error
+					updates.Add(1)
+				case 2:
+					err = src.Exec("DELETE FROM "+q(src)+" WHERE id = ?", 1+rng.Int64N(next.Load())).Error
+					deletes.Add(1)
+				}
+				if err != nil {
+					t.Errorf("%s: op %d: %v", time.Now().Format("15:04:05.000"), op, err)
+					return
+				}
+			}
+		}()
+	}
+	checks, err := reshard.CopyShard(ctx, src, dst, schema, []string{"items"}, func() { t.Log(time.Now().Format("15:04:05.000"), "fence"); close(stop); wg.Wait() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v; during the copy %d inserts, %d updates, %d deletes", checks, inserts.Load(), updates.Load(), deletes.Load())
+	if inserts.Load() == 0 || updates.Load() == 0 || deletes.Load() == 0 {
+		t.Error("the writers did not insert, update and delete during the copy")
+	}
+	var want, got []cdcRow
+	src.Table(q(src)).Order("id").Find(&want)
+	dst.Table(q(dst)).Order("id").Find(&got)
+	if !reflect.DeepEqual(want, got) {
+		t.Errorf("the target differs: %d rows on the source, %d on the target", len(want), len(got))
+	}
+	if int64(len(want)) != checks[0].Rows {
+		t.Errorf("checked %d rows, the source has %d", checks[0].Rows, len(want))
+	}
+	// The capture is gone from the source.
+	var n int64
+	src.Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'shardid_changes'", schema).Scan(&n)
+	if n != 0 {
+		t.Error("the change log is left on the source")
+	}
+	src.Raw("SELECT count(*) FROM information_schema.triggers WHERE trigger_schema = ?", schema).Scan(&n)
+	if n != 0 {
+		t.Errorf("%d triggers left on the source", n)
+	}
+}
+
+func TestCopyShardWhileWriting(t *testing.T) {
+	copyWhileWriting(t, openPostgres(t), openSecondPostgresTB(t), "shardid_cdc_0001", 20000)
+}
+
+func TestCopyShardWhileWritingMariaDB(t *testing.T) {
+	src := openMySQL(t)
+	inst := startMariaDBInstance(t)
+	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	copyWhileWriting(t, src, dst, "shardid_cdc_0001", 20000)
+}

@@ -1,0 +1,201 @@
+package reshard
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/shardid/shardid"
+	"gorm.io/gorm"
+)
+
+// tableColumns returns the columns of schema.table on db in their order,
+// "id" first.
+func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) ([]string, error) {
+	var cols []string
+	q := "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
+	if err := db.WithContext(ctx).Raw(q, schema, table).Scan(&cols).Error; err != nil {
+		return nil, err
+	}
+	out := []string{"id"}
+	found := false
+	for _, c := range cols {
+		if c == "id" {
+			found = true
+		} else {
+			out = append(out, c)
+		}
+	}
+	if !found {
+		return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s has no id column on the source", schema, table))
+	}
+	return out, nil
+}
+
+// copySnapshot empties table (quoted) on dst and copies every row of it
+// from src: on PostgreSQL with the COPY protocol (COPY TO STDOUT on the
+// source piped into COPY FROM STDIN on the target, one statement and so
+// one snapshot), on MySQL with multi-row INSERT batches in key order.
+// progress, if not nil, is called as rows arrive.
+func copySnapshot(ctx context.Context, src, dst *gorm.DB, table string, cols []string, batch int, progress func(int64)) (int64, error) {
+	if err := dst.WithContext(ctx).Exec("TRUNCATE TABLE " + table).Error; err != nil {
+		return 0, fmt.Errorf("shardid: emptying %s on the target: %w", table, err)
+	}
+	if src.Dialector.Name() != "mysql" {
+		n, err := copyPG(ctx, src, dst, table, cols, batch, progress)
+		if err == nil {
+			// Statistics for the new rows now, not when autovacuum comes
+			// by: without them the planner may scan the whole table for
+			// the key ranges that the verification sums.
+			err = dst.WithContext(ctx).Exec("ANALYZE " + table).Error
+		}
+		if !errors.Is(err, errNotPgx) {
+			return n, err
+		}
+	}
+	return copyBatches(ctx, src, dst, table, cols, batch, progress)
+}
+
+// withPgx runs f with the *pgx.Conn under a connection of db's pool, or
+// returns errNotPgx when db's driver is not pgx's.
+func withPgx(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
+	pool, err := sqlDB(db)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return errNotPgx
+		}
+		return f(c.Conn())
+	})
+}
+
+// copyPG pipes COPY TO STDOUT of table on src into COPY FROM STDIN on dst,
+// in text format, counting rows by their line ends (text COPY escapes
+// newlines inside values) and reporting them every every rows.
+func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string, every int, progress func(int64)) (int64, error) {
+	list := columnList(src, cols)
+	var copied int64
+	err := withPgx(ctx, src, func(sc *pgx.Conn) error {
+		return withPgx(ctx, dst, func(dc *pgx.Conn) error {
+			pr, pw := io.Pipe()
+			done := make(chan error, 1)
+			go func() {
+				_, err := sc.PgConn().CopyTo(ctx, pw, "COPY "+table+" ("+list+") TO STDOUT")
+				pw.CloseWithError(err) // nil: EOF
+				done <- err
+			}()
+			cr := &lineCounter{r: pr, progress: progress, every: int64(max(every, 1)), next: int64(max(every, 1))}
+			tag, err := dc.PgConn().CopyFrom(ctx, cr, "COPY "+table+" ("+list+") FROM STDIN")
+			pr.CloseWithError(io.ErrClosedPipe) // unblock the reader side if we stopped early
+			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
+				err = rerr
+			}
+			if err != nil {
+				return err
+			}
+			copied = tag.RowsAffected()
+			if progress != nil {
+				progress(copied)
+			}
+			return nil
+		})
+	})
+	if err != nil && !errors.Is(err, errNotPgx) {
+		err = fmt.Errorf("shardid: copying %s: %w", table, err)
+	}
+	return copied, err
+}
+
+// lineCounter counts the lines read through it and reports them every
+// every lines.
+type lineCounter struct {
+	r           io.Reader
+	lines, next int64
+	every       int64
+	progress    func(int64)
+}
+
+func (c *lineCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.progress != nil {
+		c.lines += int64(bytes.Count(p[:n], []byte{'\n'}))
+		if c.lines >= c.next {
+			c.progress(c.lines)
+			c.next = c.lines + c.every
+		}
+	}
+	return n, err
+}
+
+// copyBatches copies table from src to dst in key order, batch rows per
+// multi-row INSERT.
+func copyBatches(ctx context.Context, src, dst *gorm.DB, table string, cols []string, batch int, progress func(int64)) (int64, error) {
+	spool, err := sqlDB(src)
+	if err != nil {
+		return 0, err
+	}
+	dpool, err := sqlDB(dst)
+	if err != nil {
+		return 0, err
+	}
+	q := "SELECT " + columnList(src, cols) + " FROM " + table + " WHERE id > " + placeholders(src, 0, 1) + " ORDER BY id LIMIT " + strconv.Itoa(batch)
+	var copied int64
+	after := int64(-1 << 63)
+	for {
+		rs, err := spool.QueryContext(ctx, q, after)
+		if err != nil {
+			return copied, fmt.Errorf("shardid: reading %s: %w", table, err)
+		}
+		rows, err := scanAll(rs, len(cols))
+		if err != nil {
+			return copied, fmt.Errorf("shardid: reading %s: %w", table, err)
+		}
+		if len(rows) == 0 {
+			return copied, nil
+		}
+		if err := insertRows(ctx, dst, dpool.ExecContext, table, cols, rows); err != nil {
+			return copied, fmt.Errorf("shardid: writing %s: %w", table, err)
+		}
+		copied += int64(len(rows))
+		if after, err = asInt64(rows[len(rows)-1][0]); err != nil {
+			return copied, fmt.Errorf("shardid: %s: %w", table, err)
+		}
+		if progress != nil {
+			progress(copied)
+		}
+	}
+}
+
+// asInt64 converts a scanned id to int64.
+func asInt64(v any) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case []byte:
+		return strconv.ParseInt(string(x), 10, 64)
+	case string:
+		return strconv.ParseInt(x, 10, 64)
+	case uint64:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	}
+	return 0, fmt.Errorf("an id of type %T", v)
+}
+
+// execer is what insertRows writes through: a pool or a transaction.
+type execFunc func(ctx context.Context, q string, args ...any) (sql.Result, error)
