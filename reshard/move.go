@@ -199,6 +199,13 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
+	// The target refuses every writer but the mover until the flip: a
+	// router that missed moves of the shard must not write into the copy,
+	// whose later passes would overwrite or delete its rows.
+	dstToken, err := fenceTarget(ctx, dst, schema, tables)
+	if err != nil {
+		return res, fmt.Errorf("shardid: fencing the copy of shard %d on %s: %w", shard, target, err)
+	}
 	stage("created")
 	// 2. The change log, before anything is read: from here on every write
 	// to the shard's tables is recorded. Then the fence's triggers
@@ -265,6 +272,12 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	}
 	if _, err := r.SwapShard(shard, from, to); err != nil {
 		return res, err
+	}
+	// The shard's new home takes writes. If this fails (or the mover dies
+	// before), writers there get ErrShardMoving until Unfence of the shard
+	// (on its new home) lifts the fence.
+	if _, err := liftFence(context.WithoutCancel(ctx), dst, schema, tables, dstToken); err != nil {
+		return res, fmt.Errorf("shardid: shard %d is moved to %s, but its tables there still refuse writes (run Unfence): %w", shard, target, err)
 	}
 	res.Fenced = timeNow().Sub(fenced)
 	stage("flipped")
