@@ -22,7 +22,7 @@ import (
 // applying a logged change: a clean range is still equal.
 
 // rangeRows is about how many rows a key range holds.
-const rangeRows = 1000
+const rangeRows = 256
 
 // rangeSum is the row count and hash sum of a key range on one side.
 type rangeSum struct {
@@ -66,10 +66,11 @@ func rowHash(db *gorm.DB, cols []string) string {
 }
 
 // scanHashes streams the key and row hash of the rows of table on db that
-// match where (with args), in key order if ordered, to visit. It reads on
+// match one of where (with args; all rows if none), in key order if
+// ordered, to visit. It reads on
 // a session set to UTC, so values that depend on the time zone hash alike
 // on both sides.
-func scanHashes(ctx context.Context, db *gorm.DB, table string, cols []string, where string, args []any, ordered bool, visit func(id int64, h uint64)) error {
+func scanHashes(ctx context.Context, db *gorm.DB, table string, cols []string, where []string, args []any, ordered bool, visit func(id int64, h uint64)) error {
 	pool, err := sqlDB(db)
 	if err != nil {
 		return err
@@ -101,9 +102,17 @@ func scanHashes(ctx context.Context, db *gorm.DB, table string, cols []string, w
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // drop the session
 		}
 	}()
-	q := "SELECT id, " + rowHash(db, cols) + " FROM " + table
-	if where != "" {
-		q += " WHERE " + where
+	// One select per condition, in a UNION ALL: each is an index range
+	// scan however many there are (an OR of ranges can make the planner
+	// scan the whole table). None: the whole table.
+	sel := "SELECT id, " + rowHash(db, cols) + " FROM " + table
+	q := sel
+	if len(where) > 0 {
+		parts := make([]string, len(where))
+		for i, w := range where {
+			parts[i] = sel + " WHERE " + w
+		}
+		q = strings.Join(parts, " UNION ALL ")
 	}
 	if ordered {
 		q += " ORDER BY id"
@@ -138,7 +147,7 @@ func sumTable(ctx context.Context, src, dst *gorm.DB, table string, cols []strin
 	tr := &tableRanges{bad: map[int]bool{}}
 	var s []rangeSum
 	var n int64
-	err := scanHashes(ctx, src, table, cols, "", nil, true, func(id int64, h uint64) {
+	err := scanHashes(ctx, src, table, cols, nil, nil, true, func(id int64, h uint64) {
 		if n > 0 && n%rangeRows == 0 {
 			tr.bounds = append(tr.bounds, id)
 		}
@@ -154,7 +163,7 @@ func sumTable(ctx context.Context, src, dst *gorm.DB, table string, cols []strin
 	}
 	s = append(s, make([]rangeSum, len(tr.bounds)+1-len(s))...)
 	d := make([]rangeSum, len(tr.bounds)+1)
-	err = scanHashes(ctx, dst, table, cols, "", nil, false, func(id int64, h uint64) {
+	err = scanHashes(ctx, dst, table, cols, nil, nil, false, func(id int64, h uint64) {
 		i := tr.rangeOf(id)
 		d[i].rows++
 		d[i].sum += h
@@ -171,27 +180,31 @@ func sumTable(ctx context.Context, src, dst *gorm.DB, table string, cols []strin
 	return tr, nil
 }
 
-// rangeWhere is the condition selecting ranges of tr, with its arguments,
-// in db's placeholders.
-func (tr *tableRanges) rangeWhere(db *gorm.DB, ranges []int) (string, []any) {
+// rangeWhere returns the conditions selecting ranges of tr (sorted), one
+// per run of adjacent ranges, with their arguments in db's placeholders.
+func (tr *tableRanges) rangeWhere(db *gorm.DB, ranges []int) ([]string, []any) {
 	var conds []string
 	var args []any
-	for _, i := range ranges {
-		var c []string
-		if i > 0 {
-			c = append(c, "id >= "+placeholders(db, len(args), 1))
-			args = append(args, tr.bounds[i-1])
+	for k := 0; k < len(ranges); {
+		lo, hi := ranges[k], ranges[k]
+		for k++; k < len(ranges) && ranges[k] == hi+1; k++ {
+			hi = ranges[k]
 		}
-		if i < len(tr.bounds) {
+		var c []string
+		if lo > 0 {
+			c = append(c, "id >= "+placeholders(db, len(args), 1))
+			args = append(args, tr.bounds[lo-1])
+		}
+		if hi < len(tr.bounds) {
 			c = append(c, "id < "+placeholders(db, len(args), 1))
-			args = append(args, tr.bounds[i])
+			args = append(args, tr.bounds[hi])
 		}
 		if len(c) == 0 {
-			return "", nil // the one range of a table that was empty: all of it
+			return nil, nil // the one range of a table that was empty: all of it
 		}
-		conds = append(conds, "("+strings.Join(c, " AND ")+")")
+		conds = append(conds, strings.Join(c, " AND "))
 	}
-	return strings.Join(conds, " OR "), args
+	return conds, args
 }
 
 // recheck sums ranges of table again on both sides (at once) and marks

@@ -158,14 +158,18 @@ func (c *shardCopier) converge(ctx context.Context) error {
 		}
 		c.ranges[t] = tr
 	}
+	prev := -1
 	for round := 0; ; round++ {
 		if _, err := c.catchUp(ctx, false); err != nil {
 			return err
 		}
 		todo, n := c.pending()
-		if n <= 8 || round == 4 {
+		// Until few are left, or the writers dirty ranges as fast as
+		// they are checked.
+		if n <= 16 || round == 12 || (prev >= 0 && n > prev*9/10) {
 			return nil
 		}
+		prev = n
 		if err := c.recheck(ctx, todo); err != nil {
 			return err
 		}

@@ -56,6 +56,12 @@ func copySnapshot(ctx context.Context, src, dst *gorm.DB, table string, cols []s
 	}
 	if src.Dialector.Name() != "mysql" {
 		n, err := copyPG(ctx, src, dst, table, cols, batch, progress)
+		if err == nil {
+			// Statistics for the new rows now, not when autovacuum comes
+			// by: without them the planner may scan the whole table for
+			// the key ranges that the verification sums.
+			err = dst.WithContext(ctx).Exec("ANALYZE " + table).Error
+		}
 		if !errors.Is(err, errNotPgx) {
 			return n, err
 		}
