@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/shardid/shardid"
@@ -125,5 +126,34 @@ func TestMoveTargetRefusesStaleWritersMariaDB(t *testing.T) {
 	checkTargetFenced(t, r, stale, 1, 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 7})
 	if err := reshard.DropShardCopy(context.Background(), r, 1, "my1"); err != nil {
 		t.Error(err)
+	}
+}
+
+// A mover that dies between the flip and lifting its target's fence
+// leaves the shard's new home refusing writes (ErrShardMoving): Unfence of
+// the shard, on its new home, lifts it.
+func TestUnfenceLiftsATargetFenceLeftAfterTheFlip(t *testing.T) {
+	r, _, _ := freshMoveSetup(t)
+	ctx := context.Background()
+	const shard = 5
+	target := "pg2"
+	if r.DatabaseName(shard) == "pg2" {
+		target = "pg1"
+	}
+	if _, err := reshard.MoveShard(ctx, r, nil, shard, target, reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
+		t.Fatal(err)
+	}
+	dst := r.Databases()[slices.Index(r.Names(), target)]
+	if _, err := reshard.FenceForMover(ctx, dst, r.Schema(shard), []string{"r_photos"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(shard).Create(&RPhoto{UserID: shard}).Error; !errors.Is(err, shardid.ErrShardMoving) {
+		t.Fatalf("a write to a new home still fenced for its mover: %v, want ErrShardMoving", err)
+	}
+	if err := reshard.Unfence(ctx, r, shard, []any{&RPhoto{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(shard).Create(&RPhoto{UserID: shard}).Error; err != nil {
+		t.Errorf("after Unfence: %v", err)
 	}
 }
