@@ -287,27 +287,17 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []stri
 		if err != nil {
 			return fmt.Errorf("shardid: re-reading changed rows of %s: %w", table, err)
 		}
-		pool, err := sqlDB(dst)
-		if err != nil {
-			return err
-		}
-		tx, err := pool.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
 		args := make([]any, n)
 		for i, id := range ids[:n] {
 			args[i] = id
 		}
-		_, err = tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE id IN ("+placeholders(dst, 0, n)+")", args...)
-		if err == nil {
-			err = insertRows(ctx, dst, tx.ExecContext, table, cols, rows)
-		}
-		if err == nil {
-			err = tx.Commit()
-		} else {
-			_ = tx.Rollback()
-		}
+		// Through the target's mover-only fence.
+		err = moverTx(ctx, dst, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE id IN ("+placeholders(dst, 0, n)+")", args...); err != nil {
+				return err
+			}
+			return insertRows(ctx, dst, tx.ExecContext, table, cols, rows)
+		})
 		if err != nil {
 			return fmt.Errorf("shardid: applying changed rows of %s: %w", table, err)
 		}

@@ -36,10 +36,10 @@ func ensureFence(ctx context.Context, db *gorm.DB, schema string, tables []strin
 	}
 	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE u timestamptz;
+DECLARE u timestamptz; m boolean;
 BEGIN
-	SELECT fenced_until INTO u FROM "%[1]s".%[2]s WHERE id = 1 FOR SHARE;
-	IF u > clock_timestamp() THEN
+	SELECT fenced_until, mover_only INTO u, m FROM "%[1]s".%[2]s WHERE id = 1 FOR SHARE;
+	IF u > clock_timestamp() AND NOT (m AND coalesce(current_setting('shardid.mover', true), '') = 'on') THEN
 		RAISE EXCEPTION '%[3]s' USING ERRCODE = '55000';
 	END IF;
 	RETURN NULL;
@@ -48,7 +48,8 @@ END $$`, schema, fenceTable, shardid.FenceMessage)
 		stmts := []string{
 			"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
-			fmt.Sprintf(`INSERT INTO "%s".%s VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
+			fmt.Sprintf(`ALTER TABLE "%s".%s ADD COLUMN IF NOT EXISTS mover_only BOOLEAN NOT NULL DEFAULT FALSE`, schema, fenceTable),
+			fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
 			fn,
 		}
 		for _, q := range stmts {
@@ -83,7 +84,16 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 	if err := exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS `%s`.`%s` (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL) ENGINE=InnoDB", schema, fenceTable)); err != nil {
 		return err
 	}
-	if err := exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` VALUES (1, '1000-01-01', 0, FALSE)", schema, fenceTable)); err != nil {
+	var hasCol int64
+	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'mover_only'", schema, fenceTable).Scan(&hasCol).Error; err != nil {
+		return err
+	}
+	if hasCol == 0 {
+		if err := exec(fmt.Sprintf("ALTER TABLE `%s`.`%s` ADD COLUMN mover_only BOOLEAN NOT NULL DEFAULT FALSE", schema, fenceTable)); err != nil && !strings.Contains(err.Error(), "Duplicate column") {
+			return err
+		}
+	}
+	if err := exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` (id, fenced_until, token, sealed) VALUES (1, '1000-01-01', 0, FALSE)", schema, fenceTable)); err != nil {
 		return err
 	}
 	var have []struct {
@@ -101,18 +111,18 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 		for _, ev := range mysqlFenceEvents {
 			name := "shardid_fence_" + ev.letter + "_" + t
 			body, ok := bodies[name]
-			if ok && strings.Contains(body, fenceTable) {
+			if ok && strings.Contains(body, "mover_only") {
 				continue
 			}
-			if ok { // a trigger of an older version, with its expiry written in
+			if ok { // a trigger of an older version: its expiry written in, or no mover's bypass
 				if err := exec(fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, name)); err != nil {
 					return err
 				}
 			}
 			q := fmt.Sprintf("CREATE TRIGGER `%[1]s`.`%[2]s` BEFORE %[3]s ON `%[1]s`.`%[4]s` FOR EACH ROW BEGIN "+
-				"DECLARE u DATETIME(6); "+
-				"SELECT fenced_until INTO u FROM `%[1]s`.`%[5]s` WHERE id = 1 LOCK IN SHARE MODE; "+
-				"IF u > UTC_TIMESTAMP(6) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; END",
+				"DECLARE u DATETIME(6); DECLARE m BOOLEAN; "+
+				"SELECT fenced_until, mover_only INTO u, m FROM `%[1]s`.`%[5]s` WHERE id = 1 LOCK IN SHARE MODE; "+
+				"IF u > UTC_TIMESTAMP(6) AND NOT (m AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; END",
 				schema, name, ev.event, t, fenceTable, shardid.FenceMessage)
 			if err := exec(q); err != nil && !strings.Contains(err.Error(), "already exists") {
 				return err
@@ -161,7 +171,7 @@ func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, 
 			until = "clock_timestamp() + " + strconv.FormatInt(d.Microseconds(), 10) + " * interval '1 microsecond'"
 		}
 		token = cur.Token + 1
-		return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE WHERE id = 1", token).Error
+		return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE, mover_only = FALSE WHERE id = 1", token).Error
 	})
 	return token, err
 }
@@ -201,7 +211,7 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 			if got.Token != token || !got.Live {
 				return errFenceLapsed
 			}
-			return tx.Exec("UPDATE " + st + " SET fenced_until = '9999-12-31 23:59:59', token = token + 1, sealed = TRUE WHERE id = 1").Error
+			return tx.Exec("UPDATE " + st + " SET fenced_until = '9999-12-31 23:59:59', token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
 		}
 		if err := lockTables(tx, schema, tables); err != nil {
 			return err
@@ -213,7 +223,7 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		if got.Token != token || !got.Live {
 			return errFenceLapsed
 		}
-		return tx.Exec("UPDATE " + st + " SET fenced_until = 'infinity', token = token + 1, sealed = TRUE WHERE id = 1").Error
+		return tx.Exec("UPDATE " + st + " SET fenced_until = 'infinity', token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
 	})
 	if errors.Is(err, errFenceLapsed) {
 		why := "it ran out by the database's clock"
@@ -279,7 +289,7 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 			return ErrShardMoved
 		}
 		lifted = true
-		return tx.Exec("UPDATE " + st + " SET fenced_until = " + open + ", token = token + 1 WHERE id = 1").Error
+		return tx.Exec("UPDATE " + st + " SET fenced_until = " + open + ", token = token + 1, mover_only = FALSE WHERE id = 1").Error
 	})
 	return lifted, err
 }
@@ -367,4 +377,81 @@ func moveLockName(schema string) string {
 		name = "shardid_move:" + strconv.FormatUint(h.Sum64(), 16)
 	}
 	return name
+}
+
+// fenceForMover fences the tables of schema on db, a move's target, for
+// every writer but the mover (moverTx), until liftFence: a router that
+// missed moves of the shard must not write into a copy the move is
+// building, whose later passes would overwrite or delete its rows. Like
+// setFence, it first waits for the writers under way. It returns the
+// fence's token.
+func fenceForMover(ctx context.Context, db *gorm.DB, schema string, tables []string) (int64, error) {
+	var token int64
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		st, until := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'infinity'"
+		if db.Dialector.Name() == "mysql" {
+			st, until = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'9999-12-31 23:59:59'"
+		} else if err := lockTables(tx, schema, tables); err != nil {
+			return err
+		}
+		if err := tx.Raw("SELECT token FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&token).Error; err != nil {
+			return err
+		}
+		token++
+		return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE, mover_only = TRUE WHERE id = 1", token).Error
+	})
+	return token, err
+}
+
+// moverTx runs f in a transaction on a session of db that a mover-only
+// fence (fenceForMover) lets through, and commits it if f returns nil.
+// PostgreSQL: the setting shardid.mover, local to the transaction.
+// MySQL: the session's @shardid_mover, cleared before the session goes
+// back to the pool (or the session is dropped if that fails).
+func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err error) {
+	pool, err := db.DB()
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if db.Dialector.Name() == "mysql" {
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if _, rerr := conn.ExecContext(rctx, "SET @shardid_mover = NULL"); rerr != nil {
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}()
+		if _, err := conn.ExecContext(ctx, "SET @shardid_mover = 1"); err != nil {
+			return err
+		}
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if db.Dialector.Name() != "mysql" {
+		if _, err := tx.ExecContext(ctx, "SELECT set_config('shardid.mover', 'on', true)"); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// fenceTarget prepares the fence on a move's target (schema's tables on
+// db, just created) and fences it for every writer but the mover.
+func fenceTarget(ctx context.Context, db *gorm.DB, schema string, tables []string) (int64, error) {
+	if err := ensureFence(ctx, db, schema, tables); err != nil {
+		return 0, err
+	}
+	return fenceForMover(ctx, db, schema, tables)
 }

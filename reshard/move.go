@@ -45,7 +45,8 @@ type MoveOptions struct {
 	Progress func(table string, copied int64)
 
 	// OnStage, if not nil, is called as the move reaches each stage:
-	// "created" (the target's tables exist), "copied" (the first copy is
+	// "created" (the target's tables exist, fenced for all but the
+	// mover), "copied" (the first copy is
 	// done), "fenced", "verified", "sealed" (the source is fenced for good)
 	// and "flipped" (the catalog and the router name the target).
 	OnStage func(stage string)
@@ -105,6 +106,17 @@ type TableCheck struct {
 // again. If it fails after (the catalog could not be reached), the source
 // refuses writes for good (Fence and Unfence refuse it, ErrShardMoved) until
 // the move is run again, which finishes it.
+//
+// From the moment it creates them until the flip, the target's tables
+// refuse every writer but the mover with ErrShardMoving (PostgreSQL: the
+// mover's transactions set shardid.mover; MySQL: its sessions set
+// @shardid_mover): a router that missed moves of the shard must not write
+// into the copy, whose later passes would overwrite or delete its rows.
+// The move lifts that fence right after the flip; if the mover dies in
+// between, the shard's new home refuses writes until Unfence of the shard
+// (on its new home) lifts it. A failed move leaves its target fenced, so
+// the copy takes no stray writes until the move is run again or the copy
+// dropped (DropShardCopy).
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
@@ -205,6 +217,13 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
+	// The target refuses every writer but the mover until the flip: a
+	// router that missed moves of the shard must not write into the copy,
+	// whose later passes would overwrite or delete its rows.
+	dstToken, err := fenceTarget(ctx, dst, schema, tables)
+	if err != nil {
+		return res, fmt.Errorf("shardid: fencing the copy of shard %d on %s: %w", shard, target, err)
+	}
 	stage("created")
 	// 2. The change log, before anything is read: from here on every write
 	// to the shard's tables is recorded. Then the fence's triggers
@@ -275,6 +294,12 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if _, err := r.SwapShard(shard, from, to); err != nil {
 		return res, err
 	}
+	// The shard's new home takes writes. If this fails (or the mover dies
+	// before), writers there get ErrShardMoving until Unfence of the shard
+	// (on its new home) lifts the fence.
+	if _, err := liftFence(context.WithoutCancel(ctx), dst, schema, tables, dstToken); err != nil {
+		return res, fmt.Errorf("shardid: shard %d is moved to %s, but its tables there still refuse writes (run Unfence): %w", shard, target, err)
+	}
 	res.Fenced = timeNow().Sub(fenced)
 	stage("flipped")
 	return res, nil
@@ -330,7 +355,9 @@ func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d ti
 }
 
 // Unfence lets writes through to shard's tables again, on the database that
-// holds it now: the way to abort a move before its flip. It returns
+// holds it now: the way to abort a move before its flip, and to lift the
+// fence a mover that died right after its flip left on the shard's new
+// home. It returns
 // ErrMoveInProgress while a move of the shard runs (stop the mover first),
 // and ErrShardMoved for the old copy of a shard that a move fenced for good,
 // which must stay so (run that move again to finish it).

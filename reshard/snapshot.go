@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/shardid/shardid"
 	"gorm.io/gorm"
@@ -44,7 +45,13 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) ([]str
 // one snapshot), on MySQL with multi-row INSERT batches in key order.
 // progress, if not nil, is called as rows arrive.
 func copySnapshot(ctx context.Context, src, dst *gorm.DB, table string, cols []string, batch int, progress func(int64)) (int64, error) {
-	if err := dst.WithContext(ctx).Exec("TRUNCATE TABLE " + table).Error; err != nil {
+	// The target is fenced for all but the mover (fenceForMover): every
+	// write here goes through moverTx or its equivalent.
+	err := moverTx(ctx, dst, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "TRUNCATE TABLE "+table)
+		return err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("shardid: emptying %s on the target: %w", table, err)
 	}
 	if src.Dialector.Name() != "mysql" {
@@ -99,10 +106,25 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 				done <- err
 			}()
 			cr := &lineCounter{r: pr, progress: progress, every: int64(max(every, 1)), next: int64(max(every, 1))}
-			tag, err := dc.PgConn().CopyFrom(ctx, cr, "COPY "+table+" ("+list+") FROM STDIN")
+			// One transaction, let through the target's mover-only fence.
+			tx, err := dc.Begin(ctx)
+			if err != nil {
+				pr.CloseWithError(err)
+				<-done
+				return err
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			_, err = tx.Exec(ctx, "SELECT set_config('shardid.mover', 'on', true)")
+			var tag pgconn.CommandTag
+			if err == nil {
+				tag, err = dc.PgConn().CopyFrom(ctx, cr, "COPY "+table+" ("+list+") FROM STDIN")
+			}
 			pr.CloseWithError(io.ErrClosedPipe) // unblock the reader side if we stopped early
 			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
 				err = rerr
+			}
+			if err == nil {
+				err = tx.Commit(ctx)
 			}
 			if err != nil {
 				return err
@@ -148,10 +170,6 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, table string, cols []st
 	if err != nil {
 		return 0, err
 	}
-	dpool, err := sqlDB(dst)
-	if err != nil {
-		return 0, err
-	}
 	q := "SELECT " + columnList(src, cols) + " FROM " + table + " WHERE id > " + placeholders(src, 0, 1) + " ORDER BY id LIMIT " + strconv.Itoa(batch)
 	var copied int64
 	after := int64(-1 << 63)
@@ -167,7 +185,8 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, table string, cols []st
 		if len(rows) == 0 {
 			return copied, nil
 		}
-		if err := insertRows(ctx, dst, dpool.ExecContext, table, cols, rows); err != nil {
+		err = moverTx(ctx, dst, func(tx *sql.Tx) error { return insertRows(ctx, dst, tx.ExecContext, table, cols, rows) })
+		if err != nil {
 			return copied, fmt.Errorf("shardid: writing %s: %w", table, err)
 		}
 		copied += int64(len(rows))
