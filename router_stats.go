@@ -182,6 +182,18 @@ type MoveStats struct {
 	// RowsCopied counts the rows copied to the target, by every pass.
 	RowsCopied int64
 
+	// ChangesApplied counts the entries of the change log (a captured
+	// insert, update or delete of a row) that the move has applied to the
+	// target so far.
+	ChangesApplied int64
+
+	// Backlog is the number of captured changes still waiting in the
+	// source's change log after the move's last round of catching up:
+	// what the fence will have to cover if it came now. It falls toward 0
+	// as the move catches up, and is 0 after the last round under the
+	// fence.
+	Backlog int64
+
 	// Fenced is how long the shard's old copy refused writes for the move
 	// before the flip (reshard.MoveResult.Fenced), so far while it runs, or until
 	// the move lifted its fence after a failure.
@@ -236,6 +248,15 @@ func (m *MoveRecord) Stage(stage string) {
 		m.base += n
 		delete(m.lastTable, t)
 	}
+}
+
+// CaughtUp records a round of catching up with the change log: applied
+// more changes applied, backlog left in the log.
+func (m *MoveRecord) CaughtUp(applied, backlog int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.st.ChangesApplied += applied
+	m.st.Backlog = backlog
 }
 
 // Progress returns a progress callback (reshard.MoveOptions.Progress) that

@@ -106,3 +106,22 @@ func TestRouterStatsDatabaseDown(t *testing.T) {
 		t.Errorf("logged %+v, want one routed-statement failure on pgown (the others held back)", ev)
 	}
 }
+
+// A move's record adds up the changes each round of catching up applied,
+// and keeps the backlog of the last round.
+func TestMoveRecordCaughtUp(t *testing.T) {
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openSQLite(t), openSQLite(t)},
+		Names: []string{"a", "b"}, LogicalShards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.RecordMove(1, "a", "b")
+	m.CaughtUp(5000, 1200)
+	if st := r.Stats().Moves[0]; st.ChangesApplied != 5000 || st.Backlog != 1200 {
+		t.Errorf("after one round: applied %d, backlog %d; want 5000, 1200", st.ChangesApplied, st.Backlog)
+	}
+	m.CaughtUp(1200, 0)
+	if st := r.Stats().Moves[0]; st.ChangesApplied != 6200 || st.Backlog != 0 {
+		t.Errorf("after two rounds: applied %d, backlog %d; want 6200, 0", st.ChangesApplied, st.Backlog)
+	}
+}

@@ -156,6 +156,13 @@ type changeBatch struct {
 }
 
 // readChanges reads up to limit entries of the change log of schema.
+// countChanges returns the number of entries in the change log of schema.
+func countChanges(ctx context.Context, db *gorm.DB, schema string) (int64, error) {
+	var n int64
+	err := db.WithContext(ctx).Raw("SELECT count(*) FROM " + quoteTable(db, schema, changeTable)).Scan(&n).Error
+	return n, err
+}
+
 func readChanges(ctx context.Context, db *gorm.DB, schema string, limit int) (changeBatch, error) {
 	b := changeBatch{keys: map[string][]int64{}}
 	pool, err := sqlDB(db)

@@ -24,6 +24,9 @@ type shardCopier struct {
 	tables   []string
 	batch    int
 	progress func(table string, copied int64)
+	// caughtUp, if not nil, hears after each round of catching up how many
+	// changes it applied and how many wait in the log (MoveRecord.CaughtUp).
+	caughtUp func(applied, backlog int64)
 
 	cols   map[string][]string       // by table, "id" first
 	ranges map[string]*tableRanges   // by table, once converge began
@@ -75,8 +78,19 @@ func (c *shardCopier) copy(ctx context.Context) (int64, error) {
 // catchUp applies the change log until a read of it finds fewer than
 // changeBatchSize entries (or none, if all), and returns how many entries
 // it applied.
-func (c *shardCopier) catchUp(ctx context.Context, all bool) (int, error) {
-	applied := 0
+func (c *shardCopier) catchUp(ctx context.Context, all bool) (applied int, err error) {
+	if c.caughtUp != nil {
+		defer func() {
+			if err != nil {
+				return
+			}
+			// The backlog is only a figure for operators: a failure to
+			// count it fails nothing.
+			if n, cerr := countChanges(ctx, c.src, c.schema); cerr == nil {
+				c.caughtUp(int64(applied), n)
+			}
+		}()
+	}
 	for {
 		b, err := readChanges(ctx, c.src, c.schema, changeBatchSize)
 		if err != nil {

@@ -141,7 +141,19 @@ func TestMoveStatsAndEvents(t *testing.T) {
 		t.Fatalf("a write after the failed move: %v", err)
 	}
 
-	res, err := reshard.MoveShard(ctx, r, nil, shard, to, reshard.MoveOptions{Models: []any{&MonRow{}}})
+	// Three writes after the copy reach the target through the change log.
+	const late = 3
+	res, err := reshard.MoveShard(ctx, r, nil, shard, to, reshard.MoveOptions{Models: []any{&MonRow{}},
+		OnStage: func(s string) {
+			if s != "copied" {
+				return
+			}
+			for i := range late {
+				if err := r.ForKey(shard).Create(&MonRow{UserID: int64(shard + moveShards*(rows+i))}).Error; err != nil {
+					t.Errorf("a write during the move: %v", err)
+				}
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +162,9 @@ func TestMoveStatsAndEvents(t *testing.T) {
 		t.Fatalf("Moves = %+v, want the last move of shard %d only", s.Moves, shard)
 	}
 	m = s.Moves[0]
+	if m.ChangesApplied < late || m.Backlog != 0 {
+		t.Errorf("the move applied %d changes, %d left in its log; want at least %d, and 0", m.ChangesApplied, m.Backlog, late)
+	}
 	if m.Stage != "flipped" || m.Err != nil || m.RowsCopied != rows+1 || m.Fenced != res.Fenced || m.Fenced <= 0 {
 		t.Errorf("the move: %+v (result %+v)", m, res)
 	}

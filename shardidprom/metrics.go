@@ -61,6 +61,10 @@ var (
 		"1 for the stage the last move of a shard reached (started, created, copied, fenced, verified, sealed, flipped, failed), 0 for the others.", "router", "shard", "stage")
 	moveRows = desc("shardid_move_rows_copied",
 		"Rows the last move of a shard copied, by all its passes.", "router", "shard")
+	moveBacklog = desc("shardid_move_backlog",
+		"Captured changes waiting in the change log of a shard's last move, after its last round of catching up.", "router", "shard")
+	moveChanges = desc("shardid_move_changes_applied",
+		"Captured changes the last move of a shard applied to its target.", "router", "shard")
 	moveFenced = desc("shardid_move_fenced_seconds",
 		"Time the last move of a shard kept its old copy fenced (so far, while it runs).", "router", "shard")
 
@@ -90,7 +94,7 @@ var (
 var allDescs = []*prometheus.Desc{
 	genIssued, genWorker, genWaits, genWaitSeconds, genShardWaits, genClockBack, genClockBackMax, genErrors,
 	leaseState, leaseWorker, leaseExpires, leaseRenewals, leaseFailures, leaseLatency, leaseLosses, leaseReacq,
-	routerErrors, routerShardErrors, routerShards, routerFenced, routerGather, moveStage, moveRows, moveFenced,
+	routerErrors, routerShardErrors, routerShards, routerFenced, routerGather, moveStage, moveRows, moveBacklog, moveChanges, moveFenced,
 	segRefills, segFailures, segLatency, segWaits, segStep, segRemaining,
 	ticketIssued, ticketFailures, ticketSkips, ticketResting,
 }
@@ -175,6 +179,8 @@ func collectRouter(ch chan<- prometheus.Metric, name string, s shardid.RouterSta
 			gauge(ch, moveStage, boolValue(m.Stage == st), name, shard, st)
 		}
 		gauge(ch, moveRows, float64(m.RowsCopied), name, shard)
+		gauge(ch, moveBacklog, float64(m.Backlog), name, shard)
+		gauge(ch, moveChanges, float64(m.ChangesApplied), name, shard)
 		gauge(ch, moveFenced, m.Fenced.Seconds(), name, shard)
 	}
 }
