@@ -422,11 +422,14 @@ func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err er
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			if _, rerr := conn.ExecContext(rctx, "SET @shardid_mover = NULL"); rerr != nil {
+			if _, rerr := conn.ExecContext(rctx, "SET @shardid_mover = NULL, FOREIGN_KEY_CHECKS = 1"); rerr != nil {
 				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 			}
 		}()
-		if _, err := conn.ExecContext(ctx, "SET @shardid_mover = 1"); err != nil {
+		// The mover copies rows whose references the source already
+		// checked, table by table and change by change: in an order that
+		// a foreign key between two of the shard's tables would refuse.
+		if _, err := conn.ExecContext(ctx, "SET @shardid_mover = 1, FOREIGN_KEY_CHECKS = 0"); err != nil {
 			return err
 		}
 	}
@@ -435,7 +438,7 @@ func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err er
 		return err
 	}
 	if db.Dialector.Name() != "mysql" {
-		if _, err := tx.ExecContext(ctx, "SELECT set_config('shardid.mover', 'on', true)"); err != nil {
+		if _, err := tx.ExecContext(ctx, moverSettingsPG); err != nil {
 			_ = tx.Rollback()
 			return err
 		}
@@ -446,6 +449,14 @@ func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err er
 	}
 	return tx.Commit()
 }
+
+// moverSettingsPG lets a transaction through the target's mover-only fence
+// and, where the role may (a superuser), skips foreign-key checks for it
+// (session_replication_role): the mover copies rows whose references the
+// source already checked, in an order a foreign key between two of the
+// shard's tables could refuse.
+const moverSettingsPG = "SELECT set_config('shardid.mover', 'on', true)," +
+	" CASE WHEN current_setting('is_superuser') = 'on' THEN set_config('session_replication_role', 'replica', true) END"
 
 // fenceTarget prepares the fence on a move's target (schema's tables on
 // db, just created) and fences it for every writer but the mover.

@@ -2,8 +2,10 @@ package reshard
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
+	"strings"
 
 	"gorm.io/gorm"
 )
@@ -60,6 +62,33 @@ func (c *shardCopier) capture(ctx context.Context) error {
 
 // copy copies every table, after emptying it on the target.
 func (c *shardCopier) copy(ctx context.Context) (int64, error) {
+	// Empty them all in one statement on PostgreSQL, which refuses to
+	// truncate a table that another table's foreign key references unless
+	// that table goes too. The target is fenced for all but the mover
+	// (fenceForMover): every write here goes through moverTx.
+	var stmts []string
+	if c.dst.Dialector.Name() == "mysql" {
+		for _, t := range c.tables {
+			stmts = append(stmts, "TRUNCATE TABLE "+c.table(t))
+		}
+	} else {
+		var all []string
+		for _, t := range c.tables {
+			all = append(all, c.table(t))
+		}
+		stmts = append(stmts, "TRUNCATE TABLE "+strings.Join(all, ", "))
+	}
+	err := moverTx(ctx, c.dst, func(tx *sql.Tx) error {
+		for _, q := range stmts {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("shardid: emptying shard %s on the target: %w", c.schema, err)
+	}
 	var total int64
 	for _, t := range c.tables {
 		var progress func(int64)

@@ -47,13 +47,6 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) ([]str
 func copySnapshot(ctx context.Context, src, dst *gorm.DB, table string, cols []string, batch int, progress func(int64)) (int64, error) {
 	// The target is fenced for all but the mover (fenceForMover): every
 	// write here goes through moverTx or its equivalent.
-	err := moverTx(ctx, dst, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "TRUNCATE TABLE "+table)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("shardid: emptying %s on the target: %w", table, err)
-	}
 	if src.Dialector.Name() != "mysql" {
 		n, err := copyPG(ctx, src, dst, table, cols, batch, progress)
 		if err == nil {
@@ -114,7 +107,7 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 				return err
 			}
 			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-			_, err = tx.Exec(ctx, "SELECT set_config('shardid.mover', 'on', true)")
+			_, err = tx.Exec(ctx, moverSettingsPG)
 			var tag pgconn.CommandTag
 			if err == nil {
 				tag, err = dc.PgConn().CopyFrom(ctx, cr, "COPY "+table+" ("+list+") FROM STDIN")
