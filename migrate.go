@@ -212,6 +212,65 @@ type migrateDialect interface {
 
 // catSchema is what one schema holds: its tables by name. A missing schema
 // is a nil catSchema.
+// readCatalog runs the four catalog queries of a dialect with args, in
+// this order: the schemas that exist (one column), then their columns
+// (each row read by scanColumn), indexes and constraints (schema, table,
+// name), and gathers what they return by schema and table.
+func readCatalog(ctx context.Context, conn *sql.Conn, queries [4]string, args []any,
+	scanColumn func(*sql.Rows) (schema, table, name string, c catColumn, err error)) (map[string]catSchema, error) {
+	cat := make(map[string]catSchema)
+	table := func(schema, name string) *catTable {
+		s := cat[schema]
+		if s == nil {
+			s = make(catSchema)
+			cat[schema] = s
+		}
+		t := s[name]
+		if t == nil {
+			t = &catTable{cols: map[string]catColumn{}, indexes: map[string]bool{}, cons: map[string]bool{}}
+			s[name] = t
+		}
+		return t
+	}
+	for i, q := range queries {
+		if err := func() error {
+			rows, err := conn.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var schema, tname, name string
+				var c catColumn
+				switch i {
+				case 0:
+					err = rows.Scan(&schema)
+					if err == nil && cat[schema] == nil {
+						cat[schema] = make(catSchema)
+					}
+				case 1:
+					if schema, tname, name, c, err = scanColumn(rows); err == nil {
+						table(schema, tname).cols[name] = c
+					}
+				case 2:
+					err = rows.Scan(&schema, &tname, &name)
+					table(schema, tname).indexes[name] = true
+				case 3:
+					err = rows.Scan(&schema, &tname, &name)
+					table(schema, tname).cons[name] = true
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}(); err != nil {
+			return nil, err
+		}
+	}
+	return cat, nil
+}
+
 type catSchema map[string]*catTable
 
 // catTable is one table's columns, and the names of its indexes and

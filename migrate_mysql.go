@@ -82,64 +82,19 @@ func (*migrateMySQL) catalog(ctx context.Context, conn *sql.Conn, schemas []stri
 		"SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN " + in,
 		"SELECT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME FROM information_schema.TABLE_CONSTRAINTS WHERE TABLE_SCHEMA IN " + in,
 	}
-	cat := make(map[string]catSchema, len(schemas))
-	table := func(schema, name string) *catTable {
-		s := cat[schema]
-		if s == nil {
-			s = make(catSchema)
-			cat[schema] = s
+	return readCatalog(ctx, conn, queries, args, func(rows *sql.Rows) (schema, table, name string, c catColumn, err error) {
+		var (
+			nullable  string
+			def, coll sql.NullString
+		)
+		err = rows.Scan(&schema, &table, &name, &c.typ, &nullable, &def, &c.extra, &c.comment, &coll)
+		c.notNull = nullable == "NO"
+		c.hasDef, c.def = def.Valid, markSchema(def.String, schema)
+		if coll.Valid {
+			c.typ += " COLLATE " + coll.String
 		}
-		t := s[name]
-		if t == nil {
-			t = &catTable{cols: map[string]catColumn{}, indexes: map[string]bool{}, cons: map[string]bool{}}
-			s[name] = t
-		}
-		return t
-	}
-	for i, q := range queries {
-		rows, err := conn.QueryContext(ctx, q, args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var schema, tname, name string
-			switch i {
-			case 0:
-				err = rows.Scan(&schema)
-				if err == nil && cat[schema] == nil {
-					cat[schema] = make(catSchema)
-				}
-			case 1:
-				var (
-					c         catColumn
-					nullable  string
-					def, coll sql.NullString
-				)
-				err = rows.Scan(&schema, &tname, &name, &c.typ, &nullable, &def, &c.extra, &c.comment, &coll)
-				c.notNull = nullable == "NO"
-				c.hasDef, c.def = def.Valid, markSchema(def.String, schema)
-				if coll.Valid {
-					c.typ += " COLLATE " + coll.String
-				}
-				table(schema, tname).cols[name] = c
-			case 2:
-				err = rows.Scan(&schema, &tname, &name)
-				table(schema, tname).indexes[name] = true
-			case 3:
-				err = rows.Scan(&schema, &tname, &name)
-				table(schema, tname).cons[name] = true
-			}
-			if err != nil {
-				rows.Close()
-				return nil, err
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		rows.Close()
-	}
-	return cat, nil
+		return schema, table, name, c, err
+	})
 }
 
 func (m *migrateMySQL) addColumn(table, name string, c catColumn) ([]string, bool) {

@@ -75,56 +75,11 @@ var pgCatalogQueries = [...]string{
 }
 
 func (migratePostgres) catalog(ctx context.Context, conn *sql.Conn, schemas []string) (map[string]catSchema, error) {
-	cat := make(map[string]catSchema, len(schemas))
-	table := func(schema, name string) *catTable {
-		s := cat[schema]
-		if s == nil {
-			s = make(catSchema)
-			cat[schema] = s
-		}
-		t := s[name]
-		if t == nil {
-			t = &catTable{cols: map[string]catColumn{}, indexes: map[string]bool{}, cons: map[string]bool{}}
-			s[name] = t
-		}
-		return t
-	}
-	for i, q := range pgCatalogQueries {
-		rows, err := conn.QueryContext(ctx, q, schemas)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var schema, tname, name string
-			switch i {
-			case 0:
-				err = rows.Scan(&schema)
-				if err == nil && cat[schema] == nil {
-					cat[schema] = make(catSchema)
-				}
-			case 1:
-				var c catColumn
-				err = rows.Scan(&schema, &tname, &name, &c.typ, &c.notNull, &c.hasDef, &c.def, &c.extra, &c.comment)
-				c.typ, c.def = markSchema(c.typ, schema), markSchema(c.def, schema)
-				table(schema, tname).cols[name] = c
-			case 2:
-				err = rows.Scan(&schema, &tname, &name)
-				table(schema, tname).indexes[name] = true
-			case 3:
-				err = rows.Scan(&schema, &tname, &name)
-				table(schema, tname).cons[name] = true
-			}
-			if err != nil {
-				rows.Close()
-				return nil, err
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		rows.Close()
-	}
-	return cat, nil
+	return readCatalog(ctx, conn, pgCatalogQueries, []any{schemas}, func(rows *sql.Rows) (schema, table, name string, c catColumn, err error) {
+		err = rows.Scan(&schema, &table, &name, &c.typ, &c.notNull, &c.hasDef, &c.def, &c.extra, &c.comment)
+		c.typ, c.def = markSchema(c.typ, schema), markSchema(c.def, schema)
+		return schema, table, name, c, err
+	})
 }
 
 func (migratePostgres) addColumn(table, name string, c catColumn) ([]string, bool) {
