@@ -57,9 +57,11 @@
 //
 //   - reshard: the shard map in a catalog table, followed by every router
 //     (LISTEN/NOTIFY with pgx), map files, the fence, and moves of logical
-//     shards between databases.
+//     shards between databases, and rebalancing.
 //   - redislease: a LeaseStore in Redis (go-redis).
-//   - cmd/shardid: the command (new, decode, sql, move, demo).
+//   - shardidprom, shardidotel: the components' Stats as Prometheus
+//     metrics or OpenTelemetry instruments.
+//   - cmd/shardid: the command (new, decode, sql, move, rebalance, demo).
 //
 // Importing shardid compiles no database driver and no Redis client: the
 // application brings the GORM driver it uses.
