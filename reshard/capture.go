@@ -4,11 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shardid/shardid"
 	"gorm.io/gorm"
 )
 
@@ -112,13 +116,28 @@ func stopCapture(ctx context.Context, db *gorm.DB, schema string) error {
 		return err
 	}
 	if db.Dialector.Name() == "mysql" {
-		var names []string
-		q := "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%'"
-		if err := db.WithContext(ctx).Raw(q, schema).Scan(&names).Error; err != nil {
+		var found []struct{ Name, Table string }
+		q := "SELECT TRIGGER_NAME AS name, EVENT_OBJECT_TABLE AS `table` FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%'"
+		if err := db.WithContext(ctx).Raw(q, schema).Scan(&found).Error; err != nil {
 			return err
 		}
-		for _, n := range names {
-			if err := db.WithContext(ctx).Exec(fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, n)).Error; err != nil {
+		if len(found) > 0 {
+			var tables []string
+			for _, f := range found {
+				if !slices.Contains(tables, f.Table) {
+					tables = append(tables, f.Table)
+				}
+			}
+			// With the tables locked, as when they were created.
+			err := withTablesLocked(ctx, db, schema, tables, func(conn *sql.Conn) error {
+				for _, f := range found {
+					if _, err := conn.ExecContext(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, f.Name)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
 				return err
 			}
 		}
@@ -214,22 +233,33 @@ func forgetChanges(ctx context.Context, db *gorm.DB, schema string, seqs []int64
 	return nil
 }
 
-// readRows reads columns cols (the first is "id") of the rows of table with
-// the keys ids from db.
-func readRows(ctx context.Context, db *gorm.DB, table string, cols []string, ids []int64) ([][]any, error) {
-	pool, err := sqlDB(db)
-	if err != nil {
-		return nil, err
-	}
+// readRowsHashed reads columns cols (the first is "id") of the rows of
+// table with the keys ids through q, and the hash of each (rowHash).
+func readRowsHashed(ctx context.Context, q querier, db *gorm.DB, table string, cols []string, ids []int64) ([][]any, map[int64]uint64, error) {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
-	rows, err := pool.QueryContext(ctx, "SELECT "+columnList(db, cols)+" FROM "+table+" WHERE id IN ("+placeholders(db, 0, len(ids))+")", args...)
+	rs, err := q.QueryContext(ctx, "SELECT "+columnList(db, cols)+", "+rowHash(db, cols)+" FROM "+table+" WHERE id IN ("+placeholders(db, 0, len(ids))+")", args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return scanAll(rows, len(cols))
+	rows, err := scanAll(rs, len(cols)+1)
+	if err != nil {
+		return nil, nil, err
+	}
+	hs := make(map[int64]uint64, len(rows))
+	for i, row := range rows {
+		id, err := asInt64(row[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		if hs[id], err = hashOf(row[len(cols)]); err != nil {
+			return nil, nil, err
+		}
+		rows[i] = row[:len(cols)]
+	}
+	return rows, hs, nil
 }
 
 // scanAll reads every row of rows, of n columns each, and closes rows.
@@ -259,10 +289,15 @@ func columnList(db *gorm.DB, cols []string) string {
 }
 
 // insertRows inserts rows (values of cols) into table with multi-row
-// INSERT statements of at most 60,000 values each, through exec.
-func insertRows(ctx context.Context, db *gorm.DB, exec execFunc, table string, cols []string, rows [][]any) error {
+// INSERT statements of at most 60,000 values each, through exec. With
+// upsert, a row whose key exists replaces it in place.
+func insertRows(ctx context.Context, db *gorm.DB, exec execFunc, table string, cols []string, rows [][]any, upsert bool) error {
 	per := max(1, min(1000, 60000/len(cols)))
 	head := "INSERT INTO " + table + " (" + columnList(db, cols) + ") VALUES "
+	tail := ""
+	if upsert {
+		tail = upsertClause(db, cols)
+	}
 	for len(rows) > 0 {
 		n := min(len(rows), per)
 		var b strings.Builder
@@ -275,6 +310,7 @@ func insertRows(ctx context.Context, db *gorm.DB, exec execFunc, table string, c
 			b.WriteString("(" + placeholders(db, len(args), len(cols)) + ")")
 			args = append(args, row...)
 		}
+		b.WriteString(tail)
 		if _, err := exec(ctx, b.String(), args...); err != nil {
 			return err
 		}
@@ -283,32 +319,141 @@ func insertRows(ctx context.Context, db *gorm.DB, exec execFunc, table string, c
 	return nil
 }
 
+// upsertClause makes an INSERT of cols (the first is "id") replace the
+// columns of a row whose key exists.
+func upsertClause(db *gorm.DB, cols []string) string {
+	set := make([]string, 0, len(cols))
+	for _, c := range cols[1:] {
+		q := quoteIdent(db, c)
+		if db.Dialector.Name() == "mysql" {
+			set = append(set, q+" = VALUES("+q+")")
+		} else {
+			set = append(set, q+" = EXCLUDED."+q)
+		}
+	}
+	if db.Dialector.Name() == "mysql" {
+		if len(set) == 0 {
+			return " ON DUPLICATE KEY UPDATE id = id"
+		}
+		return " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+	}
+	if len(set) == 0 {
+		return " ON CONFLICT (id) DO NOTHING"
+	}
+	return " ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ")
+}
+
+// isUniqueViolation reports whether err is a duplicate key of a unique
+// index: PostgreSQL's SQLSTATE 23505, MySQL's error 1062.
+func isUniqueViolation(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "23505"
+	}
+	return strings.Contains(err.Error(), "Error 1062")
+}
+
 // applyKeys brings the rows of table with the keys ids on dst to their
-// current state on src: it re-reads them from src, and in one transaction
-// on dst deletes them and inserts those that src still has. It is
-// idempotent.
-func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []string, ids []int64) error {
+// current state on src: it re-reads them from src and, in one transaction
+// on dst, deletes those that src no longer has and writes the others in
+// place (an upsert, not a delete and an insert, so that an ON DELETE
+// CASCADE between the shard's tables does not fire for a row that was only
+// updated). If a swap of values of another unique index between two rows
+// makes the upsert fail, the chunk is applied again as a delete and an
+// insert. It is idempotent.
+//
+// With rc, every row is verified as it is written: in the same
+// transaction, its hash on dst after the write must equal its hash on src
+// when it was re-read (rowCheck.applied); rc keeps the target's totals.
+func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []string, ids []int64, rc *rowCheck) error {
 	for len(ids) > 0 {
-		n := min(len(ids), 1000)
-		rows, err := readRows(ctx, src, table, cols, ids[:n])
+		chunk := ids[:min(len(ids), 1000)]
+		ids = ids[len(chunk):]
+		var (
+			rows           [][]any
+			srcH, old, now map[int64]uint64
+		)
+		err := readSession(ctx, src, func(q querier) (err error) {
+			rows, srcH, err = readRowsHashed(ctx, q, src, table, cols, chunk)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("shardid: re-reading changed rows of %s: %w", table, err)
 		}
-		args := make([]any, n)
-		for i, id := range ids[:n] {
-			args[i] = id
-		}
-		// Through the target's mover-only fence.
-		err = moverTx(ctx, dst, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE id IN ("+placeholders(dst, 0, n)+")", args...); err != nil {
-				return err
+		var gone []any
+		for _, id := range chunk {
+			if _, ok := srcH[id]; !ok {
+				gone = append(gone, id)
 			}
-			return insertRows(ctx, dst, tx.ExecContext, table, cols, rows)
-		})
+		}
+		write := func(upsert bool) error {
+			// Through the target's mover-only fence.
+			return moverTx(ctx, dst, func(tx *sql.Tx) (err error) {
+				if rc != nil {
+					if old, err = keyHashes(ctx, tx, dst, table, cols, chunk); err != nil {
+						return err
+					}
+				}
+				del := gone
+				if !upsert {
+					del = make([]any, len(chunk))
+					for i, id := range chunk {
+						del[i] = id
+					}
+				}
+				if len(del) > 0 {
+					if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE id IN ("+placeholders(dst, 0, len(del))+")", del...); err != nil {
+						return err
+					}
+				}
+				if err := insertRows(ctx, dst, tx.ExecContext, table, cols, rows, upsert); err != nil {
+					return err
+				}
+				if rc != nil {
+					now, err = keyHashes(ctx, tx, dst, table, cols, chunk)
+				}
+				return err
+			})
+		}
+		err = write(true)
+		if err != nil && isUniqueViolation(err) {
+			err = write(false)
+		}
 		if err != nil {
 			return fmt.Errorf("shardid: applying changed rows of %s: %w", table, err)
 		}
-		ids = ids[n:]
+		if rc != nil {
+			rc.applied(chunk, srcH, old, now)
+		}
+	}
+	return nil
+}
+
+// checkCascades refuses, on MySQL, to move tables of which one has a
+// foreign key with a cascading action (CASCADE, SET NULL, SET DEFAULT):
+// MySQL and MariaDB do not fire triggers for the rows a cascade changes,
+// so the change log would miss them and the target keep rows the source
+// no longer has. PostgreSQL fires them: nothing to check there.
+func checkCascades(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+	if db.Dialector.Name() != "mysql" {
+		return nil
+	}
+	var found []struct {
+		Table, Constraint, OnDelete, OnUpdate string
+	}
+	err := db.WithContext(ctx).Raw(`SELECT TABLE_NAME AS `+"`table`"+`, CONSTRAINT_NAME AS `+"`constraint`"+`, DELETE_RULE AS on_delete, UPDATE_RULE AS on_update
+		FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME IN ?
+		AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION'))
+		ORDER BY TABLE_NAME, CONSTRAINT_NAME`, schema, tables).Scan(&found).Error
+	if err != nil {
+		return err
+	}
+	if len(found) > 0 {
+		f := found[0]
+		return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s has foreign key %s with ON DELETE %s ON UPDATE %s: "+
+			"MySQL fires no trigger for the rows a cascade changes, so a move cannot capture them; "+
+			"make the key RESTRICT or NO ACTION (and delete the child rows yourself) before the move",
+			schema, f.Table, f.Constraint, f.OnDelete, f.OnUpdate))
 	}
 	return nil
 }
@@ -323,6 +468,27 @@ func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables [
 	if err := db.WithContext(ctx).Exec("CREATE TABLE " + log + " (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL) ENGINE=InnoDB").Error; err != nil {
 		return err
 	}
+	return withTablesLocked(ctx, db, schema, tables, func(conn *sql.Conn) error {
+		return createCaptureTriggersMySQL(ctx, conn, db, schema, tables)
+	})
+}
+
+// withTablesLocked runs f on a session of db (MySQL) that holds LOCK
+// TABLES ... WRITE on tables of schema and on the change log and the
+// fence's state table where they exist (the triggers read them): MariaDB
+// fails a write that opens its table while a trigger that uses another
+// table is being created ("Table ... doesn't exist"), and the lock keeps
+// writes out for those few milliseconds.
+func withTablesLocked(ctx context.Context, db *gorm.DB, schema string, tables []string, f func(conn *sql.Conn) error) error {
+	var have []string
+	q := "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_name IN (?, ?)"
+	if err := db.WithContext(ctx).Raw(q, schema, changeTable, fenceTable).Scan(&have).Error; err != nil {
+		return err
+	}
+	var locks []string
+	for _, t := range append(have, tables...) {
+		locks = append(locks, quoteTable(db, schema, t)+" WRITE")
+	}
 	pool, err := sqlDB(db)
 	if err != nil {
 		return err
@@ -332,18 +498,6 @@ func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables [
 		return err
 	}
 	defer conn.Close()
-	locks := []string{log + " WRITE"}
-	for _, t := range tables {
-		locks = append(locks, quoteTable(db, schema, t)+" WRITE")
-	}
-	var has int64
-	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
-	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&has).Error; err != nil {
-		return err
-	}
-	if has > 0 { // the fence's triggers read it
-		locks = append(locks, quoteTable(db, schema, fenceTable)+" WRITE")
-	}
 	if _, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(locks, ", ")); err != nil {
 		return err
 	}
@@ -352,6 +506,13 @@ func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables [
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // the session ends, and its locks
 		}
 	}()
+	return f(conn)
+}
+
+// createCaptureTriggersMySQL creates the capture triggers of tables, on a
+// session that holds their locks (withTablesLocked).
+func createCaptureTriggersMySQL(ctx context.Context, conn *sql.Conn, db *gorm.DB, schema string, tables []string) error {
+	log := quoteTable(db, schema, changeTable)
 	for _, t := range tables {
 		on := quoteTable(db, schema, t)
 		add := func(key string) string {

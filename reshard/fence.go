@@ -107,6 +107,7 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 	for _, h := range have {
 		bodies[h.Name] = h.Body
 	}
+	var stmts []string
 	for _, t := range tables {
 		for _, ev := range mysqlFenceEvents {
 			name := "shardid_fence_" + ev.letter + "_" + t
@@ -115,21 +116,29 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 				continue
 			}
 			if ok { // a trigger of an older version: its expiry written in, or no mover's bypass
-				if err := exec(fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, name)); err != nil {
-					return err
-				}
+				stmts = append(stmts, fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, name))
 			}
-			q := fmt.Sprintf("CREATE TRIGGER `%[1]s`.`%[2]s` BEFORE %[3]s ON `%[1]s`.`%[4]s` FOR EACH ROW BEGIN "+
+			stmts = append(stmts, fmt.Sprintf("CREATE TRIGGER `%[1]s`.`%[2]s` BEFORE %[3]s ON `%[1]s`.`%[4]s` FOR EACH ROW BEGIN "+
 				"DECLARE u DATETIME(6); DECLARE m BOOLEAN; "+
 				"SELECT fenced_until, mover_only INTO u, m FROM `%[1]s`.`%[5]s` WHERE id = 1 LOCK IN SHARE MODE; "+
 				"IF u > UTC_TIMESTAMP(6) AND NOT (m AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; END",
-				schema, name, ev.event, t, fenceTable, shardid.FenceMessage)
-			if err := exec(q); err != nil && !strings.Contains(err.Error(), "already exists") {
+				schema, name, ev.event, t, fenceTable, shardid.FenceMessage))
+		}
+	}
+	if len(stmts) == 0 {
+		return nil
+	}
+	// With the tables locked, as for the capture's triggers
+	// (withTablesLocked): a write racing the creation of a trigger that
+	// reads another table fails on MariaDB.
+	return withTablesLocked(ctx, db, schema, tables, func(conn *sql.Conn) error {
+		for _, q := range stmts {
+			if _, err := conn.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "already exists") {
 				return err
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // setFence fences tables of schema for d from now by the database's clock
@@ -419,19 +428,24 @@ func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err er
 	}
 	defer conn.Close()
 	if db.Dialector.Name() == "mysql" {
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if _, rerr := conn.ExecContext(rctx, "SET @shardid_mover = NULL, FOREIGN_KEY_CHECKS = 1"); rerr != nil {
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-			}
-		}()
 		// The mover copies rows whose references the source already
 		// checked, table by table and change by change: in an order that
 		// a foreign key between two of the shard's tables would refuse.
-		if _, err := conn.ExecContext(ctx, "SET @shardid_mover = 1, FOREIGN_KEY_CHECKS = 0"); err != nil {
+		// Its session reads and writes TIMESTAMPs in UTC, as the source's
+		// (readSession) do.
+		if _, err := conn.ExecContext(ctx, "SET @shardid_fkc = @@session.foreign_key_checks, @shardid_tz = @@session.time_zone,"+
+			" @shardid_mover = 1, FOREIGN_KEY_CHECKS = 0, time_zone = '+00:00'"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 			return err
 		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if _, rerr := conn.ExecContext(rctx, "SET FOREIGN_KEY_CHECKS = @shardid_fkc, time_zone = @shardid_tz,"+
+				" @shardid_mover = NULL, @shardid_fkc = NULL, @shardid_tz = NULL"); rerr != nil {
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}()
 	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
@@ -454,9 +468,11 @@ func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err er
 // and, where the role may (a superuser), skips foreign-key checks for it
 // (session_replication_role): the mover copies rows whose references the
 // source already checked, in an order a foreign key between two of the
-// shard's tables could refuse.
+// shard's tables could refuse. It also sets the transaction up to read,
+// write and hash values as the source's sessions do (hashSettingsPG).
 const moverSettingsPG = "SELECT set_config('shardid.mover', 'on', true)," +
-	" CASE WHEN current_setting('is_superuser') = 'on' THEN set_config('session_replication_role', 'replica', true) END"
+	" CASE WHEN current_setting('is_superuser') = 'on' THEN set_config('session_replication_role', 'replica', true) END, " +
+	hashSettingsColsPG
 
 // fenceTarget prepares the fence on a move's target (schema's tables on
 // db, just created) and fences it for every writer but the mover.

@@ -35,6 +35,8 @@ const defaultPostgresDSN = testdb.DefaultPostgresDSN
 
 func openMySQL(t *testing.T) *gorm.DB { t.Helper(); return testdb.OpenMySQL(t) }
 
+func openMySQLTB(t testing.TB) *gorm.DB { t.Helper(); return testdb.OpenMySQL(t) }
+
 // TestHelperProcess is not a test: it is the body of the helper processes
 // that the move tests start. It does nothing in a normal run.
 func TestHelperProcess(t *testing.T) {

@@ -173,6 +173,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, err
 	}
+	if err := checkCascades(ctx, src, r.Schema(shard), tables); err != nil {
+		return res, err
+	}
 	// The move's record: Router.Stats reports it, the router's Logger
 	// gets its events.
 	mv := r.RecordMove(shard, res.From, target)

@@ -16,17 +16,20 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 )
 
-// BenchmarkMoveShard moves one shard of N rows from one PostgreSQL
-// database to the other per op, while a writer inserts, updates and
-// deletes rows of that shard through the mover's router, and reports:
+// BenchmarkMoveShard moves one shard of N rows from one database to
+// another per op, on PostgreSQL (two databases of one server) and on
+// MariaDB (the test server to one of the benchmark's own), while a writer
+// inserts, updates and deletes rows of that shard through the mover's
+// router, and reports:
 //
 //	fenced-ms   MoveResult.Fenced, from the fence to the flip
 //	stall-ms    the longest a write of the writer waited (blocked, or
 //	            retrying ErrShardMoving) before it went through
-//	copy-rows/s the first copy (COPY), rows per second
+//	copy-rows/s the first copy (COPY on PostgreSQL), rows per second
 //	rows/s      the shard's rows over the whole move
 //
 // N is 100,000, or each of the comma-separated $SHARDID_BENCH_MOVE_ROWS.
@@ -45,29 +48,69 @@ func BenchmarkMoveShard(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
-	for _, rows := range sizes {
-		b.Run(fmt.Sprint(rows), func(b *testing.B) { benchMove(b, rows) })
-	}
+	b.Run("postgres", func(b *testing.B) {
+		for _, rows := range sizes {
+			b.Run(fmt.Sprint(rows), func(b *testing.B) {
+				benchMove(b, rows, func() (*shardid.Router, []int64) {
+					r := moveRouterB(b, movePlugin(b, 0))
+					for _, db := range r.Databases() {
+						db.Exec("DROP SCHEMA IF EXISTS shardid_mv_0001 CASCADE")
+					}
+					if err := r.Migrate(context.Background(), &RPhoto{}); err != nil {
+						b.Fatal(err)
+					}
+					return r, seedCopy(b, r.Databases()[0], "shardid_mv_0001", rows)
+				})
+			})
+		}
+	})
+	b.Run("mariadb", func(b *testing.B) {
+		var dst *gorm.DB
+		for _, rows := range sizes {
+			b.Run(fmt.Sprint(rows), func(b *testing.B) {
+				benchMove(b, rows, func() (*shardid.Router, []int64) {
+					if dst == nil {
+						// A server of the benchmark's own, with a buffer pool
+						// for a shard of a million rows.
+						inst := startMariaDBInstance(b, "--innodb-buffer-pool-size=512M")
+						var err error
+						if dst, err = gorm.Open(mysql.Open(inst.DSN("test")), gormConfig()); err != nil {
+							b.Fatal(err)
+						}
+						closeAtEnd(b, dst)
+					}
+					src := openMySQLTB(b)
+					r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "pg2"},
+						LogicalShards: moveShards, SchemaPattern: "shardid_mv_%04d", Plugin: movePlugin(b, 0), Map: make([]int, moveShards)})
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, db := range r.Databases() {
+						db.Exec("DROP DATABASE IF EXISTS shardid_mv_0001")
+					}
+					if err := r.Migrate(context.Background(), &RPhoto{}); err != nil {
+						b.Fatal(err)
+					}
+					return r, seedInserts(b, src, "shardid_mv_0001", rows)
+				})
+			})
+		}
+	})
 }
 
-func benchMove(b *testing.B, rows int) {
-	p := movePlugin(b, 0)
+// benchMove runs the moves of BenchmarkMoveShard, from a router and
+// a shard 1 of rows rows (their IDs) that setup makes for each.
+func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) {
 	ctx := context.Background()
 	for b.Loop() {
 		b.StopTimer()
-		r := moveRouterB(b, p)
-		for _, db := range r.Databases() {
-			db.Exec("DROP SCHEMA IF EXISTS shardid_mv_0001 CASCADE")
-		}
-		if err := r.Migrate(ctx, &RPhoto{}); err != nil {
-			b.Fatal(err)
-		}
-		seeded := seedCopy(b, r.Databases()[0], "shardid_mv_0001", rows)
+		r, seeded := setup()
 		stop := make(chan struct{})
 		var (
-			wg    sync.WaitGroup
-			stall time.Duration
-			ops   int
+			wg      sync.WaitGroup
+			stall   time.Duration
+			stallAt time.Time
+			ops     int
 		)
 		wg.Add(1)
 		go func() {
@@ -99,7 +142,9 @@ func benchMove(b *testing.B, rows int) {
 					}
 					time.Sleep(time.Millisecond)
 				}
-				stall = max(stall, time.Since(start))
+				if d := time.Since(start); d > stall {
+					stall, stallAt = d, start
+				}
 				ops++
 				time.Sleep(time.Millisecond)
 			}
@@ -107,7 +152,13 @@ func benchMove(b *testing.B, rows int) {
 		time.Sleep(200 * time.Millisecond)
 		b.StartTimer()
 		start := time.Now()
-		res, err := reshard.MoveShard(ctx, r, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 5000})
+		var stages []string
+		last := time.Now()
+		onStage := func(s string) {
+			stages = append(stages, fmt.Sprintf("%s +%v", s, time.Since(last).Round(time.Millisecond)))
+			last = time.Now()
+		}
+		res, err := reshard.MoveShard(ctx, r, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 5000, OnStage: onStage})
 		took := time.Since(start)
 		b.StopTimer()
 		time.Sleep(200 * time.Millisecond)
@@ -123,7 +174,8 @@ func benchMove(b *testing.B, rows int) {
 		b.ReportMetric(float64(stall.Microseconds())/1000, "stall-ms")
 		b.ReportMetric(float64(res.Copied)/res.CopyTime.Seconds(), "copy-rows/s")
 		b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
-		b.Logf("%d rows: moved in %v, fenced %v, writer's longest stall %v over %d writes", rows, took, res.Fenced, stall, ops)
+		b.Logf("%d rows: moved in %v, fenced %v, writer's longest stall %v (from +%v) over %d writes; stages: %s",
+			rows, took, res.Fenced, stall, stallAt.Sub(start).Round(time.Millisecond), ops, strings.Join(stages, ", "))
 		b.StartTimer()
 	}
 }
@@ -133,16 +185,7 @@ func benchMove(b *testing.B, rows int) {
 // their IDs.
 func seedCopy(b *testing.B, db *gorm.DB, schema string, n int) []int64 {
 	b.Helper()
-	ids := make([]int64, n)
-	t0 := time.Now().Add(-2 * time.Hour)
-	per := moveLayout.SeqPerUnit()
-	for i := range ids {
-		id, err := moveLayout.Compose(shardid.Parts{Time: t0.Add(time.Duration(i/per) * time.Millisecond), Shard: 1, Worker: 3, Seq: i % per})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ids[i] = int64(id)
-	}
+	ids := seedIDs(b, n)
 	pool, err := db.DB()
 	if err != nil {
 		b.Fatal(err)
@@ -161,6 +204,44 @@ func seedCopy(b *testing.B, db *gorm.DB, schema string, n int) []int64 {
 	})
 	if err != nil {
 		b.Fatal(err)
+	}
+	return ids
+}
+
+// seedInserts writes n rows of shard 1 into schema.r_photos on db (MySQL)
+// with multi-row INSERTs, as seedCopy does, and returns their IDs.
+func seedInserts(b *testing.B, db *gorm.DB, schema string, n int) []int64 {
+	b.Helper()
+	ids := seedIDs(b, n)
+	for lo := 0; lo < n; lo += 5000 {
+		hi := min(n, lo+5000)
+		var q strings.Builder
+		q.WriteString("INSERT INTO `" + schema + "`.r_photos (id, user_id, caption) VALUES ")
+		for i := lo; i < hi; i++ {
+			if i > lo {
+				q.WriteByte(',')
+			}
+			fmt.Fprintf(&q, "(%d, %d, 'a photo caption of some length')", ids[i], 1+moveShards*i)
+		}
+		if err := db.Exec(q.String()).Error; err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// seedIDs returns n IDs of shard 1 from two hours ago, so that none
+// collides with a new one.
+func seedIDs(b *testing.B, n int) []int64 {
+	ids := make([]int64, n)
+	t0 := time.Now().Add(-2 * time.Hour)
+	per := moveLayout.SeqPerUnit()
+	for i := range ids {
+		id, err := moveLayout.Compose(shardid.Parts{Time: t0.Add(time.Duration(i/per) * time.Millisecond), Shard: 1, Worker: 3, Seq: i % per})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = int64(id)
 	}
 	return ids
 }

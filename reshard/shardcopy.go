@@ -15,10 +15,11 @@ import (
 //
 //	capture   the change log and its triggers on the source, before anything is read
 //	copy      a snapshot of each table (COPY on PostgreSQL)
-//	converge  sums by key ranges on both sides, and the change log applied
-//	          until little is left (both without a fence)
-//	finish    under the fence: the rest of the change log, and the ranges
-//	          it touched (or that differed) summed again on both sides
+//	converge  both sides compared row by row once, and the change log
+//	          applied, each row verified as it is written, until little
+//	          is left (all without a fence)
+//	finish    under the fence: the rest of the change log, and the keys
+//	          still in doubt compared again (rowcheck.go)
 //	release   the triggers and the change log dropped
 type shardCopier struct {
 	src, dst *gorm.DB
@@ -30,9 +31,8 @@ type shardCopier struct {
 	// changes it applied and how many wait in the log (MoveRecord.CaughtUp).
 	caughtUp func(applied, backlog int64)
 
-	cols   map[string][]string       // by table, "id" first
-	ranges map[string]*tableRanges   // by table, once converge began
-	dirty  map[string]map[int64]bool // keys applied since the ranges were last summed
+	cols   map[string][]string  // by table, "id" first
+	checks map[string]*rowCheck // by table, once both sides were compared
 }
 
 // changeBatchSize is how many change log entries are applied at a time.
@@ -138,15 +138,7 @@ func (c *shardCopier) catchUp(ctx context.Context, all bool) (applied int, err e
 			if !ok {
 				return applied, fmt.Errorf("shardid: the change log of %s names table %q, not one of the move's", c.schema, t)
 			}
-			if c.dirty != nil {
-				if c.dirty[t] == nil {
-					c.dirty[t] = map[int64]bool{}
-				}
-				for _, id := range b.keys[t] {
-					c.dirty[t][id] = true
-				}
-			}
-			if err := applyKeys(ctx, c.src, c.dst, c.table(t), cols, b.keys[t]); err != nil {
+			if err := applyKeys(ctx, c.src, c.dst, c.table(t), cols, b.keys[t], c.checks[t]); err != nil {
 				return applied, err
 			}
 		}
@@ -161,103 +153,75 @@ func (c *shardCopier) catchUp(ctx context.Context, all bool) (applied int, err e
 	}
 }
 
-// pending returns the ranges of each table that are not clean: they
-// differed when last summed, or a change was applied to them since.
-func (c *shardCopier) pending() (map[string][]int, int) {
-	out := map[string][]int{}
-	n := 0
-	for _, t := range c.tables {
-		tr := c.ranges[t]
-		set := map[int]bool{}
-		for i := range tr.bad {
-			set[i] = true
-		}
-		for id := range c.dirty[t] {
-			set[tr.rangeOf(id)] = true
-		}
-		for i := range set {
-			out[t] = append(out[t], i)
-		}
-		n += len(set)
-	}
-	return out, n
-}
+// smallBacklog is how many change log entries converge leaves for the
+// fence at most, unless the writers outpace the mover.
+const smallBacklog = 256
 
-// converge sums both sides by key ranges, then catches up and sums again
-// the ranges that are not clean, a few rounds, until few are left: what
-// the fence will have to check.
+// converge compares both sides row by row, then applies the change log,
+// round after round, until a round finds little in it: what the fence will
+// have to apply.
 func (c *shardCopier) converge(ctx context.Context) error {
 	if _, err := c.catchUp(ctx, false); err != nil {
 		return err
 	}
-	// From here on every applied change marks its range; the sums are
-	// taken after every change applied before.
-	c.dirty = map[string]map[int64]bool{}
-	c.ranges = map[string]*tableRanges{}
+	// From here on every change is verified as it is applied; the
+	// comparison sees every change applied before.
+	checks := map[string]*rowCheck{}
 	for _, t := range c.tables {
-		tr, err := sumTable(ctx, c.src, c.dst, c.table(t), c.cols[t])
+		rc, err := compareTable(ctx, c.src, c.dst, c.table(t), c.cols[t])
 		if err != nil {
 			return err
 		}
-		c.ranges[t] = tr
+		checks[t] = rc
 	}
+	c.checks = checks
 	prev := -1
 	for round := 0; ; round++ {
-		if _, err := c.catchUp(ctx, false); err != nil {
+		n, err := c.catchUp(ctx, false)
+		if err != nil {
 			return err
 		}
-		todo, n := c.pending()
-		// Until few are left, or the writers dirty ranges as fast as
-		// they are checked.
-		if n <= 16 || round == 12 || (prev >= 0 && n > prev*9/10) {
+		if round == 0 {
+			// Keys that differed in the comparison and that no change
+			// explains: compared again now, so that a copy that really
+			// differs fails before the fence.
+			for _, t := range c.tables {
+				if err := c.checks[t].recheck(ctx, c.src, c.dst, c.cols[t]); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		// Until little is left, or the writers write as fast as the
+		// mover applies.
+		if n <= smallBacklog || round >= 20 || (round >= 4 && n >= prev) {
 			return nil
 		}
 		prev = n
-		if err := c.recheck(ctx, todo); err != nil {
-			return err
-		}
 	}
-}
-
-// recheck sums todo again on both sides, after forgetting the changed
-// keys: a change applied from now on marks its range again.
-func (c *shardCopier) recheck(ctx context.Context, todo map[string][]int) error {
-	c.dirty = map[string]map[int64]bool{}
-	for _, t := range c.tables {
-		if err := c.ranges[t].recheck(ctx, c.src, c.dst, c.table(t), c.cols[t], todo[t]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // finish runs under the fence, when no write reaches the source any more:
-// it applies the rest of the change log, sums again the ranges that are
-// not clean, and returns each table's row count and checksum, equal on
-// both sides; or an error naming a range that differs.
+// it applies the rest of the change log (verifying every row it writes),
+// compares the keys still in doubt again, and returns each table's row
+// count and checksum, equal on both sides; or an error naming a key that
+// differs.
 func (c *shardCopier) finish(ctx context.Context) ([]TableCheck, error) {
 	if _, err := c.catchUp(ctx, true); err != nil {
 		return nil, err
 	}
-	todo, _ := c.pending()
-	if err := c.recheck(ctx, todo); err != nil {
-		return nil, err
-	}
 	var out []TableCheck
 	for _, t := range c.tables {
-		tr := c.ranges[t]
-		if len(tr.bad) > 0 {
-			bad := make([]int, 0, len(tr.bad))
-			for i := range tr.bad {
-				bad = append(bad, i)
-			}
-			sort.Ints(bad)
-			return nil, fmt.Errorf("%w: table %s differs in %d key range(s) after the copy, the first %s",
-				errCopyDiffers, t, len(bad), tr.describe(bad[0]))
+		rc := c.checks[t]
+		if err := rc.recheck(ctx, c.src, c.dst, c.cols[t]); err != nil {
+			return nil, err
 		}
-		check := tr.total()
-		check.Table = t
-		out = append(out, check)
+		if len(rc.suspect) > 0 {
+			id, why := rc.firstSuspect()
+			return nil, fmt.Errorf("%w: table %s differs in %d row(s) after the copy, the first with id %d (%s)",
+				errCopyDiffers, t, len(rc.suspect), id, why)
+		}
+		out = append(out, TableCheck{Table: t, Rows: rc.rows, Checksum: rc.sum})
 	}
 	return out, nil
 }

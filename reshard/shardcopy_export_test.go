@@ -2,7 +2,6 @@ package reshard
 
 import (
 	"context"
-	"time"
 
 	"gorm.io/gorm"
 )
@@ -14,11 +13,9 @@ import (
 func CopyShard(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, fence func()) ([]TableCheck, error) {
 	c := newShardCopier(src, dst, schema, tables, 1000, nil)
 	defer c.release(context.WithoutCancel(ctx))
-	println(time.Now().Format("15:04:05.000"), "capture")
 	if err := c.capture(ctx); err != nil {
 		return nil, err
 	}
-	println(time.Now().Format("15:04:05.000"), "captured")
 	if _, err := c.copy(ctx); err != nil {
 		return nil, err
 	}

@@ -94,7 +94,22 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
 			go func() {
-				_, err := sc.PgConn().CopyTo(ctx, pw, "COPY "+table+" ("+list+") TO STDOUT")
+				// In a transaction that prints values as the target's
+				// reads them (hashSettingsPG, moverSettingsPG): a date
+				// in one DateStyle must not be parsed in another.
+				stx, err := sc.Begin(ctx)
+				if err == nil {
+					_, err = stx.Exec(ctx, hashSettingsPG)
+					if err == nil {
+						// Buffered: COPY TO writes a message per row, and
+						// COPY FROM sends a message per read.
+						bw := &rowBuffer{w: pw, every: max(every, 1)}
+						if _, err = sc.PgConn().CopyTo(ctx, bw, "COPY "+table+" ("+list+") TO STDOUT"); err == nil {
+							err = bw.Flush()
+						}
+					}
+					_ = stx.Rollback(context.WithoutCancel(ctx))
+				}
 				pw.CloseWithError(err) // nil: EOF
 				done <- err
 			}()
@@ -135,6 +150,36 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 	return copied, err
 }
 
+// rowBuffer gathers the rows that COPY TO writes (a write per row) and
+// passes them on every every rows, or 256 KiB: COPY FROM sends a message
+// per read, and progress is reported as rows arrive.
+type rowBuffer struct {
+	w     io.Writer
+	buf   []byte
+	rows  int
+	every int
+}
+
+func (b *rowBuffer) Write(p []byte) (int, error) {
+	b.buf = append(b.buf, p...)
+	if b.rows++; b.rows >= b.every || len(b.buf) >= 256<<10 {
+		if err := b.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// Flush passes on what is gathered.
+func (b *rowBuffer) Flush() error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	_, err := b.w.Write(b.buf)
+	b.buf, b.rows = b.buf[:0], 0
+	return err
+}
+
 // lineCounter counts the lines read through it and reports them every
 // every lines.
 type lineCounter struct {
@@ -159,26 +204,29 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 // copyBatches copies table from src to dst in key order, batch rows per
 // multi-row INSERT.
 func copyBatches(ctx context.Context, src, dst *gorm.DB, table string, cols []string, batch int, progress func(int64)) (int64, error) {
-	spool, err := sqlDB(src)
-	if err != nil {
-		return 0, err
-	}
 	q := "SELECT " + columnList(src, cols) + " FROM " + table + " WHERE id > " + placeholders(src, 0, 1) + " ORDER BY id LIMIT " + strconv.Itoa(batch)
 	var copied int64
 	after := int64(-1 << 63)
 	for {
-		rs, err := spool.QueryContext(ctx, q, after)
-		if err != nil {
-			return copied, fmt.Errorf("shardid: reading %s: %w", table, err)
-		}
-		rows, err := scanAll(rs, len(cols))
+		// Read and written in sessions set up alike (readSession,
+		// moverTx): a TIMESTAMP is read and written in the session's time
+		// zone.
+		var rows [][]any
+		err := readSession(ctx, src, func(qr querier) error {
+			rs, err := qr.QueryContext(ctx, q, after)
+			if err != nil {
+				return err
+			}
+			rows, err = scanAll(rs, len(cols))
+			return err
+		})
 		if err != nil {
 			return copied, fmt.Errorf("shardid: reading %s: %w", table, err)
 		}
 		if len(rows) == 0 {
 			return copied, nil
 		}
-		err = moverTx(ctx, dst, func(tx *sql.Tx) error { return insertRows(ctx, dst, tx.ExecContext, table, cols, rows) })
+		err = moverTx(ctx, dst, func(tx *sql.Tx) error { return insertRows(ctx, dst, tx.ExecContext, table, cols, rows, false) })
 		if err != nil {
 			return copied, fmt.Errorf("shardid: writing %s: %w", table, err)
 		}

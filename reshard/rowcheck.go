@@ -1,0 +1,351 @@
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// Verification by key. Once the first copy is done, both copies of a table
+// are read once in key order, side by side, and compared row by row by a
+// 64-bit hash of each row computed by the database: the keys that differ
+// are suspect. From then on every change the mover applies is verified as
+// it is applied: in the target's transaction, the row's hash after the
+// write must equal its hash on the source when it was re-read; a key that
+// does not is suspect too. Under the fence, after the last changes, only
+// the suspect keys are compared again: never the whole shard, and never
+// more than the keys written since the last round before the fence.
+//
+// That is sound because a key that is not suspect was equal on both sides
+// at its last comparison (the scan, or the apply that re-read it), every
+// write to the source after that re-read is in the change log and so
+// applied (and verified) again, and every write to the target is the mover
+// applying a logged change. The target's row count and hash sum are kept
+// through every write of the mover (the hashes of the rows it replaces and
+// of those it writes), so the result's TableCheck costs no second scan.
+
+// rowCheck is what the verification knows of one table.
+type rowCheck struct {
+	table   string           // quoted
+	rows    int64            // the target's rows, since the scan
+	sum     uint64           // the sum of the hashes of the target's rows
+	suspect map[int64]string // keys not known equal on both sides, with why
+}
+
+// hashSettingsPG makes a PostgreSQL transaction print values, and so hash
+// rows, alike on both sides whatever the servers' and roles' defaults: a
+// timestamptz prints in the session's time zone, dates in its DateStyle.
+const hashSettingsPG = "SELECT " + hashSettingsColsPG
+
+const hashSettingsColsPG = "set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, MDY', true)," +
+	" set_config('IntervalStyle', 'postgres', true), set_config('extra_float_digits', '3', true)," +
+	" set_config('bytea_output', 'hex', true)"
+
+// hashSettingsMySQL and hashRestoreMySQL do the same for a MySQL session
+// (TIMESTAMP values are read and written in its time zone) and restore it.
+const (
+	hashSettingsMySQL = "SET @shardid_tz = @@session.time_zone, time_zone = '+00:00'"
+	hashRestoreMySQL  = "SET time_zone = @shardid_tz, @shardid_tz = NULL"
+)
+
+// querier is a session or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+}
+
+// readSession runs f on a session of db set up to hash rows alike on both
+// sides (hashSettingsPG, hashSettingsMySQL); on PostgreSQL in a read-only
+// transaction.
+func readSession(ctx context.Context, db *gorm.DB, f func(q querier) error) error {
+	pool, err := sqlDB(db)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if db.Dialector.Name() == "mysql" {
+		if _, err := conn.ExecContext(ctx, hashSettingsMySQL); err != nil {
+			return err
+		}
+		defer func() {
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), hashRestoreMySQL); err != nil {
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // drop the session
+			}
+		}()
+		return f(conn)
+	}
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, hashSettingsPG); err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// rowHash is the SQL expression of a row's 64-bit hash, over cols.
+func rowHash(db *gorm.DB, cols []string) string {
+	if db.Dialector.Name() == "mysql" {
+		q := make([]string, len(cols))
+		for i, c := range cols {
+			q[i] = "QUOTE(" + quoteIdent(db, c) + ")"
+		}
+		return "CAST(CONV(LEFT(MD5(CONCAT_WS(',', " + strings.Join(q, ", ") + ")), 16), 16, 10) AS UNSIGNED)"
+	}
+	return "hashtextextended(ROW(" + columnList(db, cols) + ")::text, 0)"
+}
+
+// hashOf converts a scanned hash: PostgreSQL's is a signed bigint, MySQL's
+// an unsigned one.
+func hashOf(v any) (uint64, error) {
+	switch x := v.(type) {
+	case int64:
+		return uint64(x), nil
+	case uint64:
+		return x, nil
+	case []byte:
+		return strconv.ParseUint(string(x), 10, 64)
+	case string:
+		return strconv.ParseUint(x, 10, 64)
+	}
+	return 0, fmt.Errorf("a row hash of type %T", v)
+}
+
+// keyHashes returns the hashes of the rows of table with the keys ids, read
+// through q (a readSession, or the mover's transaction, set up alike).
+func keyHashes(ctx context.Context, q querier, db *gorm.DB, table string, cols []string, ids []int64) (map[int64]uint64, error) {
+	out := make(map[int64]uint64, len(ids))
+	for len(ids) > 0 {
+		n := min(len(ids), 1000)
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		rows, err := q.QueryContext(ctx, "SELECT id, "+rowHash(db, cols)+" FROM "+table+" WHERE id IN ("+placeholders(db, 0, n)+")", args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id int64
+			var h any
+			if err := rows.Scan(&id, &h); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if out[id], err = hashOf(h); err != nil {
+				rows.Close()
+				return nil, err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		ids = ids[n:]
+	}
+	return out, nil
+}
+
+// keyHash is a row's key and hash.
+type keyHash struct {
+	id int64
+	h  uint64
+}
+
+// scanOrdered streams the key and hash of every row of table on db, in key
+// order, to out in slices, and closes out.
+func scanOrdered(ctx context.Context, db *gorm.DB, table string, cols []string, out chan<- []keyHash) error {
+	defer close(out)
+	return readSession(ctx, db, func(q querier) error {
+		rows, err := q.QueryContext(ctx, "SELECT id, "+rowHash(db, cols)+" FROM "+table+" ORDER BY id")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		buf := make([]keyHash, 0, 1024)
+		for rows.Next() {
+			var k keyHash
+			var h any
+			if err := rows.Scan(&k.id, &h); err != nil {
+				return err
+			}
+			if k.h, err = hashOf(h); err != nil {
+				return err
+			}
+			if buf = append(buf, k); len(buf) == cap(buf) {
+				select {
+				case out <- buf:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				buf = make([]keyHash, 0, 1024)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(buf) > 0 {
+			select {
+			case out <- buf:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+}
+
+// compareTable reads table on src and dst at once, in key order, and
+// returns what the verification knows after it: the target's row count and
+// hash sum, and the keys that differ (present on one side only, or with
+// different hashes).
+func compareTable(ctx context.Context, src, dst *gorm.DB, table string, cols []string) (*rowCheck, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		ch   [2]chan []keyHash
+		errs [2]chan error
+	)
+	for side, db := range []*gorm.DB{src, dst} {
+		ch[side], errs[side] = make(chan []keyHash, 4), make(chan error, 1)
+		go func() { errs[side] <- scanOrdered(ctx, db, table, cols, ch[side]) }()
+	}
+	rc := &rowCheck{table: table, suspect: map[int64]string{}}
+	// next returns the next key and hash of side, or ok false at its end.
+	var bufs [2][]keyHash
+	next := func(side int) (keyHash, bool) {
+		for len(bufs[side]) == 0 {
+			b, ok := <-ch[side]
+			if !ok {
+				return keyHash{}, false
+			}
+			bufs[side] = b
+		}
+		k := bufs[side][0]
+		bufs[side] = bufs[side][1:]
+		return k, true
+	}
+	a, aok := next(0)
+	b, bok := next(1)
+	for aok || bok {
+		switch {
+		case bok && (!aok || b.id < a.id):
+			rc.rows++
+			rc.sum += b.h
+			rc.suspect[b.id] = "only on the target"
+			b, bok = next(1)
+		case aok && (!bok || a.id < b.id):
+			rc.suspect[a.id] = "missing on the target"
+			a, aok = next(0)
+		default:
+			rc.rows++
+			rc.sum += b.h
+			if a.h != b.h {
+				rc.suspect[a.id] = "different on the target"
+			}
+			a, aok = next(0)
+			b, bok = next(1)
+		}
+	}
+	for side, name := range []string{"source", "target"} {
+		if err := <-errs[side]; err != nil {
+			return nil, fmt.Errorf("shardid: reading %s on the %s: %w", table, name, err)
+		}
+	}
+	return rc, nil
+}
+
+// recheck compares the suspect keys again on both sides and forgets those
+// that are equal now.
+func (rc *rowCheck) recheck(ctx context.Context, src, dst *gorm.DB, cols []string) error {
+	if len(rc.suspect) == 0 {
+		return nil
+	}
+	ids := make([]int64, 0, len(rc.suspect))
+	for id := range rc.suspect {
+		ids = append(ids, id)
+	}
+	var hs [2]map[int64]uint64
+	errs := make(chan error, 2)
+	for side, db := range []*gorm.DB{src, dst} {
+		go func() {
+			errs <- readSession(ctx, db, func(q querier) (err error) {
+				hs[side], err = keyHashes(ctx, q, db, rc.table, cols, ids)
+				return err
+			})
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			return fmt.Errorf("shardid: comparing changed rows of %s: %w", rc.table, err)
+		}
+	}
+	for _, id := range ids {
+		a, aok := hs[0][id]
+		b, bok := hs[1][id]
+		switch {
+		case aok == bok && a == b:
+			delete(rc.suspect, id)
+		case !bok:
+			rc.suspect[id] = "missing on the target"
+		case !aok:
+			rc.suspect[id] = "only on the target"
+		default:
+			rc.suspect[id] = "different on the target"
+		}
+	}
+	return nil
+}
+
+// applied takes in what an apply of ids learnt: the source's hashes when
+// it re-read them (srcH), the target's before (old) and after (now) its
+// write. Keys whose hashes now match are no longer suspect.
+func (rc *rowCheck) applied(ids []int64, srcH, old, now map[int64]uint64) {
+	for _, id := range ids {
+		if h, ok := old[id]; ok {
+			rc.rows--
+			rc.sum -= h
+		}
+		b, bok := now[id]
+		if bok {
+			rc.rows++
+			rc.sum += b
+		}
+		a, aok := srcH[id]
+		switch {
+		case aok == bok && a == b:
+			delete(rc.suspect, id)
+		case !bok:
+			rc.suspect[id] = "missing on the target after it was applied"
+		case !aok:
+			rc.suspect[id] = "left on the target after it was applied"
+		default:
+			rc.suspect[id] = "different on the target after it was applied"
+		}
+	}
+}
+
+// firstSuspect returns the smallest suspect key and why, for an error.
+func (rc *rowCheck) firstSuspect() (int64, string) {
+	ids := make([]int64, 0, len(rc.suspect))
+	for id := range rc.suspect {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids[0], rc.suspect[ids[0]]
+}
