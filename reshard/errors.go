@@ -72,6 +72,14 @@ var (
 	// the old copy and before the catalog named the new one (run the move
 	// again to finish it).
 	ErrShardMoved = errors.New("shardid: this copy of the shard was moved away and is fenced for good")
+
+	// ErrCopyDiffers is returned by MoveShard when, under the fence, a row
+	// of the target still differs from the source's: a write reached one
+	// side that the change log did not record (a session that skips
+	// triggers, a trigger or default on the target that rewrites rows), or
+	// the target cannot hold the source's values. The map is not flipped
+	// and the source is writable again; the message names the first key.
+	ErrCopyDiffers = errors.New("shardid: the copies differ")
 )
 
 // detailError adds context to a sentinel error while keeping errors.Is

@@ -219,7 +219,7 @@ func (c *shardCopier) finish(ctx context.Context) ([]TableCheck, error) {
 		if len(rc.suspect) > 0 {
 			id, why := rc.firstSuspect()
 			return nil, fmt.Errorf("%w: table %s differs in %d row(s) after the copy, the first with id %d (%s)",
-				errCopyDiffers, t, len(rc.suspect), id, why)
+				ErrCopyDiffers, t, len(rc.suspect), id, why)
 		}
 		out = append(out, TableCheck{Table: t, Rows: rc.rows, Checksum: rc.sum})
 	}
@@ -230,5 +230,3 @@ func (c *shardCopier) finish(ctx context.Context) ([]TableCheck, error) {
 func (c *shardCopier) release(ctx context.Context) error {
 	return stopCapture(ctx, c.src, c.schema)
 }
-
-var errCopyDiffers = fmt.Errorf("shardid: the copies differ")

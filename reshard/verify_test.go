@@ -1,0 +1,395 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// A move finds a row that differs on the target and that no change
+// explains, fails with ErrCopyDiffers naming it, leaves the map alone and
+// the source writable; a clean move of the same shard then succeeds.
+func TestMoveVerifiesEveryRow(t *testing.T) {
+	cases := []struct {
+		name string
+		// at runs at the stage "created" or "copied", with the seeded rows.
+		stage string
+		at    func(t *testing.T, r *shardid.Router, rows []RPhoto) shardid.ID
+		why   string
+	}{
+		{"a target row changed behind the mover", "copied", func(t *testing.T, r *shardid.Router, rows []RPhoto) shardid.ID {
+			// Through the target's mover-only fence, and not in the change
+			// log: only the comparison can see it.
+			moverExec(t, r.Databases()[1], "UPDATE shardid_mv_0001.r_photos SET caption = 'tampered' WHERE id = $1", rows[7].ID)
+			return rows[7].ID
+		}, "different on the target"},
+		{"a source row deleted without the change log", "copied", func(t *testing.T, r *shardid.Router, rows []RPhoto) shardid.ID {
+			// A superuser's session that fires no trigger.
+			err := r.Databases()[0].Transaction(func(tx *gorm.DB) error {
+				if err := tx.Exec("SET LOCAL session_replication_role = replica").Error; err != nil {
+					return err
+				}
+				return tx.Exec("DELETE FROM shardid_mv_0001.r_photos WHERE id = ?", rows[3].ID).Error
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rows[3].ID
+		}, "only on the target"},
+		{"a target that rewrites a changed row", "created", func(t *testing.T, r *shardid.Router, rows []RPhoto) shardid.ID {
+			// A trigger on the target that fires even for the mover
+			// (ENABLE ALWAYS), and a logged change that it rewrites: the
+			// apply's own check sees it.
+			dst := r.Databases()[1]
+			for _, q := range []string{
+				`CREATE FUNCTION shardid_mv_0001.mangle() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN IF NEW.caption = 'mangle me' THEN NEW.caption := 'MANGLED'; END IF; RETURN NEW; END $$`,
+				`CREATE TRIGGER mangle BEFORE INSERT OR UPDATE ON shardid_mv_0001.r_photos FOR EACH ROW EXECUTE FUNCTION shardid_mv_0001.mangle()`,
+				`ALTER TABLE shardid_mv_0001.r_photos ENABLE ALWAYS TRIGGER mangle`,
+			} {
+				if err := dst.Exec(q).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.ForKey(rows[5].UserID).Model(&RPhoto{}).Where("id = ?", rows[5].ID).Update("caption", "mangle me").Error; err != nil {
+				t.Fatal(err)
+			}
+			return rows[5].ID
+		}, "different on the target"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, c, _ := freshMoveSetup(t)
+			rows := seedShard(t, r, 1, 300)
+			var bad shardid.ID
+			_, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
+				OnStage: func(s string) {
+					if s == tc.stage {
+						bad = tc.at(t, r, rows)
+					}
+				}})
+			if !errors.Is(err, reshard.ErrCopyDiffers) {
+				t.Fatalf("move: %v, want ErrCopyDiffers", err)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("id %d (%s", bad, tc.why)) {
+				t.Errorf("the error does not name id %d (%s): %v", bad, tc.why, err)
+			}
+			if r.DatabaseName(1) != "pg1" {
+				t.Fatal("a move whose copies differ flipped the map")
+			}
+			if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil {
+				t.Errorf("the source after the failed move: %v", err)
+			}
+			noCapture(t, r.Databases()[0], "shardid_mv_0001")
+			// The copy is made again from scratch: the move succeeds, with
+			// the target trigger gone.
+			r.Databases()[1].Exec("DROP SCHEMA shardid_mv_0001 CASCADE")
+			res, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int64
+			r.Databases()[0].Raw("SELECT count(*) FROM shardid_mv_0001.r_photos").Scan(&n)
+			if res.Tables[0].Rows != n {
+				t.Errorf("the move checked %d rows, the source has %d", res.Tables[0].Rows, n)
+			}
+		})
+	}
+}
+
+// moverExec runs q on db in a transaction that the target's mover-only
+// fence lets through.
+func moverExec(t *testing.T, db *gorm.DB, q string, args ...any) {
+	t.Helper()
+	err := db.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec("SELECT set_config('shardid.mover', 'on', true)").Error; err != nil {
+			return err
+		}
+		return tx.Exec(q, args...).Error
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The sums a move reports are the target's, kept through every write of
+// the mover: equal to a sum taken over the source after the move.
+func TestMoveTableCheckMatchesTheSource(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	rows := seedShard(t, r, 1, 500)
+	res, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50,
+		OnStage: func(s string) {
+			if s != "copied" {
+				return
+			}
+			// Changes of every kind after the snapshot: the apply keeps
+			// the sums.
+			for i, ph := range rows[:60] {
+				var err error
+				switch i % 3 {
+				case 0:
+					err = r.ForKey(ph.UserID).Model(&RPhoto{}).Where("id = ?", ph.ID).Update("caption", "changed").Error
+				case 1:
+					err = r.ForKey(ph.UserID).Where("id = ?", ph.ID).Delete(&RPhoto{}).Error
+				case 2:
+					err = r.ForKey(ph.UserID).Create(&RPhoto{UserID: ph.UserID, Caption: "added"}).Error
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		N   int64
+		Sum string
+	}
+	// The same hash as the move's, summed modulo 2^64 by the database.
+	r.Databases()[0].Raw(`SELECT count(*) AS n, (coalesce(sum(h::numeric), 0) % 18446744073709551616)::text AS sum FROM (
+		SELECT CASE WHEN x < 0 THEN x + 18446744073709551616 ELSE x END AS h FROM (
+		SELECT hashtextextended(ROW(id, user_id, caption)::text, 0)::numeric AS x FROM shardid_mv_0001.r_photos) a) b`).Scan(&want)
+	got := res.Tables[0]
+	if got.Rows != want.N || fmt.Sprint(got.Checksum) != want.Sum {
+		t.Errorf("the move reports %d rows, sum %d; the source has %d rows, sum %s", got.Rows, got.Checksum, want.N, want.Sum)
+	}
+	if want.N != 500-20+20 {
+		t.Errorf("the source has %d rows, want 500", want.N)
+	}
+}
+
+// Sessions whose settings print values differently (PostgreSQL: DateStyle,
+// TimeZone, IntervalStyle, extra_float_digits, bytea_output; MySQL:
+// time_zone) on the source and the target: the copy and the changes
+// arrive unchanged, and the comparison finds them equal.
+func TestMoveAcrossSessionSettingsPostgres(t *testing.T) {
+	dsn := envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)
+	openSecondPostgresTB(t) // creates the second database when needed
+	src, err := gorm.Open(postgres.Open(dsn+" DateStyle='SQL, DMY' TimeZone=Asia/Tokyo IntervalStyle=sql_standard extra_float_digits=-3 bytea_output=escape"), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, src)
+	dst, err := gorm.Open(postgres.Open(replaceDB(dsn)+" DateStyle='German' TimeZone=America/Los_Angeles"), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	const schema = "shardid_settings_0001"
+	for _, db := range []*gorm.DB{src, dst} {
+		db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`)
+		if err := db.Exec(`CREATE SCHEMA ` + schema + `; CREATE TABLE ` + schema + `.vals (id bigint PRIMARY KEY,
+			d date, ts timestamptz, t timestamp, iv interval, f float8, b bytea)`).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert := func(id int) {
+		if err := src.Exec(`INSERT INTO `+schema+`.vals VALUES (?, DATE '2026-03-04' + ?::int, TIMESTAMPTZ '2026-11-22 23:30:00.123456+00' + ? * interval '1 hour',
+			TIMESTAMP '2026-01-02 03:04:05.6', ? * interval '1 day 2 hours', 0.1 + ?, '\x00ff10'::bytea)`, id, id, id, id, id).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := 1; id <= 200; id++ {
+		insert(id)
+	}
+	_, err = reshard.CopyShard(context.Background(), src, dst, schema, []string{"vals"}, func() {
+		for id := 201; id <= 220; id++ { // applied under the "fence"
+			insert(id)
+		}
+		src.Exec(`UPDATE ` + schema + `.vals SET f = f * 3, d = d + 1 WHERE id % 7 = 0`)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(db *gorm.DB) []string {
+		var out []string
+		err := db.Transaction(func(tx *gorm.DB) error {
+			tx.Exec("SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL IntervalStyle = 'postgres'; SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'")
+			return tx.Raw(`SELECT ROW(id, d, ts, t, iv, f, b)::text FROM ` + schema + `.vals ORDER BY id`).Scan(&out).Error
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if a, b := read(src), read(dst); !reflect.DeepEqual(a, b) || len(a) != 220 {
+		t.Errorf("the copy differs: %d rows on the source, %d on the target; first source row %q", len(a), len(b), a[0])
+	}
+}
+
+func TestMoveAcrossSessionSettingsMariaDB(t *testing.T) {
+	openMySQL(t) // the server is up, or the test skips (locally) or fails (CI)
+	inst := startMariaDBInstance(t)
+	// The source's sessions in +09:00, the target's in -08:00: a TIMESTAMP
+	// is read and written in the session's time zone.
+	dsn := envOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	src, err := gorm.Open(mysql.Open(dsn+sep+"time_zone=%27%2B09%3A00%27"), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, src)
+	dst, err := gorm.Open(mysql.Open(inst.DSN("test")+"&time_zone=%27-08%3A00%27"), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	const schema = "shardid_settings_0001"
+	for _, db := range []*gorm.DB{src, dst} {
+		db.Exec("DROP DATABASE IF EXISTS " + schema)
+		if err := db.Exec("CREATE DATABASE " + schema).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Exec("CREATE TABLE " + schema + ".vals (id BIGINT PRIMARY KEY, ts TIMESTAMP(6) NULL, dt DATETIME(6), s VARCHAR(20))").Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert := func(id int) {
+		if err := src.Exec("INSERT INTO "+schema+".vals VALUES (?, TIMESTAMP '2026-11-22 23:30:00.5' + INTERVAL ? HOUR, '2026-01-02 03:04:05.6', IF(? % 5 = 0, NULL, 'x'))", id, id, id).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := 1; id <= 200; id++ {
+		insert(id)
+	}
+	_, err = reshard.CopyShard(context.Background(), src, dst, schema, []string{"vals"}, func() {
+		for id := 201; id <= 220; id++ {
+			insert(id)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(db *gorm.DB) []string {
+		var out []string
+		err := db.Connection(func(tx *gorm.DB) error {
+			tx.Exec("SET time_zone = '+00:00'")
+			defer tx.Exec("SET time_zone = SYSTEM")
+			return tx.Raw("SELECT CONCAT_WS('|', id, ts, dt, QUOTE(s)) FROM " + schema + ".vals ORDER BY id").Scan(&out).Error
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if a, b := read(src), read(dst); !reflect.DeepEqual(a, b) || len(a) != 220 {
+		t.Errorf("the copy differs: %d rows on the source, %d on the target; first %q vs %q", len(a), len(b), a[0], b[0])
+	}
+}
+
+// Two rows that swap the values of another unique index while the shard
+// moves: the apply in place (an upsert) meets the unique index, and the
+// move applies those rows again as a delete and an insert.
+func TestMoveUniqueSwap(t *testing.T) {
+	for _, side := range []string{"postgres", "mariadb"} {
+		t.Run(side, func(t *testing.T) {
+			var src, dst *gorm.DB
+			if side == "postgres" {
+				src, dst = openPostgres(t), openSecondPostgresTB(t)
+			} else {
+				src = openMySQL(t)
+				inst := startMariaDBInstance(t)
+				var err error
+				if dst, err = gorm.Open(mysql.Open(inst.DSN("test")), gormConfig()); err != nil {
+					t.Fatal(err)
+				}
+				closeAtEnd(t, dst)
+			}
+			const schema = "shardid_swap_0001"
+			for _, db := range []*gorm.DB{src, dst} {
+				if side == "postgres" {
+					db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`)
+					db.Exec(`CREATE SCHEMA ` + schema)
+				} else {
+					db.Exec("DROP DATABASE IF EXISTS " + schema)
+					db.Exec("CREATE DATABASE " + schema)
+				}
+				if err := db.Exec("CREATE TABLE " + schema + ".users (id BIGINT PRIMARY KEY, email VARCHAR(50) NOT NULL UNIQUE)").Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			for id := 1; id <= 50; id++ {
+				src.Exec("INSERT INTO "+schema+".users VALUES (?, ?)", id, fmt.Sprint("u", id, "@example.com"))
+			}
+			swap := func(a, b int) {
+				err := src.Transaction(func(tx *gorm.DB) error {
+					for _, q := range []string{
+						fmt.Sprintf("UPDATE %s.users SET email = 'swapping' WHERE id = %d", schema, a),
+						fmt.Sprintf("UPDATE %s.users SET email = 'u%d@example.com' WHERE id = %d", schema, a, b),
+						fmt.Sprintf("UPDATE %s.users SET email = 'u%d@example.com' WHERE id = %d", schema, b, a),
+					} {
+						if err := tx.Exec(q).Error; err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := reshard.CopyShard(context.Background(), src, dst, schema, []string{"users"}, func() { swap(3, 4); swap(10, 20) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a, b []string
+			src.Raw("SELECT email FROM " + schema + ".users ORDER BY id").Scan(&a)
+			dst.Raw("SELECT email FROM " + schema + ".users ORDER BY id").Scan(&b)
+			if !reflect.DeepEqual(a, b) || a[2] != "u4@example.com" {
+				t.Errorf("after the swaps the target differs: %v vs %v", a[:5], b[:5])
+			}
+		})
+	}
+}
+
+// On MySQL a move refuses tables with a cascading foreign key: MySQL fires
+// no trigger for the rows a cascade changes.
+func TestMoveRefusesMySQLCascades(t *testing.T) {
+	src := openMySQL(t)
+	inst := startMariaDBInstance(t)
+	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	src.Exec("DROP DATABASE IF EXISTS shardid_fk_0000")
+	src.Exec("DROP DATABASE IF EXISTS shardid_fk_0001")
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
+		LogicalShards: 2, SchemaPattern: "shardid_fk_%04d", Plugin: p, Map: []int{0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"CREATE DATABASE shardid_fk_0001",
+		"CREATE TABLE shardid_fk_0001.parents (id BIGINT PRIMARY KEY)",
+		"CREATE TABLE shardid_fk_0001.kids (id BIGINT PRIMARY KEY, parent_id BIGINT, FOREIGN KEY (parent_id) REFERENCES shardid_fk_0001.parents (id) ON DELETE CASCADE)",
+	} {
+		if err := src.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = reshard.MoveShard(context.Background(), r, nil, 1, "my2", reshard.MoveOptions{Tables: []string{"parents", "kids"}})
+	if !errors.Is(err, shardid.ErrInvalidConfig) || !strings.Contains(err.Error(), "ON DELETE CASCADE") {
+		t.Fatalf("move of a shard with a cascading key: %v, want ErrInvalidConfig naming it", err)
+	}
+	var n int64
+	dst.Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'shardid_fk_0001'").Scan(&n)
+	if n != 0 {
+		t.Error("the refused move created the shard on the target")
+	}
+}
