@@ -46,10 +46,11 @@ func TestMoveVerifiesEveryRow(t *testing.T) {
 			}
 			return rows[3].ID
 		}, "only on the target"},
-		{"a target that rewrites a changed row", "created", func(t *testing.T, r *shardid.Router, rows []RPhoto) shardid.ID {
+		{"a target that rewrites a copied row", "created", func(t *testing.T, r *shardid.Router, rows []RPhoto) shardid.ID {
 			// A trigger on the target that fires even for the mover
-			// (ENABLE ALWAYS), and a logged change that it rewrites: the
-			// apply's own check sees it.
+			// (ENABLE ALWAYS), and a row that it rewrites: the comparison
+			// after the copy sees it (TestApplyVerifiesEveryRow: the
+			// apply's own check).
 			dst := r.Databases()[1]
 			for _, q := range []string{
 				`CREATE FUNCTION shardid_mv_0001.mangle() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -104,6 +105,41 @@ func TestMoveVerifiesEveryRow(t *testing.T) {
 				t.Errorf("the move checked %d rows, the source has %d", res.Tables[0].Rows, n)
 			}
 		})
+	}
+}
+
+// A change applied after the comparison (here under the fence) is
+// verified as it is written: a target that rewrites it fails the copy,
+// though the comparison found every row equal.
+func TestApplyVerifiesEveryRow(t *testing.T) {
+	src, dst := openPostgres(t), openSecondPostgresTB(t)
+	const schema = "shardid_apply_0001"
+	for _, db := range []*gorm.DB{src, dst} {
+		db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`)
+		if err := db.Exec(`CREATE SCHEMA ` + schema + `; CREATE TABLE ` + schema + `.items (id bigint PRIMARY KEY, v text)`).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{
+		`CREATE FUNCTION ` + schema + `.mangle() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.v = 'mangle me' THEN NEW.v := 'MANGLED'; END IF; RETURN NEW; END $$`,
+		`CREATE TRIGGER mangle BEFORE INSERT OR UPDATE ON ` + schema + `.items FOR EACH ROW EXECUTE FUNCTION ` + schema + `.mangle()`,
+		`ALTER TABLE ` + schema + `.items ENABLE ALWAYS TRIGGER mangle`,
+		`INSERT INTO ` + schema + `.items SELECT g, 'v' || g FROM generate_series(1, 300) g`,
+	} {
+		db := dst
+		if strings.HasPrefix(q, "INSERT") {
+			db = src
+		}
+		if err := db.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := reshard.CopyShard(context.Background(), src, dst, schema, []string{"items"}, func() {
+		src.Exec(`UPDATE ` + schema + `.items SET v = 'mangle me' WHERE id = 42`)
+	})
+	if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), "id 42 (different on the target") {
+		t.Fatalf("copy: %v, want ErrCopyDiffers naming id 42", err)
 	}
 }
 
