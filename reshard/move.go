@@ -76,16 +76,18 @@ type TableCheck struct {
 // MoveShard moves logical shard to the database named target, with every ID
 // unchanged: it creates the shard's schema and tables on the target, starts
 // a change log on the source (triggers record the key of every row
-// written), copies the rows (COPY on PostgreSQL), applies the change log
-// and sums both sides by key ranges while the source takes writes, fences
-// the source (its tables refuse writes, so a router still on the old map
-// gets ErrShardMoving instead of writing to the wrong place), applies the
-// rest of the change log, sums again only the key ranges it touched (or
-// that differed), fences the source for good, and only then flips the map
-// in the catalog and in r. The fence covers the tail, not the shard's
-// size. A move cancelled through ctx returns an error that wraps ctx's. Writes to the shard fail with
-// ErrShardMoving from the fence until routers follow the new map; other
-// shards are untouched.
+// written), copies the rows (COPY on PostgreSQL), compares both sides row
+// by row once (by a hash of each row, computed by the databases) and
+// applies the change log, verifying every row as it writes it, while the
+// source takes writes; then it fences the source (its tables refuse
+// writes, so a router still on the old map gets ErrShardMoving instead of
+// writing to the wrong place), applies the rest of the change log,
+// compares again only the keys still in doubt (ErrCopyDiffers if one
+// differs), fences the source for good, and only then flips the map in
+// the catalog and in r. The fence covers the tail, not the shard's size.
+// A move cancelled through ctx returns an error that wraps ctx's. Writes
+// to the shard fail with ErrShardMoving from the fence until routers
+// follow the new map; other shards are untouched.
 //
 // The fence is judged by the source database's clock alone. If it runs out
 // before the source is fenced for good (the mover paused longer than
@@ -249,8 +251,8 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	}
 	res.CopyTime = timeNow().Sub(copyStart)
 	stage("copied")
-	// The change log applied, and both sides summed by key ranges, until
-	// little is left for the fence.
+	// Both sides compared, and the change log applied, until little is
+	// left for the fence.
 	if err := cp.converge(ctx); err != nil {
 		return res, err
 	}
@@ -274,8 +276,8 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 			mv.Lifted(lifted)
 		}
 	}()
-	// 4. The rest of the change log, then 5. verification of the key
-	// ranges it touched (or that differed): never the whole shard.
+	// 4. The rest of the change log, then 5. the keys still in doubt
+	// compared again: never the whole shard.
 	if res.Tables, err = cp.finish(ctx); err != nil {
 		return res, fmt.Errorf("shardid: shard %d from %s to %s: %w", shard, res.From, target, err)
 	}

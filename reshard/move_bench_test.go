@@ -65,23 +65,21 @@ func BenchmarkMoveShard(b *testing.B) {
 		}
 	})
 	b.Run("mariadb", func(b *testing.B) {
-		var dst *gorm.DB
+		// A server of the benchmark's own, with a buffer pool for a shard
+		// of a million rows, for every size.
+		inst := startMariaDBInstance(b, "--innodb-buffer-pool-size=512M")
+		dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		closeAtEnd(b, dst)
+		p := movePlugin(b, 0) // dst keeps it from one size to the next
 		for _, rows := range sizes {
 			b.Run(fmt.Sprint(rows), func(b *testing.B) {
 				benchMove(b, rows, func() (*shardid.Router, []int64) {
-					if dst == nil {
-						// A server of the benchmark's own, with a buffer pool
-						// for a shard of a million rows.
-						inst := startMariaDBInstance(b, "--innodb-buffer-pool-size=512M")
-						var err error
-						if dst, err = gorm.Open(mysql.Open(inst.DSN("test")), gormConfig()); err != nil {
-							b.Fatal(err)
-						}
-						closeAtEnd(b, dst)
-					}
 					src := openMySQLTB(b)
 					r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "pg2"},
-						LogicalShards: moveShards, SchemaPattern: "shardid_mv_%04d", Plugin: movePlugin(b, 0), Map: make([]int, moveShards)})
+						LogicalShards: moveShards, SchemaPattern: "shardid_mv_%04d", Plugin: p, Map: make([]int, moveShards)})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -51,8 +51,8 @@ func copySnapshot(ctx context.Context, src, dst *gorm.DB, table string, cols []s
 		n, err := copyPG(ctx, src, dst, table, cols, batch, progress)
 		if err == nil {
 			// Statistics for the new rows now, not when autovacuum comes
-			// by: without them the planner may scan the whole table for
-			// the key ranges that the verification sums.
+			// by: the verification's lookups by key, and the shard's
+			// queries once it has moved, are planned with them.
 			err = dst.WithContext(ctx).Exec("ANALYZE " + table).Error
 		}
 		if !errors.Is(err, errNotPgx) {
@@ -202,42 +202,68 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 }
 
 // copyBatches copies table from src to dst in key order, batch rows per
-// multi-row INSERT.
+// multi-row INSERT, reading the next batch while it writes one.
 func copyBatches(ctx context.Context, src, dst *gorm.DB, table string, cols []string, batch int, progress func(int64)) (int64, error) {
-	q := "SELECT " + columnList(src, cols) + " FROM " + table + " WHERE id > " + placeholders(src, 0, 1) + " ORDER BY id LIMIT " + strconv.Itoa(batch)
-	var copied int64
-	after := int64(-1 << 63)
-	for {
-		// Read and written in sessions set up alike (readSession,
-		// moverTx): a TIMESTAMP is read and written in the session's time
-		// zone.
-		var rows [][]any
-		err := readSession(ctx, src, func(qr querier) error {
-			rs, err := qr.QueryContext(ctx, q, after)
-			if err != nil {
-				return err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type read struct {
+		rows [][]any
+		err  error
+	}
+	batches := make(chan read, 1)
+	go func() {
+		defer close(batches)
+		sel := "SELECT " + columnList(src, cols) + " FROM " + table
+		order := " ORDER BY id LIMIT " + strconv.Itoa(batch)
+		var after any // none yet: the first batch has no lower bound
+		for {
+			q, args := sel+order, []any(nil)
+			if after != nil {
+				q, args = sel+" WHERE id > "+placeholders(src, 0, 1)+order, []any{after}
 			}
-			rows, err = scanAll(rs, len(cols))
-			return err
-		})
-		if err != nil {
-			return copied, fmt.Errorf("shardid: reading %s: %w", table, err)
+			// Read and written in sessions set up alike (readSession,
+			// moverTx): a TIMESTAMP is read and written in the session's
+			// time zone.
+			var b read
+			b.err = readSession(ctx, src, func(qr querier) error {
+				rs, err := qr.QueryContext(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				b.rows, err = scanAll(rs, len(cols))
+				return err
+			})
+			if b.err == nil && len(b.rows) > 0 {
+				after, b.err = asInt64(b.rows[len(b.rows)-1][0])
+			}
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+			if b.err != nil || len(b.rows) == 0 {
+				return
+			}
 		}
-		if len(rows) == 0 {
+	}()
+	var copied int64
+	for b := range batches {
+		if b.err != nil {
+			return copied, fmt.Errorf("shardid: reading %s: %w", table, b.err)
+		}
+		if len(b.rows) == 0 {
 			return copied, nil
 		}
-		err = moverTx(ctx, dst, func(tx *sql.Tx) error { return insertRows(ctx, dst, tx.ExecContext, table, cols, rows, false) })
+		err := moverTx(ctx, dst, func(tx *sql.Tx) error { return insertRows(ctx, dst, tx.ExecContext, table, cols, b.rows, false) })
 		if err != nil {
 			return copied, fmt.Errorf("shardid: writing %s: %w", table, err)
 		}
-		copied += int64(len(rows))
-		if after, err = asInt64(rows[len(rows)-1][0]); err != nil {
-			return copied, fmt.Errorf("shardid: %s: %w", table, err)
-		}
+		copied += int64(len(b.rows))
 		if progress != nil {
 			progress(copied)
 		}
 	}
+	return copied, ctx.Err()
 }
 
 // asInt64 converts a scanned id to int64.

@@ -173,13 +173,14 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "move shard %d (%s) from %s to %s, catalog version %d:\n%s", s, r.Schema(s), from, *to, version, plan.String())
 	if *dryRun {
-		fmt.Fprintf(stdout, "steps: create the schema and tables on %s; copy in batches of %d; fence %s (up to %v);\n"+
-			"copy again and verify counts and checksums; flip the catalog to version %d. The copy on %s stays, fenced.\n"+
+		fmt.Fprintf(stdout, "steps: create the schema and tables on %s; log changes on %s; copy in batches of %d;\n"+
+			"compare both sides row by row and apply the logged changes, each verified; fence %s (up to %v);\n"+
+			"apply the last changes and compare the rows still in doubt; flip the catalog to version %d. The copy on %s stays, fenced.\n"+
 			"dry run: nothing was changed\n",
-			*to, *batch, from, *fenceFor, version+1, from)
+			*to, from, *batch, from, *fenceFor, version+1, from)
 		return nil
 	}
-	bar := startProgress(stdout, "copying", 2*total) // a first copy, and one after the fence
+	bar := startProgress(stdout, "copying", total) // the copy; changes made meanwhile are applied after it
 	// The bar shows the router's figures of the move, what its metrics show.
 	res, err := reshard.MoveShard(ctx, r, c, s, *to, reshard.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor,
 		Progress: func(string, int64) { bar.Set(moveStats(r, s).RowsCopied) }})
