@@ -550,16 +550,22 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	for s := range frozen {
 		thaw(s)
 	}
+	// Paused writers resume before the moves are waited for: a writer
+	// stopped inside a transaction holds its table's lock, which a move's
+	// fence (or the drop of its triggers) waits for.
+	for i, p := range procs {
+		if _, dead := restarts[i]; !dead && p.paused {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.paused = false
+			c.note("SIGCONT writer %d", p.id)
+		}
+	}
 	moving.Wait()
 
-	// The end: every writer resumes and stops cleanly; then the checker.
+	// The end: every writer stops cleanly; then the checker.
 	for i, p := range procs {
 		if _, dead := restarts[i]; dead {
 			continue
-		}
-		if p.paused {
-			p.cmd.Process.Signal(syscall.SIGCONT)
-			p.paused = false
 		}
 		p.stopped = true
 		p.stdin.Close()

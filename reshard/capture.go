@@ -83,6 +83,10 @@ func startCapture(ctx context.Context, db *gorm.DB, schema string, tables []stri
 	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_capture() RETURNS trigger LANGUAGE plpgsql
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+	IF TG_OP = 'TRUNCATE' THEN
+		RAISE EXCEPTION 'shardid: table %% cannot be truncated while its shard moves: the change log cannot record it', TG_TABLE_NAME
+			USING ERRCODE = '0A000';
+	END IF;
 	IF TG_OP <> 'INSERT' THEN
 		INSERT INTO "%[1]s".%[2]s (tbl, id) VALUES (TG_TABLE_NAME, OLD.id);
 	END IF;
@@ -91,11 +95,15 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END $$`, schema, changeTable)
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	return lockedTx(ctx, db, func(tx *gorm.DB) error {
 		stmts := []string{"CREATE TABLE " + log + " (seq BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, id BIGINT NOT NULL)", fn}
 		for _, t := range tables {
 			stmts = append(stmts, fmt.Sprintf(`CREATE TRIGGER shardid_capture AFTER INSERT OR UPDATE OR DELETE ON %s
-				FOR EACH ROW EXECUTE FUNCTION "%s".shardid_capture()`, quoteTable(db, schema, t), schema))
+				FOR EACH ROW EXECUTE FUNCTION "%s".shardid_capture()`, quoteTable(db, schema, t), schema),
+				// A TRUNCATE would empty the source behind the change log:
+				// refused while the shard moves.
+				fmt.Sprintf(`CREATE TRIGGER shardid_capture_truncate BEFORE TRUNCATE ON %s
+				FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_capture()`, quoteTable(db, schema, t), schema))
 		}
 		for _, q := range stmts {
 			if err := tx.Exec(q).Error; err != nil {
@@ -144,8 +152,10 @@ func stopCapture(ctx context.Context, db *gorm.DB, schema string) error {
 		return db.WithContext(ctx).Exec("DROP TABLE IF EXISTS " + quoteTable(db, schema, changeTable)).Error
 	}
 	// The function's triggers go with it.
-	return db.WithContext(ctx).Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture() CASCADE; DROP TABLE IF EXISTS %s`,
-		schema, quoteTable(db, schema, changeTable))).Error
+	return lockedTx(ctx, db, func(tx *gorm.DB) error {
+		return tx.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture() CASCADE; DROP TABLE IF EXISTS %s`,
+			schema, quoteTable(db, schema, changeTable))).Error
+	})
 }
 
 // placeholders returns n placeholders for db's dialect, from the first+1th.
@@ -184,21 +194,27 @@ func countChanges(ctx context.Context, db *gorm.DB, schema string) (int64, error
 
 func readChanges(ctx context.Context, db *gorm.DB, schema string, limit int) (changeBatch, error) {
 	b := changeBatch{keys: map[string][]int64{}}
-	pool, err := sqlDB(db)
-	if err != nil {
-		return b, err
-	}
-	rows, err := pool.QueryContext(ctx, "SELECT seq, tbl, id FROM "+quoteTable(db, schema, changeTable)+" ORDER BY seq LIMIT "+strconv.Itoa(limit))
-	if err != nil {
-		return b, err
-	}
-	defer rows.Close()
+	// READ COMMITTED (readSession): only committed entries, whose rows
+	// are committed with them.
+	err := readSession(ctx, db, func(q querier) error {
+		rows, err := q.QueryContext(ctx, "SELECT seq, tbl, id FROM "+quoteTable(db, schema, changeTable)+" ORDER BY seq LIMIT "+strconv.Itoa(limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		return b.scan(rows)
+	})
+	return b, err
+}
+
+// scan reads the entries of rows (seq, tbl, id) into b.
+func (b *changeBatch) scan(rows *sql.Rows) error {
 	seen := map[string]map[int64]bool{}
 	for rows.Next() {
 		var seq, id int64
 		var tbl string
 		if err := rows.Scan(&seq, &tbl, &id); err != nil {
-			return b, err
+			return err
 		}
 		b.seqs = append(b.seqs, seq)
 		if seen[tbl] == nil {
@@ -209,7 +225,33 @@ func readChanges(ctx context.Context, db *gorm.DB, schema string, limit int) (ch
 			b.keys[tbl] = append(b.keys[tbl], id)
 		}
 	}
-	return b, rows.Err()
+	return rows.Err()
+}
+
+// pendingKeys returns the keys, by table, that the change log of schema
+// holds.
+func pendingKeys(ctx context.Context, db *gorm.DB, schema string) (map[string]map[int64]bool, error) {
+	out := map[string]map[int64]bool{}
+	err := readSession(ctx, db, func(q querier) error {
+		rows, err := q.QueryContext(ctx, "SELECT DISTINCT tbl, id FROM "+quoteTable(db, schema, changeTable))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var t string
+			var id int64
+			if err := rows.Scan(&t, &id); err != nil {
+				return err
+			}
+			if out[t] == nil {
+				out[t] = map[int64]bool{}
+			}
+			out[t][id] = true
+		}
+		return rows.Err()
+	})
+	return out, err
 }
 
 // forgetChanges deletes the entries seqs from the change log of schema.
@@ -233,14 +275,16 @@ func forgetChanges(ctx context.Context, db *gorm.DB, schema string, seqs []int64
 	return nil
 }
 
-// readRowsHashed reads columns cols (the first is "id") of the rows of
-// table with the keys ids through q, and the hash of each (rowHash).
-func readRowsHashed(ctx context.Context, q querier, db *gorm.DB, table string, cols []string, ids []int64) ([][]any, map[int64]uint64, error) {
+// readRowsHashed reads the columns that a copy writes of the rows of table
+// with the keys ids through q, and the hash of each (rowHash, over all
+// columns).
+func readRowsHashed(ctx context.Context, q querier, db *gorm.DB, table string, c columns, ids []int64) ([][]any, map[int64]uint64, error) {
+	cols := c.write
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
-	rs, err := q.QueryContext(ctx, "SELECT "+columnList(db, cols)+", "+rowHash(db, cols)+" FROM "+table+" WHERE id IN ("+placeholders(db, 0, len(ids))+")", args...)
+	rs, err := q.QueryContext(ctx, "SELECT "+columnList(db, cols)+", "+rowHash(db, c.all)+" FROM "+table+" WHERE id IN ("+placeholders(db, 0, len(ids))+")", args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -294,6 +338,10 @@ func columnList(db *gorm.DB, cols []string) string {
 func insertRows(ctx context.Context, db *gorm.DB, exec execFunc, table string, cols []string, rows [][]any, upsert bool) error {
 	per := max(1, min(1000, 60000/len(cols)))
 	head := "INSERT INTO " + table + " (" + columnList(db, cols) + ") VALUES "
+	if db.Dialector.Name() != "mysql" {
+		// The source's values, identity columns too.
+		head = "INSERT INTO " + table + " (" + columnList(db, cols) + ") OVERRIDING SYSTEM VALUE VALUES "
+	}
 	tail := ""
 	if upsert {
 		tail = upsertClause(db, cols)
@@ -365,7 +413,8 @@ func isUniqueViolation(err error) bool {
 // With rc, every row is verified as it is written: in the same
 // transaction, its hash on dst after the write must equal its hash on src
 // when it was re-read (rowCheck.applied); rc keeps the target's totals.
-func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []string, ids []int64, rc *rowCheck) error {
+func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, c columns, ids []int64, rc *rowCheck) error {
+	cols := c.write
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 1000)]
 		ids = ids[len(chunk):]
@@ -374,7 +423,7 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []stri
 			srcH, old, now map[int64]uint64
 		)
 		err := readSession(ctx, src, func(q querier) (err error) {
-			rows, srcH, err = readRowsHashed(ctx, q, src, table, cols, chunk)
+			rows, srcH, err = readRowsHashed(ctx, q, src, table, c, chunk)
 			return err
 		})
 		if err != nil {
@@ -390,7 +439,7 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []stri
 			// Through the target's mover-only fence.
 			return moverTx(ctx, dst, func(tx *sql.Tx) (err error) {
 				if rc != nil {
-					if old, err = keyHashes(ctx, tx, dst, table, cols, chunk); err != nil {
+					if old, err = keyHashes(ctx, tx, dst, table, c.all, chunk); err != nil {
 						return err
 					}
 				}
@@ -410,13 +459,18 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []stri
 					return err
 				}
 				if rc != nil {
-					now, err = keyHashes(ctx, tx, dst, table, cols, chunk)
+					now, err = keyHashes(ctx, tx, dst, table, c.all, chunk)
 				}
 				return err
 			})
 		}
-		err = write(true)
-		if err != nil && isUniqueViolation(err) {
+		// MySQL: a delete and an insert, which cascade nowhere (the
+		// mover's FOREIGN_KEY_CHECKS = 0); its ON DUPLICATE KEY UPDATE
+		// would update whichever row holds a duplicate of another unique
+		// index, not the key's.
+		upsert := dst.Dialector.Name() != "mysql"
+		err = write(upsert)
+		if err != nil && upsert && isUniqueViolation(err) {
 			err = write(false)
 		}
 		if err != nil {
@@ -429,31 +483,56 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, cols []stri
 	return nil
 }
 
-// checkCascades refuses, on MySQL, to move tables of which one has a
-// foreign key with a cascading action (CASCADE, SET NULL, SET DEFAULT):
-// MySQL and MariaDB do not fire triggers for the rows a cascade changes,
-// so the change log would miss them and the target keep rows the source
-// no longer has. PostgreSQL fires them: nothing to check there.
-func checkCascades(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
-	if db.Dialector.Name() != "mysql" {
-		return nil
-	}
-	var found []struct {
+// checkCascades refuses to move tables of which one has a foreign key with
+// a cascading action (CASCADE, SET NULL, SET DEFAULT) where the cascade
+// would escape the change log or the verification. MySQL and MariaDB fire
+// no trigger for the rows a cascade changes, so the change log would miss
+// them on the source. On PostgreSQL the source's cascades are logged, and
+// a superuser mover's writes cascade nowhere on the target
+// (session_replication_role = replica); another role's would, behind the
+// verification's back (a child row deleted on the target with the parent
+// row that a change rewrites).
+func checkCascades(ctx context.Context, src, dst *gorm.DB, schema string, tables []string) error {
+	type cascade struct {
 		Table, Constraint, OnDelete, OnUpdate string
 	}
-	err := db.WithContext(ctx).Raw(`SELECT TABLE_NAME AS `+"`table`"+`, CONSTRAINT_NAME AS `+"`constraint`"+`, DELETE_RULE AS on_delete, UPDATE_RULE AS on_update
-		FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME IN ?
-		AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION'))
-		ORDER BY TABLE_NAME, CONSTRAINT_NAME`, schema, tables).Scan(&found).Error
-	if err != nil {
-		return err
+	var found []cascade
+	var why string
+	if src.Dialector.Name() == "mysql" {
+		err := src.WithContext(ctx).Raw(`SELECT TABLE_NAME AS `+"`table`"+`, CONSTRAINT_NAME AS `+"`constraint`"+`, DELETE_RULE AS on_delete, UPDATE_RULE AS on_update
+			FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME IN ?
+			AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION') OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION'))
+			ORDER BY TABLE_NAME, CONSTRAINT_NAME`, schema, tables).Scan(&found).Error
+		if err != nil {
+			return err
+		}
+		why = "MySQL fires no trigger for the rows a cascade changes, so a move cannot capture them; " +
+			"make the key RESTRICT or NO ACTION (and delete the child rows yourself) before the move"
+	} else {
+		var super string
+		if err := dst.WithContext(ctx).Raw("SELECT current_setting('is_superuser')").Scan(&super).Error; err != nil {
+			return err
+		}
+		if super == "on" {
+			return nil
+		}
+		rule := `CASE %s WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END`
+		err := src.WithContext(ctx).Raw(`SELECT c.relname AS table, con.conname AS constraint,
+			`+fmt.Sprintf(rule, "con.confdeltype")+` AS on_delete, `+fmt.Sprintf(rule, "con.confupdtype")+` AS on_update
+			FROM pg_constraint con JOIN pg_class c ON con.conrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
+			WHERE con.contype = 'f' AND n.nspname = ? AND c.relname IN ?
+			AND (con.confdeltype IN ('c', 'n', 'd') OR con.confupdtype IN ('c', 'n', 'd'))
+			ORDER BY c.relname, con.conname`, schema, tables).Scan(&found).Error
+		if err != nil {
+			return err
+		}
+		why = "the mover is not a superuser, so its writes on the target would cascade behind the verification; " +
+			"move as a superuser (whose writes cascade nowhere), or make the key RESTRICT or NO ACTION"
 	}
 	if len(found) > 0 {
 		f := found[0]
-		return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s has foreign key %s with ON DELETE %s ON UPDATE %s: "+
-			"MySQL fires no trigger for the rows a cascade changes, so a move cannot capture them; "+
-			"make the key RESTRICT or NO ACTION (and delete the child rows yourself) before the move",
-			schema, f.Table, f.Constraint, f.OnDelete, f.OnUpdate))
+		return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s has foreign key %s with ON DELETE %s ON UPDATE %s: %s",
+			schema, f.Table, f.Constraint, f.OnDelete, f.OnUpdate, why))
 	}
 	return nil
 }
@@ -498,14 +577,29 @@ func withTablesLocked(ctx context.Context, db *gorm.DB, schema string, tables []
 		return err
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(locks, ", ")); err != nil {
+	// A pending LOCK TABLES holds back every writer queued behind it: it
+	// waits lockWait at most (lock_wait_timeout counts seconds), and is
+	// tried again (retryLocks).
+	if _, err := conn.ExecContext(ctx, "SET @shardid_lwt = @@session.lock_wait_timeout, lock_wait_timeout = 1"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return err
 	}
 	defer func() {
 		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES"); err != nil {
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // the session ends, and its locks
+			return
+		}
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET lock_wait_timeout = @shardid_lwt, @shardid_lwt = NULL"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
+	err = retryLocks(ctx, func() error {
+		_, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(locks, ", "))
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	return f(conn)
 }
 

@@ -31,20 +31,28 @@ const fenceTable = "shardid_fence_state"
 // writers under way on its table; once it exists, every write reads the
 // state row under a shared lock, held to the end of its transaction.
 func ensureFence(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+	return ensureFenceIn(ctx, db, schema, schema, tables)
+}
+
+// ensureFenceIn is ensureFence on schema in, a staging schema on
+// PostgreSQL that will be renamed final: the trigger function reads the
+// state row of final, by name, once it runs.
+func ensureFenceIn(ctx context.Context, db *gorm.DB, in, final string, tables []string) error {
 	if db.Dialector.Name() == "mysql" {
-		return ensureFenceMySQL(ctx, db, schema, tables)
+		return ensureFenceMySQL(ctx, db, in, tables)
 	}
+	schema := in
 	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE u timestamptz; m boolean;
 BEGIN
-	SELECT fenced_until, mover_only INTO u, m FROM "%[1]s".%[2]s WHERE id = 1 FOR SHARE;
+	SELECT fenced_until, mover_only INTO u, m FROM "%[4]s".%[2]s WHERE id = 1 FOR SHARE;
 	IF u > clock_timestamp() AND NOT (m AND coalesce(current_setting('shardid.mover', true), '') = 'on') THEN
 		RAISE EXCEPTION '%[3]s' USING ERRCODE = '55000';
 	END IF;
 	RETURN NULL;
-END $$`, schema, fenceTable, shardid.FenceMessage)
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+END $$`, schema, fenceTable, shardid.FenceMessage, final)
+	return lockedTx(ctx, db, func(tx *gorm.DB) error {
 		stmts := []string{
 			"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
@@ -149,9 +157,15 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 // write after it sees the fence. It refuses, with ErrShardMoved, to replace
 // a move's seal, unless overSeal (a move run again over a source whose
 // catalog entry it checked).
-func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, d time.Duration, overSeal bool) (int64, error) {
+//
+// It also returns when its last try began (tries that timed out waiting
+// for a writer's lock held nobody back for long, see lockedTx): when
+// writes began to wait for the fence.
+func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, d time.Duration, overSeal bool) (int64, time.Time, error) {
 	var token int64
-	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	var began time.Time
+	err := lockedTx(ctx, db, func(tx *gorm.DB) error {
+		began = timeNow()
 		var cur struct {
 			Token  int64 `gorm:"column:token"`
 			Sealed bool  `gorm:"column:sealed"`
@@ -182,7 +196,7 @@ func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, 
 		token = cur.Token + 1
 		return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE, mover_only = FALSE WHERE id = 1", token).Error
 	})
-	return token, err
+	return token, began, err
 }
 
 // lockTables takes a SHARE ROW EXCLUSIVE lock on tables of schema until the
@@ -205,7 +219,7 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		Token int64 `gorm:"column:token"`
 		Live  bool  `gorm:"column:live"`
 	}
-	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := lockedTx(ctx, db, func(tx *gorm.DB) error {
 		if db.Dialector.Name() == "mysql" {
 			st := fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
 			q := "SELECT token, fenced_until > UTC_TIMESTAMP(6) AS live FROM " + st + " WHERE id = 1 FOR UPDATE"
@@ -283,7 +297,8 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		st, open = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'1000-01-01'"
 	}
 	lifted := false
-	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := lockedTx(ctx, db, func(tx *gorm.DB) error {
+		lifted = false
 		var cur struct {
 			Token  int64 `gorm:"column:token"`
 			Sealed bool  `gorm:"column:sealed"`
@@ -396,7 +411,7 @@ func moveLockName(schema string) string {
 // fence's token.
 func fenceForMover(ctx context.Context, db *gorm.DB, schema string, tables []string) (int64, error) {
 	var token int64
-	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := lockedTx(ctx, db, func(tx *gorm.DB) error {
 		st, until := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'infinity'"
 		if db.Dialector.Name() == "mysql" {
 			st, until = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'9999-12-31 23:59:59'"
@@ -474,11 +489,12 @@ const moverSettingsPG = "SELECT set_config('shardid.mover', 'on', true)," +
 	" CASE WHEN current_setting('is_superuser') = 'on' THEN set_config('session_replication_role', 'replica', true) END, " +
 	hashSettingsColsPG
 
-// fenceTarget prepares the fence on a move's target (schema's tables on
-// db, just created) and fences it for every writer but the mover.
-func fenceTarget(ctx context.Context, db *gorm.DB, schema string, tables []string) (int64, error) {
-	if err := ensureFence(ctx, db, schema, tables); err != nil {
+// fenceTarget prepares the fence on a move's target (schema in's tables on
+// db, just created; in is renamed final afterwards on PostgreSQL) and
+// fences it for every writer but the mover.
+func fenceTarget(ctx context.Context, db *gorm.DB, in, final string, tables []string) (int64, error) {
+	if err := ensureFenceIn(ctx, db, in, final, tables); err != nil {
 		return 0, err
 	}
-	return fenceForMover(ctx, db, schema, tables)
+	return fenceForMover(ctx, db, in, tables)
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -175,7 +177,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, err
 	}
-	if err := checkCascades(ctx, src, r.Schema(shard), tables); err != nil {
+	if err := checkCascades(ctx, src, dbs[to], r.Schema(shard), tables); err != nil {
 		return res, err
 	}
 	// The move's record: Router.Stats reports it, the router's Logger
@@ -213,21 +215,13 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		}
 	}
 
-	// 1. The schema and tables on the target.
-	if len(opts.Models) > 0 {
-		err = shardid.MigrateSchema(ctx, dst, schema, opts.Models...)
-	} else {
-		err = copyDefinitions(ctx, src, dst, schema, tables)
-	}
+	// 1. The schema and tables on the target, which refuse every writer
+	// but the mover until the flip: a router that missed moves of the
+	// shard must not write into the copy, whose later passes would
+	// overwrite or delete its rows.
+	dstToken, err := createTarget(ctx, src, dst, schema, tables, opts.Models)
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
-	}
-	// The target refuses every writer but the mover until the flip: a
-	// router that missed moves of the shard must not write into the copy,
-	// whose later passes would overwrite or delete its rows.
-	dstToken, err := fenceTarget(ctx, dst, schema, tables)
-	if err != nil {
-		return res, fmt.Errorf("shardid: fencing the copy of shard %d on %s: %w", shard, target, err)
 	}
 	stage("created")
 	// 2. The change log, before anything is read: from here on every write
@@ -237,7 +231,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	cp.caughtUp = mv.CaughtUp
 	defer func() {
 		// Failed, aborted or done: no trigger is left logging writes.
-		_ = cp.release(context.WithoutCancel(ctx))
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		_ = cp.release(cctx)
 	}()
 	if err := cp.capture(ctx); err != nil {
 		return res, err
@@ -260,7 +256,8 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	fenced := timeNow()
 	// Over a seal too: a move run again after one that sealed the source
 	// and could not flip the catalog, which (checked above) names the source.
-	token, err := setFence(ctx, src, schema, tables, opts.FenceFor, true)
+	token, began, err := setFence(ctx, src, schema, tables, opts.FenceFor, true)
+	fenced = began
 	if err != nil {
 		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, res.From, err)
 	}
@@ -272,7 +269,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 			// The source is still the shard's home: let writes through at
 			// once rather than when the fence runs out, unless the fence is
 			// no longer ours.
-			lifted, _ := liftFence(context.WithoutCancel(ctx), src, schema, tables, token)
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			lifted, _ := liftFence(cctx, src, schema, tables, token)
 			mv.Lifted(lifted)
 		}
 	}()
@@ -303,7 +302,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// The shard's new home takes writes. If this fails (or the mover dies
 	// before), writers there get ErrShardMoving until Unfence of the shard
 	// (on its new home) lifts the fence.
-	if _, err := liftFence(context.WithoutCancel(ctx), dst, schema, tables, dstToken); err != nil {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if _, err := liftFence(cctx, dst, schema, tables, dstToken); err != nil {
 		return res, fmt.Errorf("shardid: shard %d is moved to %s, but its tables there still refuse writes (run Unfence): %w", shard, target, err)
 	}
 	res.Fenced = timeNow().Sub(fenced)
@@ -353,7 +354,7 @@ func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d ti
 	if err := ensureFence(ctx, db, schema, tables); err != nil {
 		return err
 	}
-	if _, err = setFence(ctx, db, schema, tables, d, false); err != nil {
+	if _, _, err = setFence(ctx, db, schema, tables, d, false); err != nil {
 		return fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, r.DatabaseName(shard), err)
 	}
 	r.LogFenceSet(shard, r.DatabaseName(shard), d)
@@ -434,12 +435,57 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 	return names, nil
 }
 
-// copyDefinitions creates the schema and tables on dst as they are on src:
-// on MySQL with SHOW CREATE TABLE, on PostgreSQL from the columns and the
-// "id" primary key.
-func copyDefinitions(ctx context.Context, src, dst *gorm.DB, schema string, tables []string) error {
+// createTarget creates the shard's schema and tables on dst (from models,
+// or as they are on src) and fences them for every writer but the mover,
+// and returns the fence's token. On PostgreSQL a new schema is built under
+// a staging name and renamed once fenced, so no writer ever sees its
+// tables unfenced. On MySQL, which cannot rename a database, a writer
+// could reach a table in the milliseconds between its creation and its
+// fence's triggers.
+func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (int64, error) {
+	in := schema
+	if dst.Dialector.Name() != "mysql" {
+		var n int64
+		if err := dst.WithContext(ctx).Raw("SELECT count(*) FROM pg_namespace WHERE nspname = ?", schema).Scan(&n).Error; err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			h := fnv.New64a()
+			h.Write([]byte(schema))
+			in = "shardid_new_" + strconv.FormatUint(h.Sum64(), 16)
+			// Left by a mover that died: nobody else uses it.
+			if err := dst.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + in + `" CASCADE`).Error; err != nil {
+				return 0, err
+			}
+		}
+	}
+	var err error
+	if len(models) > 0 {
+		err = shardid.MigrateSchema(ctx, dst, in, models...)
+	} else {
+		err = copyDefinitions(ctx, src, dst, schema, in, tables)
+	}
+	if err != nil {
+		return 0, err
+	}
+	token, err := fenceTarget(ctx, dst, in, schema, tables)
+	if err != nil {
+		return 0, fmt.Errorf("fencing the copy: %w", err)
+	}
+	if in != schema {
+		if err := dst.WithContext(ctx).Exec(`ALTER SCHEMA "` + in + `" RENAME TO "` + schema + `"`).Error; err != nil {
+			return 0, err
+		}
+	}
+	return token, nil
+}
+
+// copyDefinitions creates schema dstSchema and its tables on dst as
+// srcSchema's are on src: on MySQL with SHOW CREATE TABLE, on PostgreSQL
+// from the columns and the "id" primary key.
+func copyDefinitions(ctx context.Context, src, dst *gorm.DB, srcSchema, dstSchema string, tables []string) error {
 	if dst.Dialector.Name() == "mysql" {
-		if err := dst.WithContext(ctx).Exec("CREATE DATABASE IF NOT EXISTS `" + schema + "`").Error; err != nil {
+		if err := dst.WithContext(ctx).Exec("CREATE DATABASE IF NOT EXISTS `" + dstSchema + "`").Error; err != nil {
 			return err
 		}
 		for _, t := range tables {
@@ -447,20 +493,20 @@ func copyDefinitions(ctx context.Context, src, dst *gorm.DB, schema string, tabl
 				Table       string `gorm:"column:Table"`
 				CreateTable string `gorm:"column:Create Table"`
 			}
-			if err := src.WithContext(ctx).Raw("SHOW CREATE TABLE `" + schema + "`.`" + t + "`").Scan(&row).Error; err != nil {
+			if err := src.WithContext(ctx).Raw("SHOW CREATE TABLE `" + srcSchema + "`.`" + t + "`").Scan(&row).Error; err != nil {
 				return err
 			}
 			ddl, ok := strings.CutPrefix(row.CreateTable, "CREATE TABLE `"+t+"`")
 			if !ok {
-				return fmt.Errorf("shardid: unexpected definition of %s.%s: %.60q", schema, t, row.CreateTable)
+				return fmt.Errorf("shardid: unexpected definition of %s.%s: %.60q", srcSchema, t, row.CreateTable)
 			}
-			if err := dst.WithContext(ctx).Exec("CREATE TABLE IF NOT EXISTS `" + schema + "`.`" + t + "`" + ddl).Error; err != nil {
+			if err := dst.WithContext(ctx).Exec("CREATE TABLE IF NOT EXISTS `" + dstSchema + "`.`" + t + "`" + ddl).Error; err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if err := dst.WithContext(ctx).Exec(`CREATE SCHEMA IF NOT EXISTS "` + schema + `"`).Error; err != nil {
+	if err := dst.WithContext(ctx).Exec(`CREATE SCHEMA IF NOT EXISTS "` + dstSchema + `"`).Error; err != nil {
 		return err
 	}
 	for _, t := range tables {
@@ -471,12 +517,12 @@ func copyDefinitions(ctx context.Context, src, dst *gorm.DB, schema string, tabl
 		}
 		err := src.WithContext(ctx).Raw(`SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null
 			FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
-			WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, schema, t).Scan(&cols).Error
+			WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, srcSchema, t).Scan(&cols).Error
 		if err != nil {
 			return err
 		}
 		if len(cols) == 0 {
-			return fmt.Errorf("shardid: %s.%s has no columns on the source", schema, t)
+			return fmt.Errorf("shardid: %s.%s has no columns on the source", srcSchema, t)
 		}
 		var defs []string
 		for _, c := range cols {
@@ -487,7 +533,7 @@ func copyDefinitions(ctx context.Context, src, dst *gorm.DB, schema string, tabl
 			defs = append(defs, d)
 		}
 		defs = append(defs, `PRIMARY KEY ("id")`)
-		q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s"."%s" (%s)`, schema, t, strings.Join(defs, ", "))
+		q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s"."%s" (%s)`, dstSchema, t, strings.Join(defs, ", "))
 		if err := dst.WithContext(ctx).Exec(q).Error; err != nil {
 			return err
 		}

@@ -45,7 +45,7 @@ const hashSettingsPG = "SELECT " + hashSettingsColsPG
 
 const hashSettingsColsPG = "set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, MDY', true)," +
 	" set_config('IntervalStyle', 'postgres', true), set_config('extra_float_digits', '3', true)," +
-	" set_config('bytea_output', 'hex', true)"
+	" set_config('bytea_output', 'hex', true), set_config('lc_monetary', 'C', true)"
 
 // hashSettingsMySQL and hashRestoreMySQL do the same for a MySQL session
 // (TIMESTAMP values are read and written in its time zone) and restore it.
@@ -60,9 +60,11 @@ type querier interface {
 	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
 }
 
-// readSession runs f on a session of db set up to hash rows alike on both
-// sides (hashSettingsPG, hashSettingsMySQL); on PostgreSQL in a read-only
-// transaction.
+// readSession runs f in a read-only READ COMMITTED transaction on a
+// session of db set up to hash rows alike on both sides (hashSettingsPG,
+// hashSettingsMySQL). READ COMMITTED whatever the server's default: a
+// READ UNCOMMITTED re-read could copy a row whose writer then rolls back,
+// and its change log entry with it.
 func readSession(ctx context.Context, db *gorm.DB, f func(q querier) error) error {
 	pool, err := sqlDB(db)
 	if err != nil {
@@ -73,8 +75,10 @@ func readSession(ctx context.Context, db *gorm.DB, f func(q querier) error) erro
 		return err
 	}
 	defer conn.Close()
-	if db.Dialector.Name() == "mysql" {
+	mysql := db.Dialector.Name() == "mysql"
+	if mysql {
 		if _, err := conn.ExecContext(ctx, hashSettingsMySQL); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // drop the session
 			return err
 		}
 		defer func() {
@@ -82,15 +86,16 @@ func readSession(ctx context.Context, db *gorm.DB, f func(q querier) error) erro
 				_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // drop the session
 			}
 		}()
-		return f(conn)
 	}
-	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, hashSettingsPG); err != nil {
-		return err
+	if !mysql {
+		if _, err := tx.ExecContext(ctx, hashSettingsPG); err != nil {
+			return err
+		}
 	}
 	if err := f(tx); err != nil {
 		return err
@@ -103,7 +108,9 @@ func rowHash(db *gorm.DB, cols []string) string {
 	if db.Dialector.Name() == "mysql" {
 		q := make([]string, len(cols))
 		for i, c := range cols {
-			q[i] = "QUOTE(" + quoteIdent(db, c) + ")"
+			// As bytes: columns of different collations cannot be
+			// concatenated as text.
+			q[i] = "CAST(QUOTE(" + quoteIdent(db, c) + ") AS BINARY)"
 		}
 		return "CAST(CONV(LEFT(MD5(CONCAT_WS(',', " + strings.Join(q, ", ") + ")), 16), 16, 10) AS UNSIGNED)"
 	}

@@ -31,7 +31,7 @@ type shardCopier struct {
 	// changes it applied and how many wait in the log (MoveRecord.CaughtUp).
 	caughtUp func(applied, backlog int64)
 
-	cols   map[string][]string  // by table, "id" first
+	cols   map[string]columns   // by table
 	checks map[string]*rowCheck // by table, once both sides were compared
 }
 
@@ -46,7 +46,7 @@ func (c *shardCopier) table(t string) string { return quoteTable(c.src, c.schema
 
 // capture reads the tables' columns and starts the change log.
 func (c *shardCopier) capture(ctx context.Context) error {
-	c.cols = map[string][]string{}
+	c.cols = map[string]columns{}
 	for _, t := range c.tables {
 		cols, err := tableColumns(ctx, c.src, c.schema, t)
 		if err != nil {
@@ -95,7 +95,7 @@ func (c *shardCopier) copy(ctx context.Context) (int64, error) {
 		if c.progress != nil {
 			progress = func(n int64) { c.progress(t, n) }
 		}
-		n, err := copySnapshot(ctx, c.src, c.dst, c.table(t), c.cols[t], c.batch, progress)
+		n, err := copySnapshot(ctx, c.src, c.dst, c.table(t), c.cols[t].write, c.batch, progress)
 		if err != nil {
 			return total, err
 		}
@@ -168,7 +168,7 @@ func (c *shardCopier) converge(ctx context.Context) error {
 	// comparison sees every change applied before.
 	checks := map[string]*rowCheck{}
 	for _, t := range c.tables {
-		rc, err := compareTable(ctx, c.src, c.dst, c.table(t), c.cols[t])
+		rc, err := compareTable(ctx, c.src, c.dst, c.table(t), c.cols[t].all)
 		if err != nil {
 			return err
 		}
@@ -186,7 +186,7 @@ func (c *shardCopier) converge(ctx context.Context) error {
 			// explains: compared again now, so that a copy that really
 			// differs fails before the fence.
 			for _, t := range c.tables {
-				if err := c.checks[t].recheck(ctx, c.src, c.dst, c.cols[t]); err != nil {
+				if err := c.checks[t].recheck(ctx, c.src, c.dst, c.cols[t].all); err != nil {
 					return err
 				}
 			}
@@ -195,10 +195,38 @@ func (c *shardCopier) converge(ctx context.Context) error {
 		// Until little is left, or the writers write as fast as the
 		// mover applies.
 		if n <= smallBacklog || round >= 20 || (round >= 4 && n >= prev) {
-			return nil
+			return c.unexplained(ctx)
 		}
 		prev = n
 	}
+}
+
+// unexplained compares the keys in doubt again and fails with
+// ErrCopyDiffers if one still differs with no change of it waiting in the
+// log: the copies differ, and the fence would only fail later.
+func (c *shardCopier) unexplained(ctx context.Context) error {
+	var pending map[string]map[int64]bool
+	for _, t := range c.tables {
+		rc := c.checks[t]
+		if err := rc.recheck(ctx, c.src, c.dst, c.cols[t].all); err != nil {
+			return err
+		}
+		if len(rc.suspect) == 0 {
+			continue
+		}
+		if pending == nil {
+			var err error
+			if pending, err = pendingKeys(ctx, c.src, c.schema); err != nil {
+				return fmt.Errorf("shardid: reading the change log of %s: %w", c.schema, err)
+			}
+		}
+		for id, why := range rc.suspect {
+			if !pending[t][id] {
+				return fmt.Errorf("%w: table %s, id %d (%s), before the fence", ErrCopyDiffers, t, id, why)
+			}
+		}
+	}
+	return nil
 }
 
 // finish runs under the fence, when no write reaches the source any more:
@@ -213,7 +241,7 @@ func (c *shardCopier) finish(ctx context.Context) ([]TableCheck, error) {
 	var out []TableCheck
 	for _, t := range c.tables {
 		rc := c.checks[t]
-		if err := rc.recheck(ctx, c.src, c.dst, c.cols[t]); err != nil {
+		if err := rc.recheck(ctx, c.src, c.dst, c.cols[t].all); err != nil {
 			return nil, err
 		}
 		if len(rc.suspect) > 0 {

@@ -16,25 +16,47 @@ import (
 	"gorm.io/gorm"
 )
 
+// columns are a table's columns, "id" first: all of them (what the rows'
+// hashes cover) and those a copy writes (not the generated ones, which
+// the target computes).
+type columns struct {
+	all, write []string
+}
+
 // tableColumns returns the columns of schema.table on db in their order,
 // "id" first.
-func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) ([]string, error) {
-	var cols []string
-	q := "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
-	if err := db.WithContext(ctx).Raw(q, schema, table).Scan(&cols).Error; err != nil {
-		return nil, err
+func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (columns, error) {
+	var found []struct {
+		Name      string
+		Generated bool
 	}
-	out := []string{"id"}
-	found := false
-	for _, c := range cols {
-		if c == "id" {
-			found = true
-		} else {
-			out = append(out, c)
+	q := "SELECT column_name AS name, is_generated = 'ALWAYS' AS generated FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
+	if db.Dialector.Name() == "mysql" {
+		// MySQL has no IS_GENERATED; its EXTRA also says DEFAULT_GENERATED
+		// of a column with an expression as its default.
+		q = "SELECT COLUMN_NAME AS name, (EXTRA LIKE '%VIRTUAL GENERATED%' OR EXTRA LIKE '%STORED GENERATED%' OR EXTRA LIKE '%PERSISTENT GENERATED%') AS `generated`" +
+			" FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
+	}
+	if err := db.WithContext(ctx).Raw(q, schema, table).Scan(&found).Error; err != nil {
+		return columns{}, err
+	}
+	out := columns{all: []string{"id"}, write: []string{"id"}}
+	hasID := false
+	for _, c := range found {
+		if c.Name == "id" {
+			hasID = true
+			if c.Generated {
+				return columns{}, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s: its id is a generated column", schema, table))
+			}
+			continue
+		}
+		out.all = append(out.all, c.Name)
+		if !c.Generated {
+			out.write = append(out.write, c.Name)
 		}
 	}
-	if !found {
-		return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s has no id column on the source", schema, table))
+	if !hasID {
+		return columns{}, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s has no id column on the source", schema, table))
 	}
 	return out, nil
 }

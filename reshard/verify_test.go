@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/testdb"
@@ -427,5 +429,124 @@ func TestMoveRefusesMySQLCascades(t *testing.T) {
 	dst.Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'shardid_fk_0001'").Scan(&n)
 	if n != 0 {
 		t.Error("the refused move created the shard on the target")
+	}
+}
+
+// On PostgreSQL a TRUNCATE of a moving shard's table, which the change log
+// could not record, is refused until the move ends.
+func TestMoveRefusesTruncate(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	seedShard(t, r, 1, 100)
+	var truncErr error
+	res, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}},
+		OnStage: func(s string) {
+			if s == "copied" {
+				truncErr = r.Databases()[0].Exec("TRUNCATE shardid_mv_0001.r_photos").Error
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if truncErr == nil || !strings.Contains(truncErr.Error(), "cannot be truncated while its shard moves") {
+		t.Fatalf("TRUNCATE during the move: %v, want it refused", truncErr)
+	}
+	if res.Tables[0].Rows != 100 {
+		t.Errorf("moved %d rows, want 100", res.Tables[0].Rows)
+	}
+}
+
+// A writer's transaction that stays open on the shard's table (a paused
+// process, a long batch) while the move creates its triggers and sets its
+// fence: the move waits for it a little at a time, so the other writers
+// are never held back for the length of that transaction, and the fence
+// counts only from its last try.
+func TestMoveDoesNotQueueWritersBehindALongTransaction(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	seedShard(t, r, 1, 200)
+	src := r.Databases()[0]
+	const hold = 3 * time.Second
+	holdOpen := func(id int64) chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- src.Transaction(func(tx *gorm.DB) error {
+				if err := tx.Exec("INSERT INTO shardid_mv_0001.r_photos (id, user_id, caption) VALUES (?, 1, 'long')", id).Error; err != nil {
+					return err
+				}
+				time.Sleep(hold)
+				return nil
+			})
+		}()
+		return done
+	}
+	var (
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
+		stall time.Duration
+		ops   int
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := int64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			for {
+				err := r.ForKey(1 + moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i, Caption: "w"}).Error
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, shardid.ErrShardMoving) {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			stall = max(stall, time.Since(start))
+			ops++
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	first := holdOpen(1) // open when the move creates its triggers
+	time.Sleep(100 * time.Millisecond)
+	var second chan error
+	start := time.Now()
+	res, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}},
+		OnStage: func(s string) {
+			if s == "copied" {
+				second = holdOpen(2) // open when the move sets its fence
+				time.Sleep(100 * time.Millisecond)
+			}
+		}})
+	took := time.Since(start)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("moved in %v, fenced %v; the writer's longest stall %v over %d writes", took, res.Fenced, stall, ops)
+	if took < 2*hold-200*time.Millisecond {
+		t.Fatalf("the move took %v: it did not wait for the open transactions", took)
+	}
+	// lockWait (500ms) at a time, and slack for a busy machine: far from
+	// the 3 s of the open transaction.
+	if stall > 2*time.Second {
+		t.Errorf("a writer waited %v behind the move's lock requests", stall)
+	}
+	if res.Fenced > 2*time.Second {
+		t.Errorf("fenced for %v: the waits before the fence count", res.Fenced)
+	}
+	var n int64
+	r.Databases()[1].Raw("SELECT count(*) FROM shardid_mv_0001.r_photos WHERE id IN (1, 2)").Scan(&n)
+	if n != 2 {
+		t.Errorf("%d of the 2 rows of the long transactions on the target", n)
 	}
 }
