@@ -401,33 +401,51 @@ func isUniqueViolation(err error) bool {
 	return strings.Contains(err.Error(), "Error 1062")
 }
 
-// applyKeys brings the rows of table with the keys ids on dst to their
-// current state on src: it re-reads them from src and, in one transaction
-// on dst, deletes those that src no longer has and writes the others in
-// place (an upsert, not a delete and an insert, so that an ON DELETE
-// CASCADE between the shard's tables does not fire for a row that was only
-// updated). If a swap of values of another unique index between two rows
-// makes the upsert fail, the chunk is applied again as a delete and an
-// insert. It is idempotent.
+// applyKeys brings the rows of table (of schema) with the keys ids on dst
+// to their current state on src: it re-reads them from src and, in one
+// transaction on dst, deletes those that src no longer has and writes the
+// others. On PostgreSQL it writes them in place (an upsert, not a delete
+// and an insert, so that a foreign key from another of the shard's tables
+// does not trip over a row that was only updated); if two rows swapped the
+// values of another unique index, the chunk is applied again as a delete
+// and an insert. MySQL deletes and inserts (its mover cascades nowhere,
+// and ON DUPLICATE KEY UPDATE would update whichever row holds a
+// duplicate of another unique index). If a row of the target outside the
+// chunk holds a value of a unique index that a row of the chunk now has
+// (a swap whose other half comes in a later chunk), that row is applied
+// with the chunk. It is idempotent.
 //
 // With rc, every row is verified as it is written: in the same
 // transaction, its hash on dst after the write must equal its hash on src
 // when it was re-read (rowCheck.applied); rc keeps the target's totals.
-func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, c columns, ids []int64, rc *rowCheck) error {
-	cols := c.write
+func applyKeys(ctx context.Context, src, dst *gorm.DB, schema, table string, c columns, ids []int64, rc *rowCheck) error {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 1000)]
 		ids = ids[len(chunk):]
+		if err := applyChunk(ctx, src, dst, schema, table, c, chunk, rc); err != nil {
+			return fmt.Errorf("shardid: applying changed rows of %s: %w", quoteTable(dst, schema, table), err)
+		}
+	}
+	return nil
+}
+
+// maxConflictRounds bounds how many times applyChunk takes in the rows of
+// the target that hold a chunk's unique values.
+const maxConflictRounds = 8
+
+func applyChunk(ctx context.Context, src, dst *gorm.DB, schema, table string, c columns, chunk []int64, rc *rowCheck) error {
+	cols, qt := c.write, quoteTable(dst, schema, table)
+	for round := 0; ; round++ {
 		var (
 			rows           [][]any
 			srcH, old, now map[int64]uint64
 		)
 		err := readSession(ctx, src, func(q querier) (err error) {
-			rows, srcH, err = readRowsHashed(ctx, q, src, table, c, chunk)
+			rows, srcH, err = readRowsHashed(ctx, q, src, qt, c, chunk)
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("shardid: re-reading changed rows of %s: %w", table, err)
+			return fmt.Errorf("re-reading them: %w", err)
 		}
 		var gone []any
 		for _, id := range chunk {
@@ -439,7 +457,7 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, c columns, 
 			// Through the target's mover-only fence.
 			return moverTx(ctx, dst, func(tx *sql.Tx) (err error) {
 				if rc != nil {
-					if old, err = keyHashes(ctx, tx, dst, table, c.all, chunk); err != nil {
+					if old, err = keyHashes(ctx, tx, dst, qt, c.all, chunk); err != nil {
 						return err
 					}
 				}
@@ -451,36 +469,131 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, table string, c columns, 
 					}
 				}
 				if len(del) > 0 {
-					if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE id IN ("+placeholders(dst, 0, len(del))+")", del...); err != nil {
+					if _, err := tx.ExecContext(ctx, "DELETE FROM "+qt+" WHERE id IN ("+placeholders(dst, 0, len(del))+")", del...); err != nil {
 						return err
 					}
 				}
-				if err := insertRows(ctx, dst, tx.ExecContext, table, cols, rows, upsert); err != nil {
+				if err := insertRows(ctx, dst, tx.ExecContext, qt, cols, rows, upsert); err != nil {
 					return err
 				}
 				if rc != nil {
-					now, err = keyHashes(ctx, tx, dst, table, c.all, chunk)
+					now, err = keyHashes(ctx, tx, dst, qt, c.all, chunk)
 				}
 				return err
 			})
 		}
-		// MySQL: a delete and an insert, which cascade nowhere (the
-		// mover's FOREIGN_KEY_CHECKS = 0); its ON DUPLICATE KEY UPDATE
-		// would update whichever row holds a duplicate of another unique
-		// index, not the key's.
 		upsert := dst.Dialector.Name() != "mysql"
 		err = write(upsert)
 		if err != nil && upsert && isUniqueViolation(err) {
 			err = write(false)
 		}
-		if err != nil {
-			return fmt.Errorf("shardid: applying changed rows of %s: %w", table, err)
+		if err == nil {
+			if rc != nil {
+				rc.applied(chunk, srcH, old, now)
+			}
+			return nil
 		}
-		if rc != nil {
-			rc.applied(chunk, srcH, old, now)
+		if !isUniqueViolation(err) || round == maxConflictRounds {
+			return err
+		}
+		more, ferr := conflictingKeys(ctx, dst, schema, table, cols, rows, chunk)
+		if ferr != nil || len(more) == 0 {
+			return err
+		}
+		chunk = append(slices.Clone(chunk), more...)
+	}
+}
+
+// conflictingKeys returns the keys of the rows of table on db, not among
+// chunk, that hold a value of one of its unique indexes (but the primary
+// key) that one of rows (values of cols) holds.
+func conflictingKeys(ctx context.Context, db *gorm.DB, schema, table string, cols []string, rows [][]any, chunk []int64) ([]int64, error) {
+	idx, err := uniqueIndexes(ctx, db, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int64]bool{}
+	for _, id := range chunk {
+		seen[id] = true
+	}
+	var out []int64
+	for _, u := range idx {
+		pos := make([]int, len(u))
+		ok := true
+		for i, col := range u {
+			if pos[i] = slices.Index(cols, col); pos[i] < 0 {
+				ok = false // a generated column: not one the mover writes
+			}
+		}
+		if !ok || len(rows) == 0 {
+			continue
+		}
+		var args []any
+		tuples := make([]string, 0, len(rows))
+		for _, row := range rows {
+			tuples = append(tuples, "("+placeholders(db, len(args), len(u))+")")
+			for _, p := range pos {
+				args = append(args, row[p])
+			}
+		}
+		q := "SELECT id FROM " + quoteTable(db, schema, table) + " WHERE (" + columnList(db, u) + ") IN (" + strings.Join(tuples, ", ") + ")"
+		var ids []int64
+		err := readSession(ctx, db, func(qr querier) error {
+			rs, err := qr.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			defer rs.Close()
+			for rs.Next() {
+				var id int64
+				if err := rs.Scan(&id); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return rs.Err()
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
 		}
 	}
-	return nil
+	return out, nil
+}
+
+// uniqueIndexes returns the columns of each unique index of table but its
+// primary key (plain columns only: no expressions, no partial indexes).
+func uniqueIndexes(ctx context.Context, db *gorm.DB, schema, table string) ([][]string, error) {
+	var found []struct{ Idx, Col string }
+	q := `SELECT ic.relname AS idx, a.attname AS col
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_class ic ON ic.oid = i.indexrelid
+		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+		WHERE n.nspname = ? AND c.relname = ? AND i.indisunique AND NOT i.indisprimary
+		AND i.indexprs IS NULL AND i.indpred IS NULL
+		ORDER BY ic.relname, k.ord`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT INDEX_NAME AS idx, COLUMN_NAME AS col FROM information_schema.STATISTICS" +
+			" WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY' AND COLUMN_NAME IS NOT NULL" +
+			" ORDER BY INDEX_NAME, SEQ_IN_INDEX"
+	}
+	if err := db.WithContext(ctx).Raw(q, schema, table).Scan(&found).Error; err != nil {
+		return nil, err
+	}
+	var out [][]string
+	for i, f := range found {
+		if i == 0 || f.Idx != found[i-1].Idx {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], f.Col)
+	}
+	return out, nil
 }
 
 // checkCascades refuses to move tables of which one has a foreign key with

@@ -73,11 +73,13 @@ var (
 	// again to finish it).
 	ErrShardMoved = errors.New("shardid: this copy of the shard was moved away and is fenced for good")
 
-	// ErrCopyDiffers is returned by MoveShard when, under the fence, a row
-	// of the target still differs from the source's: a write reached one
-	// side that the change log did not record (a session that skips
-	// triggers, a trigger or default on the target that rewrites rows), or
-	// the target cannot hold the source's values. The map is not flipped
+	// ErrCopyDiffers is returned by MoveShard when a row of the target
+	// differs from the source's and no change waiting in the log explains
+	// it: a row that differed when both sides were compared after the copy
+	// (a write that skipped the change log before then, a target that
+	// cannot hold the source's values), or one that the target rewrote as
+	// the mover wrote it (a trigger, a default). A write that skips the
+	// change log after the comparison is not seen. The map is not flipped
 	// and the source is writable again; the message names the first key.
 	ErrCopyDiffers = errors.New("shardid: the copies differ")
 )

@@ -138,7 +138,7 @@ func (c *shardCopier) catchUp(ctx context.Context, all bool) (applied int, err e
 			if !ok {
 				return applied, fmt.Errorf("shardid: the change log of %s names table %q, not one of the move's", c.schema, t)
 			}
-			if err := applyKeys(ctx, c.src, c.dst, c.table(t), cols, b.keys[t], c.checks[t]); err != nil {
+			if err := applyKeys(ctx, c.src, c.dst, c.schema, t, cols, b.keys[t], c.checks[t]); err != nil {
 				return applied, err
 			}
 		}

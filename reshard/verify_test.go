@@ -360,8 +360,14 @@ func TestMoveUniqueSwap(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for id := 1; id <= 50; id++ {
-				src.Exec("INSERT INTO "+schema+".users VALUES (?, ?)", id, fmt.Sprint("u", id, "@example.com"))
+			for id := 1; id <= 2000; id += 500 {
+				var vals []string
+				for k := id; k < id+500; k++ {
+					vals = append(vals, fmt.Sprintf("(%d, 'u%d@example.com')", k, k))
+				}
+				if err := src.Exec("INSERT INTO " + schema + ".users VALUES " + strings.Join(vals, ", ")).Error; err != nil {
+					t.Fatal(err)
+				}
 			}
 			swap := func(a, b int) {
 				err := src.Transaction(func(tx *gorm.DB) error {
@@ -380,14 +386,23 @@ func TestMoveUniqueSwap(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, err := reshard.CopyShard(context.Background(), src, dst, schema, []string{"users"}, func() { swap(3, 4); swap(10, 20) })
+			_, err := reshard.CopyShard(context.Background(), src, dst, schema, []string{"users"}, func() {
+				swap(3, 4)
+				swap(10, 20)
+				// Row 30 is logged first, 1,200 others after it, and then
+				// 30 and 31 swap: 31 comes in a later chunk of changes
+				// than 30, which takes 31's old value.
+				src.Exec("UPDATE " + schema + ".users SET email = email WHERE id = 30")
+				src.Exec("UPDATE " + schema + ".users SET email = email WHERE id BETWEEN 100 AND 1300")
+				swap(30, 31)
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var a, b []string
 			src.Raw("SELECT email FROM " + schema + ".users ORDER BY id").Scan(&a)
 			dst.Raw("SELECT email FROM " + schema + ".users ORDER BY id").Scan(&b)
-			if !reflect.DeepEqual(a, b) || a[2] != "u4@example.com" {
+			if !reflect.DeepEqual(a, b) || a[2] != "u4@example.com" || a[29] != "u31@example.com" {
 				t.Errorf("after the swaps the target differs: %v vs %v", a[:5], b[:5])
 			}
 		})
