@@ -22,12 +22,12 @@ import (
 
 // BenchmarkMoveShard moves one shard of N rows from one database to
 // another per op, on PostgreSQL (two databases of one server) and on
-// MariaDB (the test server to one of the benchmark's own), while a writer
-// inserts, updates and deletes rows of that shard through the mover's
-// router, and reports:
+// MariaDB (the test server to one of the benchmark's own), while 4
+// writers insert, update and delete rows of that shard through the
+// mover's router, and reports:
 //
 //	fenced-ms   MoveResult.Fenced, from the fence to the flip
-//	stall-ms    the longest a write of the writer waited (blocked, or
+//	stall-ms    the longest a write of a writer waited (blocked, or
 //	            retrying ErrShardMoving) before it went through
 //	copy-rows/s the first copy (COPY on PostgreSQL), rows per second
 //	rows/s      the shard's rows over the whole move
@@ -96,6 +96,9 @@ func BenchmarkMoveShard(b *testing.B) {
 	})
 }
 
+// moveBenchWriters is how many goroutines write to the moving shard.
+const moveBenchWriters = 4
+
 // benchMove runs the moves of BenchmarkMoveShard, from a router and
 // a shard 1 of rows rows (their IDs) that setup makes for each.
 func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) {
@@ -106,47 +109,52 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 		stop := make(chan struct{})
 		var (
 			wg      sync.WaitGroup
+			mu      sync.Mutex
 			stall   time.Duration
 			stallAt time.Time
 			ops     int
 		)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(1, 2))
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				start := time.Now()
-				for {
-					var err error
-					switch i % 3 {
-					case 0:
-						err = r.ForKey(int64(1 + moveShards*i)).Create(&RPhoto{UserID: int64(1 + moveShards*i), Caption: "new"}).Error
-					case 1:
-						err = r.ForShard(1).Model(&RPhoto{}).Where("id = ?", seeded[rng.IntN(len(seeded))]).Update("caption", "updated").Error
-					case 2:
-						err = r.ForShard(1).Where("id = ?", seeded[rng.IntN(len(seeded))]).Delete(&RPhoto{}).Error
-					}
-					if err == nil {
-						break
-					}
-					if !errors.Is(err, shardid.ErrShardMoving) {
-						b.Error(err)
+		for w := range moveBenchWriters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(1, uint64(w)))
+				for i := w; ; i += moveBenchWriters {
+					select {
+					case <-stop:
 						return
+					default:
 					}
+					start := time.Now()
+					for {
+						var err error
+						switch i % 3 {
+						case 0:
+							err = r.ForKey(int64(1 + moveShards*i)).Create(&RPhoto{UserID: int64(1 + moveShards*i), Caption: "new"}).Error
+						case 1:
+							err = r.ForShard(1).Model(&RPhoto{}).Where("id = ?", seeded[rng.IntN(len(seeded))]).Update("caption", "updated").Error
+						case 2:
+							err = r.ForShard(1).Where("id = ?", seeded[rng.IntN(len(seeded))]).Delete(&RPhoto{}).Error
+						}
+						if err == nil {
+							break
+						}
+						if !errors.Is(err, shardid.ErrShardMoving) {
+							b.Error(err)
+							return
+						}
+						time.Sleep(time.Millisecond)
+					}
+					mu.Lock()
+					if d := time.Since(start); d > stall {
+						stall, stallAt = d, start
+					}
+					ops++
+					mu.Unlock()
 					time.Sleep(time.Millisecond)
 				}
-				if d := time.Since(start); d > stall {
-					stall, stallAt = d, start
-				}
-				ops++
-				time.Sleep(time.Millisecond)
-			}
-		}()
+			}()
+		}
 		time.Sleep(200 * time.Millisecond)
 		b.StartTimer()
 		start := time.Now()
