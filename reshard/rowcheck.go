@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -230,7 +231,13 @@ func compareTable(ctx context.Context, src, dst *gorm.DB, table string, cols []s
 	)
 	for side, db := range []*gorm.DB{src, dst} {
 		ch[side], errs[side] = make(chan []keyHash, 4), make(chan error, 1)
-		go func() { errs[side] <- scanOrdered(ctx, db, table, cols, ch[side]) }()
+		go func() {
+			err := scanOrdered(ctx, db, table, cols, ch[side])
+			if err != nil {
+				cancel() // the other side stops too
+			}
+			errs[side] <- err
+		}()
 	}
 	rc := &rowCheck{table: table, suspect: map[int64]string{}}
 	// next returns the next key and hash of side, or ok false at its end.
@@ -269,10 +276,16 @@ func compareTable(ctx context.Context, src, dst *gorm.DB, table string, cols []s
 			b, bok = next(1)
 		}
 	}
+	// The error that stopped the comparison, not the other side's
+	// cancellation.
+	var first error
 	for side, name := range []string{"source", "target"} {
-		if err := <-errs[side]; err != nil {
-			return nil, fmt.Errorf("shardid: reading %s on the %s: %w", table, name, err)
+		if err := <-errs[side]; err != nil && (first == nil || errors.Is(first, context.Canceled)) {
+			first = fmt.Errorf("shardid: reading %s on the %s: %w", table, name, err)
 		}
+	}
+	if first != nil {
+		return nil, first
 	}
 	return rc, nil
 }
@@ -289,6 +302,8 @@ func (rc *rowCheck) recheck(ctx context.Context, src, dst *gorm.DB, cols []strin
 	}
 	var hs [2]map[int64]uint64
 	errs := make(chan error, 2)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // an error on one side stops the other
 	for side, db := range []*gorm.DB{src, dst} {
 		go func() {
 			errs <- readSession(ctx, db, func(q querier) (err error) {

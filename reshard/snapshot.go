@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -233,7 +234,14 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, table string, cols []st
 		err  error
 	}
 	batches := make(chan read, 1)
+	var reader sync.WaitGroup
+	defer func() {
+		cancel() // the reader stops at its next send, if it has not
+		reader.Wait()
+	}()
+	reader.Add(1)
 	go func() {
+		defer reader.Done()
 		defer close(batches)
 		sel := "SELECT " + columnList(src, cols) + " FROM " + table
 		order := " ORDER BY id LIMIT " + strconv.Itoa(batch)
