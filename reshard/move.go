@@ -253,11 +253,10 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		return res, err
 	}
 	// 3. The fence: from here on no write reaches the source.
-	fenced := timeNow()
 	// Over a seal too: a move run again after one that sealed the source
 	// and could not flip the catalog, which (checked above) names the source.
-	token, began, err := setFence(ctx, src, schema, tables, opts.FenceFor, true)
-	fenced = began
+	// Fenced counts from the try that set it.
+	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, true)
 	if err != nil {
 		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, res.From, err)
 	}
