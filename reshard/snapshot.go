@@ -150,6 +150,7 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 			if err == nil {
 				tag, err = dc.PgConn().CopyFrom(ctx, cr, "COPY "+table+" ("+list+") FROM STDIN")
 			}
+			cr.stop()
 			pr.CloseWithError(io.ErrClosedPipe) // unblock the reader side if we stopped early
 			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
 				err = rerr
@@ -204,12 +205,24 @@ func (b *rowBuffer) Flush() error {
 }
 
 // lineCounter counts the lines read through it and reports them every
-// every lines.
+// every lines. pgx reads it on a goroutine of its own: the reports are
+// serialized with stop, after which there are none, so that the move's
+// callbacks are never called at once.
 type lineCounter struct {
 	r           io.Reader
 	lines, next int64
 	every       int64
 	progress    func(int64)
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// stop ends the reports; when it returns, the last one has returned.
+func (c *lineCounter) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
 }
 
 func (c *lineCounter) Read(p []byte) (int, error) {
@@ -217,7 +230,11 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 	if c.progress != nil {
 		c.lines += int64(bytes.Count(p[:n], []byte{'\n'}))
 		if c.lines >= c.next {
-			c.progress(c.lines)
+			c.mu.Lock()
+			if !c.stopped {
+				c.progress(c.lines)
+			}
+			c.mu.Unlock()
 			c.next = c.lines + c.every
 		}
 	}
