@@ -267,7 +267,30 @@ func forgetChanges(ctx context.Context, db *gorm.DB, schema string, seqs []int64
 			args[i] = s
 		}
 		q := "DELETE FROM " + quoteTable(db, schema, changeTable) + " WHERE seq IN (" + placeholders(db, 0, n) + ")"
-		if _, err := pool.ExecContext(ctx, q, args...); err != nil {
+		if db.Dialector.Name() == "mysql" {
+			// Key by key: given a list that covers most of a small change
+			// log, InnoDB scans the whole table, and waits for the entry
+			// of a writer's transaction not yet committed (which the list
+			// never names) for as long as that transaction lasts.
+			sel := make([]string, n)
+			for i := range sel {
+				sel[i] = "SELECT ? AS s"
+			}
+			q = "DELETE c FROM (" + strings.Join(sel, " UNION ALL ") + ") AS v STRAIGHT_JOIN " +
+				quoteTable(db, schema, changeTable) + " AS c ON c.seq = v.s"
+		}
+		// READ COMMITTED: InnoDB's REPEATABLE READ may lock the gaps of a
+		// range of keys, and so wait for a writer's entry not yet
+		// committed, or hold back the entries writers add.
+		tx, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
 			return err
 		}
 		seqs = seqs[n:]

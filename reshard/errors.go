@@ -73,6 +73,15 @@ var (
 	// again to finish it).
 	ErrShardMoved = errors.New("shardid: this copy of the shard was moved away and is fenced for good")
 
+	// ErrLockWait is returned by MoveShard, Fence and Unfence when one of
+	// their steps could not get the locks it needs on the shard's tables
+	// within two minutes of tries: a transaction stays open on them (an
+	// idle session in a transaction, a long batch, a paused process).
+	// Each try waits 500 ms at most, so writers are never held back for
+	// longer; end that transaction and run the operation again. A move
+	// that gives up before its fence for good leaves the map where it was.
+	ErrLockWait = errors.New("shardid: a transaction on the shard's tables holds the locks a move needs")
+
 	// ErrCopyDiffers is returned by MoveShard when a row of the target
 	// differs from the source's and no change waiting in the log explains
 	// it: a row that differed when both sides were compared after the copy

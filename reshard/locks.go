@@ -2,6 +2,8 @@ package reshard
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -28,27 +30,62 @@ const lockWait = 500 * time.Millisecond
 // lockedTx runs f in a transaction on db whose lock waits last at most
 // lockWait (PostgreSQL's lock_timeout), and runs it again while it times
 // out (retryLocks).
+//
+// On MySQL the waits are InnoDB's row locks (the fence's state row, which
+// writers read under a shared lock): innodb_lock_wait_timeout is set to 1 s
+// (it counts seconds) on a session of its own for the transaction, and
+// restored after it; the session is dropped if that fails.
 func lockedTx(ctx context.Context, db *gorm.DB, f func(tx *gorm.DB) error) error {
-	return retryLocks(ctx, func() error {
-		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			if db.Dialector.Name() != "mysql" {
-				if err := tx.Exec(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())).Error; err != nil {
+	if db.Dialector.Name() == "mysql" {
+		return retryLocks(ctx, func() error {
+			return db.WithContext(ctx).Connection(func(conn *gorm.DB) (err error) {
+				if err := conn.Exec("SET @shardid_ilwt = @@session.innodb_lock_wait_timeout, innodb_lock_wait_timeout = 1").Error; err != nil {
+					dropSession(conn)
 					return err
 				}
+				defer func() {
+					if rerr := conn.WithContext(context.WithoutCancel(ctx)).Exec("SET innodb_lock_wait_timeout = @shardid_ilwt, @shardid_ilwt = NULL").Error; rerr != nil {
+						dropSession(conn)
+					}
+				}()
+				return conn.Transaction(f)
+			})
+		})
+	}
+	return retryLocks(ctx, func() error {
+		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())).Error; err != nil {
+				return err
 			}
 			return f(tx)
 		})
 	})
 }
 
+// dropSession makes the session under conn (from gorm's Connection) leave
+// the pool when it is given back.
+func dropSession(conn *gorm.DB) {
+	if c, ok := conn.Statement.ConnPool.(*sql.Conn); ok {
+		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
 // retryLocks runs f until it returns anything but a lock timeout, with a
 // backoff between tries, or until ctx is done.
+//
+// It gives up after maxLockRetry, with ErrLockWait: a transaction that
+// stays open on the shard's tables that long is somebody's to end, and a
+// move that waited for it in silence could wait forever.
 func retryLocks(ctx context.Context, f func() error) error {
 	wait := 20 * time.Millisecond
-	for {
+	deadline := time.Now().Add(maxLockRetry)
+	for tries := 1; ; tries++ {
 		err := f()
 		if err == nil || !isLockTimeout(err) {
 			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %d tries in %v, the last: %v", ErrLockWait, tries, maxLockRetry, err)
 		}
 		t := time.NewTimer(wait + rand.N(wait))
 		select {
@@ -60,6 +97,9 @@ func retryLocks(ctx context.Context, f func() error) error {
 		wait = min(2*wait, time.Second)
 	}
 }
+
+// maxLockRetry is how long retryLocks tries at most.
+const maxLockRetry = 2 * time.Minute
 
 // isLockTimeout reports whether err is a lock wait that timed out:
 // PostgreSQL's SQLSTATE 55P03, MySQL's error 1205.

@@ -478,13 +478,45 @@ func TestMoveRefusesTruncate(t *testing.T) {
 func TestMoveDoesNotQueueWritersBehindALongTransaction(t *testing.T) {
 	r, c, _ := freshMoveSetup(t)
 	seedShard(t, r, 1, 200)
+	longTransactionMove(t, r, c, "shardid_mv_0001", "pg2", 3*time.Second, 2*time.Second)
+}
+
+// The same on MariaDB, whose lock waits count seconds: each try waits 1 s
+// at most.
+func TestMoveDoesNotQueueWritersBehindALongTransactionMariaDB(t *testing.T) {
+	src := openMySQL(t)
+	for s := range moveShards {
+		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_lt_%04d", s))
+	}
+	inst := startMariaDBInstance(t)
+	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
+		LogicalShards: moveShards, SchemaPattern: "shardid_lt_%04d", Plugin: movePlugin(t, 0), Map: make([]int, moveShards)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Migrate(context.Background(), &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	seedShard(t, r, 1, 200)
+	longTransactionMove(t, r, nil, "shardid_lt_0001", "my2", 4*time.Second, 2500*time.Millisecond)
+}
+
+// longTransactionMove moves shard 1 of r to target while a transaction
+// holds a row of schema.r_photos for hold, once when the move creates its
+// triggers and once when it sets its fence, and a writer writes to the
+// shard: no write of it may wait longer than maxStall.
+func longTransactionMove(t *testing.T, r *shardid.Router, c *reshard.Catalog, schema, target string, hold, maxStall time.Duration) {
 	src := r.Databases()[0]
-	const hold = 3 * time.Second
 	holdOpen := func(id int64) chan error {
 		done := make(chan error, 1)
 		go func() {
 			done <- src.Transaction(func(tx *gorm.DB) error {
-				if err := tx.Exec("INSERT INTO shardid_mv_0001.r_photos (id, user_id, caption) VALUES (?, 1, 'long')", id).Error; err != nil {
+				if err := tx.Exec("INSERT INTO "+schema+".r_photos (id, user_id, caption) VALUES (?, 1, 'long')", id).Error; err != nil {
 					return err
 				}
 				time.Sleep(hold)
@@ -510,7 +542,7 @@ func TestMoveDoesNotQueueWritersBehindALongTransaction(t *testing.T) {
 			}
 			start := time.Now()
 			for {
-				err := r.ForKey(1 + moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i, Caption: "w"}).Error
+				err := r.ForKey(1+moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i, Caption: "w"}).Error
 				if err == nil {
 					break
 				}
@@ -529,7 +561,7 @@ func TestMoveDoesNotQueueWritersBehindALongTransaction(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	var second chan error
 	start := time.Now()
-	res, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}},
+	res, err := reshard.MoveShard(context.Background(), r, c, 1, target, reshard.MoveOptions{Models: []any{&RPhoto{}},
 		OnStage: func(s string) {
 			if s == "copied" {
 				second = holdOpen(2) // open when the move sets its fence
@@ -551,16 +583,16 @@ func TestMoveDoesNotQueueWritersBehindALongTransaction(t *testing.T) {
 	if took < 2*hold-200*time.Millisecond {
 		t.Fatalf("the move took %v: it did not wait for the open transactions", took)
 	}
-	// lockWait (500ms) at a time, and slack for a busy machine: far from
-	// the 3 s of the open transaction.
-	if stall > 2*time.Second {
+	// One lock wait at a time, and slack for a busy machine: far from the
+	// length of the open transaction.
+	if stall > maxStall {
 		t.Errorf("a writer waited %v behind the move's lock requests", stall)
 	}
-	if res.Fenced > 2*time.Second {
+	if res.Fenced > maxStall {
 		t.Errorf("fenced for %v: the waits before the fence count", res.Fenced)
 	}
 	var n int64
-	r.Databases()[1].Raw("SELECT count(*) FROM shardid_mv_0001.r_photos WHERE id IN (1, 2)").Scan(&n)
+	r.Databases()[1].Raw("SELECT count(*) FROM "+schema+".r_photos WHERE id IN (1, 2)").Scan(&n)
 	if n != 2 {
 		t.Errorf("%d of the 2 rows of the long transactions on the target", n)
 	}
