@@ -542,7 +542,7 @@ func longTransactionMove(t *testing.T, r *shardid.Router, c *reshard.Catalog, sc
 			}
 			start := time.Now()
 			for {
-				err := r.ForKey(1+moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i, Caption: "w"}).Error
+				err := r.ForKey(1 + moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i, Caption: "w"}).Error
 				if err == nil {
 					break
 				}
@@ -592,7 +592,7 @@ func longTransactionMove(t *testing.T, r *shardid.Router, c *reshard.Catalog, sc
 		t.Errorf("fenced for %v: the waits before the fence count", res.Fenced)
 	}
 	var n int64
-	r.Databases()[1].Raw("SELECT count(*) FROM "+schema+".r_photos WHERE id IN (1, 2)").Scan(&n)
+	r.Databases()[1].Raw("SELECT count(*) FROM " + schema + ".r_photos WHERE id IN (1, 2)").Scan(&n)
 	if n != 2 {
 		t.Errorf("%d of the 2 rows of the long transactions on the target", n)
 	}
