@@ -151,6 +151,19 @@ func stopCapture(ctx context.Context, db *gorm.DB, schema string) error {
 		}
 		return db.WithContext(ctx).Exec("DROP TABLE IF EXISTS " + quoteTable(db, schema, changeTable)).Error
 	}
+	// First the function made a no-op, which locks no table: if dropping
+	// the triggers cannot get its locks (a transaction stays open on the
+	// tables), writes are no longer logged all the same.
+	var fn int64
+	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = 'shardid_capture'", schema).Scan(&fn).Error; err != nil {
+		return err
+	}
+	if fn > 0 {
+		noop := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%s".shardid_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`, schema)
+		if err := db.WithContext(ctx).Exec(noop).Error; err != nil {
+			return err
+		}
+	}
 	// The function's triggers go with it.
 	return lockedTx(ctx, db, func(tx *gorm.DB) error {
 		return tx.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture() CASCADE; DROP TABLE IF EXISTS %s`,
@@ -452,12 +465,18 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, schema, table string, c c
 	return nil
 }
 
-// maxConflictRounds bounds how many times applyChunk takes in the rows of
-// the target that hold a chunk's unique values.
-const maxConflictRounds = 8
-
+// applyChunk applies chunk (at most 1000 keys) of table: see applyKeys.
+//
+// When a row of the chunk now holds a value of a unique index that a row
+// of the target outside the chunk still holds, that row is stale: the
+// source cannot hold the value twice, so its own change waits in the log.
+// It is evicted (deleted on the target in the same transaction, and in
+// doubt until its change is applied, see rowCheck.evicted), which frees
+// the value for the chunk however long the chain of such rows.
 func applyChunk(ctx context.Context, src, dst *gorm.DB, schema, table string, c columns, chunk []int64, rc *rowCheck) error {
 	cols, qt := c.write, quoteTable(dst, schema, table)
+	upsert := dst.Dialector.Name() != "mysql"
+	var evict []int64
 	for round := 0; ; round++ {
 		var (
 			rows           [][]any
@@ -476,90 +495,111 @@ func applyChunk(ctx context.Context, src, dst *gorm.DB, schema, table string, c 
 				gone = append(gone, id)
 			}
 		}
-		write := func(upsert bool) error {
-			// Through the target's mover-only fence.
-			return moverTx(ctx, dst, func(tx *sql.Tx) (err error) {
-				if rc != nil {
-					if old, err = keyHashes(ctx, tx, dst, qt, c.all, chunk); err != nil {
-						return err
-					}
-				}
-				del := gone
-				if !upsert {
-					del = make([]any, len(chunk))
-					for i, id := range chunk {
-						del[i] = id
-					}
-				}
-				if len(del) > 0 {
-					if _, err := tx.ExecContext(ctx, "DELETE FROM "+qt+" WHERE id IN ("+placeholders(dst, 0, len(del))+")", del...); err != nil {
-						return err
-					}
-				}
-				if err := insertRows(ctx, dst, tx.ExecContext, qt, cols, rows, upsert); err != nil {
+		// Through the target's mover-only fence.
+		err = moverTx(ctx, dst, func(tx *sql.Tx) (err error) {
+			if rc != nil {
+				if old, err = keyHashes(ctx, tx, dst, qt, c.all, append(slices.Clone(chunk), evict...)); err != nil {
 					return err
 				}
-				if rc != nil {
-					now, err = keyHashes(ctx, tx, dst, qt, c.all, chunk)
+			}
+			del := gone
+			if !upsert {
+				del = make([]any, len(chunk))
+				for i, id := range chunk {
+					del[i] = id
 				}
+			}
+			for _, id := range evict {
+				del = append(del, id)
+			}
+			if len(del) > 0 {
+				if _, err := tx.ExecContext(ctx, "DELETE FROM "+qt+" WHERE id IN ("+placeholders(dst, 0, len(del))+")", del...); err != nil {
+					return err
+				}
+			}
+			if err := insertRows(ctx, dst, tx.ExecContext, qt, cols, rows, upsert); err != nil {
 				return err
-			})
-		}
-		upsert := dst.Dialector.Name() != "mysql"
-		err = write(upsert)
-		if err != nil && upsert && isUniqueViolation(err) {
-			err = write(false)
-		}
+			}
+			if rc != nil {
+				now, err = keyHashes(ctx, tx, dst, qt, c.all, chunk)
+			}
+			return err
+		})
 		if err == nil {
 			if rc != nil {
 				rc.applied(chunk, srcH, old, now)
+				rc.evicted(evict, old)
 			}
 			return nil
 		}
-		if !isUniqueViolation(err) || round == maxConflictRounds {
+		if !isUniqueViolation(err) || round == 3 {
 			return err
 		}
-		more, ferr := conflictingKeys(ctx, dst, schema, table, cols, rows, chunk)
-		if ferr != nil || len(more) == 0 {
+		more, ferr := conflictingKeys(ctx, dst, schema, table, cols, rows, append(slices.Clone(chunk), evict...))
+		switch {
+		case ferr != nil:
+			return fmt.Errorf("%w (and looking for the rows that hold its values: %v)", err, ferr)
+		case len(more) > 0:
+			evict = append(evict, more...)
+		case upsert:
+			// Two rows of the chunk swapped a value: deleted first, then
+			// inserted.
+			upsert = false
+		default:
 			return err
 		}
-		chunk = append(slices.Clone(chunk), more...)
 	}
 }
 
 // conflictingKeys returns the keys of the rows of table on db, not among
-// chunk, that hold a value of one of its unique indexes (but the primary
+// except, that hold a value of one of its unique indexes (but the primary
 // key) that one of rows (values of cols) holds.
-func conflictingKeys(ctx context.Context, db *gorm.DB, schema, table string, cols []string, rows [][]any, chunk []int64) ([]int64, error) {
+func conflictingKeys(ctx context.Context, db *gorm.DB, schema, table string, cols []string, rows [][]any, except []int64) ([]int64, error) {
 	idx, err := uniqueIndexes(ctx, db, schema, table)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[int64]bool{}
-	for _, id := range chunk {
+	for _, id := range except {
 		seen[id] = true
 	}
 	var out []int64
 	for _, u := range idx {
-		pos := make([]int, len(u))
-		ok := true
-		for i, col := range u {
+		pos := make([]int, len(u.cols))
+		ok := len(rows) > 0
+		for i, col := range u.cols {
 			if pos[i] = slices.Index(cols, col); pos[i] < 0 {
 				ok = false // a generated column: not one the mover writes
 			}
 		}
-		if !ok || len(rows) == 0 {
+		if !ok {
 			continue
+		}
+		// A prefix index (MySQL) compares the prefix.
+		key := make([]string, len(u.cols))
+		for i, col := range u.cols {
+			key[i] = quoteIdent(db, col)
+			if u.prefix[i] > 0 {
+				key[i] = fmt.Sprintf("LEFT(%s, %d)", key[i], u.prefix[i])
+			}
 		}
 		var args []any
 		tuples := make([]string, 0, len(rows))
 		for _, row := range rows {
-			tuples = append(tuples, "("+placeholders(db, len(args), len(u))+")")
-			for _, p := range pos {
+			vals := make([]string, len(u.cols))
+			for i, p := range pos {
+				vals[i] = placeholders(db, len(args), 1)
+				if u.prefix[i] > 0 {
+					vals[i] = fmt.Sprintf("LEFT(%s, %d)", vals[i], u.prefix[i])
+				}
 				args = append(args, row[p])
 			}
+			tuples = append(tuples, "("+strings.Join(vals, ", ")+")")
 		}
-		q := "SELECT id FROM " + quoteTable(db, schema, table) + " WHERE (" + columnList(db, u) + ") IN (" + strings.Join(tuples, ", ") + ")"
+		q := "SELECT id FROM " + quoteTable(db, schema, table) + " WHERE (" + strings.Join(key, ", ") + ") IN (" + strings.Join(tuples, ", ") + ")"
+		if u.where != "" {
+			q += " AND (" + u.where + ")" // a partial index: its rows only
+		}
 		var ids []int64
 		err := readSession(ctx, db, func(qr querier) error {
 			rs, err := qr.QueryContext(ctx, q, args...)
@@ -589,34 +629,50 @@ func conflictingKeys(ctx context.Context, db *gorm.DB, schema, table string, col
 	return out, nil
 }
 
-// uniqueIndexes returns the columns of each unique index of table but its
-// primary key (plain columns only: no expressions, no partial indexes).
-func uniqueIndexes(ctx context.Context, db *gorm.DB, schema, table string) ([][]string, error) {
-	var found []struct{ Idx, Col string }
-	q := `SELECT ic.relname AS idx, a.attname AS col
+// uniqueIndex is a unique index's key columns, the length of the prefix
+// each is indexed by (MySQL; 0: all of it), and the predicate of a
+// partial index (PostgreSQL).
+type uniqueIndex struct {
+	cols   []string
+	prefix []int
+	where  string
+}
+
+// uniqueIndexes returns the unique indexes of table but its primary key,
+// on plain columns (no expressions).
+func uniqueIndexes(ctx context.Context, db *gorm.DB, schema, table string) ([]uniqueIndex, error) {
+	var found []struct {
+		Idx, Col string
+		Prefix   int
+		Pred     string
+	}
+	q := `SELECT ic.relname AS idx, a.attname AS col, 0 AS prefix, coalesce(pg_get_expr(i.indpred, i.indrelid), '') AS pred
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_class ic ON ic.oid = i.indexrelid
 		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
 		WHERE n.nspname = ? AND c.relname = ? AND i.indisunique AND NOT i.indisprimary
-		AND i.indexprs IS NULL AND i.indpred IS NULL
+		AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts
 		ORDER BY ic.relname, k.ord`
 	if db.Dialector.Name() == "mysql" {
-		q = "SELECT INDEX_NAME AS idx, COLUMN_NAME AS col FROM information_schema.STATISTICS" +
-			" WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY' AND COLUMN_NAME IS NOT NULL" +
+		q = "SELECT INDEX_NAME AS idx, coalesce(COLUMN_NAME, '') AS col, coalesce(SUB_PART, 0) AS prefix, '' AS pred FROM information_schema.STATISTICS" +
+			" WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY'" +
 			" ORDER BY INDEX_NAME, SEQ_IN_INDEX"
 	}
 	if err := db.WithContext(ctx).Raw(q, schema, table).Scan(&found).Error; err != nil {
 		return nil, err
 	}
-	var out [][]string
+	var out []uniqueIndex
 	for i, f := range found {
 		if i == 0 || f.Idx != found[i-1].Idx {
-			out = append(out, nil)
+			out = append(out, uniqueIndex{where: f.Pred})
 		}
-		out[len(out)-1] = append(out[len(out)-1], f.Col)
+		u := &out[len(out)-1]
+		u.cols = append(u.cols, f.Col)
+		u.prefix = append(u.prefix, f.Prefix)
 	}
-	return out, nil
+	// MySQL: an index on an expression has a column without a name.
+	return slices.DeleteFunc(out, func(u uniqueIndex) bool { return slices.Contains(u.cols, "") }), nil
 }
 
 // checkCascades refuses to move tables of which one has a foreign key with

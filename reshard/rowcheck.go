@@ -362,6 +362,20 @@ func (rc *rowCheck) applied(ids []int64, srcH, old, now map[int64]uint64) {
 	}
 }
 
+// evicted takes in the rows that an apply deleted on the target because
+// they held a unique value that a row it wrote now has (applyChunk): with
+// their hashes before (old), they leave the totals, and are in doubt until
+// their own change, waiting in the log, is applied.
+func (rc *rowCheck) evicted(ids []int64, old map[int64]uint64) {
+	for _, id := range ids {
+		if h, ok := old[id]; ok {
+			rc.rows--
+			rc.sum -= h
+		}
+		rc.suspect[id] = "taken off the target for a unique value another row took"
+	}
+}
+
 // firstSuspect returns the smallest suspect key and why, for an error.
 func (rc *rowCheck) firstSuspect() (int64, string) {
 	ids := make([]int64, 0, len(rc.suspect))

@@ -360,7 +360,7 @@ func TestMoveUniqueSwap(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for id := 1; id <= 2000; id += 500 {
+			for id := 1; id <= 3000; id += 500 {
 				var vals []string
 				for k := id; k < id+500; k++ {
 					vals = append(vals, fmt.Sprintf("(%d, 'u%d@example.com')", k, k))
@@ -386,7 +386,7 @@ func TestMoveUniqueSwap(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, err := reshard.CopyShard(context.Background(), src, dst, schema, []string{"users"}, func() {
+			checks, err := reshard.CopyShard(context.Background(), src, dst, schema, []string{"users"}, func() {
 				swap(3, 4)
 				swap(10, 20)
 				// Row 30 is logged first, 1,200 others after it, and then
@@ -395,6 +395,22 @@ func TestMoveUniqueSwap(t *testing.T) {
 				src.Exec("UPDATE " + schema + ".users SET email = email WHERE id = 30")
 				src.Exec("UPDATE " + schema + ".users SET email = email WHERE id BETWEEN 100 AND 1300")
 				swap(30, 31)
+				// A chain across chunks: 2001 lets go of its value, 2002 to
+				// 2900 each take the one below, and 2001 takes 2900's.
+				err := src.Transaction(func(tx *gorm.DB) error {
+					if err := tx.Exec("UPDATE " + schema + ".users SET email = 'chain' WHERE id = 2001").Error; err != nil {
+						return err
+					}
+					for id := 2002; id <= 2900; id++ {
+						if err := tx.Exec(fmt.Sprintf("UPDATE %s.users SET email = 'u%d@example.com' WHERE id = %d", schema, id-1, id)).Error; err != nil {
+							return err
+						}
+					}
+					return tx.Exec("UPDATE " + schema + ".users SET email = 'u2900@example.com' WHERE id = 2001").Error
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -402,8 +418,13 @@ func TestMoveUniqueSwap(t *testing.T) {
 			var a, b []string
 			src.Raw("SELECT email FROM " + schema + ".users ORDER BY id").Scan(&a)
 			dst.Raw("SELECT email FROM " + schema + ".users ORDER BY id").Scan(&b)
-			if !reflect.DeepEqual(a, b) || a[2] != "u4@example.com" || a[29] != "u31@example.com" {
+			if !reflect.DeepEqual(a, b) || a[2] != "u4@example.com" || a[29] != "u31@example.com" || a[2000] != "u2900@example.com" || a[2001] != "u2001@example.com" {
 				t.Errorf("after the swaps the target differs: %v vs %v", a[:5], b[:5])
+			}
+			// The rows taken off the target and written again leave the
+			// totals exact.
+			if checks[0].Rows != int64(len(a)) {
+				t.Errorf("the copy counts %d rows, the source has %d", checks[0].Rows, len(a))
 			}
 		})
 	}
