@@ -95,7 +95,7 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END $$`, schema, changeTable)
-	return lockedTx(ctx, db, func(tx *gorm.DB) error {
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		stmts := []string{"CREATE TABLE " + log + " (seq BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, id BIGINT NOT NULL)", fn}
 		for _, t := range tables {
 			stmts = append(stmts, fmt.Sprintf(`CREATE TRIGGER shardid_capture AFTER INSERT OR UPDATE OR DELETE ON %s
@@ -165,7 +165,7 @@ func stopCapture(ctx context.Context, db *gorm.DB, schema string) error {
 		}
 	}
 	// The function's triggers go with it.
-	return lockedTx(ctx, db, func(tx *gorm.DB) error {
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		return tx.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture() CASCADE; DROP TABLE IF EXISTS %s`,
 			schema, quoteTable(db, schema, changeTable))).Error
 	})
@@ -785,7 +785,7 @@ func withTablesLocked(ctx context.Context, db *gorm.DB, schema string, tables []
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
-	err = retryLocks(ctx, func() error {
+	err = retryLocks(ctx, nil, func() error {
 		_, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(locks, ", "))
 		return err
 	})

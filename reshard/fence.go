@@ -52,7 +52,7 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END $$`, schema, fenceTable, shardid.FenceMessage, final)
-	return lockedTx(ctx, db, func(tx *gorm.DB) error {
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		stmts := []string{
 			"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
@@ -164,7 +164,7 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, d time.Duration, overSeal bool) (int64, time.Time, error) {
 	var token int64
 	var began time.Time
-	err := lockedTx(ctx, db, func(tx *gorm.DB) error {
+	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		began = timeNow()
 		var cur struct {
 			Token  int64 `gorm:"column:token"`
@@ -219,7 +219,7 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		Token int64 `gorm:"column:token"`
 		Live  bool  `gorm:"column:live"`
 	}
-	err := lockedTx(ctx, db, func(tx *gorm.DB) error {
+	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		if db.Dialector.Name() == "mysql" {
 			st := fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
 			q := "SELECT token, fenced_until > UTC_TIMESTAMP(6) AS live FROM " + st + " WHERE id = 1 FOR UPDATE"
@@ -297,7 +297,7 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		st, open = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'1000-01-01'"
 	}
 	lifted := false
-	err := lockedTx(ctx, db, func(tx *gorm.DB) error {
+	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		lifted = false
 		var cur struct {
 			Token  int64 `gorm:"column:token"`
@@ -411,7 +411,7 @@ func moveLockName(schema string) string {
 // fence's token.
 func fenceForMover(ctx context.Context, db *gorm.DB, schema string, tables []string) (int64, error) {
 	var token int64
-	err := lockedTx(ctx, db, func(tx *gorm.DB) error {
+	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		st, until := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'infinity'"
 		if db.Dialector.Name() == "mysql" {
 			st, until = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'9999-12-31 23:59:59'"

@@ -35,9 +35,15 @@ const lockWait = 500 * time.Millisecond
 // writers read under a shared lock): innodb_lock_wait_timeout is set to 1 s
 // (it counts seconds) on a session of its own for the transaction, and
 // restored after it; the session is dropped if that fails.
-func lockedTx(ctx context.Context, db *gorm.DB, f func(tx *gorm.DB) error) error {
+//
+// On PostgreSQL, a try that timed out is followed by the cancellation of
+// any autovacuum worker that holds a lock on a table of schema, as
+// PostgreSQL itself does for a lock wait longer than deadlock_timeout
+// (which the 500 ms never reach); not one that prevents wraparound, which
+// PostgreSQL does not cancel either. Only a superuser may cancel one.
+func lockedTx(ctx context.Context, db *gorm.DB, schema string, f func(tx *gorm.DB) error) error {
 	if db.Dialector.Name() == "mysql" {
-		return retryLocks(ctx, func() error {
+		return retryLocks(ctx, nil, func() error {
 			return db.WithContext(ctx).Connection(func(conn *gorm.DB) (err error) {
 				if err := conn.Exec("SET @shardid_ilwt = @@session.innodb_lock_wait_timeout, innodb_lock_wait_timeout = 1").Error; err != nil {
 					dropSession(conn)
@@ -52,7 +58,7 @@ func lockedTx(ctx context.Context, db *gorm.DB, f func(tx *gorm.DB) error) error
 			})
 		})
 	}
-	return retryLocks(ctx, func() error {
+	return retryLocks(ctx, func() { cancelAutovacuum(ctx, db, schema) }, func() error {
 		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			if err := tx.Exec(fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())).Error; err != nil {
 				return err
@@ -76,7 +82,9 @@ func dropSession(conn *gorm.DB) {
 // It gives up after maxLockRetry, with ErrLockWait: a transaction that
 // stays open on the shard's tables that long is somebody's to end, and a
 // move that waited for it in silence could wait forever.
-func retryLocks(ctx context.Context, f func() error) error {
+//
+// between, if not nil, runs after every try that timed out.
+func retryLocks(ctx context.Context, between func(), f func() error) error {
 	wait := 20 * time.Millisecond
 	deadline := time.Now().Add(maxLockRetry)
 	for tries := 1; ; tries++ {
@@ -86,6 +94,9 @@ func retryLocks(ctx context.Context, f func() error) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: %d tries in %v, the last: %v", ErrLockWait, tries, maxLockRetry, err)
+		}
+		if between != nil {
+			between()
 		}
 		t := time.NewTimer(wait + rand.N(wait))
 		select {
@@ -121,4 +132,15 @@ const cleanupTimeout = time.Minute
 // with it, and bounded by cleanupTimeout.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// cancelAutovacuum cancels the autovacuum workers that hold a lock on a
+// table of schema on db (PostgreSQL), but those that prevent wraparound.
+// It reports nothing: a role that may not cancel them waits for them.
+func cancelAutovacuum(ctx context.Context, db *gorm.DB, schema string) {
+	var ignored []bool
+	db.WithContext(ctx).Raw(`SELECT pg_cancel_backend(a.pid) FROM pg_stat_activity a
+		WHERE a.backend_type = 'autovacuum worker' AND a.query NOT LIKE '%to prevent wraparound%'
+		AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE l.pid = a.pid AND n.nspname = ?)`, schema).Scan(&ignored)
 }
