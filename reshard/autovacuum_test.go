@@ -2,9 +2,7 @@ package reshard_test
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -76,43 +74,16 @@ func TestMoveCancelsAutovacuum(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var (
-		stop  = make(chan struct{})
-		wg    sync.WaitGroup
-		stall time.Duration
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := int64(0); ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			start := time.Now()
-			for {
-				err := r.ForKey(1 + moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i, Caption: "w"}).Error
-				if err == nil {
-					break
-				}
-				if !errors.Is(err, shardid.ErrShardMoving) {
-					t.Error(err)
-					return
-				}
-				time.Sleep(time.Millisecond)
-			}
-			stall = max(stall, time.Since(start))
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	stop := runWriters(t, 1, func(_, i int) error {
+		u := int64(1 + moveShards*i)
+		return r.ForKey(u).Create(&RPhoto{UserID: u, Caption: "w"}).Error
+	})
 	mctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	start := time.Now()
 	res, err := reshard.MoveShard(mctx, r, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}})
 	took := time.Since(start)
-	close(stop)
-	wg.Wait()
+	stall := stop().stall
 	if err != nil {
 		t.Fatalf("move beside an autovacuum: %v (after %v)", err, took)
 	}

@@ -3,7 +3,6 @@ package reshard
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -772,27 +771,22 @@ func withTablesLocked(ctx context.Context, db *gorm.DB, schema string, tables []
 	// A pending LOCK TABLES holds back every writer queued behind it: it
 	// waits lockWait at most (lock_wait_timeout counts seconds), and is
 	// tried again (retryLocks).
-	if _, err := conn.ExecContext(ctx, "SET @shardid_lwt = @@session.lock_wait_timeout, lock_wait_timeout = 1"); err != nil {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		return err
-	}
-	defer func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES"); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // the session ends, and its locks
-			return
-		}
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET lock_wait_timeout = @shardid_lwt, @shardid_lwt = NULL"); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
-	err = retryLocks(ctx, nil, func() error {
-		_, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(locks, ", "))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return f(conn)
+	return withSessionVars(ctx, conn, "SET @shardid_lwt = @@session.lock_wait_timeout, lock_wait_timeout = 1",
+		"SET lock_wait_timeout = @shardid_lwt, @shardid_lwt = NULL", func() error {
+			defer func() {
+				if _, err := conn.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES"); err != nil {
+					dropConn(conn) // the session ends, and its locks
+				}
+			}()
+			err := retryLocks(ctx, nil, func() error {
+				_, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(locks, ", "))
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return f(conn)
+		})
 }
 
 // createCaptureTriggersMySQL creates the capture triggers of tables, on a

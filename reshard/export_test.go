@@ -9,3 +9,11 @@ func SetMoverClock(now func() time.Time) (restore func()) {
 	timeNow = now
 	return func() { timeNow = old }
 }
+
+// SetMaxLockRetry makes d how long a step retries its lock waits before
+// ErrLockWait, until restore is called.
+func SetMaxLockRetry(d time.Duration) (restore func()) {
+	old := maxLockRetry
+	maxLockRetry = d
+	return func() { maxLockRetry = old }
+}

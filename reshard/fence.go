@@ -3,7 +3,6 @@ package reshard
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -387,7 +386,7 @@ func (l *moveLock) release() {
 	var ignored sql.NullBool
 	if err := l.conn.QueryRowContext(ctx, q, l.name).Scan(&ignored); err != nil {
 		// Unsure whether the lock is gone: end the session, which ends it.
-		_ = l.conn.Raw(func(any) error { return driver.ErrBadConn })
+		dropConn(l.conn)
 	}
 	l.conn.Close()
 }
@@ -448,26 +447,23 @@ func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err er
 		// a foreign key between two of the shard's tables would refuse.
 		// Its session reads and writes TIMESTAMPs in UTC, as the source's
 		// (readSession) do.
-		if _, err := conn.ExecContext(ctx, "SET @shardid_fkc = @@session.foreign_key_checks, @shardid_tz = @@session.time_zone,"+
-			" @shardid_mover = 1, FOREIGN_KEY_CHECKS = 0, time_zone = '+00:00'"); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-			return err
-		}
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if _, rerr := conn.ExecContext(rctx, "SET FOREIGN_KEY_CHECKS = @shardid_fkc, time_zone = @shardid_tz,"+
-				" @shardid_mover = NULL, @shardid_fkc = NULL, @shardid_tz = NULL"); rerr != nil {
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-			}
-		}()
+		return withSessionVars(ctx, conn, "SET @shardid_fkc = @@session.foreign_key_checks, @shardid_tz = @@session.time_zone,"+
+			" @shardid_mover = 1, FOREIGN_KEY_CHECKS = 0, time_zone = '+00:00'",
+			"SET FOREIGN_KEY_CHECKS = @shardid_fkc, time_zone = @shardid_tz, @shardid_mover = NULL, @shardid_fkc = NULL, @shardid_tz = NULL",
+			func() error { return txOn(ctx, conn, nil, "", f) })
 	}
-	tx, err := conn.BeginTx(ctx, nil)
+	return txOn(ctx, conn, nil, moverSettingsPG, f)
+}
+
+// txOn runs f in a transaction (of opts) on conn, after settings (if
+// any), and commits it if f returns nil.
+func txOn(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions, settings string, f func(tx *sql.Tx) error) error {
+	tx, err := conn.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
-	if db.Dialector.Name() != "mysql" {
-		if _, err := tx.ExecContext(ctx, moverSettingsPG); err != nil {
+	if settings != "" {
+		if _, err := tx.ExecContext(ctx, settings); err != nil {
 			_ = tx.Rollback()
 			return err
 		}

@@ -2,7 +2,6 @@ package reshard
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"time"
 
@@ -94,7 +93,7 @@ func (c *Catalog) listen(ctx context.Context, wake chan<- struct{}) {
 				}
 			})
 			// The session listened: do not hand it back to the pool.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			dropConn(conn)
 			conn.Close()
 		}
 		if errors.Is(err, errNotPgx) {

@@ -44,17 +44,13 @@ const lockWait = 500 * time.Millisecond
 func lockedTx(ctx context.Context, db *gorm.DB, schema string, f func(tx *gorm.DB) error) error {
 	if db.Dialector.Name() == "mysql" {
 		return retryLocks(ctx, nil, func() error {
-			return db.WithContext(ctx).Connection(func(conn *gorm.DB) (err error) {
-				if err := conn.Exec("SET @shardid_ilwt = @@session.innodb_lock_wait_timeout, innodb_lock_wait_timeout = 1").Error; err != nil {
-					dropSession(conn)
-					return err
+			return db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
+				sc, ok := conn.Statement.ConnPool.(*sql.Conn)
+				if !ok {
+					return fmt.Errorf("shardid: gorm's Connection gave a %T, not a session", conn.Statement.ConnPool)
 				}
-				defer func() {
-					if rerr := conn.WithContext(context.WithoutCancel(ctx)).Exec("SET innodb_lock_wait_timeout = @shardid_ilwt, @shardid_ilwt = NULL").Error; rerr != nil {
-						dropSession(conn)
-					}
-				}()
-				return conn.Transaction(f)
+				return withSessionVars(ctx, sc, "SET @shardid_ilwt = @@session.innodb_lock_wait_timeout, innodb_lock_wait_timeout = 1",
+					"SET innodb_lock_wait_timeout = @shardid_ilwt, @shardid_ilwt = NULL", func() error { return conn.Transaction(f) })
 			})
 		})
 	}
@@ -68,12 +64,29 @@ func lockedTx(ctx context.Context, db *gorm.DB, schema string, f func(tx *gorm.D
 	})
 }
 
-// dropSession makes the session under conn (from gorm's Connection) leave
-// the pool when it is given back.
-func dropSession(conn *gorm.DB) {
-	if c, ok := conn.Statement.ConnPool.(*sql.Conn); ok {
-		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+// dropConn makes conn's session leave the pool when it is given back:
+// one whose state (variables, locks) could not be put back.
+func dropConn(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+}
+
+// withSessionVars runs f on conn (MySQL) after set, which changes session
+// variables and saves their values in user variables, then restore, which
+// puts them back, so the session returns to the pool as it was; a session
+// that could not be set or restored leaves the pool instead.
+func withSessionVars(ctx context.Context, conn *sql.Conn, set, restore string, f func() error) error {
+	if _, err := conn.ExecContext(ctx, set); err != nil {
+		dropConn(conn)
+		return err
 	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := conn.ExecContext(rctx, restore); err != nil {
+			dropConn(conn)
+		}
+	}()
+	return f()
 }
 
 // retryLocks runs f until it returns anything but a lock timeout, with a
@@ -109,8 +122,8 @@ func retryLocks(ctx context.Context, between func(), f func() error) error {
 	}
 }
 
-// maxLockRetry is how long retryLocks tries at most.
-const maxLockRetry = 2 * time.Minute
+// maxLockRetry is how long retryLocks tries at most; a seam for tests.
+var maxLockRetry = 2 * time.Minute
 
 // isLockTimeout reports whether err is a lock wait that timed out:
 // PostgreSQL's SQLSTATE 55P03, MySQL's error 1205.

@@ -2,13 +2,11 @@ package reshard_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 )
 
@@ -67,12 +64,7 @@ func BenchmarkMoveShard(b *testing.B) {
 	b.Run("mariadb", func(b *testing.B) {
 		// A server of the benchmark's own, with a buffer pool for a shard
 		// of a million rows, for every size.
-		inst := startMariaDBInstance(b, "--innodb-buffer-pool-size=512M")
-		dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
-		if err != nil {
-			b.Fatal(err)
-		}
-		closeAtEnd(b, dst)
+		dst := openMariaDBInstance(b, "--innodb-buffer-pool-size=512M")
 		p := movePlugin(b, 0) // dst keeps it from one size to the next
 		for _, rows := range sizes {
 			b.Run(fmt.Sprint(rows), func(b *testing.B) {
@@ -106,55 +98,20 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 	for b.Loop() {
 		b.StopTimer()
 		r, seeded := setup()
-		stop := make(chan struct{})
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			stall   time.Duration
-			stallAt time.Time
-			ops     int
-		)
-		for w := range moveBenchWriters {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(1, uint64(w)))
-				for i := w; ; i += moveBenchWriters {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					start := time.Now()
-					for {
-						var err error
-						switch i % 3 {
-						case 0:
-							err = r.ForKey(int64(1 + moveShards*i)).Create(&RPhoto{UserID: int64(1 + moveShards*i), Caption: "new"}).Error
-						case 1:
-							err = r.ForShard(1).Model(&RPhoto{}).Where("id = ?", seeded[rng.IntN(len(seeded))]).Update("caption", "updated").Error
-						case 2:
-							err = r.ForShard(1).Where("id = ?", seeded[rng.IntN(len(seeded))]).Delete(&RPhoto{}).Error
-						}
-						if err == nil {
-							break
-						}
-						if !errors.Is(err, shardid.ErrShardMoving) {
-							b.Error(err)
-							return
-						}
-						time.Sleep(time.Millisecond)
-					}
-					mu.Lock()
-					if d := time.Since(start); d > stall {
-						stall, stallAt = d, start
-					}
-					ops++
-					mu.Unlock()
-					time.Sleep(time.Millisecond)
-				}
-			}()
+		rngs := make([]*rand.Rand, moveBenchWriters)
+		for w := range rngs {
+			rngs[w] = rand.New(rand.NewPCG(1, uint64(w)))
 		}
+		stop := runWriters(b, moveBenchWriters, func(w, i int) error {
+			switch i % 3 {
+			case 0:
+				return r.ForKey(int64(1 + moveShards*i)).Create(&RPhoto{UserID: int64(1 + moveShards*i), Caption: "new"}).Error
+			case 1:
+				return r.ForShard(1).Model(&RPhoto{}).Where("id = ?", seeded[rngs[w].IntN(len(seeded))]).Update("caption", "updated").Error
+			default:
+				return r.ForShard(1).Where("id = ?", seeded[rngs[w].IntN(len(seeded))]).Delete(&RPhoto{}).Error
+			}
+		})
 		time.Sleep(200 * time.Millisecond)
 		b.StartTimer()
 		start := time.Now()
@@ -168,8 +125,7 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 		took := time.Since(start)
 		b.StopTimer()
 		time.Sleep(200 * time.Millisecond)
-		close(stop)
-		wg.Wait()
+		seen := stop()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -177,11 +133,11 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 			b.Fatalf("copied %d rows of %d", res.Copied, rows)
 		}
 		b.ReportMetric(float64(res.Fenced.Microseconds())/1000, "fenced-ms")
-		b.ReportMetric(float64(stall.Microseconds())/1000, "stall-ms")
+		b.ReportMetric(float64(seen.stall.Microseconds())/1000, "stall-ms")
 		b.ReportMetric(float64(res.Copied)/res.CopyTime.Seconds(), "copy-rows/s")
 		b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
 		b.Logf("%d rows: moved in %v, fenced %v, writer's longest stall %v (from +%v) over %d writes; stages: %s",
-			rows, took, res.Fenced, stall, stallAt.Sub(start).Round(time.Millisecond), ops, strings.Join(stages, ", "))
+			rows, took, res.Fenced, seen.stall, seen.stallAt.Sub(start).Round(time.Millisecond), seen.ops, strings.Join(stages, ", "))
 		b.StartTimer()
 	}
 }

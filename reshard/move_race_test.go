@@ -14,7 +14,6 @@ import (
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -158,12 +157,7 @@ func mariaMoveSetup(t *testing.T, prefix string) (newRouter func() *shardid.Rout
 		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS %s_%04d", prefix, s))
 	}
 	src.Exec(fmt.Sprintf("DROP TABLE IF EXISTS %s_catalog, %s_catalog_version, %s_catalog_setup", prefix, prefix, prefix))
-	inst := startMariaDBInstance(t)
-	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	dst := openMariaDBInstance(t)
 	// One plugin for the routers over these *gorm.DB: a database takes
 	// one shardid plugin (ErrPluginConflict).
 	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})

@@ -11,7 +11,6 @@ import (
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 )
 
@@ -108,12 +107,7 @@ func TestMoveTargetRefusesStaleWritersMariaDB(t *testing.T) {
 	for s := range 4 {
 		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_mt_%04d", s))
 	}
-	inst := startMariaDBInstance(t)
-	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	dst := openMariaDBInstance(t)
 	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
 	dbs, names := []*gorm.DB{src, dst}, []string{"my1", "my2"}
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: names,

@@ -17,7 +17,6 @@ import (
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -42,11 +41,18 @@ func createRetrying(r *shardid.Router, ph *RPhoto) (int, error) {
 
 func movePlugin(t testing.TB, worker int) *shardid.Plugin {
 	t.Helper()
-	g, err := shardid.NewGenerator(moveLayout, shardid.WithWorker(worker))
+	return layoutPlugin(t, moveLayout, moveShards, worker)
+}
+
+// layoutPlugin returns a plugin of shards logical shards whose generator
+// has layout and worker id worker.
+func layoutPlugin(t testing.TB, layout shardid.Layout, shards, worker int) *shardid.Plugin {
+	t.Helper()
+	g, err := shardid.NewGenerator(layout, shardid.WithWorker(worker))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := shardid.NewPlugin(shardid.PluginConfig{Generator: g, LogicalShards: moveShards})
+	p, err := shardid.NewPlugin(shardid.PluginConfig{Generator: g, LogicalShards: shards})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,12 +481,7 @@ func TestMoveShardMariaDB(t *testing.T) {
 	for s := range 4 {
 		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_mm_%04d", s))
 	}
-	inst := startMariaDBInstance(t)
-	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	dst := openMariaDBInstance(t)
 	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
 		LogicalShards: 4, SchemaPattern: "shardid_mm_%04d", Plugin: p, Map: []int{0, 0, 0, 0}})

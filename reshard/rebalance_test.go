@@ -14,7 +14,6 @@ import (
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -32,15 +31,7 @@ var rbLayout, _ = shardid.Instagram.WithWorkerBits(2)
 
 func rbPlugin(t testing.TB, worker int) *shardid.Plugin {
 	t.Helper()
-	g, err := shardid.NewGenerator(rbLayout, shardid.WithWorker(worker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := shardid.NewPlugin(shardid.PluginConfig{Generator: g, LogicalShards: rbShards})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return layoutPlugin(t, rbLayout, rbShards, worker)
 }
 
 // rbDatabases opens three PostgreSQL databases: test, shardid_test2 and
@@ -584,12 +575,7 @@ func TestRebalanceGrowMariaDB(t *testing.T) {
 		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_rbg_%04d", s))
 	}
 	src.Exec("DROP TABLE IF EXISTS shardid_rbg_catalog, shardid_rbg_catalog_version, shardid_rbg_catalog_setup")
-	inst := startMariaDBInstance(t)
-	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	dst := openMariaDBInstance(t)
 	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: shards})
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
 		LogicalShards: shards, SchemaPattern: "shardid_rbg_%04d", Plugin: p, Map: make([]int, shards)})

@@ -3,7 +3,6 @@ package reshard
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sort"
@@ -76,33 +75,15 @@ func readSession(ctx context.Context, db *gorm.DB, f func(q querier) error) erro
 		return err
 	}
 	defer conn.Close()
-	mysql := db.Dialector.Name() == "mysql"
-	if mysql {
-		if _, err := conn.ExecContext(ctx, hashSettingsMySQL); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // drop the session
-			return err
-		}
-		defer func() {
-			if _, err := conn.ExecContext(context.WithoutCancel(ctx), hashRestoreMySQL); err != nil {
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // drop the session
-			}
-		}()
+	g := func(tx *sql.Tx) error { return f(tx) }
+	if db.Dialector.Name() == "mysql" {
+		return withSessionVars(ctx, conn, hashSettingsMySQL, hashRestoreMySQL, func() error { return txOn(ctx, conn, readCommitted, "", g) })
 	}
-	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if !mysql {
-		if _, err := tx.ExecContext(ctx, hashSettingsPG); err != nil {
-			return err
-		}
-	}
-	if err := f(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return txOn(ctx, conn, readCommitted, hashSettingsPG, g)
 }
+
+// readCommitted is readSession's transaction.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: true}
 
 // rowHash is the SQL expression of a row's 64-bit hash, over cols.
 func rowHash(db *gorm.DB, cols []string) string {

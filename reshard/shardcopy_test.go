@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 )
 
@@ -134,11 +133,6 @@ func TestCopyShardWhileWriting(t *testing.T) {
 
 func TestCopyShardWhileWritingMariaDB(t *testing.T) {
 	src := openMySQL(t)
-	inst := startMariaDBInstance(t)
-	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	dst := openMariaDBInstance(t)
 	copyWhileWriting(t, src, dst, "shardid_cdc_0001", 20000)
 }

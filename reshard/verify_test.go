@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -228,7 +228,7 @@ func TestMoveAcrossSessionSettingsPostgres(t *testing.T) {
 	for _, db := range []*gorm.DB{src, dst} {
 		db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`)
 		if err := db.Exec(`CREATE SCHEMA ` + schema + `; CREATE TABLE ` + schema + `.vals (id bigint PRIMARY KEY,
-			d date, ts timestamptz, t timestamp, iv interval, f float8, b bytea)`).Error; err != nil {
+			d date, ts timestamptz, t timestamp, iv interval, f float8, b bytea, g bigint GENERATED ALWAYS AS (id * 2) STORED)`).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -254,7 +254,7 @@ func TestMoveAcrossSessionSettingsPostgres(t *testing.T) {
 		var out []string
 		err := db.Transaction(func(tx *gorm.DB) error {
 			tx.Exec("SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL IntervalStyle = 'postgres'; SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'")
-			return tx.Raw(`SELECT ROW(id, d, ts, t, iv, f, b)::text FROM ` + schema + `.vals ORDER BY id`).Scan(&out).Error
+			return tx.Raw(`SELECT ROW(id, d, ts, t, iv, f, b, g)::text FROM ` + schema + `.vals ORDER BY id`).Scan(&out).Error
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -292,17 +292,21 @@ func TestMoveAcrossSessionSettingsMariaDB(t *testing.T) {
 		if err := db.Exec("CREATE DATABASE " + schema).Error; err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Exec("CREATE TABLE " + schema + ".vals (id BIGINT PRIMARY KEY, ts TIMESTAMP(6) NULL, dt DATETIME(6), s VARCHAR(20))").Error; err != nil {
+		if err := db.Exec("CREATE TABLE " + schema + ".vals (id BIGINT PRIMARY KEY, ts TIMESTAMP(6) NULL, dt DATETIME(6), s VARCHAR(20), g BIGINT AS (id DIV 2) VIRTUAL)").Error; err != nil {
 			t.Fatal(err)
 		}
 	}
 	insert := func(id int) {
-		if err := src.Exec("INSERT INTO "+schema+".vals VALUES (?, TIMESTAMP '2026-11-22 23:30:00.5' + INTERVAL ? HOUR, '2026-01-02 03:04:05.6', IF(? % 5 = 0, NULL, 'x'))", id, id, id).Error; err != nil {
+		if err := src.Exec("INSERT INTO "+schema+".vals (id, ts, dt, s) VALUES (?, TIMESTAMP '2026-11-22 23:30:00.5' + INTERVAL ? HOUR, '2026-01-02 03:04:05.6', IF(? % 5 = 0, NULL, 'x'))", id, id, id).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
 	for id := 1; id <= 200; id++ {
 		insert(id)
+	}
+	// The lowest key there is: the copy in batches starts below it.
+	if err := src.Exec("INSERT INTO "+schema+".vals (id, ts, dt, s) VALUES (?, NULL, NULL, 'lowest')", math.MinInt64).Error; err != nil {
+		t.Fatal(err)
 	}
 	_, err = reshard.CopyShard(context.Background(), src, dst, schema, []string{"vals"}, func() {
 		for id := 201; id <= 220; id++ {
@@ -317,14 +321,14 @@ func TestMoveAcrossSessionSettingsMariaDB(t *testing.T) {
 		err := db.Connection(func(tx *gorm.DB) error {
 			tx.Exec("SET time_zone = '+00:00'")
 			defer tx.Exec("SET time_zone = SYSTEM")
-			return tx.Raw("SELECT CONCAT_WS('|', id, ts, dt, QUOTE(s)) FROM " + schema + ".vals ORDER BY id").Scan(&out).Error
+			return tx.Raw("SELECT CONCAT_WS('|', id, ts, dt, QUOTE(s), g) FROM " + schema + ".vals ORDER BY id").Scan(&out).Error
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return out
 	}
-	if a, b := read(src), read(dst); !reflect.DeepEqual(a, b) || len(a) != 220 {
+	if a, b := read(src), read(dst); !reflect.DeepEqual(a, b) || len(a) != 221 {
 		t.Errorf("the copy differs: %d rows on the source, %d on the target; first %q vs %q", len(a), len(b), a[0], b[0])
 	}
 }
@@ -339,13 +343,7 @@ func TestMoveUniqueSwap(t *testing.T) {
 			if side == "postgres" {
 				src, dst = openPostgres(t), openSecondPostgresTB(t)
 			} else {
-				src = openMySQL(t)
-				inst := startMariaDBInstance(t)
-				var err error
-				if dst, err = gorm.Open(mysql.Open(inst.DSN("test")), gormConfig()); err != nil {
-					t.Fatal(err)
-				}
-				closeAtEnd(t, dst)
+				src, dst = openMySQL(t), openMariaDBInstance(t)
 			}
 			const schema = "shardid_swap_0001"
 			for _, db := range []*gorm.DB{src, dst} {
@@ -434,12 +432,7 @@ func TestMoveUniqueSwap(t *testing.T) {
 // no trigger for the rows a cascade changes.
 func TestMoveRefusesMySQLCascades(t *testing.T) {
 	src := openMySQL(t)
-	inst := startMariaDBInstance(t)
-	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	dst := openMariaDBInstance(t)
 	src.Exec("DROP DATABASE IF EXISTS shardid_fk_0000")
 	src.Exec("DROP DATABASE IF EXISTS shardid_fk_0001")
 	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
@@ -509,12 +502,7 @@ func TestMoveDoesNotQueueWritersBehindALongTransactionMariaDB(t *testing.T) {
 	for s := range moveShards {
 		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_lt_%04d", s))
 	}
-	inst := startMariaDBInstance(t)
-	dst, err := gorm.Open(mysql.Open(inst.DSN("test")), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	dst := openMariaDBInstance(t)
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
 		LogicalShards: moveShards, SchemaPattern: "shardid_lt_%04d", Plugin: movePlugin(t, 0), Map: make([]int, moveShards)})
 	if err != nil {
@@ -546,38 +534,10 @@ func longTransactionMove(t *testing.T, r *shardid.Router, c *reshard.Catalog, sc
 		}()
 		return done
 	}
-	var (
-		stop  = make(chan struct{})
-		wg    sync.WaitGroup
-		stall time.Duration
-		ops   int
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := int64(0); ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			start := time.Now()
-			for {
-				err := r.ForKey(1 + moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i, Caption: "w"}).Error
-				if err == nil {
-					break
-				}
-				if !errors.Is(err, shardid.ErrShardMoving) {
-					t.Error(err)
-					return
-				}
-				time.Sleep(time.Millisecond)
-			}
-			stall = max(stall, time.Since(start))
-			ops++
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	stop := runWriters(t, 1, func(_, i int) error {
+		u := int64(1 + moveShards*i)
+		return r.ForKey(u).Create(&RPhoto{UserID: u, Caption: "w"}).Error
+	})
 	first := holdOpen(1) // open when the move creates its triggers
 	time.Sleep(100 * time.Millisecond)
 	var second chan error
@@ -590,8 +550,8 @@ func longTransactionMove(t *testing.T, r *shardid.Router, c *reshard.Catalog, sc
 			}
 		}})
 	took := time.Since(start)
-	close(stop)
-	wg.Wait()
+	seen := stop()
+	stall, ops := seen.stall, seen.ops
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,5 +576,89 @@ func longTransactionMove(t *testing.T, r *shardid.Router, c *reshard.Catalog, sc
 	r.Databases()[1].Raw("SELECT count(*) FROM " + schema + ".r_photos WHERE id IN (1, 2)").Scan(&n)
 	if n != 2 {
 		t.Errorf("%d of the 2 rows of the long transactions on the target", n)
+	}
+}
+
+// A mover that is not a PostgreSQL superuser writes on the target with its
+// foreign keys in force: a cascading key between the shard's tables is
+// refused before the move changes anything, as on MySQL.
+func TestMoveRefusesCascadesForANonSuperuser(t *testing.T) {
+	src := openPostgres(t)
+	openSecondPostgresTB(t)
+	src.Exec("DROP SCHEMA IF EXISTS shardid_nsu_0001 CASCADE")
+	if err := src.Exec("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'shardid_mover') THEN CREATE ROLE shardid_mover LOGIN; END IF; END $$").Error; err != nil {
+		t.Fatal(err)
+	}
+	dsn := replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))
+	dst, err := gorm.Open(postgres.Open(strings.Replace(dsn, "user=postgres", "user=shardid_mover", 1)), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	var super string
+	if err := dst.Raw("SELECT current_setting('is_superuser')").Scan(&super).Error; err != nil || super != "off" {
+		t.Fatalf("the mover's role: superuser %q, %v", super, err)
+	}
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"pg1", "pg2"},
+		LogicalShards: 2, SchemaPattern: "shardid_nsu_%04d", Plugin: p, Map: []int{0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"CREATE SCHEMA shardid_nsu_0001",
+		"CREATE TABLE shardid_nsu_0001.parents (id bigint PRIMARY KEY)",
+		"CREATE TABLE shardid_nsu_0001.kids (id bigint PRIMARY KEY, parent_id bigint REFERENCES shardid_nsu_0001.parents (id) ON DELETE SET NULL)",
+	} {
+		if err := src.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = reshard.MoveShard(context.Background(), r, nil, 1, "pg2", reshard.MoveOptions{Tables: []string{"parents", "kids"}})
+	if !errors.Is(err, shardid.ErrInvalidConfig) || !strings.Contains(err.Error(), "ON DELETE SET NULL") || !strings.Contains(err.Error(), "not a superuser") {
+		t.Fatalf("move by a non-superuser of a shard with a cascading key: %v, want ErrInvalidConfig naming it", err)
+	}
+	var n int64
+	dst.Raw("SELECT count(*) FROM pg_namespace WHERE nspname = 'shardid_nsu_0001'").Scan(&n)
+	if n != 0 {
+		t.Error("the refused move created the shard on the target")
+	}
+}
+
+// A step that cannot get its locks within its bound (a transaction stays
+// open on the shard's table) gives up with ErrLockWait, having held the
+// other writers back one short wait at a time.
+func TestFenceGivesUpWithErrLockWait(t *testing.T) {
+	defer reshard.SetMaxLockRetry(time.Second)()
+	r, _, _ := freshMoveSetup(t)
+	seedShard(t, r, 1, 10)
+	held := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Databases()[0].Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("INSERT INTO shardid_mv_0001.r_photos (id, user_id, caption) VALUES (1, 1, 'open')").Error; err != nil {
+				return err
+			}
+			close(held)
+			time.Sleep(3 * time.Second)
+			return nil
+		})
+	}()
+	<-held
+	start := time.Now()
+	err := reshard.Fence(context.Background(), r, 1, []any{&RPhoto{}}, time.Minute)
+	took := time.Since(start)
+	if !errors.Is(err, reshard.ErrLockWait) {
+		t.Fatalf("Fence beside an open transaction: %v, want ErrLockWait", err)
+	}
+	if took > 2500*time.Millisecond {
+		t.Errorf("gave up after %v, bound 1 s", took)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Nothing fenced: the writers go on.
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1}).Error; err != nil {
+		t.Errorf("after the Fence that gave up: %v", err)
 	}
 }
