@@ -51,8 +51,22 @@ func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	m := &MariaDB{t: t, dir: root, port: port, args: args}
+	// Each instance has a tmpdir of its own: in the shared /tmp, servers
+	// starting beside each other failed on each other's temporary tables
+	// ("Error on delete of '/tmp/#sql-temptable-….MAI'").
+	if err := os.Mkdir(m.tmpdir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if u, err := user.Lookup("mysql"); err == nil {
+			uid, _ := strconv.Atoi(u.Uid)
+			gid, _ := strconv.Atoi(u.Gid)
+			os.Chown(m.tmpdir(), uid, gid)
+		}
+	}
 	install := exec.Command("mariadb-install-db", "--no-defaults", "--user=mysql", "--datadir="+m.datadir(),
-		"--auth-root-authentication-method=normal", "--skip-test-db")
+		"--tmpdir="+m.tmpdir(), "--auth-root-authentication-method=normal", "--skip-test-db")
+	install.Env = append(os.Environ(), "TMPDIR="+m.tmpdir())
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
 	}
@@ -66,6 +80,8 @@ func StartMariaDB(t testing.TB, args ...string) *MariaDB {
 
 func (m *MariaDB) datadir() string { return filepath.Join(m.dir, "data") }
 
+func (m *MariaDB) tmpdir() string { return filepath.Join(m.dir, "tmp") }
+
 // DSN returns a DSN for database db, which Start creates.
 func (m *MariaDB) DSN(db string) string {
 	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?parseTime=true", m.port, db)
@@ -75,7 +91,7 @@ func (m *MariaDB) DSN(db string) string {
 func (m *MariaDB) Start() {
 	m.t.Helper()
 	m.cmd = exec.Command("/usr/sbin/mariadbd", append([]string{"--no-defaults", "--user=mysql",
-		"--datadir=" + m.datadir(), "--port=" + strconv.Itoa(m.port), "--bind-address=127.0.0.1",
+		"--datadir=" + m.datadir(), "--tmpdir=" + m.tmpdir(), "--port=" + strconv.Itoa(m.port), "--bind-address=127.0.0.1",
 		"--socket=" + filepath.Join(m.dir, "sock"), "--pid-file=" + filepath.Join(m.dir, "pid"),
 		"--skip-log-bin", "--innodb-buffer-pool-size=32M"}, m.args...)...)
 	if err := m.cmd.Start(); err != nil {

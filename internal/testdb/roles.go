@@ -1,0 +1,98 @@
+package testdb
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// PostgresRole creates a login role of the test's own on the test
+// PostgreSQL, runs grants (each a statement in which %[1]s stands for the
+// role's quoted name) as the superuser, and drops the role and what it
+// owns when the test ends. It returns the role's name; DSNs for it are
+// the test DSN with user= replaced (see RoleDSN).
+//
+//	role := testdb.PostgresRole(t, "app", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO %[1]s")
+func PostgresRole(t testing.TB, name string, grants ...string) string {
+	t.Helper()
+	admin := OpenPostgres(t)
+	role := fmt.Sprintf("shardid_%s_%d", name, uniq())
+	q := `"` + role + `"`
+	if err := admin.Exec("CREATE ROLE " + q + " LOGIN").Error; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { DropPostgresRole(admin, role) })
+	for _, g := range grants {
+		if err := admin.Exec(fmt.Sprintf(g, q)).Error; err != nil {
+			t.Fatalf("%s: %v", fmt.Sprintf(g, q), err)
+		}
+	}
+	return role
+}
+
+// DropPostgresRole drops role on every database of db's server that it
+// owns objects or holds grants in, then the role itself.
+func DropPostgresRole(db *gorm.DB, role string) {
+	var dbs []string
+	db.Raw("SELECT datname FROM pg_database WHERE datallowconn").Scan(&dbs)
+	dsn := EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN)
+	for _, d := range dbs {
+		conn, err := gorm.Open(postgres.Open(withDSNField(dsn, "dbname", d)), GormConfig())
+		if err != nil {
+			continue
+		}
+		conn.Exec(`DROP OWNED BY "` + role + `" CASCADE`)
+		if s, err := conn.DB(); err == nil {
+			s.Close()
+		}
+	}
+	db.Exec(`DROP ROLE IF EXISTS "` + role + `"`)
+}
+
+// RoleDSN returns the test PostgreSQL's DSN for database dbname (the test
+// DSN's own when empty) as role.
+func RoleDSN(role, dbname string) string {
+	dsn := withDSNField(EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN), "user", role)
+	if dbname != "" {
+		dsn = withDSNField(dsn, "dbname", dbname)
+	}
+	return dsn
+}
+
+// OpenRole opens the test PostgreSQL (database dbname, or the test's) as
+// role, closed when the test ends.
+func OpenRole(t testing.TB, role, dbname string) *gorm.DB {
+	t.Helper()
+	db, err := gorm.Open(postgres.Open(RoleDSN(role, dbname)), GormConfig())
+	if err == nil {
+		err = Ping(db)
+	}
+	if err != nil {
+		t.Fatalf("open as %s: %v", role, err)
+	}
+	CloseAtEnd(t, db)
+	return db
+}
+
+// withDSNField sets key=value in a key=value DSN.
+func withDSNField(dsn, key, value string) string {
+	fields := strings.Fields(dsn)
+	for i, f := range fields {
+		if strings.HasPrefix(f, key+"=") {
+			fields[i] = key + "=" + value
+			return strings.Join(fields, " ")
+		}
+	}
+	return dsn + " " + key + "=" + value
+}
+
+// uniq returns a number that names a test's own objects apart from those
+// of other test processes running at the same time.
+func uniq() int64 {
+	return time.Now().UnixNano()%1_000_000_000 + int64(os.Getpid())*1_000_000_000%1_000_000_000_000
+}
