@@ -50,6 +50,16 @@ var (
 	// placeholder in a database's DSN names an environment variable that is
 	// not set, or one whose value the DSN cannot carry.
 	ErrDSNVariable = errors.New("shardid: a DSN placeholder cannot be expanded")
+
+	// ErrMapDiffers is returned by Catalog.Save when the catalog holds a map
+	// that differs from the router's, and by MoveShard and Plan.Apply when
+	// the router's map differs from the catalog's: a configuration change
+	// (a database appended to RouterConfig.Databases without a Map
+	// recomputes the default split) must never move a shard's route without
+	// a move. Build the router from the catalog's map (Catalog.Load and
+	// Router.SetMap, or Follow); overwrite the catalog only deliberately
+	// (Catalog.Overwrite). errors.Is(err, ErrCatalogConflict) also holds.
+	ErrMapDiffers error = &kindError{"shardid: the router's map differs from the catalog's", ErrCatalogConflict}
 )
 
 // These errors can be returned by MoveShard, Fence and Unfence.
@@ -91,6 +101,31 @@ var (
 	// change log after the comparison is not seen. The map is not flipped
 	// and the source is writable again; the message names the first key.
 	ErrCopyDiffers = errors.New("shardid: the copies differ")
+
+	// ErrSameDatabase is returned by MoveShard, Plan.Apply and
+	// CheckDatabases when two names of the router reach one physical
+	// database (two DSNs for one server, such as localhost and 127.0.0.1):
+	// a move between them would copy the shard onto itself and delete it.
+	// Give the router each database once.
+	ErrSameDatabase = errors.New("shardid: two names of the router are one database")
+
+	// ErrUnlistedTable is returned by MoveShard when the shard's schema on
+	// the source holds a table that MoveOptions (Models or Tables) does not
+	// list: the move would leave its rows behind, and DropShardCopy would
+	// then delete them. The message names the tables.
+	ErrUnlistedTable = errors.New("shardid: the shard holds a table the move does not list")
+
+	// ErrModelMismatch is returned by MoveShard, before it creates
+	// anything, when a model of MoveOptions.Models does not match its table
+	// on the source: the table is missing, or a column is missing from the
+	// model or from the table. The message names them.
+	ErrModelMismatch = errors.New("shardid: a model does not match the source's table")
+
+	// ErrCopyNotMoved is returned by DropShardCopy when the copy it would
+	// drop holds a table the shard's home does not hold, or rows in a table
+	// that is empty on the home: what no move carried over. Nothing is
+	// dropped.
+	ErrCopyNotMoved = errors.New("shardid: the copy holds what the shard's home does not")
 )
 
 // detailError adds context to a sentinel error while keeping errors.Is

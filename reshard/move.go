@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -177,6 +175,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, err
 	}
+	if err := guardMove(ctx, []string{res.From, target}, src, dst, schema, tables, opts.Models); err != nil {
+		return res, err
+	}
 	if err := checkCascades(ctx, src, dbs[to], r.Schema(shard), tables); err != nil {
 		return res, err
 	}
@@ -202,11 +203,20 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		if name != res.From {
 			return res, &catalogConflict{fmt.Sprintf("the catalog maps shard %d to %s, this router to %s: load the catalog's map first", shard, name, res.From)}
 		}
+		if err := checkCatalogMap(ctx, r, c); err != nil {
+			return res, err
+		}
 	}
 	if old, err := isSealed(ctx, dst, schema); err != nil {
 		return res, err
 	} else if old {
 		return res, withDetail(ErrShardMoved, fmt.Sprintf("%s holds an old copy of shard %d: drop it first (DropShardCopy)", target, shard))
+	}
+	// A sealed source is taken over only by the move that sealed it, run
+	// again: never by a stale router over the shard's live home.
+	overSeal, err := checkSealedSource(ctx, src, dst, schema, shard, res.From, target)
+	if err != nil {
+		return res, err
 	}
 	stage := func(s string) {
 		mv.Stage(s)
@@ -219,6 +229,19 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// but the mover until the flip: a router that missed moves of the
 	// shard must not write into the copy, whose later passes would
 	// overwrite or delete its rows.
+	// What a failed move created on the target, it drops (guards.go).
+	existed, err := schemaExists(ctx, dst, schema)
+	if err != nil {
+		return res, err
+	}
+	sealed := false
+	defer func() {
+		if err != nil && !existed && !sealed {
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			_ = dropCreatedTarget(cctx, dst, schema, tables)
+		}
+	}()
 	dstToken, err := createTarget(ctx, src, dst, schema, tables, opts.Models)
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
@@ -262,14 +285,18 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	}
 	mv.Fenced(opts.FenceFor)
 	stage("fenced")
-	sealed := false
 	defer func() {
 		if !sealed {
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			if overSeal {
+				// Our fence replaced a seal: the old copy stays sealed.
+				_ = restoreSeal(cctx, src, schema)
+				return
+			}
 			// The source is still the shard's home: let writes through at
 			// once rather than when the fence runs out, unless the fence is
 			// no longer ours.
-			cctx, cancel := cleanupContext(ctx)
-			defer cancel()
 			lifted, _ := liftFence(cctx, src, schema, tables, token)
 			mv.Lifted(lifted)
 		}
@@ -394,7 +421,11 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 }
 
 // DropShardCopy drops the copy of shard left on the database named from by
-// a move. It refuses while the map still points there.
+// a move. It refuses while the map still points there, with
+// ErrSameDatabase when from is the shard's home under another name, and
+// with ErrCopyNotMoved when the copy holds a table the shard's home does
+// not, or rows in a table that is empty there: never what no move carried
+// over.
 func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from string) error {
 	if err := checkMove(r, shard); err != nil {
 		return err
@@ -403,7 +434,14 @@ func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from strin
 	if d < 0 || dbOf(r, shard) == d {
 		return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("shard %d lives on %q: its copy there is not a leftover", shard, from))
 	}
-	db := r.Databases()[d]
+	db, home := r.Databases()[d], r.Databases()[dbOf(r, shard)]
+	// Never what was not moved (guards.go).
+	if err := checkDistinct(ctx, []string{r.DatabaseName(shard), from}, []*gorm.DB{home, db}); err != nil {
+		return err
+	}
+	if err := checkCopyHeld(ctx, db, home, r.Schema(shard), from, r.DatabaseName(shard)); err != nil {
+		return err
+	}
 	if db.Dialector.Name() == "mysql" {
 		return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + r.Schema(shard) + "`").Error
 	}
@@ -449,9 +487,7 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 			return 0, err
 		}
 		if n == 0 {
-			h := fnv.New64a()
-			h.Write([]byte(schema))
-			in = "shardid_new_" + strconv.FormatUint(h.Sum64(), 16)
+			in = stagingSchema(schema)
 			// Left by a mover that died: nobody else uses it.
 			if err := dst.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + in + `" CASCADE`).Error; err != nil {
 				return 0, err

@@ -1,0 +1,446 @@
+package reshard
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/shardid/shardid"
+	"gorm.io/gorm"
+)
+
+// The guards of this file refuse, before a move changes anything, the
+// mistakes of operators and the stale processes that would lose rows: two
+// names for one database, a router whose map is not the catalog's, tables
+// of the shard that the move does not list, models that do not match the
+// source's tables, and a stale router moving a shard back over its live
+// home.
+
+// dbIdentity is what tells physical databases apart, as the database
+// itself reports it: two *gorm.DB whose identities are equal reach the same
+// database, whatever their DSNs say.
+type dbIdentity struct {
+	// strong is an identifier the server generates once (PostgreSQL's
+	// system_identifier, MySQL's @@server_uuid), "" where the server has
+	// none or the role may not read it. Replicas share PostgreSQL's.
+	strong string
+	// key is the server's instance (PostgreSQL: start time and port;
+	// MySQL/MariaDB: server id, host name, port and data directory), plus,
+	// on PostgreSQL, the database: a shard's schema lives in a database
+	// there, and in the server itself on MySQL.
+	key string
+}
+
+// same reports whether a and b are one database.
+func (a dbIdentity) same(b dbIdentity) bool {
+	if a.strong != "" && b.strong != "" && a.strong != b.strong {
+		return false
+	}
+	return a.key == b.key
+}
+
+// identify returns db's identity. Every statement it runs is a plain
+// SELECT any role may run; system_identifier is read only where the role
+// may (pg_control_system can be revoked from PUBLIC).
+func identify(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
+	var id dbIdentity
+	if db.Dialector.Name() == "mysql" {
+		var row struct {
+			ServerID string `gorm:"column:server_id"`
+			Host     string `gorm:"column:host"`
+			Port     string `gorm:"column:port"`
+			Datadir  string `gorm:"column:datadir"`
+		}
+		q := "SELECT CAST(@@server_id AS CHAR) AS server_id, @@hostname AS host, CAST(@@port AS CHAR) AS port, @@datadir AS datadir"
+		if err := db.WithContext(ctx).Raw(q).Scan(&row).Error; err != nil {
+			return id, err
+		}
+		id.key = strings.Join([]string{row.ServerID, row.Host, row.Port, row.Datadir}, "|")
+		// MariaDB has no @@server_uuid: its error leaves the key alone.
+		var uuid string
+		if err := db.WithContext(ctx).Raw("SELECT @@server_uuid").Scan(&uuid).Error; err == nil {
+			id.strong = uuid
+		}
+		return id, nil
+	}
+	var row struct {
+		Started string `gorm:"column:started"`
+		Port    string `gorm:"column:port"`
+		DatOID  string `gorm:"column:datoid"`
+		DatName string `gorm:"column:datname"`
+	}
+	// The start time as seconds since the epoch: its text would follow the
+	// session's TimeZone and DateStyle.
+	q := `SELECT extract(epoch FROM pg_postmaster_start_time())::text AS started, current_setting('port') AS port,
+		d.oid::text AS datoid, d.datname AS datname FROM pg_database d WHERE d.datname = current_database()`
+	if err := db.WithContext(ctx).Raw(q).Scan(&row).Error; err != nil {
+		return id, err
+	}
+	id.key = strings.Join([]string{row.Started, row.Port, row.DatOID, row.DatName}, "|")
+	var sys string
+	if err := db.WithContext(ctx).Raw("SELECT system_identifier::text FROM pg_control_system()").Scan(&sys).Error; err == nil {
+		id.strong = sys
+	}
+	return id, nil
+}
+
+// checkDistinct returns ErrSameDatabase if two of dbs (named names) are one
+// physical database.
+func checkDistinct(ctx context.Context, names []string, dbs []*gorm.DB) error {
+	ids := make([]dbIdentity, len(dbs))
+	for i, db := range dbs {
+		id, err := identify(ctx, db)
+		if err != nil {
+			return fmt.Errorf("shardid: identifying database %s: %w", names[i], err)
+		}
+		for j := range i {
+			if ids[j].same(id) {
+				return withDetail(ErrSameDatabase, fmt.Sprintf("%s and %s are one database: give the router each physical database once", names[j], names[i]))
+			}
+		}
+		ids[i] = id
+	}
+	return nil
+}
+
+// CheckDatabases returns an error matching ErrSameDatabase if two names of
+// r reach one physical database (two DSNs for one server, such as
+// localhost and 127.0.0.1), as the databases themselves report it:
+// PostgreSQL's system identifier, start time, port and database, or
+// MySQL's server UUID (where it has one), server id, host name, port and
+// data directory. MoveShard and Plan.Apply check it themselves; a program
+// that builds a router from a configuration can call it at its start.
+func CheckDatabases(ctx context.Context, r *shardid.Router) error {
+	names, dbs := r.Names(), r.Databases()
+	for _, db := range dbs {
+		if n := db.Dialector.Name(); n != "postgres" && n != "mysql" {
+			return nil // SQLite and others: no server to share
+		}
+	}
+	return checkDistinct(ctx, names, dbs)
+}
+
+// checkCatalogMap returns ErrMapDiffers unless r maps every shard where the
+// catalog does: a router built from a configuration that changed (a
+// database appended without a Map recomputes the default split) routes
+// shards to databases that do not hold them.
+func checkCatalogMap(ctx context.Context, r *shardid.Router, c *Catalog) error {
+	m, _, err := c.Load(ctx, r)
+	if err != nil {
+		return err
+	}
+	return mapDiff(r.Names(), m, r.Map())
+}
+
+// mapDiff returns ErrMapDiffers, naming the first shard and how many
+// differ, unless the catalog's map (database indexes in names) and the
+// router's are equal.
+func mapDiff(names []string, catalog, router []int) error {
+	first, n := -1, 0
+	for s := range catalog {
+		if s >= len(router) || catalog[s] != router[s] {
+			if first < 0 {
+				first = s
+			}
+			n++
+		}
+	}
+	if first < 0 {
+		return nil
+	}
+	return withDetail(ErrMapDiffers, fmt.Sprintf("the catalog maps shard %d to %s, the router to %s (%d shards differ): "+
+		"build the router from the catalog's map (Catalog.Load and Router.SetMap, or Follow)", first, names[catalog[first]], names[router[first]], n))
+}
+
+// isInternalTable reports whether table is one of the move's own, in the
+// shard's schema: the fence's state and the change log.
+func isInternalTable(table string) bool { return table == fenceTable || table == changeTable }
+
+// baseTables returns the base tables of schema on db, not partitions nor
+// the move's own.
+func baseTables(ctx context.Context, db *gorm.DB, schema string) ([]string, error) {
+	q := `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY 1"
+	}
+	var all []string
+	if err := db.WithContext(ctx).Raw(q, schema).Scan(&all).Error; err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, isInternalTable), nil
+}
+
+// checkListed returns ErrUnlistedTable if schema on src holds a table that
+// tables does not list: the move would leave it behind, and DropShardCopy
+// would drop it.
+func checkListed(ctx context.Context, src *gorm.DB, schema string, tables []string) error {
+	have, err := baseTables(ctx, src, schema)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, t := range have {
+		if !slices.Contains(tables, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return withDetail(ErrUnlistedTable, fmt.Sprintf("%s holds %s, which the move does not list: add them to MoveOptions.Models or Tables (and the catalog's Tables)",
+			schema, strings.Join(missing, ", ")))
+	}
+	return nil
+}
+
+// checkModels returns ErrModelMismatch if a model does not match its table
+// of schema on src: a table the source lacks, a column the model lacks (the
+// copy could not carry it) or one the source lacks (the copy would fail
+// on it).
+func checkModels(ctx context.Context, src *gorm.DB, schema string, models []any) error {
+	for _, m := range models {
+		if _, ok := m.(string); ok {
+			continue
+		}
+		stmt := &gorm.Statement{DB: src}
+		if err := stmt.Parse(m); err != nil {
+			return err
+		}
+		table := stmt.Schema.Table
+		have, err := sourceColumns(ctx, src, schema, table)
+		if err != nil {
+			return err
+		}
+		if len(have) == 0 {
+			return withDetail(ErrModelMismatch, fmt.Sprintf("%s.%s does not exist on the source", schema, table))
+		}
+		var lacks, extra []string
+		for _, col := range have {
+			if !slices.Contains(stmt.Schema.DBNames, col) {
+				lacks = append(lacks, col)
+			}
+		}
+		for _, col := range stmt.Schema.DBNames {
+			if !slices.Contains(have, col) {
+				extra = append(extra, col)
+			}
+		}
+		if len(lacks) > 0 || len(extra) > 0 {
+			var why []string
+			if len(lacks) > 0 {
+				why = append(why, "the model lacks "+strings.Join(lacks, ", "))
+			}
+			if len(extra) > 0 {
+				why = append(why, "the source lacks "+strings.Join(extra, ", "))
+			}
+			return withDetail(ErrModelMismatch, fmt.Sprintf("%s.%s: %s: migrate the source or fix the model, or move by table names (MoveOptions.Tables)",
+				schema, table, strings.Join(why, "; ")))
+		}
+	}
+	return nil
+}
+
+// sourceColumns returns the column names of schema.table on db.
+func sourceColumns(ctx context.Context, db *gorm.DB, schema, table string) ([]string, error) {
+	q := `SELECT a.attname FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
+		WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
+	}
+	var cols []string
+	err := db.WithContext(ctx).Raw(q, schema, table).Scan(&cols).Error
+	return cols, err
+}
+
+// fenceState is the row of a copy's fence table.
+type fenceState struct {
+	Exists    bool // the fence table exists
+	Live      bool `gorm:"column:live"`       // fenced now, by the database's clock
+	Sealed    bool `gorm:"column:sealed"`     // fenced for good by a move
+	MoverOnly bool `gorm:"column:mover_only"` // a move's target
+}
+
+// readFence returns the state of schema's fence on db.
+func readFence(ctx context.Context, db *gorm.DB, schema string) (fenceState, error) {
+	var st fenceState
+	var n int64
+	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&n).Error; err != nil || n == 0 {
+		return st, err
+	}
+	q = fmt.Sprintf(`SELECT fenced_until > clock_timestamp() AS live, sealed, mover_only FROM "%s".%s WHERE id = 1`, schema, fenceTable)
+	if db.Dialector.Name() == "mysql" {
+		q = fmt.Sprintf("SELECT fenced_until > UTC_TIMESTAMP(6) AS live, sealed, mover_only FROM `%s`.`%s` WHERE id = 1", schema, fenceTable)
+	}
+	if err := db.WithContext(ctx).Raw(q).Scan(&st).Error; err != nil {
+		return st, err
+	}
+	st.Exists = true
+	return st, nil
+}
+
+// checkSealedSource is called before a move creates anything. It reports
+// whether the move's source is sealed (fenced for good by an earlier move).
+// A sealed source may only be taken over by that move run again, which
+// sealed it and could not flip: its target is then still fenced for the
+// mover, as that move left it. Otherwise the target may be the shard's
+// live home and the router's map stale, and the move would truncate the
+// live home and refill it from the old copy: ErrShardMoved.
+func checkSealedSource(ctx context.Context, src, dst *gorm.DB, schema string, shard int, from, to string) (bool, error) {
+	st, err := readFence(ctx, src, schema)
+	if err != nil || !st.Sealed {
+		return false, err
+	}
+	tf, err := readFence(ctx, dst, schema)
+	if err != nil {
+		return false, err
+	}
+	if tf.Exists && tf.MoverOnly && tf.Live && !tf.Sealed {
+		return true, nil
+	}
+	if tf.Exists || tf.Sealed {
+		return false, withDetail(ErrShardMoved, fmt.Sprintf("shard %d lives on %s (its copy there takes writes), and %s holds its old copy, fenced for good: "+
+			"this router's map is stale; load the catalog's map", shard, to, from))
+	}
+	tables, err := baseTables(ctx, dst, schema)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tables {
+		var one int64
+		if err := dst.WithContext(ctx).Raw("SELECT count(*) FROM (SELECT 1 FROM " + quoteTable(dst, schema, t) + " LIMIT 1) x").Scan(&one).Error; err != nil {
+			return false, err
+		}
+		if one > 0 {
+			return false, withDetail(ErrShardMoved, fmt.Sprintf("shard %d lives on %s (%s holds rows), and %s holds its old copy, fenced for good: "+
+				"this router's map is stale; load the catalog's map", shard, to, t, from))
+		}
+	}
+	return false, withDetail(ErrShardMoved, fmt.Sprintf("%s holds an old copy of shard %d, fenced for good, and %s no copy a move left: "+
+		"the shard lives elsewhere; load the catalog's map", from, shard, to))
+}
+
+// restoreSeal fences the tables of schema on db for good again, as a move
+// had sealed them before a move run again replaced the seal with its own
+// fence and then failed: the old copy must never take writes again.
+func restoreSeal(ctx context.Context, db *gorm.DB, schema string) error {
+	st, until := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'infinity'"
+	if db.Dialector.Name() == "mysql" {
+		st, until = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'9999-12-31 23:59:59'"
+	}
+	return db.WithContext(ctx).Exec("UPDATE " + st + " SET fenced_until = " + until + ", token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
+}
+
+// stagingSchema is the name under which a move builds a new schema on a
+// PostgreSQL target before renaming it schema.
+func stagingSchema(schema string) string {
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return "shardid_new_" + strconv.FormatUint(h.Sum64(), 16)
+}
+
+// schemaExists reports whether db holds schema (a database on MySQL).
+func schemaExists(ctx context.Context, db *gorm.DB, schema string) (bool, error) {
+	q := "SELECT count(*) FROM pg_namespace WHERE nspname = ?"
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT count(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?"
+	}
+	var n int64
+	err := db.WithContext(ctx).Raw(q, schema).Scan(&n).Error
+	return n > 0, err
+}
+
+// dropCreatedTarget drops what a failed move created on its target: the
+// schema (a database on MySQL), which did not exist before the move, if it
+// holds nothing but the move's tables, and the staging schema of
+// PostgreSQL.
+func dropCreatedTarget(ctx context.Context, dst *gorm.DB, schema string, tables []string) error {
+	drop := func(s string) error {
+		if dst.Dialector.Name() == "mysql" {
+			return dst.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + s + "`").Error
+		}
+		return dst.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + s + `" CASCADE`).Error
+	}
+	if dst.Dialector.Name() != "mysql" {
+		if err := drop(stagingSchema(schema)); err != nil {
+			return err
+		}
+	}
+	have, err := baseTables(ctx, dst, schema)
+	if err != nil {
+		return err
+	}
+	for _, t := range have {
+		if !slices.Contains(tables, t) {
+			return nil // someone else's: keep all
+		}
+	}
+	return drop(schema)
+}
+
+// checkCopyHeld returns ErrCopyNotMoved unless every table of the copy of
+// schema on db exists on home, the shard's live home, and holds rows there
+// when it holds rows in the copy: DropShardCopy must never drop what no
+// move carried over. Row counts are not compared otherwise: the home takes
+// writes (and deletes) after the move.
+func checkCopyHeld(ctx context.Context, db, home *gorm.DB, schema, from, homeName string) error {
+	tables, err := baseTables(ctx, db, schema)
+	if err != nil {
+		return err
+	}
+	homeTables, err := baseTables(ctx, home, schema)
+	if err != nil {
+		return err
+	}
+	count := func(d *gorm.DB, t string) (int64, error) {
+		var n int64
+		err := d.WithContext(ctx).Raw("SELECT count(*) FROM (SELECT 1 FROM " + quoteTable(d, schema, t) + " LIMIT 1) x").Scan(&n).Error
+		return n, err
+	}
+	var missing, empty []string
+	for _, t := range tables {
+		if !slices.Contains(homeTables, t) {
+			missing = append(missing, t)
+			continue
+		}
+		n, err := count(db, t)
+		if err != nil || n == 0 {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if n, err = count(home, t); err != nil {
+			return err
+		} else if n == 0 {
+			empty = append(empty, t)
+		}
+	}
+	var why []string
+	if len(missing) > 0 {
+		why = append(why, fmt.Sprintf("%s does not hold %s", homeName, strings.Join(missing, ", ")))
+	}
+	if len(empty) > 0 {
+		why = append(why, fmt.Sprintf("%s holds rows there and none on %s", strings.Join(empty, ", "), homeName))
+	}
+	if len(why) > 0 {
+		return withDetail(ErrCopyNotMoved, fmt.Sprintf("the copy of %s on %s: %s: move them first (MoveShard lists them), or drop the copy by hand",
+			schema, from, strings.Join(why, "; ")))
+	}
+	return nil
+}
+
+// guardMove makes the checks of a move that need no lock, before it
+// changes anything: the two databases are two, the move lists every table
+// of the shard, and its models match the source's tables.
+func guardMove(ctx context.Context, names []string, src, dst *gorm.DB, schema string, tables []string, models []any) error {
+	if err := checkDistinct(ctx, names, []*gorm.DB{src, dst}); err != nil {
+		return err
+	}
+	if err := checkListed(ctx, src, schema, tables); err != nil {
+		return err
+	}
+	return checkModels(ctx, src, schema, models)
+}
