@@ -447,7 +447,6 @@ func TestStaleRerunRefusedMariaDB(t *testing.T) {
 func testStaleRerun(t *testing.T, newRouter func() *shardid.Router, b *gorm.DB, prefix, target string, opts reshard.MoveOptions) {
 	ctx := context.Background()
 	r := newRouter()
-	stale := newRouter()
 	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
 		t.Fatal(err)
 	}
@@ -472,6 +471,7 @@ func testStaleRerun(t *testing.T, newRouter func() *shardid.Router, b *gorm.DB, 
 				cancel()
 			}
 		}
+		stale := newRouter() // its map names the old copy
 		_, err := reshard.MoveShard(cctx, stale, nil, 1, target, o)
 		cancel()
 		if !errors.Is(err, reshard.ErrShardMoved) || !strings.Contains(fmt.Sprint(err), "stale") {
@@ -523,7 +523,7 @@ func testRerunKeepsSeal(t *testing.T, r *shardid.Router, a *gorm.DB, prefix, tar
 	o := opts
 	o.OnStage = func(s string) {
 		if s == "sealed" {
-			a.Exec("UPDATE "+prefix+"_catalog SET db_name = 'elsewhere' WHERE shard = 1")
+			a.Exec("UPDATE " + prefix + "_catalog SET db_name = 'elsewhere' WHERE shard = 1")
 		}
 	}
 	if _, err := reshard.MoveShard(ctx, r, c, 1, target, o); !errors.Is(err, reshard.ErrCatalogConflict) {
