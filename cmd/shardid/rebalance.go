@@ -328,6 +328,11 @@ func loadCatalog(ctx context.Context, dsn, table string) (*catalogRouter, error)
 	if err := cr.r.SetMap(m); err != nil {
 		return fail(err)
 	}
+	// Two names for one database would count its shards twice, and a move
+	// between them would delete the shard.
+	if err := reshard.CheckDatabases(ctx, cr.r); err != nil {
+		return fail(err)
+	}
 	cr.version = version
 	return cr, nil
 }
