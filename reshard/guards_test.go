@@ -198,14 +198,26 @@ func TestMoveBetweenTwoNamesOfOneDatabaseMariaDB(t *testing.T) {
 // the catalog's, and a move must refuse a router whose map is not the
 // catalog's; Overwrite replaces it deliberately.
 func TestCatalogSaveRefusesAnotherMap(t *testing.T) {
-	ctx := context.Background()
 	a, b := guardPG(t, "shardid_gc")
 	p := layoutPlugin(t, moveLayout, guardShards, 0)
-	r := guardRouter(t, p, "shardid_gc", []*gorm.DB{a, b}, []string{"pg1", "pg2"}, nil)
+	third := openGuardDB(t, "postgres", envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))
+	testCatalogMap(t, p, "shardid_gc", a, b, third, []string{"pg1", "pg2", "pg3"}, reshard.MoveOptions{Models: []any{&RPhoto{}}})
+}
+
+func TestCatalogSaveRefusesAnotherMapMariaDB(t *testing.T) {
+	a, b := guardMaria(t, "shardid_gcm")
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: guardShards})
+	testCatalogMap(t, p, "shardid_gcm", a, b, openMySQL(t), []string{"my1", "my2", "my3"}, reshard.MoveOptions{Tables: []string{"r_photos"}})
+}
+
+// testCatalogMap is item 9 over databases a and b, and third appended.
+func testCatalogMap(t *testing.T, p *shardid.Plugin, prefix string, a, b, third *gorm.DB, names []string, opts reshard.MoveOptions) {
+	ctx := context.Background()
+	r := guardRouter(t, p, prefix, []*gorm.DB{a, b}, names[:2], nil)
 	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
 		t.Fatal(err)
 	}
-	c := &reshard.Catalog{DB: a, Table: "shardid_gc_catalog"}
+	c := &reshard.Catalog{DB: a, Table: prefix + "_catalog"}
 	v, err := c.Save(ctx, r)
 	if err != nil || v != 1 {
 		t.Fatalf("the first Save: %d, %v", v, err)
@@ -214,8 +226,7 @@ func TestCatalogSaveRefusesAnotherMap(t *testing.T) {
 		t.Errorf("Save of the catalog's own map: %d, %v, want version 1 unchanged", v, err)
 	}
 	// A third database appended, no Map: the default split moves routes.
-	c3 := openGuardDB(t, "postgres", envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))
-	grown := guardRouter(t, p, "shardid_gc", []*gorm.DB{a, b, c3}, []string{"pg1", "pg2", "pg3"}, nil)
+	grown := guardRouter(t, p, prefix, []*gorm.DB{a, b, third}, names, nil)
 	if _, err := c.Save(ctx, grown); !errors.Is(err, reshard.ErrMapDiffers) || !errors.Is(err, reshard.ErrCatalogConflict) {
 		t.Errorf("Save of a recomputed map over the catalog's: %v, want ErrMapDiffers", err)
 	}
@@ -231,13 +242,13 @@ func TestCatalogSaveRefusesAnotherMap(t *testing.T) {
 			other[s] = 1 - other[s]
 		}
 	}
-	stale := guardRouter(t, p, "shardid_gc", []*gorm.DB{a, b}, []string{"pg1", "pg2"}, other)
+	stale := guardRouter(t, p, prefix, []*gorm.DB{a, b}, names[:2], other)
 	seedGuard(t, r, 0, 10)
-	to := "pg2"
-	if r.DatabaseName(0) == "pg2" {
-		to = "pg1"
+	to := names[1]
+	if r.DatabaseName(0) == names[1] {
+		to = names[0]
 	}
-	_, err = reshard.MoveShard(ctx, stale, c, 0, to, reshard.MoveOptions{Models: []any{&RPhoto{}}})
+	_, err = reshard.MoveShard(ctx, stale, c, 0, to, opts)
 	if !errors.Is(err, reshard.ErrMapDiffers) {
 		t.Errorf("a move with a router whose map differs from the catalog's: %v, want ErrMapDiffers", err)
 	}
