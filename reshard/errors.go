@@ -122,9 +122,10 @@ var (
 	ErrModelMismatch = errors.New("shardid: a model does not match the source's table")
 
 	// ErrCopyNotMoved is returned by DropShardCopy when the copy it would
-	// drop holds a table the shard's home does not hold, or rows in a table
-	// that is empty on the home: what no move carried over. Nothing is
-	// dropped.
+	// drop is not a move's leftover (it takes writes: the router's map is
+	// stale and the copy is the shard's home), or holds a table the shard's
+	// home does not hold, or rows in a table that is empty on the home: what
+	// no move carried over. Nothing is dropped.
 	ErrCopyNotMoved = errors.New("shardid: the copy holds what the shard's home does not")
 )
 

@@ -380,15 +380,37 @@ func dropCreatedTarget(ctx context.Context, dst *gorm.DB, schema string, tables 
 	return drop(schema)
 }
 
-// checkCopyHeld returns ErrCopyNotMoved unless every table of the copy of
-// schema on db exists on home, the shard's live home, and holds rows there
-// when it holds rows in the copy: DropShardCopy must never drop what no
-// move carried over. Row counts are not compared otherwise: the home takes
+// checkCopyHeld returns ErrCopyNotMoved unless the copy of schema on db is
+// a move's leftover (sealed, or fenced for its mover) and every table of it
+// exists on home, the shard's home, and holds rows there when it holds
+// rows in the copy: DropShardCopy must never drop what no move carried
+// over. Row counts are not compared otherwise: the home takes
 // writes (and deletes) after the move.
 func checkCopyHeld(ctx context.Context, db, home *gorm.DB, schema, from, homeName string) error {
 	tables, err := baseTables(ctx, db, schema)
 	if err != nil {
 		return err
+	}
+	// A leftover is an old copy sealed by a move, or a failed move's
+	// target, fenced for its mover. A copy that takes writes is a live
+	// home: the router's map is stale.
+	st, err := readFence(ctx, db, schema)
+	if err != nil {
+		return err
+	}
+	live := st.Exists && !st.Sealed && !(st.MoverOnly && st.Live)
+	if !st.Exists {
+		for _, t := range tables {
+			var n int64
+			if err := db.WithContext(ctx).Raw("SELECT count(*) FROM (SELECT 1 FROM " + quoteTable(db, schema, t) + " LIMIT 1) x").Scan(&n).Error; err != nil {
+				return err
+			}
+			live = live || n > 0
+		}
+	}
+	if live {
+		return withDetail(ErrCopyNotMoved, fmt.Sprintf("the copy of %s on %s takes writes, or holds rows no move fenced: it is the shard's home, "+
+			"and this router's map (naming %s) is stale; load the catalog's map", schema, from, homeName))
 	}
 	homeTables, err := baseTables(ctx, home, schema)
 	if err != nil {

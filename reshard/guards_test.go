@@ -499,6 +499,20 @@ func testStaleRerun(t *testing.T, newRouter func() *shardid.Router, b *gorm.DB, 
 			t.Errorf("a write to the old copy after the stale move: %v, want ErrShardMoving", err)
 		}
 	}
+	// The stale router drops "the copy" on the shard's live home, or
+	// rebalances with copies dropped: refused, the home untouched.
+	stale := newRouter()
+	from := stale.DatabaseName(1)
+	if err := reshard.DropShardCopy(ctx, stale, 1, target); !errors.Is(err, reshard.ErrCopyNotMoved) {
+		t.Errorf("DropShardCopy of the live home by a stale router: %v, want ErrCopyNotMoved", err)
+	}
+	plan := reshard.Plan{Moves: []reshard.PlannedMove{{Shard: 1, From: from, To: target}}}
+	if _, err := plan.Apply(ctx, stale, nil, reshard.ApplyOptions{Move: opts, DropCopies: true}); !errors.Is(err, reshard.ErrShardMoved) {
+		t.Errorf("Apply by a stale router: %v, want ErrShardMoved", err)
+	}
+	if n := countRows(t, b, table); n != before {
+		t.Errorf("the shard's home holds %d rows after the stale drop and rebalance, want %d", n, before)
+	}
 }
 
 // Item 15: a move run again over the source it sealed (it could not flip

@@ -423,9 +423,10 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 // DropShardCopy drops the copy of shard left on the database named from by
 // a move. It refuses while the map still points there, with
 // ErrSameDatabase when from is the shard's home under another name, and
-// with ErrCopyNotMoved when the copy holds a table the shard's home does
-// not, or rows in a table that is empty there: never what no move carried
-// over.
+// with ErrCopyNotMoved when the copy is not a move's leftover (neither
+// fenced for good nor fenced for a move's mover: a live home, the router's
+// map stale), or holds a table the shard's home does not, or rows in a
+// table that is empty there: never what no move carried over.
 func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from string) error {
 	if err := checkMove(r, shard); err != nil {
 		return err
