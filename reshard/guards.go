@@ -59,11 +59,15 @@ func identify(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
 			return id, err
 		}
 		id.key = strings.Join([]string{row.ServerID, row.Host, row.Port, row.Datadir}, "|")
-		// MariaDB has no @@server_uuid: its error leaves the key alone.
-		var uuid string
-		if err := db.WithContext(ctx).Raw("SELECT @@server_uuid").Scan(&uuid).Error; err == nil {
-			id.strong = uuid
+		// MariaDB has no server_uuid: SHOW VARIABLES finds none (where
+		// SELECT @@server_uuid would fail, and be logged).
+		var uuid struct {
+			Value string `gorm:"column:Value"`
 		}
+		if err := db.WithContext(ctx).Raw("SHOW VARIABLES LIKE 'server_uuid'").Scan(&uuid).Error; err != nil {
+			return id, err
+		}
+		id.strong = uuid.Value
 		return id, nil
 	}
 	var row struct {
@@ -80,11 +84,14 @@ func identify(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
 		return id, err
 	}
 	id.key = strings.Join([]string{row.Started, row.Port, row.DatOID, row.DatName}, "|")
-	var sys string
-	if err := db.WithContext(ctx).Raw("SELECT system_identifier::text FROM pg_control_system()").Scan(&sys).Error; err == nil {
-		id.strong = sys
+	// Only where the role may: a refused call would be logged. (A CASE
+	// does not help: the privilege is checked before the query runs.)
+	var may bool
+	if err := db.WithContext(ctx).Raw("SELECT has_function_privilege('pg_control_system()', 'EXECUTE')").Scan(&may).Error; err != nil || !may {
+		return id, err
 	}
-	return id, nil
+	err := db.WithContext(ctx).Raw("SELECT system_identifier::text FROM pg_control_system()").Scan(&id.strong).Error
+	return id, err
 }
 
 // checkDistinct returns ErrSameDatabase if two of dbs (named names) are one

@@ -586,3 +586,59 @@ func testRerunKeepsSeal(t *testing.T, r *shardid.Router, a *gorm.DB, prefix, tar
 		t.Errorf("the moved shard holds %d rows, want 20", n)
 	}
 }
+
+// Item 8 where the role may not read pg_control_system() (its EXECUTE
+// revoked from PUBLIC, on a server of the test's own): the start time,
+// port and database still tell one database from another.
+func TestCheckDatabasesWithoutControlFunctions(t *testing.T) {
+	ctx := context.Background()
+	inst := startPostgresInstance(t)
+	// Functions are per database: revoked in template1, before the
+	// databases are created from it.
+	tmpl, err := gorm.Open(postgres.Open(strings.Replace(inst.DSN(), "dbname=postgres", "dbname=template1", 1)), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tmpl.Exec("REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC").Error
+	if sqlDB, _ := tmpl.DB(); sqlDB != nil {
+		sqlDB.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := openGuardDB(t, "postgres", inst.DSN())
+	for _, q := range []string{
+		"CREATE ROLE guards_owner LOGIN",
+		"CREATE DATABASE guards_a OWNER guards_owner",
+		"CREATE DATABASE guards_b OWNER guards_owner",
+	} {
+		if err := admin.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(db string) *gorm.DB {
+		dsn := strings.Replace(strings.Replace(inst.DSN(), "user=postgres", "user=guards_owner", 1), "dbname=postgres", "dbname="+db, 1)
+		return openGuardDB(t, "postgres", dsn)
+	}
+	a, a2, b := open("guards_a"), open("guards_a"), open("guards_b")
+	var may bool
+	if err := a.Raw("SELECT has_function_privilege('pg_control_system()', 'EXECUTE')").Scan(&may).Error; err != nil || may {
+		t.Fatalf("the role may run pg_control_system: %v %v", may, err)
+	}
+	p := layoutPlugin(t, moveLayout, guardShards, 0)
+	shared := openPostgres(t)
+	for _, tc := range []struct {
+		name string
+		dbs  []*gorm.DB
+		want error
+	}{
+		{"one database twice", []*gorm.DB{a, a2}, reshard.ErrSameDatabase},
+		{"two databases of one server", []*gorm.DB{a, b}, nil},
+		{"two servers", []*gorm.DB{b, shared}, nil},
+	} {
+		r := guardRouter(t, p, "shardid_gi", tc.dbs, []string{"d1", "d2"}, []int{0, 0, 0, 0})
+		if err := reshard.CheckDatabases(ctx, r); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
