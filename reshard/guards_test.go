@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -637,6 +638,30 @@ func TestCheckDatabasesWithoutControlFunctions(t *testing.T) {
 		{"two servers", []*gorm.DB{b, shared}, nil},
 	} {
 		r := guardRouter(t, p, "shardid_gi", tc.dbs, []string{"d1", "d2"}, []int{0, 0, 0, 0})
+		if err := reshard.CheckDatabases(ctx, r); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// Item 8 through PgBouncer in transaction mode: a name for the database
+// through the pooler and one for it direct are one database; the two
+// databases the pooler serves are two.
+func TestCheckDatabasesThroughPgBouncer(t *testing.T) {
+	ctx := context.Background()
+	openSecondPostgresTB(t)
+	bouncer := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 4, Databases: []string{"test", "shardid_test2"}})
+	p := layoutPlugin(t, moveLayout, guardShards, 0)
+	direct, pooled, pooled2 := openPostgres(t), bouncer.Open("test", "postgres"), bouncer.Open("shardid_test2", "postgres")
+	for _, tc := range []struct {
+		name string
+		dbs  []*gorm.DB
+		want error
+	}{
+		{"direct and pooled", []*gorm.DB{direct, pooled}, reshard.ErrSameDatabase},
+		{"two pooled databases", []*gorm.DB{pooled, pooled2}, nil},
+	} {
+		r := guardRouter(t, p, "shardid_gb", tc.dbs, []string{"d1", "d2"}, []int{0, 0, 0, 0})
 		if err := reshard.CheckDatabases(ctx, r); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
