@@ -28,15 +28,24 @@ type dbIdentity struct {
 	// none or the role may not read it. Replicas share PostgreSQL's.
 	strong string
 	// key is the server's instance (PostgreSQL: start time and port;
-	// MySQL/MariaDB: server id, host name, port and data directory), plus,
+	// MySQL/MariaDB: server id, host name, port and data directory, and
+	// started), plus,
 	// on PostgreSQL, the database: a shard's schema lives in a database
 	// there, and in the server itself on MySQL.
 	key string
+	// started is when a MySQL/MariaDB server started, in seconds since the
+	// epoch, from its uptime: two servers of one host name, port and data
+	// directory (containers on two hosts) are told apart by it. It is
+	// known to a second, so a difference of up to 2 s counts as none.
+	started int64
 }
 
 // same reports whether a and b are one database.
 func (a dbIdentity) same(b dbIdentity) bool {
 	if a.strong != "" && b.strong != "" && a.strong != b.strong {
+		return false
+	}
+	if d := a.started - b.started; d > 2 || d < -2 {
 		return false
 	}
 	return a.key == b.key
@@ -68,6 +77,17 @@ func identify(ctx context.Context, db *gorm.DB) (dbIdentity, error) {
 			return id, err
 		}
 		id.strong = uuid.Value
+		var up struct {
+			Value int64 `gorm:"column:Value"`
+		}
+		if err := db.WithContext(ctx).Raw("SHOW GLOBAL STATUS LIKE 'Uptime'").Scan(&up).Error; err != nil {
+			return id, err
+		}
+		var now int64
+		if err := db.WithContext(ctx).Raw("SELECT UNIX_TIMESTAMP()").Scan(&now).Error; err != nil {
+			return id, err
+		}
+		id.started = now - up.Value
 		return id, nil
 	}
 	var row struct {
@@ -117,8 +137,8 @@ func checkDistinct(ctx context.Context, names []string, dbs []*gorm.DB) error {
 // r reach one physical database (two DSNs for one server, such as
 // localhost and 127.0.0.1), as the databases themselves report it:
 // PostgreSQL's system identifier, start time, port and database, or
-// MySQL's server UUID (where it has one), server id, host name, port and
-// data directory. MoveShard and Plan.Apply check it themselves; a program
+// MySQL's server UUID (where it has one), server id, host name, port, data
+// directory and start time (from its uptime). MoveShard and Plan.Apply check it themselves; a program
 // that builds a router from a configuration can call it at its start.
 func CheckDatabases(ctx context.Context, r *shardid.Router) error {
 	names, dbs := r.Names(), r.Databases()
