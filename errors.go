@@ -136,6 +136,16 @@ var (
 	// database.
 	ErrShardMoving = errors.New("shardid: shard is moving; retry")
 
+	// ErrUnroutedSQL is returned for raw SQL (Raw, Exec) run through a
+	// Router's *gorm.DB when the router has a SchemaPattern and the SQL
+	// neither has SchemaPlaceholder nor names the shard's schema: its
+	// tables would resolve through the search_path (PostgreSQL) or the
+	// connection's database (MySQL), such as a public.photos left from
+	// before the shards, not in the shard. Nothing runs. Write
+	// {{schema}}.photos, or use Router.Table; run SQL that names no table
+	// of the shard through AllowUnroutedSQL.
+	ErrUnroutedSQL = errors.New("shardid: raw SQL does not name the shard's tables")
+
 	// ErrPluginConflict is returned when a plugin meets a *gorm.DB that
 	// already has a different shardid plugin installed: NewRouter given a
 	// Plugin, or Plugin.Initialize. Keeping the other plugin would leave the

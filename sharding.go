@@ -86,7 +86,10 @@ type RouterConfig struct {
 // ForShard, ForID and ForKey return a *gorm.DB for the database that holds
 // the shard, with tables qualified by the shard's schema when the router
 // has a SchemaPattern. They cost an array lookup: the *gorm.DB of every
-// logical shard is prepared in advance.
+// logical shard is prepared in advance. Raw SQL through them (Raw, Exec)
+// names the shard's tables with SchemaPlaceholder, {{schema}}.photos, and
+// is refused with ErrUnroutedSQL when the router has a SchemaPattern and the
+// SQL names neither the placeholder nor the shard's schema.
 //
 // Every error of a statement run through such a *gorm.DB (a query, create,
 // update, delete, Rows, Exec or Raw) is a *ShardError that names the
@@ -209,7 +212,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 }
 
 // register adds the table-qualifying callback to every processor of db
-// that names a table, once.
+// that names a table or runs raw SQL, once.
 func (r *Router) register(db *gorm.DB) error {
 	cb := db.Callback()
 	for _, reg := range []struct {
@@ -221,6 +224,7 @@ func (r *Router) register(db *gorm.DB) error {
 		{cb.Update().Get(callbackRoute) != nil, cb.Update().Before("gorm:update").Register},
 		{cb.Delete().Get(callbackRoute) != nil, cb.Delete().Before("gorm:delete").Register},
 		{cb.Row().Get(callbackRoute) != nil, cb.Row().Before("gorm:row").Register},
+		{cb.Raw().Get(callbackRoute) != nil, cb.Raw().Before("gorm:raw").Register},
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackRoute, qualifyTable); err != nil {
@@ -255,13 +259,18 @@ func (r *Router) register(db *gorm.DB) error {
 		{cb.Query().Get(callbackShardError) != nil, cb.Query().After("*").Register},
 		{cb.Update().Get(callbackShardError) != nil, cb.Update().After("*").Register},
 		{cb.Delete().Get(callbackShardError) != nil, cb.Delete().After("*").Register},
-		{cb.Row().Get(callbackShardError) != nil, cb.Row().After("*").Register},
 		{cb.Raw().Get(callbackShardError) != nil, cb.Raw().After("*").Register},
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackShardError, nameShard); err != nil {
 				return err
 			}
+		}
+	}
+	// Row's also puts a refused statement's error in the *sql.Row it returns.
+	if cb.Row().Get(callbackShardError) == nil {
+		if err := cb.Row().After("*").Register(callbackShardError, nameShardRow); err != nil {
+			return err
 		}
 	}
 	// A write refused by a move's fence becomes ErrShardMoving.
@@ -283,13 +292,18 @@ func (r *Router) register(db *gorm.DB) error {
 }
 
 // qualifyTable puts a routed statement's table in its shard's schema, as
-// db.Table("shard_0005.photos") would.
+// db.Table("shard_0005.photos") would. A statement whose SQL is set already
+// (Raw, Exec) is routeSQL's.
 func qualifyTable(db *gorm.DB) {
 	v, ok := db.Statement.Settings.Load(settingRoute)
 	if !ok || db.Error != nil {
 		return
 	}
 	rt := v.(route)
+	if db.Statement.SQL.Len() > 0 {
+		routeSQL(db, rt)
+		return
+	}
 	if rt.r.schemas == nil || db.Statement.Table == "" || strings.Contains(db.Statement.Table, ".") {
 		return
 	}
