@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // SchemaPlaceholder names the logical shard's schema (on PostgreSQL) or
@@ -95,11 +96,70 @@ func routeSQL(db *gorm.DB, rt route) {
 	if schema == "" || namesSchema(text, schema) {
 		return
 	}
-	if v, ok := db.Statement.Settings.Load(settingUnrouted); ok && v == true {
+	if unroutedAllowed(db.Statement) {
 		return
 	}
 	refuseSQL(db, rt, "name the shard's tables "+SchemaPlaceholder+".table (or with Router.Table), "+
 		"or run SQL that names no table of the shard through shardid.AllowUnroutedSQL")
+}
+
+// qualifyFrom is the clause builder of FROM on a router's databases: in a
+// routed statement of a router with a SchemaPattern, it puts the tables of
+// joins in the shard's schema (GORM builds an association's join, as
+// Joins("User"), from the unqualified table name, which would resolve
+// through the search_path to a same-named table outside the shard), and
+// checks joins given as SQL as routeSQL checks raw SQL. Then it builds the
+// clause with next, the builder it replaced, or as GORM does.
+func qualifyFrom(next clause.ClauseBuilder) clause.ClauseBuilder {
+	return func(c clause.Clause, b clause.Builder) {
+		if stmt, ok := b.(*gorm.Statement); ok {
+			if v, ok := stmt.Settings.Load(settingRoute); ok {
+				if from, ok := c.Expression.(clause.From); ok && len(from.Joins) > 0 {
+					c.Expression = qualifyJoins(stmt, v.(route), from)
+				}
+			}
+		}
+		if next != nil {
+			next(c, b)
+			return
+		}
+		c.Build(b)
+	}
+}
+
+// qualifyJoins returns from with its joins in the shard's schema.
+func qualifyJoins(stmt *gorm.Statement, rt route, from clause.From) clause.From {
+	if rt.r.schemas == nil {
+		return from
+	}
+	schema := rt.r.schemas[rt.shard]
+	joins := make([]clause.Join, len(from.Joins))
+	for i, j := range from.Joins {
+		switch e := j.Expression.(type) {
+		case nil:
+			if j.Table.Name != "" && j.Table.Name != clause.CurrentTable && !strings.Contains(j.Table.Name, ".") {
+				j.Table.Name = schema + "." + j.Table.Name
+			}
+		case clause.NamedExpr:
+			switch {
+			case strings.Contains(e.SQL, SchemaPlaceholder):
+				e.SQL = strings.ReplaceAll(e.SQL, SchemaPlaceholder, stmt.Quote(schema))
+				j.Expression = e
+			case !namesSchema(e.SQL, schema) && !unroutedAllowed(stmt):
+				_ = stmt.AddError(withDetail(ErrUnroutedSQL, fmt.Sprintf("shard %d (schema %s): join %q: name the shard's tables %s.table (or with Router.Table)",
+					rt.shard, schema, sqlStart(e.SQL), SchemaPlaceholder)))
+			}
+		}
+		joins[i] = j
+	}
+	from.Joins = joins
+	return from
+}
+
+// unroutedAllowed reports whether AllowUnroutedSQL was set on stmt.
+func unroutedAllowed(stmt *gorm.Statement) bool {
+	v, ok := stmt.Settings.Load(settingUnrouted)
+	return ok && v == true
 }
 
 // refuseSQL fails a routed raw statement with ErrUnroutedSQL.

@@ -309,3 +309,69 @@ func TestRoutedRawSQLNamesTheSchema(t *testing.T) {
 		t.Errorf("rewritten SQL %s %v, want %s with the argument as it was", got, stmt.Vars, want)
 	}
 }
+
+// RawOwner and RawAlbum are the models of TestRoutedJoins: an album
+// belongs to its owner, both in the shard.
+type RawOwner struct {
+	ID     int64
+	UserID int64 `shardid:"key"`
+	Name   string
+}
+
+type RawAlbum struct {
+	ID      shardid.ID
+	UserID  int64 `shardid:"key"`
+	OwnerID int64
+	Owner   RawOwner
+}
+
+// TestRoutedJoins: a routed query's joins reach the shard's tables, never a
+// same-named table outside the shard: an association's join (Joins("Owner"))
+// is qualified with the shard's schema, a join given as SQL uses
+// {{schema}} or is refused with ErrUnroutedSQL. Before, Joins("Owner")
+// read the default schema's raw_owners.
+func TestRoutedJoins(t *testing.T) {
+	for _, d := range dialects[:2] {
+		t.Run(d.name, func(t *testing.T) {
+			db := d.open(t)
+			r := rawRouter(t, db)
+			ctx := context.Background()
+			fresh(t, db, &RawOwner{}, &RawAlbum{})
+			if err := db.Create(&RawOwner{ID: 7, UserID: 1, Name: rawDecoy}).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Migrate(ctx, &RawOwner{}, &RawAlbum{}); err != nil {
+				t.Fatal(err)
+			}
+			s := r.ForKey(1)
+			if err := s.Create(&RawOwner{ID: 7, UserID: 1, Name: "owner in shard 1"}).Error; err != nil {
+				t.Fatal(err)
+			}
+			a := RawAlbum{UserID: 1, OwnerID: 7}
+			if err := s.Omit("Owner").Create(&a).Error; err != nil {
+				t.Fatal(err)
+			}
+			var got RawAlbum
+			if err := s.WithContext(ctx).Joins("Owner").First(&got, a.ID).Error; err != nil {
+				t.Fatal(err)
+			}
+			if got.Owner.Name != "owner in shard 1" {
+				t.Errorf("Joins(\"Owner\") read %q, want the shard's owner", got.Owner.Name)
+			}
+			var names []string
+			err := s.Model(&RawAlbum{}).Select("o.name").
+				Joins("JOIN {{schema}}.raw_owners o ON o.id = raw_albums.owner_id").Scan(&names).Error
+			if err != nil || len(names) != 1 || names[0] != "owner in shard 1" {
+				t.Errorf("a join with {{schema}}: %q, %v", names, err)
+			}
+			err = s.Model(&RawAlbum{}).Select("o.name").
+				Joins("JOIN raw_owners o ON o.id = raw_albums.owner_id").Scan(&names).Error
+			wantUnrouted(t, "an unqualified join", err, 1)
+			// Not routed: the default schema's tables, as GORM has it.
+			var plain []RawOwner
+			if err := db.Find(&plain).Error; err != nil || len(plain) != 1 || plain[0].Name != rawDecoy {
+				t.Errorf("an unrouted query: %+v, %v", plain, err)
+			}
+		})
+	}
+}

@@ -215,6 +215,11 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 // that names a table or runs raw SQL, once.
 func (r *Router) register(db *gorm.DB) error {
 	cb := db.Callback()
+	if cb.Query().Get(callbackRoute) == nil {
+		// Joins are built inside gorm:query: qualified as the FROM
+		// clause is written. Installed with the query callback, once.
+		db.ClauseBuilders["FROM"] = qualifyFrom(db.ClauseBuilders["FROM"])
+	}
 	for _, reg := range []struct {
 		registered bool
 		add        func(string, func(*gorm.DB)) error
