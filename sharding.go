@@ -96,6 +96,8 @@ type RouterConfig struct {
 // logical shard and the database and wraps the error GORM or the driver
 // gave: errors.As finds the *ShardError, and errors.Is still finds
 // gorm.ErrRecordNotFound, ErrWrongShard or the driver's error through it.
+// A prepared statement a transaction pooler lost (SQLSTATE 42P05 or 26000)
+// also matches ErrPooledPreparedStatement, which says what to change.
 // Beginning a transaction (Begin, Transaction) is not a statement: its
 // error is GORM's own; nor is the error that Row keeps in its *sql.Row.
 //
@@ -332,7 +334,7 @@ func nameShard(db *gorm.DB) {
 		return // a nested statement (an association) named it already
 	}
 	rt := v.(route)
-	db.Error = &ShardError{Shard: rt.shard, Database: rt.r.names[rt.db], Err: db.Error}
+	db.Error = &ShardError{Shard: rt.shard, Database: rt.r.names[rt.db], Err: hintPooler(db.Error)}
 	if db.Statement.Result != nil {
 		db.Statement.Result.Error = db.Error
 	}

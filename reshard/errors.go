@@ -3,6 +3,7 @@ package reshard
 import (
 	"errors"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardid/shardid"
 )
 
@@ -92,6 +93,43 @@ var (
 	// and the source is writable again; the message names the first key.
 	ErrCopyDiffers = errors.New("shardid: the copies differ")
 )
+
+// These errors can be given to the OnError of Follow and FollowWith.
+var (
+	// ErrListenUnavailable is given once to OnError when the catalog's
+	// notifications cannot reach Follow: two sessions of the catalog's DB
+	// were served by one server process, or a notification sent from
+	// another session did not arrive in time. That is what a pooler in
+	// transaction mode (PgBouncer's pool_mode = transaction) does to
+	// LISTEN. Follow then polls every interval, which works through a
+	// pool; for instant updates, give it a direct or session-mode
+	// connection in FollowOptions.ListenDSN.
+	ErrListenUnavailable = errors.New("shardid: LISTEN does not work through this connection")
+)
+
+// hintPooler returns err with shardid.ErrPooledPreparedStatement added
+// when err is PostgreSQL's "prepared statement already exists" (42P05) or
+// "does not exist" (26000), as routed statements' errors have it, and err
+// unchanged otherwise.
+func hintPooler(err error) error {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || (pg.Code != "42P05" && pg.Code != "26000") || errors.Is(err, shardid.ErrPooledPreparedStatement) {
+		return err
+	}
+	return &pooledStatementError{err}
+}
+
+// pooledStatementError is a driver's error that
+// shardid.ErrPooledPreparedStatement explains.
+type pooledStatementError struct{ err error }
+
+func (e *pooledStatementError) Error() string {
+	return shardid.ErrPooledPreparedStatement.Error() + ": " + e.err.Error()
+}
+
+func (e *pooledStatementError) Unwrap() []error {
+	return []error{shardid.ErrPooledPreparedStatement, e.err}
+}
 
 // detailError adds context to a sentinel error while keeping errors.Is
 // working: "shardid: invalid catalog: the catalog maps 8 shards, the router
