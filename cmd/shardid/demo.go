@@ -79,7 +79,12 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := c.check(fs); err != nil {
 		return err
 	}
-	return demo(context.Background(), c, stdout)
+	// Ctrl-C stops the demo between two statements; it then drops what it
+	// made, as at its end.
+	in := onInterrupt(stderr)
+	defer in.stop()
+	in.Leaves("the demo's tables or files may be left: the next run of the demo drops them (on a server: the schemas demo_NNNN, or the tables demo_photos and demo_comments)")
+	return demo(in.ctx, c, stdout)
 }
 
 // check validates the flags, each with a message that names it.
