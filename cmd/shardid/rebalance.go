@@ -178,7 +178,7 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	bar := startProgress(stdout, "moving", total)
 	var (
-		base    int64            // rows of the moves before the current one
+		base    int64                // rows of the moves before the current one
 		last    = map[string]int64{} // rows copied per table in the current pass
 		current reshard.PlannedMove
 		stage   string
