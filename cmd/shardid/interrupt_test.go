@@ -354,3 +354,129 @@ func TestMoveInterruptedAtEveryStage(t *testing.T) {
 		})
 	}
 }
+
+// Leftovers made on purpose (a mover killed with SIGKILL at a stage, one
+// stopped by a second Ctrl-C, a staging schema) are reported by
+// move --dry-run, with how to remove them, and --abort removes them.
+func TestMoveDryRunReportsLeftovers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves shards in child processes")
+	}
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newCLIFixture(t, kind)
+			setup, err := f.c.LoadSetup(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dsns []string
+			for _, d := range setup.Databases {
+				dsns = append(dsns, d.DSN)
+			}
+			base := []string{"move", "--catalog", f.catalogDSN, "--catalog-table", f.table, "--shard", "1"}
+			dryRun := func(t *testing.T) string {
+				t.Helper()
+				code, out, errs := shardidCmd(t, "", append(base, "--to", f.names[1], "--dry-run")...)
+				if code != 0 {
+					t.Fatalf("--dry-run: %d\n%s\n%s", code, out, errs)
+				}
+				return out
+			}
+			abort := func(t *testing.T) {
+				t.Helper()
+				code, out, errs := shardidCmd(t, "", append(base, "--abort")...)
+				t.Logf("--abort:\n%s%s", out, errs)
+				if code != 0 {
+					t.Fatalf("--abort: %d\n%s\n%s", code, out, errs)
+				}
+				if left, rows := f.moveState(t, f.home(t)); len(left) > 0 || rows != cliRows {
+					t.Errorf("after --abort: left %q, %d rows", left, rows)
+				}
+				if out := dryRun(t); !strings.Contains(out, "leftovers: none") {
+					t.Errorf("--dry-run after --abort:\n%s", out)
+				}
+				if err := f.r.ForKey(1).Create(&cmdPhoto{UserID: 1, Caption: "after"}).Error; err != nil {
+					t.Errorf("shard 1 refuses writes after --abort: %v", err)
+				}
+				f.dbs[0].Exec("DELETE FROM " + fmt.Sprintf(f.schema, 1) + ".photos WHERE caption = 'after'")
+			}
+
+			t.Run("none", func(t *testing.T) {
+				if out := dryRun(t); !strings.Contains(out, "leftovers: none (no change log, fence or other copy of shard 1)") {
+					t.Errorf("a dry run with nothing left:\n%s", out)
+				}
+			})
+			t.Run("killed when fenced", func(t *testing.T) {
+				f.reset(t, dsns)
+				res := cmdChild(t, "fenced", false, []os.Signal{os.Kill}, append(base, "--to", f.names[1], "--fence-for", "10m")...)
+				if !strings.Contains(res.stderr, "PAUSED AT fenced") || res.code != -1 {
+					t.Fatalf("the child: %+v", res)
+				}
+				out := dryRun(t)
+				t.Logf("--dry-run:\n%s", out)
+				for _, want := range []string{
+					f.names[0] + ": capture triggers on photos and a change log of 0 changes in " + fmt.Sprintf(f.schema, 1) + ": every write to the shard is still logged",
+					f.names[0] + ": fenced for ", // 10m0s, or a few seconds less
+					" more: writes fail with ErrShardMoving until then, or --abort",
+					f.names[1] + ": the unfinished copy of a move (1 table) in " + fmt.Sprintf(f.schema, 1),
+					"remove them: shardid move --catalog DSN --catalog-table " + f.table + " --shard 1 --abort",
+				} {
+					if !strings.Contains(out, want) {
+						t.Errorf("--dry-run does not say %q", want)
+					}
+				}
+				abort(t)
+			})
+			t.Run("second SIGINT", func(t *testing.T) {
+				f.reset(t, dsns)
+				res := cmdChild(t, "copied", true, []os.Signal{os.Interrupt, os.Interrupt}, append(base, "--to", f.names[1])...)
+				t.Logf("the child: %d\n%s\n%s", res.code, res.stdout, res.stderr)
+				if res.code != 130 || !strings.Contains(res.stderr, "again: exiting at once") ||
+					!strings.Contains(res.stderr, "--to "+f.names[1]+" --dry-run") || !strings.Contains(res.stderr, "--shard 1 --abort") {
+					t.Fatalf("a second SIGINT: exit %d; want 130 and what to do", res.code)
+				}
+				out := dryRun(t)
+				t.Logf("--dry-run:\n%s", out)
+				if !strings.Contains(out, "capture triggers on photos") || !strings.Contains(out, "the unfinished copy of a move") {
+					t.Errorf("--dry-run does not report the leftovers")
+				}
+				abort(t)
+			})
+			if kind == "postgres" {
+				t.Run("staging schema", func(t *testing.T) {
+					f.reset(t, dsns)
+					st := stagingName(fmt.Sprintf(f.schema, 1))
+					if err := f.dbs[1].Exec(`CREATE SCHEMA "` + st + `"`).Error; err != nil {
+						t.Fatal(err)
+					}
+					out := dryRun(t)
+					if !strings.Contains(out, f.names[1]+": the staging schema "+st) {
+						t.Errorf("--dry-run does not report %s:\n%s", st, out)
+					}
+					abort(t)
+				})
+			}
+			t.Run("old copy", func(t *testing.T) {
+				f.reset(t, dsns)
+				if code, out, errs := shardidCmd(t, "", append(base, "--to", f.names[1])...); code != 0 {
+					t.Fatalf("the move: %d %s %s", code, out, errs)
+				}
+				f.home(t)
+				code, out, errs := shardidCmd(t, "", append(base, "--to", f.names[0], "--dry-run")...)
+				if code != 0 || !strings.Contains(out, f.names[0]+": the old copy of a finished move, fenced for good: drop it with") {
+					t.Errorf("--dry-run with an old copy: %d\n%s\n%s", code, out, errs)
+				}
+			})
+		})
+	}
+}
+
+// --drop-copy-on a database that holds no copy of the shard says so and
+// fails, instead of reporting a copy dropped.
+func TestDropCopyOnNoCopy(t *testing.T) {
+	f := newCLIFixture(t, "postgres")
+	code, out, errs := shardidCmd(t, "", "move", "--catalog", f.catalogDSN, "--catalog-table", f.table, "--shard", "1", "--drop-copy-on", f.names[1])
+	if code != 1 || strings.Contains(out, "dropped") || !strings.Contains(errs, "holds no schema shardid_cli_0001: nothing was dropped") {
+		t.Errorf("--drop-copy-on %s with no copy there: %d %q %q", f.names[1], code, out, errs)
+	}
+}

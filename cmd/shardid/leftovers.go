@@ -124,11 +124,11 @@ func printLeftovers(w io.Writer, l reshard.Leftovers, table string) {
 		case c.Sealed:
 			fmt.Fprintf(w, "  %s: the old copy of a finished move, fenced for good: drop it with %s --drop-copy-on %s\n", c.Database, f, c.Database)
 		case c.Unfinished:
-			fmt.Fprintf(w, "  %s: the unfinished copy of a move (%d tables) in %s\n", c.Database, c.Tables, l.Schema)
+			fmt.Fprintf(w, "  %s: the unfinished copy of a move (%s) in %s\n", c.Database, tablesWord(c.Tables), l.Schema)
 			abort = true
 		default:
-			fmt.Fprintf(w, "  %s: a copy of %s (%d tables) that no move accounts for: not touched; look at it, and drop it with --drop-copy-on %s\n",
-				c.Database, l.Schema, c.Tables, c.Database)
+			fmt.Fprintf(w, "  %s: a copy of %s (%s) that no move accounts for: not touched; look at it, and drop it with --drop-copy-on %s\n",
+				c.Database, l.Schema, tablesWord(c.Tables), c.Database)
 		}
 	}
 	for _, s := range l.Staging {
@@ -143,4 +143,12 @@ func printLeftovers(w io.Writer, l reshard.Leftovers, table string) {
 	case abort:
 		fmt.Fprintf(w, "remove them: %s --abort (lifts the fence, drops the change log, its triggers and the unfinished copies)\n", f)
 	}
+}
+
+// tablesWord says "1 table", "2 tables".
+func tablesWord(n int) string {
+	if n == 1 {
+		return "1 table"
+	}
+	return fmt.Sprintf("%d tables", n)
 }
