@@ -187,3 +187,44 @@ func TestRebalanceStalePlan(t *testing.T) {
 		}
 	}
 }
+
+// Ctrl-C during rebalance --apply stops the move under way, which leaves
+// its shard where it was and nothing on its target; the same command run
+// again carries the plan out.
+func TestRebalanceInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves shards in child processes")
+	}
+	base, c, r := rebalanceFixture(t)
+	ctx := context.Background()
+	planFile := t.TempDir() + "/plan.json"
+	if code, out, errs := shardidCmd(t, "", append(base, "--by", "rows", "--exact", "--save-plan", planFile)...); code != 0 {
+		t.Fatalf("the plan: %d\n%s\n%s", code, out, errs)
+	}
+	b, _ := os.ReadFile(planFile)
+	p, err := reshard.ParsePlan(b)
+	if err != nil || len(p.Moves) == 0 {
+		t.Fatalf("the plan: %+v, %v", p, err)
+	}
+	for _, stage := range []string{"copied", "verified"} {
+		res := cmdChild(t, stage, false, []os.Signal{os.Interrupt}, append(base, "--plan", planFile, "--apply")...)
+		t.Logf("interrupted at %s: %d\n%s\n%s", stage, res.code, res.stdout, res.stderr)
+		first := p.Moves[0]
+		if res.code != 1 || !strings.Contains(res.stdout, fmt.Sprintf("failed; it stays on %s", first.From)) ||
+			!strings.Contains(res.stdout, fmt.Sprintf("cleaning up: dropped the unfinished copy of shard %d on %s", first.Shard, first.To)) ||
+			!strings.Contains(res.stderr, "interrupted: the moves done stay done; run the same command again") {
+			t.Errorf("interrupted at %s: status %d; want 1, the shard on its source, the copy dropped", stage, res.code)
+		}
+		if v, _ := c.Version(ctx); v != 1 {
+			t.Errorf("catalog version %d after the interrupted run, want 1", v)
+		}
+		l, err := reshard.FindLeftovers(ctx, r, first.Shard)
+		if err != nil || !l.Empty() {
+			t.Errorf("leftovers of shard %d: %+v, %v", first.Shard, l, err)
+		}
+	}
+	code, out, errs := shardidCmd(t, "", append(base, "--plan", planFile, "--apply")...)
+	if code != 0 || !strings.Contains(out, "rebalanced: ") {
+		t.Errorf("run again: %d\n%s\n%s", code, out, errs)
+	}
+}
