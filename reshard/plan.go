@@ -102,8 +102,8 @@ type Plan struct {
 // gap between the two (a shard of at most half the gap first, else the
 // smallest that still narrows it), until the spread is within the
 // tolerance, no move narrows it, or MaxMoves is reached. A shard moves at
-// most once per plan, empty shards (no rows, by the sizes: an estimate
-// unless SizeOptions.ExactRows) move only off a database to drain, and
+// most once per plan, empty shards (ShardSize.Empty) move only off a
+// database to drain, and
 // a shard never moves onto a database that holds a copy of it a move left
 // behind (MoveShard would refuse it). The output depends only on its input:
 // ties go to the lower shard number and the earlier database.
@@ -241,7 +241,7 @@ func PlanRebalance(sizes ShardSizes, m []int, opts PlanOptions) (Plan, error) {
 
 	// 2. Balance: from the fullest database to the emptiest.
 	for !full() && !within(load, drain, opts.Tolerance) {
-		if !balanceOnce(names, cur, load, moved, drain, target, leftover, weight, func(s int) bool { return size[s].Rows == 0 }, move) {
+		if !balanceOnce(names, cur, load, moved, drain, target, leftover, weight, func(s int) bool { return size[s].Empty }, move) {
 			break
 		}
 	}

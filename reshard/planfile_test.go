@@ -16,7 +16,11 @@ func TestPlanRebalanceByBytesLeavesEmptyShards(t *testing.T) {
 	m := []int{0, 0, 0, 0, 0, 1}
 	bytes := []int64{1 << 20, 16384, 16384, 16384, 16384, 1 << 20}
 	rows := []int64{1000, 0, 0, 0, 0, 1000}
-	p, err := reshard.PlanRebalance(planSizes(names, m, bytes, rows), m, reshard.PlanOptions{By: reshard.ByBytes})
+	sizes := planSizes(names, m, bytes, rows)
+	for i := range sizes.Copies {
+		sizes.Copies[i].Empty = rows[i] == 0
+	}
+	p, err := reshard.PlanRebalance(sizes, m, reshard.PlanOptions{By: reshard.ByBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +30,7 @@ func TestPlanRebalanceByBytesLeavesEmptyShards(t *testing.T) {
 		}
 	}
 	// Draining still moves them all.
-	p, err = reshard.PlanRebalance(planSizes(names, m, bytes, rows), m, reshard.PlanOptions{By: reshard.ByBytes, Drain: []string{"pg1"}})
+	p, err = reshard.PlanRebalance(sizes, m, reshard.PlanOptions{By: reshard.ByBytes, Drain: []string{"pg1"}})
 	if err != nil || len(p.Moves) != 5 {
 		t.Errorf("draining pg1: %d moves, %v; want 5", len(p.Moves), err)
 	}

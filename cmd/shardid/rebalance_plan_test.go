@@ -228,3 +228,29 @@ func TestRebalanceInterrupted(t *testing.T) {
 		t.Errorf("run again: %d\n%s\n%s", code, out, errs)
 	}
 }
+
+// A plan by bytes (the default, with the databases' estimates) moves no
+// empty shard: their bytes are their tables' empty pages.
+func TestRebalanceByBytesLeavesEmptyShards(t *testing.T) {
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newCLIFixture(t, kind) // shard 1 holds rows, 0, 2 and 3 none
+			planFile := t.TempDir() + "/plan.json"
+			code, out, errs := shardidCmd(t, "", "rebalance", "--catalog", f.catalogDSN, "--catalog-table", f.table, "--save-plan", planFile)
+			t.Logf("the plan:\n%s%s", out, errs)
+			if code != 0 {
+				t.Fatalf("the plan: %d", code)
+			}
+			b, _ := os.ReadFile(planFile)
+			p, err := reshard.ParsePlan(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mv := range p.Moves {
+				if mv.Shard != 1 {
+					t.Errorf("the plan moves empty shard %d: %+v", mv.Shard, mv)
+				}
+			}
+		})
+	}
+}
