@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -317,7 +318,11 @@ func TestMoveInterruptedAtEveryStage(t *testing.T) {
 			for _, stage := range []string{"created", "copied", "fenced", "verified", "sealed", "flipped"} {
 				t.Run(stage, func(t *testing.T) {
 					f.reset(t, dsns)
-					res := cmdChild(t, stage, false, []os.Signal{os.Interrupt}, "move", "--catalog", f.catalogDSN,
+					var sig os.Signal = os.Interrupt
+					if stage == "verified" {
+						sig = syscall.SIGTERM // as a service manager stops it
+					}
+					res := cmdChild(t, stage, false, []os.Signal{sig}, "move", "--catalog", f.catalogDSN,
 						"--catalog-table", f.table, "--shard", "1", "--to", f.names[1], "--batch", "50")
 					t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
 					if !strings.Contains(res.stderr, "PAUSED AT "+stage) {
@@ -478,5 +483,19 @@ func TestDropCopyOnNoCopy(t *testing.T) {
 	code, out, errs := shardidCmd(t, "", "move", "--catalog", f.catalogDSN, "--catalog-table", f.table, "--shard", "1", "--drop-copy-on", f.names[1])
 	if code != 1 || strings.Contains(out, "dropped") || !strings.Contains(errs, "holds no schema shardid_cli_0001: nothing was dropped") {
 		t.Errorf("--drop-copy-on %s with no copy there: %d %q %q", f.names[1], code, out, errs)
+	}
+}
+
+// Ctrl-C during the demo stops it, and it removes what it made, as at its
+// end.
+func TestDemoInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	res := cmdChild(t, "migrated", false, []os.Signal{os.Interrupt}, "demo", "--dir", dir, "--databases", "2", "--shards", "8", "--users", "20000")
+	t.Logf("the demo: %d\n%s\n%s", res.code, res.stdout, res.stderr)
+	if !strings.Contains(res.stderr, "PAUSED AT migrated") || res.code != 1 || !strings.Contains(res.stdout, "removed the demo's SQLite files") {
+		t.Errorf("the demo interrupted: status %d; want 1 and its files removed", res.code)
+	}
+	if files, _ := os.ReadDir(dir); len(files) > 0 {
+		t.Errorf("left in %s: %v", dir, files)
 	}
 }
