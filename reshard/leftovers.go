@@ -305,12 +305,22 @@ func fenceLeft(ctx context.Context, db *gorm.DB, schema string) (*FenceLeft, err
 	if ok, err := tableExists(ctx, db, schema, fenceTable); err != nil || !ok {
 		return nil, err
 	}
-	q := `SELECT fenced_until > clock_timestamp() AS live, fenced_until = 'infinity' AS for_good, sealed, mover_only,
+	// A fence made by an older version has no mover_only column.
+	var hasMover int64
+	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'mover_only'",
+		schema, fenceTable).Scan(&hasMover).Error; err != nil {
+		return nil, err
+	}
+	mover := "mover_only"
+	if hasMover == 0 {
+		mover = "FALSE AS mover_only"
+	}
+	q := `SELECT fenced_until > clock_timestamp() AS live, fenced_until = 'infinity' AS for_good, sealed, ` + mover + `,
 		CASE WHEN fenced_until > clock_timestamp() AND fenced_until <> 'infinity'
 			THEN EXTRACT(EPOCH FROM fenced_until - clock_timestamp())::float8 ELSE 0 END AS seconds
 		FROM "` + schema + `".` + fenceTable + ` WHERE id = 1`
 	if db.Dialector.Name() == "mysql" {
-		q = "SELECT fenced_until > UTC_TIMESTAMP(6) AS live, fenced_until >= '9999-12-31' AS for_good, sealed, mover_only," +
+		q = "SELECT fenced_until > UTC_TIMESTAMP(6) AS live, fenced_until >= '9999-12-31' AS for_good, sealed, " + mover + "," +
 			" GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), fenced_until), 0) / 1e6 AS seconds" +
 			" FROM `" + schema + "`.`" + fenceTable + "` WHERE id = 1"
 	}
