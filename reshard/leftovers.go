@@ -113,7 +113,7 @@ func findLeftovers(ctx context.Context, r *shardid.Router, shard int, tryLock bo
 	names, dbs := r.Names(), r.Databases()
 	l := Leftovers{Shard: shard, Schema: schema, Home: names[home]}
 	if tryLock {
-		lock, err := lockMove(ctx, dbs[home], schema)
+		lock, err := tryMoveLock(ctx, dbs[home], schema)
 		switch {
 		case errors.Is(err, ErrMoveInProgress):
 			l.Moving = true
@@ -205,7 +205,7 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 	schema, home := r.Schema(shard), dbOf(r, shard)
 	names, dbs := r.Names(), r.Databases()
 	done := Leftovers{Shard: shard, Schema: schema, Home: names[home]}
-	lock, err := lockMove(ctx, dbs[home], schema)
+	lock, err := tryMoveLock(ctx, dbs[home], schema)
 	if err != nil {
 		return done, fmt.Errorf("shardid: shard %d on %s: %w", shard, names[home], err)
 	}
@@ -236,6 +236,12 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 		done.Copies = append(done.Copies, c)
 	}
 	return done, nil
+}
+
+// tryMoveLock takes the move lock of schema on db, without waiting:
+// ErrMoveInProgress while a move of the shard holds it.
+func tryMoveLock(ctx context.Context, db *gorm.DB, schema string) (*moveLock, error) {
+	return lockMove(ctx, db, schema)
 }
 
 func schemaExists(ctx context.Context, db *gorm.DB, schema string) (bool, error) {
