@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,10 +35,11 @@ func leavesHint(_, table string, shard int, target string) string {
 		"and the copy it was building on %s. See them: %s --to %s --dry-run\nremove them: %s --abort", shard, target, f, target, f)
 }
 
-// cleanUp drops what a move of shard stopped before its fence for good
-// left on other databases (the copy it was building), then reports what
-// is left, if anything. It runs even once ctx is cancelled.
-func cleanUp(ctx context.Context, w io.Writer, r *shardid.Router, shard int) {
+// cleanUp drops what a move of shard to target stopped before its fence
+// for good left on other databases (the copy it was building, if the move
+// created one and did not drop it), then reports what is left, if
+// anything. It runs even once ctx is cancelled.
+func cleanUp(ctx context.Context, w io.Writer, r *shardid.Router, shard int, target string, created bool) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	done, err := reshard.DropUnfinishedCopies(cctx, r, shard)
@@ -47,8 +49,10 @@ func cleanUp(ctx context.Context, w io.Writer, r *shardid.Router, shard int) {
 	for _, s := range done.Staging {
 		fmt.Fprintf(w, "cleaning up: dropped the staging schema %s on %s\n", s.Schema, s.Database)
 	}
+	dropped := false
 	for _, c := range done.Copies {
 		fmt.Fprintf(w, "cleaning up: dropped the unfinished copy of shard %d on %s\n", shard, c.Database)
+		dropped = dropped || c.Database == target
 	}
 	if err != nil {
 		fmt.Fprintf(w, "cleaning up: %v\n", err)
@@ -57,6 +61,9 @@ func cleanUp(ctx context.Context, w io.Writer, r *shardid.Router, shard int) {
 	if err != nil {
 		fmt.Fprintf(w, "cleaning up: looking for leftovers: %v\n", err)
 		return
+	}
+	if created && !dropped && !slices.ContainsFunc(l.Copies, func(c reshard.CopyLeft) bool { return c.Database == target }) {
+		fmt.Fprintf(w, "cleaning up: the move dropped the unfinished copy of shard %d on %s\n", shard, target)
 	}
 	if l.Moving || len(l.Capture) > 0 || l.Fence != nil || len(l.Staging) > 0 || hasUnfinished(l) {
 		printLeftovers(w, l, "")

