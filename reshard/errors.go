@@ -145,3 +145,26 @@ func (e *detailError) Unwrap() error { return e.err }
 func withDetail(err error, detail string) error {
 	return &detailError{err: err, detail: detail}
 }
+
+// These errors can be returned by ParsePlan, Plan.Check and Plan.Apply.
+var (
+	// ErrInvalidPlan is returned when a plan is not one PlanRebalance could
+	// have made: not JSON of a plan's form (an unknown field, a field
+	// missing), an unknown measure or database, a move whose source is
+	// not where the plan's map puts the shard, a shard moved twice.
+	// errors.Is(err, shardid.ErrInvalidConfig) also holds.
+	ErrInvalidPlan error = &kindError{"shardid: invalid rebalancing plan", shardid.ErrInvalidConfig}
+
+	// ErrStalePlan is returned when the map changed since a plan was made
+	// in a way the plan does not account for: a shard it does not move
+	// has moved, or a shard it moves is on neither the move's source nor
+	// its target. Make a new plan from the catalog's map.
+	ErrStalePlan = errors.New("shardid: the rebalancing plan is stale: the map changed since it was made")
+)
+
+// These errors can be returned by the leftovers' functions.
+var (
+	// ErrNoCopy is returned when a database holds no copy of a shard to
+	// drop.
+	ErrNoCopy = errors.New("shardid: no copy of the shard there")
+)
