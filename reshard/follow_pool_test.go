@@ -25,7 +25,7 @@ func errorsTo() (func(error), chan error) {
 	}, ch
 }
 
-// moveShard0 saves, through the direct catalog c, a map with shard 0 on
+// moveShard0 stores (Overwrite), through the direct catalog c, a map with shard 0 on
 // pg2, and returns how long follower r2 took to route shard 0 there, or
 // -1 if it did not within limit.
 func moveShard0(t *testing.T, r, r2 *shardid.Router, c *reshard.Catalog, limit time.Duration) time.Duration {
@@ -36,7 +36,7 @@ func moveShard0(t *testing.T, r, r2 *shardid.Router, c *reshard.Catalog, limit t
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := c.Save(context.Background(), r); err != nil {
+	if _, err := c.Overwrite(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
 	for time.Since(start) < limit {
