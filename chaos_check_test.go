@@ -491,10 +491,14 @@ func chaosIDs(rs []chaosRowRef, n int) []shardid.ID {
 //	claim PROC WORKER TOKEN LAST UNIXNANO
 //	release PROC WORKER TOKEN LAST
 //	attempt PROC SEQ TABLE OUTCOME TOKEN UNIXMS MS ID:KEY,ID:KEY,...
+//	pending PROC SEQ TABLE KIND ID KEY
 //	op PROC SEQ TABLE KIND OUTCOME UNIXMS MS ID KEY AFFECTED
 //	event PROC KIND
 //
 // TOKEN is "-" when unknown. A last line cut short by a kill is ignored.
+// An update or delete is logged as pending before it runs, and as an op
+// once it returns: one left pending (the process was killed meanwhile)
+// counts as an op whose outcome is unknown ("unlogged").
 
 // readChaosLog adds the events of one log file to h.
 func readChaosLog(path string, h *chaosHistory) error {
@@ -515,8 +519,9 @@ func readChaosLog(path string, h *chaosHistory) error {
 	if err := sc.Err(); err != nil {
 		return err
 	}
+	pending := map[[2]int64]chaosOp{}
 	for i, line := range lines {
-		if err := parseChaosLine(line, h); err != nil {
+		if err := parseChaosLine(line, h, pending); err != nil {
 			if i == len(lines)-1 {
 				h.Other["torn last line"]++ // the process was killed while writing it
 				continue
@@ -524,10 +529,17 @@ func readChaosLog(path string, h *chaosHistory) error {
 			return fmt.Errorf("%s line %d: %w: %q", path, i+1, err, line)
 		}
 	}
+	for _, o := range pending {
+		h.Ops = append(h.Ops, o)
+		h.Other[o.Kind+" "+o.Outcome]++
+	}
 	return nil
 }
 
-func parseChaosLine(line string, h *chaosHistory) error {
+// parseChaosLine adds the event of line to h; pending holds the updates
+// and deletes logged as pending and not yet as done, by process and
+// sequence number.
+func parseChaosLine(line string, h *chaosHistory, pending map[[2]int64]chaosOp) error {
 	f := strings.Split(line, " ")
 	atoi := func(s string) int64 {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -565,6 +577,13 @@ func parseChaosLine(line string, h *chaosHistory) error {
 			}
 			h.Attempts = append(h.Attempts, a)
 			h.Other["outcome "+a.Outcome]++
+		case f[0] == "pending" && len(f) == 7:
+			o := chaosOp{Proc: int(atoi(f[1])), Seq: atoi(f[2]), Table: f[3], Kind: f[4], Outcome: "unlogged",
+				ID: shardid.ID(atoi(f[5])), Key: atoi(f[6])}
+			if o.Kind != "update" && o.Kind != "delete" {
+				panic("unknown op " + o.Kind)
+			}
+			pending[[2]int64{int64(o.Proc), o.Seq}] = o
 		case f[0] == "op" && len(f) == 11:
 			o := chaosOp{Proc: int(atoi(f[1])), Seq: atoi(f[2]), Table: f[3], Kind: f[4], Outcome: f[5],
 				At: time.UnixMilli(atoi(f[6])), Took: time.Duration(atoi(f[7])) * time.Millisecond,
@@ -572,6 +591,7 @@ func parseChaosLine(line string, h *chaosHistory) error {
 			if o.Kind != "update" && o.Kind != "delete" {
 				panic("unknown op " + o.Kind)
 			}
+			delete(pending, [2]int64{int64(o.Proc), o.Seq})
 			h.Ops = append(h.Ops, o)
 			h.Other[o.Kind+" "+o.Outcome]++
 		case f[0] == "event" && len(f) == 3:
@@ -708,7 +728,8 @@ func TestChaosCheckerJudges(t *testing.T) {
 func TestChaosLogParse(t *testing.T) {
 	dir := t.TempDir()
 	good := "claim 3 17 p3c1 -1 1700000000\nattempt 3 1 chaos_as ack p3c1 1700000000000 3 5:13,6:21\nattempt 3 2 chaos_bs lease - 1700000000003 0 -\n" +
-		"op 3 3 chaos_as update ack 1700000000004 2 5 21 1\nop 3 4 chaos_as delete db 1700000000005 0 6 21 0\nevent 3 exit\n"
+		"pending 3 3 chaos_as update 5 21\nop 3 3 chaos_as update ack 1700000000004 2 5 21 1\npending 3 4 chaos_as delete 6 21\nop 3 4 chaos_as delete db 1700000000005 0 6 21 0\n" +
+		"pending 3 5 chaos_as update 5 29\nevent 3 exit\n"
 	path := filepath.Join(dir, "a.log")
 	os.WriteFile(path, []byte(good+"attempt 3 3 chaos_as ack p3c1 1700000000004 1 7:1"), 0o644)
 	var h chaosHistory
@@ -716,7 +737,8 @@ func TestChaosLogParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(h.Claims) != 1 || len(h.Attempts) != 3 || h.Attempts[0].Rows[1] != (chaosRowRef{6, 21}) || h.Attempts[1].Token != "" ||
-		len(h.Ops) != 2 || h.Ops[0].Key != 21 || h.Ops[0].Affected != 1 || h.Ops[1].Kind != "delete" || h.Ops[1].Outcome != "db" || h.Ops[1].ID != 6 ||
+		len(h.Ops) != 3 || h.Ops[0].Key != 21 || h.Ops[0].Affected != 1 || h.Ops[1].Kind != "delete" || h.Ops[1].Outcome != "db" || h.Ops[1].ID != 6 ||
+		h.Ops[2].Outcome != "unlogged" || h.Ops[2].Key != 29 || h.Ops[2].Seq != 5 ||
 		h.Other["exit"] != 1 || h.Other["torn last line"] != 0 {
 		t.Errorf("parsed %+v", h)
 	}

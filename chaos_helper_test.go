@@ -410,6 +410,11 @@ func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq
 		if rng.IntN(3) > 0 {
 			key = o.key%chaosShards + chaosShards*rng.Int64N(1<<30)
 		}
+	}
+	// Logged before it runs: a process killed before it logs the outcome
+	// leaves the operation pending, which the checker takes as unknown.
+	log.printf("pending %d %d %s %s %d %d", proc, seq, o.table, kind, int64(o.id), key)
+	if update {
 		res = db.Model(model).Where("id = ?", o.id).Updates(map[string]any{"user_id": key, "upd": seq})
 	} else {
 		res = db.Where("id = ?", o.id).Delete(model)

@@ -391,7 +391,6 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		movesBusy  atomic.Bool
 		movesMu    sync.Mutex
 		leftovers  = map[int]string{} // shard → database holding its old copy
-		staleMaps  = map[int][]int{}  // shard → the map before its move, while its old copy is kept
 		moveCounts = map[string]int{} // what the operators met, for the fault counts
 	)
 	count := func(k string) {
@@ -440,18 +439,6 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 		if (kind == "move" || kind == "stale" || kind == "lock") && movesBusy.Load() {
 			kind = "clock"
-		}
-		var stale []int // shards with an old copy and the map before their move
-		if kind == "stale" {
-			movesMu.Lock()
-			for s := range staleMaps {
-				stale = append(stale, s)
-			}
-			movesMu.Unlock()
-			sort.Ints(stale)
-			if len(stale) == 0 {
-				kind = "move" // nothing moved yet
-			}
 		}
 		var running []int
 		for i, p := range procs {
@@ -519,34 +506,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				c.redis.Start()
 			}
 			c.note("restarted %s", s)
-		case "stale":
-			// An operator re-runs a move from a map taken before it, not
-			// reloaded: a router that still names the old copy. Mostly
-			// without the catalog (c == nil); now and then cancelled at a
-			// stage.
-			shard := stale[r.rng.IntN(len(stale))]
-			withCatalog := r.rng.IntN(4) == 0
-			cancelAt := []string{"", "", "created", "copied", "fenced", "verified"}[r.rng.IntN(6)]
-			if !withCatalog {
-				r.faultCounts["stale without catalog"]++
-			}
-			if cancelAt != "" {
-				r.faultCounts["stale cancelled"]++
-			}
-			movesMu.Lock()
-			from, m := leftovers[shard], slices.Clone(staleMaps[shard])
-			movesMu.Unlock()
-			movesBusy.Store(true)
-			moving.Add(1)
-			go func() {
-				defer moving.Done()
-				defer movesBusy.Store(false)
-				msg := c.staleMove(shard, m, from, withCatalog, cancelAt, count)
-				movesMu.Lock()
-				r.moves = append(r.moves, msg)
-				movesMu.Unlock()
-			}()
-		case "move", "lock":
+		case "move", "lock", "stale":
 			// The choices now, from the seed; the work in the background,
 			// so that the driver never waits on a frozen server.
 			order := r.rng.Perm(chaosShards)
@@ -568,6 +528,22 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				plan.killAfter = time.Duration(200+r.rng.IntN(4000)) * time.Millisecond
 				r.faultCounts["move killed"]++
 			}
+			// stale: once the moves are done, an operator runs the first
+			// again from the map taken before it, not reloaded (an old
+			// command run again, a process that never heard of the move):
+			// mostly without the catalog (c == nil); now and then cancelled
+			// at a stage.
+			staleCatalog := r.rng.IntN(4) == 0
+			staleCancel := []string{"", "", "created", "copied", "fenced", "verified"}[r.rng.IntN(6)]
+			if kind == "stale" {
+				plan = chaosMovePlan{}
+				if !staleCatalog {
+					r.faultCounts["stale without catalog"]++
+				}
+				if staleCancel != "" {
+					r.faultCounts["stale cancelled at "+staleCancel]++
+				}
+			}
 			movesBusy.Store(true)
 			moving.Add(1)
 			go func() {
@@ -575,11 +551,6 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				defer movesBusy.Store(false)
 				movesMu.Lock()
 				c.dropLeftovers(leftovers)
-				for s := range staleMaps {
-					if _, ok := leftovers[s]; !ok {
-						delete(staleMaps, s)
-					}
-				}
 				var free []int
 				for _, s := range order {
 					if _, ok := leftovers[s]; !ok {
@@ -612,12 +583,24 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 						r.moves = append(r.moves, msgs...)
 						if ok {
 							leftovers[shard] = from
-							staleMaps[shard] = slices.Clone(final)
 						}
 						movesMu.Unlock()
 					}()
 				}
 				pair.Wait()
+				if kind == "stale" {
+					shard := free[0]
+					movesMu.Lock()
+					from, ok := leftovers[shard]
+					movesMu.Unlock()
+					msg := fmt.Sprintf("stale move of shard %d: skipped, its move failed", shard)
+					if ok {
+						msg = c.staleMove(shard, final, from, staleCatalog, staleCancel, count)
+					}
+					movesMu.Lock()
+					r.moves = append(r.moves, msg)
+					movesMu.Unlock()
+				}
 			}()
 		}
 	}
