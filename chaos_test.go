@@ -392,6 +392,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		movesMu    sync.Mutex
 		leftovers  = map[int]string{} // shard → database holding its old copy
 		moveCounts = map[string]int{} // what the operators met, for the fault counts
+		late       [][2]string        // violations found during the run: kind, message
 	)
 	count := func(k string) {
 		movesMu.Lock()
@@ -595,7 +596,11 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 					movesMu.Unlock()
 					msg := fmt.Sprintf("stale move of shard %d: skipped, its move failed", shard)
 					if ok {
-						msg = c.staleMove(shard, final, from, staleCatalog, staleCancel, count)
+						msg = c.staleMove(shard, final, from, staleCatalog, staleCancel, count, func(kind, msg string) {
+							movesMu.Lock()
+							late = append(late, [2]string{kind, msg})
+							movesMu.Unlock()
+						})
 					}
 					movesMu.Lock()
 					r.moves = append(r.moves, msg)
@@ -670,6 +675,9 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	}
 	final, rows := c.snapshot(t)
 	r.verdict = chaosCheck(r.history, rows, final)
+	for _, v := range late {
+		r.verdict.fail(v[0], "%s", v[1])
+	}
 	for _, msg := range died {
 		r.verdict.fail("writer-died", "%s", msg)
 	}
@@ -1012,10 +1020,10 @@ func (c *chaosCluster) terminateLockHolders(d int) int {
 // move (not reloaded): an operator who runs an old command again, or a
 // process that never heard of the move. Without withCatalog, with no
 // catalog (c == nil). With cancelAt, it is cancelled at that stage. It must
-// change nothing: the checker finds the rows it lost, probeWrites a copy
-// it left refusing writes, or an old copy it left writable. Nothing is
-// repaired after it, whatever it says.
-func (c *chaosCluster) staleMove(shard int, m []int, from string, withCatalog bool, cancelAt string, count func(string)) string {
+// change nothing: the checker finds the rows it lost; right after it, the
+// shard's home must take writes and its old copy refuse them (fail is
+// told otherwise). Nothing is repaired after it, whatever it says.
+func (c *chaosCluster) staleMove(shard int, m []int, from string, withCatalog bool, cancelAt string, count func(string), fail func(kind, msg string)) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	r := c.router(c.t)
@@ -1042,6 +1050,15 @@ func (c *chaosCluster) staleMove(shard int, m []int, from string, withCatalog bo
 		}
 	})
 	how := fmt.Sprintf("stale move of shard %d %s→%s (catalog %v, cancelled at %q)", shard, from, to, withCatalog, cancelAt)
+	old, cur := slices.Index(r.Names(), from), slices.Index(r.Names(), to)
+	for _, table := range chaosTables {
+		if exists, refused, err := c.probe(old, shard, table); err == nil && exists && !refused {
+			fail("stray-copy-writable", fmt.Sprintf("after the %s: the old copy of shard %d on %s takes writes to %s", how, shard, from, table))
+		}
+		if exists, refused, err := c.probe(cur, shard, table); err == nil && exists && refused {
+			fail("shard-refuses-writes", fmt.Sprintf("after the %s: shard %d on %s, its home, refuses writes to %s", how, shard, to, table))
+		}
+	}
 	if err == nil {
 		count("stale move succeeded")
 		return how + ": succeeded"
