@@ -37,10 +37,15 @@ var (
 // The fault test, in the spirit of Jepsen. Six writer processes (this test
 // binary, re-executed) take worker ids from three lease stores, a
 // PostgreSQL, a MariaDB and a Redis of the test's own, two processes per
-// store, and write batches of rows with the GORM plugin through routers of
-// their own into two PostgreSQL instances of the test's own, a schema per
-// logical shard, following a catalog. Meanwhile a driver, from a seed, picks
-// faults at random (the first six are one of each kind):
+// store, and write through routers of their own into two PostgreSQL
+// instances of the test's own, a schema per logical shard, following a
+// catalog: batches of rows with the GORM plugin, and updates and deletes of
+// rows they inserted (an update changes the row's sharding key to another
+// key of the same shard, or leaves it, and stamps the row). Two of the six
+// are laggards: they load the catalog's map every 3s and 10s instead of
+// following it, as processes that reload their configuration now and
+// then. Meanwhile a driver, from a seed, picks faults at random (the first
+// eight are one of each kind):
 //
 //   - pause: SIGSTOP a writer for 1.3 to 3 times the lease TTL, then SIGCONT;
 //   - kill: SIGKILL a writer and start a new one in its place, which prefers
@@ -55,14 +60,37 @@ var (
 //     (two operators), to the other database, while the writers write to
 //     every shard; one time in three the first runs in a mover process that
 //     is killed at a random moment. A failed move is run again, as an
-//     operator would, and the old copies are dropped once it is done.
+//     operator would, and the old copies are dropped before the next move;
+//   - lock: a move, whose first mover loses its move lock at a stage
+//     (created to sealed): the server ends the lock's session
+//     (pg_terminate_backend of every session holding an advisory lock on
+//     the source, as a reaper or a network reset would), or the mover runs
+//     on connections with idle_session_timeout = 1s and is slow at that
+//     stage. A second operator, who loaded the catalog, then aborts the move
+//     (Unfence) or runs it too, while the first waits for it (or not);
+//     both must be refused while the first still moves the shard;
+//   - stale: a move, after which its first shard is moved again from the
+//     map taken before the move, not reloaded (an old command run again, a
+//     process that never heard of the move): mostly without the catalog
+//     (c == nil), sometimes cancelled at a stage. It must change nothing:
+//     right after it the shard's home must take writes and its old copy
+//     refuse them.
+//
+// The operator repairs only what the documentation tells an operator to:
+// a failed move is run again until it is done, and when a mover was killed
+// or failed saying "run Unfence" and the shard is then found on its target,
+// Unfence lifts the fence left on the new home. Nothing else: at the end,
+// once every move is over, every shard's home must take writes and every
+// other copy of it refuse them (probeWrites; refusals during the run are
+// ordinary).
 //
 // Some writers of one store share their Owner name, as pods configured with
 // the same name would. The checker (chaos_check_test.go) then judges the
 // logs of every writer against every row of every table. The seed is
-// printed; -chaos.seed=N replays the same choices (the timing of a busy
-// machine differs from run to run), -chaos.duration=10m runs longer. On a
-// failure the logs of the run, the driver's among them, are kept.
+// printed, with the count of every fault and of what the operators met;
+// -chaos.seed=N replays the same choices (the timing of a busy machine
+// differs from run to run), -chaos.duration=10m runs longer. On a failure
+// the logs of the run, the driver's among them, are kept.
 func TestChaos(t *testing.T) {
 	d := *chaosDurationFlag
 	if testing.Short() && d == 30*time.Second {
