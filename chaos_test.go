@@ -32,6 +32,7 @@ import (
 var (
 	chaosSeedFlag     = flag.Int64("chaos.seed", 0, "seed of TestChaos's faults (0: from the time; the seed is printed)")
 	chaosDurationFlag = flag.Duration("chaos.duration", 30*time.Second, "how long TestChaos injects faults")
+	chaosFaultsFlag   = flag.String("chaos.faults", "", "the kinds of fault TestChaos picks from, comma-separated (empty: all)")
 )
 
 // The fault test, in the spirit of Jepsen. Six writer processes (this test
@@ -396,6 +397,9 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	})
 
 	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move", "stale", "lock"}
+	if *chaosFaultsFlag != "" {
+		kinds = strings.Split(*chaosFaultsFlag, ",")
+	}
 	servers := []string{"pg1", "pg2"}
 	if c.maria != nil {
 		servers = append(servers, "mariadb", "redis")
