@@ -1058,8 +1058,12 @@ func (c *chaosCluster) terminateLockHolders(d int) int {
 func (c *chaosCluster) staleMove(shard int, m []int, from string, withCatalog bool, cancelAt string, count func(string), fail func(kind, msg string)) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := c.router(c.t)
-	if err := r.SetMap(m); err != nil {
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err == nil {
+		err = r.SetMap(m)
+	}
+	if err != nil {
 		return fmt.Sprintf("stale move of shard %d: %v", shard, err)
 	}
 	home, err := c.catalogRouter(ctx, c.dbs)
