@@ -39,6 +39,17 @@ import (
 //     the content that was written;
 //  5. a write refused outright (fenced shard, lost lease, clock behind) left
 //     no row anywhere;
+//  7. updates and deletes: each writer updates (the sharding key, to another
+//     key of the same shard, and Upd) and deletes rows of its own whose
+//     insert was acknowledged, one at a time, so a row's history is one
+//     process's sequence: its final state (on the database the map names)
+//     must be the state some operation of that sequence left, no earlier
+//     than the last acknowledged one, and not one that was refused. So an
+//     acknowledged update is seen unless a later operation may have
+//     overwritten it ("update-lost" otherwise), an acknowledged delete stays
+//     deleted ("resurrected"), a refused update or delete changed nothing
+//     ("refused-but-applied"), and an acknowledged update or delete found
+//     its row ("ack-op-no-row": it matched nothing, the row was gone).
 //  6. worker-id exclusivity: the IDs issued under one claim of a worker id
 //     (one fencing token) occupy a range of time units that overlaps no other
 //     claim's range of that worker id, lies above the floor the store gave
@@ -101,12 +112,29 @@ type chaosRow struct {
 	Proc    int
 	Attempt int64
 	Idx     int
+	Upd     int64
+}
+
+// chaosOp is an update or a delete of one row by the process that
+// inserted it.
+type chaosOp struct {
+	Proc     int
+	Seq      int64 // per process, from the sequence of its attempts
+	Table    string
+	Kind     string // "update" or "delete"
+	Outcome  string // as an attempt's
+	At       time.Time
+	Took     time.Duration
+	ID       shardid.ID
+	Key      int64 // the key an update sets
+	Affected int64 // rows the statement matched, as the driver said
 }
 
 // chaosHistory is every process's log, merged.
 type chaosHistory struct {
 	Claims   []chaosClaim
 	Attempts []chaosAttempt
+	Ops      []chaosOp
 	Other    map[string]int // other events by kind, for the report
 }
 
@@ -124,6 +152,8 @@ type chaosVerdict struct {
 	LiveRows   int
 	Claims     int
 	Judged     int // IDs attributed to a claim and judged by check 6
+	Ops        int // updates and deletes
+	AckedOps   int
 }
 
 func (v *chaosVerdict) fail(kind, format string, args ...any) {
@@ -200,27 +230,24 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 		}
 	}
 
-	// 4 and 5: acknowledged writes are where the map says; refused ones
-	// nowhere.
+	// 4, 5 and 7: acknowledged writes are where the map says, in the state
+	// their last operations left; refused ones nowhere.
+	ops := map[shardid.ID][]chaosOp{}
+	for _, o := range h.Ops {
+		ops[o.ID] = append(ops[o.ID], o)
+		v.Ops++
+		if o.Outcome == "ack" {
+			v.AckedOps++
+		}
+	}
+	for _, list := range ops {
+		sort.Slice(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
+	}
 	for _, a := range h.Attempts {
 		switch {
 		case a.Outcome == "ack":
 			for i, r := range a.Rows {
-				rs := live[r.ID]
-				if len(rs) == 0 {
-					elsewhere := ""
-					if stored[r.ID] {
-						elsewhere = " (it is on a copy the map does not name)"
-					}
-					s := chaosLayout.Decompose(r.ID).Shard
-					v.fail("ack-missing", "acknowledged row %v (process %d attempt %d at %s, took %v; shard %d, %s) is missing from pg%d%s",
-						r.ID, a.Proc, a.Seq, a.At.UTC().Format("15:04:05.000"), a.Took, s, a.Table, finalMap[s]+1, elsewhere)
-					continue
-				}
-				got := rs[0]
-				if got.Table != a.Table || got.Key != r.Key || got.Proc != a.Proc || got.Attempt != a.Seq || got.Idx != i {
-					v.fail("ack-content", "acknowledged row %v (process %d attempt %d row %d, key %d, %s) is stored as %+v", r.ID, a.Proc, a.Seq, i, r.Key, a.Table, got)
-				}
+				checkChaosRow(&v, a, i, r, ops[r.ID], live[r.ID], stored[r.ID], finalMap)
 			}
 		case chaosRefused[a.Outcome]:
 			for _, r := range a.Rows {
@@ -356,6 +383,101 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 	return v
 }
 
+// checkChaosRow judges row i (r) of acknowledged attempt a against what
+// is stored: its live copies (rs), and whether it is stored on any copy;
+// ops are the row's updates and deletes, in order.
+func checkChaosRow(v *chaosVerdict, a chaosAttempt, i int, r chaosRowRef, ops []chaosOp, rs []chaosRow, stored bool, finalMap []int) {
+	s := chaosLayout.Decompose(r.ID).Shard
+	where := fmt.Sprintf("pg%d", finalMap[s]+1)
+	// The states the row may be in: that of the last acknowledged
+	// operation (the insert, if none), or of any later one that may have
+	// been applied (its outcome unknown). A state is (present, key, upd).
+	type state struct {
+		present bool
+		key     int64
+		upd     int64
+	}
+	last := -1 // index in ops of the last acknowledged operation
+	for k, o := range ops {
+		if o.Proc != a.Proc {
+			v.fail("op-foreign", "process %d changed row %v of process %d", o.Proc, r.ID, a.Proc)
+		}
+		if o.Outcome == "ack" {
+			last = k
+			if o.Affected == 0 {
+				v.fail("ack-op-no-row", "acknowledged %s of row %v (process %d op %d at %s, shard %d, %s) matched no row: the row was not on the database it was routed to",
+					o.Kind, r.ID, o.Proc, o.Seq, o.At.UTC().Format("15:04:05.000"), s, a.Table)
+			}
+		}
+	}
+	var may []state
+	of := func(k int) state {
+		if k < 0 {
+			return state{true, r.Key, 0}
+		}
+		if ops[k].Kind == "delete" {
+			return state{}
+		}
+		return state{true, ops[k].Key, ops[k].Seq}
+	}
+	may = append(may, of(last))
+	for k := last + 1; k < len(ops); k++ {
+		if !chaosRefused[ops[k].Outcome] {
+			may = append(may, of(k))
+		}
+	}
+	lastDesc := fmt.Sprintf("insert (attempt %d at %s, took %v)", a.Seq, a.At.UTC().Format("15:04:05.000"), a.Took)
+	if last >= 0 {
+		o := ops[last]
+		lastDesc = fmt.Sprintf("%s (op %d at %s, took %v)", o.Kind, o.Seq, o.At.UTC().Format("15:04:05.000"), o.Took)
+	}
+	if len(rs) == 0 {
+		if slices.Contains(may, state{}) {
+			return // deleted, as it may be
+		}
+		elsewhere := ""
+		if stored {
+			elsewhere = " (it is on a copy the map does not name)"
+		}
+		v.fail("ack-missing", "acknowledged row %v (process %d attempt %d at %s, took %v; shard %d, %s) is missing from %s%s; its last acknowledged operation: %s",
+			r.ID, a.Proc, a.Seq, a.At.UTC().Format("15:04:05.000"), a.Took, s, a.Table, where, elsewhere, lastDesc)
+		return
+	}
+	got := rs[0]
+	if got.Table != a.Table || got.Proc != a.Proc || got.Attempt != a.Seq || got.Idx != i {
+		v.fail("ack-content", "acknowledged row %v (process %d attempt %d row %d, key %d, %s) is stored as %+v", r.ID, a.Proc, a.Seq, i, r.Key, a.Table, got)
+		return
+	}
+	now := state{true, got.Key, got.Upd}
+	if slices.Contains(may, now) {
+		return
+	}
+	if last >= 0 && ops[last].Kind == "delete" {
+		v.fail("resurrected", "row %v (process %d, shard %d, %s) was deleted by an acknowledged %s, yet is stored on %s (key %d, upd %d)",
+			r.ID, a.Proc, s, a.Table, lastDesc, where, got.Key, got.Upd)
+		return
+	}
+	// Which operation's state the row shows, by its Upd.
+	for k, o := range ops {
+		if got.Upd != 0 && o.Seq == got.Upd && o.Kind == "update" && o.Key == got.Key {
+			switch {
+			case chaosRefused[o.Outcome]:
+				v.fail("refused-but-applied", "row %v (process %d, shard %d, %s) shows update op %d, which was refused (%s)", r.ID, a.Proc, s, a.Table, o.Seq, o.Outcome)
+			case k < last:
+				v.fail("update-lost", "row %v (process %d, shard %d, %s) on %s shows update op %d (key %d), older than the acknowledged %s, which set %v",
+					r.ID, a.Proc, s, a.Table, where, o.Seq, o.Key, lastDesc, of(last))
+			}
+			return
+		}
+	}
+	if got.Upd == 0 && got.Key == r.Key {
+		v.fail("update-lost", "row %v (process %d, shard %d, %s) on %s shows its insert, older than the acknowledged %s, which set %v",
+			r.ID, a.Proc, s, a.Table, where, lastDesc, of(last))
+		return
+	}
+	v.fail("ack-content", "acknowledged row %v (process %d attempt %d row %d, %s) is stored as %+v, a state no operation of it left", r.ID, a.Proc, a.Seq, i, a.Table, got)
+}
+
 func chaosIDs(rs []chaosRowRef, n int) []shardid.ID {
 	var ids []shardid.ID
 	for _, r := range rs[:min(n, len(rs))] {
@@ -369,9 +491,14 @@ func chaosIDs(rs []chaosRowRef, n int) []shardid.ID {
 //	claim PROC WORKER TOKEN LAST UNIXNANO
 //	release PROC WORKER TOKEN LAST
 //	attempt PROC SEQ TABLE OUTCOME TOKEN UNIXMS MS ID:KEY,ID:KEY,...
+//	pending PROC SEQ TABLE KIND ID KEY
+//	op PROC SEQ TABLE KIND OUTCOME UNIXMS MS ID KEY AFFECTED
 //	event PROC KIND
 //
 // TOKEN is "-" when unknown. A last line cut short by a kill is ignored.
+// An update or delete is logged as pending before it runs, and as an op
+// once it returns: one left pending (the process was killed meanwhile)
+// counts as an op whose outcome is unknown ("unlogged").
 
 // readChaosLog adds the events of one log file to h.
 func readChaosLog(path string, h *chaosHistory) error {
@@ -392,8 +519,9 @@ func readChaosLog(path string, h *chaosHistory) error {
 	if err := sc.Err(); err != nil {
 		return err
 	}
+	pending := map[[2]int64]chaosOp{}
 	for i, line := range lines {
-		if err := parseChaosLine(line, h); err != nil {
+		if err := parseChaosLine(line, h, pending); err != nil {
 			if i == len(lines)-1 {
 				h.Other["torn last line"]++ // the process was killed while writing it
 				continue
@@ -401,10 +529,17 @@ func readChaosLog(path string, h *chaosHistory) error {
 			return fmt.Errorf("%s line %d: %w: %q", path, i+1, err, line)
 		}
 	}
+	for _, o := range pending {
+		h.Ops = append(h.Ops, o)
+		h.Other[o.Kind+" "+o.Outcome]++
+	}
 	return nil
 }
 
-func parseChaosLine(line string, h *chaosHistory) error {
+// parseChaosLine adds the event of line to h; pending holds the updates
+// and deletes logged as pending and not yet as done, by process and
+// sequence number.
+func parseChaosLine(line string, h *chaosHistory, pending map[[2]int64]chaosOp) error {
 	f := strings.Split(line, " ")
 	atoi := func(s string) int64 {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -442,6 +577,23 @@ func parseChaosLine(line string, h *chaosHistory) error {
 			}
 			h.Attempts = append(h.Attempts, a)
 			h.Other["outcome "+a.Outcome]++
+		case f[0] == "pending" && len(f) == 7:
+			o := chaosOp{Proc: int(atoi(f[1])), Seq: atoi(f[2]), Table: f[3], Kind: f[4], Outcome: "unlogged",
+				ID: shardid.ID(atoi(f[5])), Key: atoi(f[6])}
+			if o.Kind != "update" && o.Kind != "delete" {
+				panic("unknown op " + o.Kind)
+			}
+			pending[[2]int64{int64(o.Proc), o.Seq}] = o
+		case f[0] == "op" && len(f) == 11:
+			o := chaosOp{Proc: int(atoi(f[1])), Seq: atoi(f[2]), Table: f[3], Kind: f[4], Outcome: f[5],
+				At: time.UnixMilli(atoi(f[6])), Took: time.Duration(atoi(f[7])) * time.Millisecond,
+				ID: shardid.ID(atoi(f[8])), Key: atoi(f[9]), Affected: atoi(f[10])}
+			if o.Kind != "update" && o.Kind != "delete" {
+				panic("unknown op " + o.Kind)
+			}
+			delete(pending, [2]int64{int64(o.Proc), o.Seq})
+			h.Ops = append(h.Ops, o)
+			h.Other[o.Kind+" "+o.Outcome]++
 		case f[0] == "event" && len(f) == 3:
 			h.Other[f[2]]++
 		default:
@@ -475,6 +627,16 @@ func TestChaosCheckerJudges(t *testing.T) {
 				{Proc: 1, Seq: 3, Table: "chaos_bs", Outcome: "moving", Token: "5", Rows: []chaosRowRef{{id(12, 2, 3, 0), 2}}},
 				{Proc: 2, Seq: 1, Table: "chaos_bs", Outcome: "ack", Token: "9", Rows: []chaosRowRef{{id(30, 5, 3, 0), 5}}},
 				{Proc: 2, Seq: 2, Table: "chaos_as", Outcome: "ack", Token: "", Rows: []chaosRowRef{{id(31, 5, 3, 0), 13}}},
+				{Proc: 1, Seq: 4, Table: "chaos_as", Outcome: "ack", Token: "5", Rows: []chaosRowRef{{id(13, 3, 3, 0), 3}, {id(13, 3, 3, 1), 11}, {id(13, 3, 3, 2), 19}}},
+			},
+			// Process 1 changes its rows of attempt 4: the first updated
+			// (acknowledged), then updated again (timed out: either state
+			// may show); the second deleted; the third's update refused.
+			Ops: []chaosOp{
+				{Proc: 1, Seq: 5, Table: "chaos_as", Kind: "update", Outcome: "ack", ID: id(13, 3, 3, 0), Key: 27, Affected: 1},
+				{Proc: 1, Seq: 6, Table: "chaos_as", Kind: "update", Outcome: "timeout", ID: id(13, 3, 3, 0), Key: 35},
+				{Proc: 1, Seq: 7, Table: "chaos_as", Kind: "delete", Outcome: "ack", ID: id(13, 3, 3, 1), Key: 11, Affected: 1},
+				{Proc: 1, Seq: 8, Table: "chaos_as", Kind: "update", Outcome: "moving", ID: id(13, 3, 3, 2), Key: 43},
 			},
 		}
 		rows := []chaosRow{
@@ -484,12 +646,19 @@ func TestChaosCheckerJudges(t *testing.T) {
 			{DB: 1, Shard: 5, Table: "chaos_bs", ID: id(30, 5, 3, 0), Key: 5, Proc: 2, Attempt: 1, Idx: 0},
 			{DB: 0, Shard: 5, Table: "chaos_bs", ID: id(30, 5, 3, 0), Key: 5, Proc: 2, Attempt: 1, Idx: 0}, // an old copy
 			{DB: 1, Shard: 5, Table: "chaos_as", ID: id(31, 5, 3, 0), Key: 13, Proc: 2, Attempt: 2, Idx: 0},
+			{DB: 0, Shard: 3, Table: "chaos_as", ID: id(13, 3, 3, 0), Key: 27, Proc: 1, Attempt: 4, Idx: 0, Upd: 5},
+			{DB: 0, Shard: 3, Table: "chaos_as", ID: id(13, 3, 3, 2), Key: 19, Proc: 1, Attempt: 4, Idx: 2},
 		}
 		return h, rows, []int{0, 0, 0, 0, 1, 1, 1, 1}
 	}
 	h, rows, m := clean()
-	if v := chaosCheck(h, rows, m); len(v.Violations) != 0 || v.IDs != 6 || v.Acked != 4 || v.LiveRows != 5 || v.Judged != 5 {
+	if v := chaosCheck(h, rows, m); len(v.Violations) != 0 || v.IDs != 9 || v.Acked != 7 || v.LiveRows != 7 || v.Judged != 8 || v.Ops != 4 || v.AckedOps != 2 {
 		t.Fatalf("a clean run: %+v", v)
+	}
+	// The update whose outcome is unknown may show too.
+	rows[6].Key, rows[6].Upd = 35, 6
+	if v := chaosCheck(h, rows, m); len(v.Violations) != 0 {
+		t.Fatalf("a clean run, the timed-out update applied: %+v", v)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -527,6 +696,19 @@ func TestChaosCheckerJudges(t *testing.T) {
 		{"a token given twice", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Claims[1].Token = "5" }, "was given twice"},
 		{"an ID of a worker not claimed", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Attempts[3].Rows[0].ID = id(30, 5, 4, 0) }, "which its claim 9 is not of"},
 		{"an ID issued under another process's claim", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Attempts[3].Proc = 1 }, "under the claim 9 of process 2"},
+		{"an acknowledged update lost", func(h *chaosHistory, rows *[]chaosRow, m []int) { (*rows)[6].Key, (*rows)[6].Upd = 3, 0 }, "shows its insert, older than the acknowledged update (op 5"},
+		{"an updated row missing", func(h *chaosHistory, rows *[]chaosRow, m []int) { *rows = slices.Delete(*rows, 6, 7) }, "last acknowledged operation: update (op 5"},
+		{"a deleted row back", func(h *chaosHistory, rows *[]chaosRow, m []int) {
+			*rows = append(*rows, chaosRow{DB: 0, Shard: 3, Table: "chaos_as", ID: id(13, 3, 3, 1), Key: 11, Proc: 1, Attempt: 4, Idx: 1})
+		}, "was deleted by an acknowledged delete (op 7"},
+		{"a deleted row back on a copy the map does not name", func(h *chaosHistory, rows *[]chaosRow, m []int) {
+			*rows = append(*rows, chaosRow{DB: 1, Shard: 3, Table: "chaos_as", ID: id(13, 3, 3, 1), Key: 11, Proc: 1, Attempt: 4, Idx: 1})
+			m[3] = 1
+		}, "resurrected: row"},
+		{"a refused update applied", func(h *chaosHistory, rows *[]chaosRow, m []int) { (*rows)[7].Key, (*rows)[7].Upd = 43, 8 }, "shows update op 8, which was refused (moving)"},
+		{"an acknowledged update that matched no row", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Ops[0].Affected = 0 }, "acknowledged update of row"},
+		{"an acknowledged delete that matched no row", func(h *chaosHistory, rows *[]chaosRow, m []int) { h.Ops[2].Affected = 0 }, "acknowledged delete of row"},
+		{"a row in a state no operation left", func(h *chaosHistory, rows *[]chaosRow, m []int) { (*rows)[6].Key = 99 }, "a state no operation of it left"},
 	} {
 		h, rows, m := clean()
 		tc.break_(&h, &rows, m)
@@ -545,7 +727,9 @@ func TestChaosCheckerJudges(t *testing.T) {
 // dropped, a broken line before it is an error.
 func TestChaosLogParse(t *testing.T) {
 	dir := t.TempDir()
-	good := "claim 3 17 p3c1 -1 1700000000\nattempt 3 1 chaos_as ack p3c1 1700000000000 3 5:13,6:21\nattempt 3 2 chaos_bs lease - 1700000000003 0 -\nevent 3 exit\n"
+	good := "claim 3 17 p3c1 -1 1700000000\nattempt 3 1 chaos_as ack p3c1 1700000000000 3 5:13,6:21\nattempt 3 2 chaos_bs lease - 1700000000003 0 -\n" +
+		"pending 3 3 chaos_as update 5 21\nop 3 3 chaos_as update ack 1700000000004 2 5 21 1\npending 3 4 chaos_as delete 6 21\nop 3 4 chaos_as delete db 1700000000005 0 6 21 0\n" +
+		"pending 3 5 chaos_as update 5 29\nevent 3 exit\n"
 	path := filepath.Join(dir, "a.log")
 	os.WriteFile(path, []byte(good+"attempt 3 3 chaos_as ack p3c1 1700000000004 1 7:1"), 0o644)
 	var h chaosHistory
@@ -553,6 +737,8 @@ func TestChaosLogParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(h.Claims) != 1 || len(h.Attempts) != 3 || h.Attempts[0].Rows[1] != (chaosRowRef{6, 21}) || h.Attempts[1].Token != "" ||
+		len(h.Ops) != 3 || h.Ops[0].Key != 21 || h.Ops[0].Affected != 1 || h.Ops[1].Kind != "delete" || h.Ops[1].Outcome != "db" || h.Ops[1].ID != 6 ||
+		h.Ops[2].Outcome != "unlogged" || h.Ops[2].Key != 29 || h.Ops[2].Seq != 5 ||
 		h.Other["exit"] != 1 || h.Other["torn last line"] != 0 {
 		t.Errorf("parsed %+v", h)
 	}

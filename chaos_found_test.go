@@ -46,7 +46,7 @@ func TestChaosFoundStaleRouterWritesIntoMoveTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := c.router(t)
-	if _, err := chaosMove(ctx, op, c.catalog, 1, "pg2"); err != nil {
+	if _, err := chaosMove(ctx, op, c.catalog, 1, "pg2", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := reshard.DropShardCopy(ctx, op, 1, "pg1"); err != nil {

@@ -9,6 +9,7 @@ import (
 	stdlog "log"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,13 +29,16 @@ import (
 
 // ChaosA and ChaosB are the tables the fault test's writers fill: every
 // logical shard has both. Proc, Attempt and Idx say which write a row came
-// from, so the checker can tell a row from another that took its ID.
+// from, so the checker can tell a row from another that took its ID. Upd
+// is the sequence number, in its process, of the last update of the row
+// (0 for none): with UserID, the row's state, which updates change.
 type ChaosA struct {
 	ID      shardid.ID
 	UserID  int64 `shardid:"key"`
 	Proc    int
 	Attempt int64
 	Idx     int
+	Upd     int64
 }
 
 // ChaosB is the second table of every shard.
@@ -276,12 +280,28 @@ func chaosWriter(t *testing.T) {
 	sess := open()
 	lastAck := time.Now()
 	dupkeys := 0
+	var owned []chaosOwned // this process's rows whose insert was acknowledged, not deleted
 	for seq := int64(1); !stopping.Load(); seq++ {
 		if sess == nil {
 			if sess = open(); sess == nil {
 				break
 			}
 			lastAck = time.Now()
+		}
+		// Most of the time a batch insert; else an update or a delete of
+		// one of the process's own rows.
+		if x := rng.IntN(20); len(owned) > 0 && x < 11 {
+			i := rng.IntN(len(owned))
+			ok := chaosChange(sess.r, log, rng, proc, seq, &owned[i], x < 8)
+			if x >= 8 { // a delete: the row is the process's no more, whatever became of it
+				owned = slices.Delete(owned, i, i+1)
+			}
+			if ok {
+				time.Sleep(time.Duration(2+rng.IntN(8)) * time.Millisecond)
+			} else {
+				time.Sleep(time.Duration(10+rng.IntN(40)) * time.Millisecond)
+			}
+			continue
 		}
 		shard := rng.IntN(chaosShards)
 		if chaosEnv("ONE_SHARD") == "true" {
@@ -329,6 +349,9 @@ func chaosWriter(t *testing.T) {
 		switch {
 		case err == nil:
 			lastAck = time.Now()
+			for _, r := range rows {
+				owned = append(owned, chaosOwned{id: r.ID, table: table, key: r.UserID})
+			}
 		case outcome == "dupkey":
 			if dupkeys++; dupkeys <= 3 && mode == "lease" { // expected of the broken modes
 				fmt.Fprintf(os.Stderr, "chaos writer %d: duplicate key: %v\n", proc, err)
@@ -358,6 +381,57 @@ func chaosWriter(t *testing.T) {
 	fmt.Println("done")
 }
 
+// chaosOwned is a row a writer inserted (acknowledged) and may change.
+type chaosOwned struct {
+	id    shardid.ID
+	table string
+	key   int64
+}
+
+// chaosChange updates (update true) or deletes row o through r, routed by
+// its ID, as operation seq of process proc, logs what became of it, and
+// reports whether it was acknowledged. Two updates in three change the
+// row's sharding key to another key of the same shard (the ID fixes a
+// row's shard: a key of another shard would be a new row); every update
+// sets Upd to seq, so the checker can tell which update a row shows.
+func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq int64, o *chaosOwned, update bool) bool {
+	var model any = &ChaosA{}
+	if o.table == "chaos_bs" {
+		model = &ChaosB{}
+	}
+	key, kind := o.key, "delete"
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	db := r.ForID(o.id).WithContext(ctx)
+	var res *gorm.DB
+	if update {
+		kind = "update"
+		if rng.IntN(3) > 0 {
+			key = o.key%chaosShards + chaosShards*rng.Int64N(1<<30)
+		}
+	}
+	// Logged before it runs: a process killed before it logs the outcome
+	// leaves the operation pending, which the checker takes as unknown.
+	log.printf("pending %d %d %s %s %d %d", proc, seq, o.table, kind, int64(o.id), key)
+	if update {
+		res = db.Model(model).Where("id = ?", o.id).Updates(map[string]any{"user_id": key, "upd": seq})
+	} else {
+		res = db.Where("id = ?", o.id).Delete(model)
+	}
+	outcome := chaosOutcome(res.Error)
+	log.printf("op %d %d %s %s %s %d %d %d %d %d", proc, seq, o.table, kind, outcome, began.UnixMilli(), time.Since(began).Milliseconds(),
+		int64(o.id), key, res.RowsAffected)
+	if outcome == "other" {
+		msg := strings.Join(strings.Fields(res.Error.Error()), "_")
+		log.event("other:" + msg[:min(100, len(msg))])
+	}
+	if res.Error == nil {
+		o.key = key
+	}
+	return res.Error == nil
+}
+
 // connect opens the writer's own connections to both databases and a
 // router over them with a plugin on gen, following the catalog.
 func (s *chaosSession) connect(gen *shardid.Generator) error {
@@ -381,7 +455,39 @@ func (s *chaosSession) connect(gen *shardid.Generator) error {
 	if err != nil {
 		return err
 	}
-	return reshard.Follow(ctx, s.r, chaosCatalog(s.dbs[0]), 100*time.Millisecond, nil)
+	c := chaosCatalog(s.dbs[0])
+	lag := time.Duration(chaosEnvInt("FOLLOW_MS")) * time.Millisecond
+	if lag <= 0 {
+		return reshard.Follow(ctx, s.r, c, 100*time.Millisecond, nil)
+	}
+	// A laggard: it loads the catalog's map every lag, and hears of no
+	// move in between (no notification), as a process that reloads its
+	// configuration now and then, or a paused one, would.
+	load := func() error {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		m, _, err := c.Load(lctx, s.r)
+		if err == nil {
+			err = s.r.SetMap(m)
+		}
+		return err
+	}
+	if err := load(); err != nil {
+		return err
+	}
+	go func() {
+		t := time.NewTicker(lag)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = load()
+			}
+		}
+	}()
+	return nil
 }
 
 const chaosSchemaPattern = "chaos_%04d"
@@ -475,6 +581,6 @@ func chaosMover() {
 		fmt.Println("error", err)
 		return
 	}
-	res, err := chaosMove(ctx, r, c, chaosEnvInt("SHARD"), chaosEnv("TARGET"))
+	res, err := chaosMove(ctx, r, c, chaosEnvInt("SHARD"), chaosEnv("TARGET"), nil)
 	fmt.Println("moved", res.Fenced, err)
 }

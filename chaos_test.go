@@ -32,15 +32,21 @@ import (
 var (
 	chaosSeedFlag     = flag.Int64("chaos.seed", 0, "seed of TestChaos's faults (0: from the time; the seed is printed)")
 	chaosDurationFlag = flag.Duration("chaos.duration", 30*time.Second, "how long TestChaos injects faults")
+	chaosFaultsFlag   = flag.String("chaos.faults", "", "the kinds of fault TestChaos picks from, comma-separated (empty: all)")
 )
 
 // The fault test, in the spirit of Jepsen. Six writer processes (this test
 // binary, re-executed) take worker ids from three lease stores, a
 // PostgreSQL, a MariaDB and a Redis of the test's own, two processes per
-// store, and write batches of rows with the GORM plugin through routers of
-// their own into two PostgreSQL instances of the test's own, a schema per
-// logical shard, following a catalog. Meanwhile a driver, from a seed, picks
-// faults at random (the first six are one of each kind):
+// store, and write through routers of their own into two PostgreSQL
+// instances of the test's own, a schema per logical shard, following a
+// catalog: batches of rows with the GORM plugin, and updates and deletes of
+// rows they inserted (an update changes the row's sharding key to another
+// key of the same shard, or leaves it, and stamps the row). Two of the six
+// are laggards: they load the catalog's map every 3s and 10s instead of
+// following it, as processes that reload their configuration now and
+// then. Meanwhile a driver, from a seed, picks faults at random (the first
+// eight are one of each kind):
 //
 //   - pause: SIGSTOP a writer for 1.3 to 3 times the lease TTL, then SIGCONT;
 //   - kill: SIGKILL a writer and start a new one in its place, which prefers
@@ -55,14 +61,37 @@ var (
 //     (two operators), to the other database, while the writers write to
 //     every shard; one time in three the first runs in a mover process that
 //     is killed at a random moment. A failed move is run again, as an
-//     operator would, and the old copies are dropped once it is done.
+//     operator would, and the old copies are dropped before the next move;
+//   - lock: a move, whose first mover loses its move lock at a stage
+//     (created to sealed): the server ends the lock's session
+//     (pg_terminate_backend of every session holding an advisory lock on
+//     the source, as a reaper or a network reset would), or the mover runs
+//     on connections with idle_session_timeout = 1s and is slow at that
+//     stage. A second operator, who loaded the catalog, then aborts the move
+//     (Unfence) or runs it too, while the first waits for it (or not);
+//     both must be refused while the first still moves the shard;
+//   - stale: a move, after which its first shard is moved again from the
+//     map taken before the move, not reloaded (an old command run again, a
+//     process that never heard of the move): mostly without the catalog
+//     (c == nil), sometimes cancelled at a stage. It must change nothing:
+//     right after it the shard's home must take writes and its old copy
+//     refuse them.
+//
+// The operator repairs only what the documentation tells an operator to:
+// a failed move is run again until it is done, and when a mover was killed
+// or failed saying "run Unfence" and the shard is then found on its target,
+// Unfence lifts the fence left on the new home. Nothing else: at the end,
+// once every move is over, every shard's home must take writes and every
+// other copy of it refuse them (probeWrites; refusals during the run are
+// ordinary).
 //
 // Some writers of one store share their Owner name, as pods configured with
 // the same name would. The checker (chaos_check_test.go) then judges the
 // logs of every writer against every row of every table. The seed is
-// printed; -chaos.seed=N replays the same choices (the timing of a busy
-// machine differs from run to run), -chaos.duration=10m runs longer. On a
-// failure the logs of the run, the driver's among them, are kept.
+// printed, with the count of every fault and of what the operators met;
+// -chaos.seed=N replays the same choices (the timing of a busy machine
+// differs from run to run), -chaos.duration=10m runs longer. On a failure
+// the logs of the run, the driver's among them, are kept.
 func TestChaos(t *testing.T) {
 	d := *chaosDurationFlag
 	if testing.Short() && d == 30*time.Second {
@@ -84,7 +113,14 @@ func TestChaos(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			owner = "pod-" + st // the same name in two processes
 		}
-		writers = append(writers, chaosWriterSpec{mode: "lease", store: st, owner: owner, prefer: -1})
+		var lag time.Duration
+		switch i { // two laggards, whose routers hear of moves late
+		case 4:
+			lag = 3 * time.Second
+		case 5:
+			lag = 10 * time.Second
+		}
+		writers = append(writers, chaosWriterSpec{mode: "lease", store: st, owner: owner, prefer: -1, lag: lag})
 	}
 	run := c.run(chaosRun{seed: seed, rng: rng, duration: d, writers: writers, faults: true})
 	run.report(t)
@@ -249,9 +285,10 @@ func (c *chaosCluster) storeAddr(kind string) string {
 type chaosWriterSpec struct {
 	mode     string // "lease", "static" or "liar"
 	store    string
-	owner    string // "" for the default, unique per process
-	prefer   int    // worker id to prefer (the worker id itself in static mode)
-	oneShard bool   // write to shard 0 only
+	owner    string        // "" for the default, unique per process
+	prefer   int           // worker id to prefer (the worker id itself in static mode)
+	oneShard bool          // write to shard 0 only
+	lag      time.Duration // a laggard: loads the catalog's map this often, instead of following it
 }
 
 // chaosProc is a running writer process.
@@ -290,6 +327,7 @@ func (c *chaosCluster) startWriter(spec chaosWriterSpec, seed int64) *chaosProc 
 		"SHARDID_CHAOS_OWNER="+spec.owner,
 		"SHARDID_CHAOS_PREFER="+strconv.Itoa(spec.prefer),
 		"SHARDID_CHAOS_ONE_SHARD="+strconv.FormatBool(spec.oneShard),
+		"SHARDID_CHAOS_FOLLOW_MS="+strconv.FormatInt(spec.lag.Milliseconds(), 10),
 		"SHARDID_CHAOS_DB1="+c.pg1.DSN(),
 		"SHARDID_CHAOS_DB2="+c.pg2.DSN(),
 	)
@@ -358,7 +396,10 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 	})
 
-	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move"}
+	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move", "stale", "lock"}
+	if *chaosFaultsFlag != "" {
+		kinds = strings.Split(*chaosFaultsFlag, ",")
+	}
 	servers := []string{"pg1", "pg2"}
 	if c.maria != nil {
 		servers = append(servers, "mariadb", "redis")
@@ -378,11 +419,18 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		plan = append(plan, kinds[i])
 	}
 	var (
-		moving    sync.WaitGroup
-		movesBusy atomic.Bool
-		movesMu   sync.Mutex
-		leftovers = map[int]string{} // shard → database holding its old copy
+		moving     sync.WaitGroup
+		movesBusy  atomic.Bool
+		movesMu    sync.Mutex
+		leftovers  = map[int]string{} // shard → database holding its old copy
+		moveCounts = map[string]int{} // what the operators met, for the fault counts
+		late       [][2]string        // violations found during the run: kind, message
 	)
+	count := func(k string) {
+		movesMu.Lock()
+		moveCounts[k]++
+		movesMu.Unlock()
+	}
 	restarts := map[int]time.Time{} // slot → when its killed writer is replaced
 	end := time.Now().Add(r.duration)
 	next := time.Now().Add(time.Second)
@@ -422,7 +470,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		if len(plan) > 0 {
 			kind, plan = plan[0], plan[1:]
 		}
-		if kind == "move" && movesBusy.Load() {
+		if (kind == "move" || kind == "stale" || kind == "lock") && movesBusy.Load() {
 			kind = "clock"
 		}
 		var running []int
@@ -491,14 +539,43 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				c.redis.Start()
 			}
 			c.note("restarted %s", s)
-		case "move":
+		case "move", "lock", "stale":
 			// The choices now, from the seed; the work in the background,
 			// so that the driver never waits on a frozen server.
 			order := r.rng.Perm(chaosShards)
-			var killAfter time.Duration
-			if r.rng.IntN(3) == 0 {
-				killAfter = time.Duration(200+r.rng.IntN(4000)) * time.Millisecond
+			var plan chaosMovePlan
+			if kind == "lock" {
+				// The first mover loses its move lock at a stage (its
+				// session terminated, or ended by idle_session_timeout),
+				// and a second operator, who loaded the catalog, then
+				// aborts the move (Unfence) or runs it too.
+				plan.lose = []string{"terminate", "idle"}[r.rng.IntN(2)]
+				plan.loseAt = []string{"created", "copied", "fenced", "verified", "sealed"}[r.rng.IntN(5)]
+				plan.rival = []string{"unfence", "move"}[r.rng.IntN(2)]
+				if w := r.rng.IntN(4); w > 0 {
+					plan.rivalWait = time.Duration(w) * 500 * time.Millisecond
+				}
+				r.faultCounts["lock "+plan.lose]++
+				r.faultCounts["rival "+plan.rival]++
+			} else if r.rng.IntN(3) == 0 {
+				plan.killAfter = time.Duration(200+r.rng.IntN(4000)) * time.Millisecond
 				r.faultCounts["move killed"]++
+			}
+			// stale: once the moves are done, an operator runs the first
+			// again from the map taken before it, not reloaded (an old
+			// command run again, a process that never heard of the move):
+			// mostly without the catalog (c == nil); now and then cancelled
+			// at a stage.
+			staleCatalog := r.rng.IntN(4) == 0
+			staleCancel := []string{"", "", "created", "copied", "fenced", "verified"}[r.rng.IntN(6)]
+			if kind == "stale" {
+				plan = chaosMovePlan{}
+				if !staleCatalog {
+					r.faultCounts["stale without catalog"]++
+				}
+				if staleCancel != "" {
+					r.faultCounts["stale cancelled at "+staleCancel]++
+				}
 			}
 			movesBusy.Store(true)
 			moving.Add(1)
@@ -527,14 +604,14 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 					if final[shard] == 0 {
 						to = "pg2"
 					}
-					kill := killAfter
+					p := plan
 					if n > 0 {
-						kill = 0 // the first of the two may run in a process that is killed
+						p = chaosMovePlan{} // only the first of the two is killed or loses its lock
 					}
 					pair.Add(1)
 					go func() {
 						defer pair.Done()
-						msgs, from, ok := c.move(shard, to, kill)
+						msgs, from, ok := c.move(shard, to, p, count)
 						movesMu.Lock()
 						r.moves = append(r.moves, msgs...)
 						if ok {
@@ -544,6 +621,23 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 					}()
 				}
 				pair.Wait()
+				if kind == "stale" {
+					shard := free[0]
+					movesMu.Lock()
+					from, ok := leftovers[shard]
+					movesMu.Unlock()
+					msg := fmt.Sprintf("stale move of shard %d: skipped, its move failed", shard)
+					if ok {
+						msg = c.staleMove(shard, final, from, staleCatalog, staleCancel, count, func(kind, msg string) {
+							movesMu.Lock()
+							late = append(late, [2]string{kind, msg})
+							movesMu.Unlock()
+						})
+					}
+					movesMu.Lock()
+					r.moves = append(r.moves, msg)
+					movesMu.Unlock()
+				}
 			}()
 		}
 	}
@@ -561,6 +655,9 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 	}
 	moving.Wait()
+	for k, n := range moveCounts {
+		r.faultCounts[k] += n
+	}
 
 	// The end: every writer stops cleanly; then the checker.
 	for i, p := range procs {
@@ -610,10 +707,14 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	}
 	final, rows := c.snapshot(t)
 	r.verdict = chaosCheck(r.history, rows, final)
+	for _, v := range late {
+		r.verdict.fail(v[0], "%s", v[1])
+	}
 	for _, msg := range died {
 		r.verdict.fail("writer-died", "%s", msg)
 	}
-	c.readBack(t, &r, final)
+	c.probeWrites(&r, final)
+	c.readBack(t, &r, final, rows)
 	r.checkTook = time.Since(start)
 	return &r
 }
@@ -701,31 +802,102 @@ func (c *chaosCluster) loadMap() ([]int, error) {
 	return m, err
 }
 
+// chaosMovePlan is what the driver chose for a move, from the seed.
+type chaosMovePlan struct {
+	killAfter time.Duration // first run in a mover process killed after this long
+	lose      string        // "terminate" or "idle": how the first run loses its move lock ("": it does not)
+	loseAt    string        // the stage at which it loses it
+	rival     string        // what a second operator then does: "unfence" or "move"
+	rivalWait time.Duration // how long the first run waits for the rival (0: until it is done)
+}
+
 // move moves shard to the database named to, as an operator would: with a
 // router of its own loaded from the catalog, run again after a failure
-// until it is done (at most 6 times). With killAfter, the first run is a
-// mover process of its own, killed after that long. It returns what
-// happened, the database the shard left, and whether it got there.
-func (c *chaosCluster) move(shard int, to string, killAfter time.Duration) ([]string, string, bool) {
+// until it is done (at most 6 times). With plan.killAfter, the first run is
+// a mover process of its own, killed after that long; with plan.lose, the
+// first run loses its move lock at plan.loseAt and a rival operator acts.
+// It returns what happened, the database the shard left, and whether it
+// got there.
+//
+// The operator does what the documentation says, and no more: a failed
+// move is run again; when the shard is then found on its target already
+// after a mover was killed (it died after its flip), or after a run that
+// failed saying "run Unfence" (it could not lift the fence on the new
+// home), Unfence lifts the fence left on the shard's new home (MoveShard's
+// documentation: the new home refuses writes until then). Nothing else is
+// repaired: a shard left refusing writes otherwise is a violation
+// (probeWrites).
+func (c *chaosCluster) move(shard int, to string, plan chaosMovePlan, count func(string)) ([]string, string, bool) {
 	var msgs []string
 	c.note("move of shard %d to %s begins", shard, to)
-	if killAfter > 0 {
-		msgs = append(msgs, c.killedMove(shard, to, killAfter))
+	if plan.killAfter > 0 {
+		msgs = append(msgs, c.killedMove(shard, to, plan.killAfter))
 		c.note("move: %s", msgs[len(msgs)-1])
 	}
+	told := plan.killAfter > 0 // to run Unfence if the shard is found moved
 	for try := range 6 {
-		msg, from, ok := c.moveOnce(shard, to)
-		if try > 0 || killAfter > 0 {
-			msg += fmt.Sprintf(" (run %d)", try+1)
+		p := chaosMovePlan{}
+		if try == 0 {
+			p = plan
 		}
-		c.note("move: %s", msg)
-		msgs = append(msgs, msg)
+		res, from, ok, already := c.moveOnce(shard, to, p, count)
+		if try > 0 || plan.killAfter > 0 {
+			res[0] += fmt.Sprintf(" (run %d)", try+1)
+		}
+		for _, m := range res {
+			c.note("move: %s", m)
+		}
+		msgs = append(msgs, res...)
+		told = told || strings.Contains(res[0], "run Unfence")
 		if ok {
+			if already && told {
+				m := c.recoverUnfence(shard)
+				count("recovery unfence")
+				c.note("move: %s", m)
+				msgs = append(msgs, m)
+			}
 			return msgs, from, true
 		}
 		time.Sleep(time.Second)
 	}
 	return msgs, "", false
+}
+
+// recoverUnfence runs Unfence of shard on its home, as MoveShard's
+// documentation tells an operator to after a mover died past its flip,
+// trying again while it fails (a move of the shard under way, say).
+func (c *chaosCluster) recoverUnfence(shard int) string {
+	var err error
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var r *shardid.Router
+		if r, err = c.catalogRouter(ctx, c.dbs); err == nil {
+			err = reshard.Unfence(ctx, r, shard, chaosModels())
+		}
+		cancel()
+		if err == nil {
+			return fmt.Sprintf("shard %d: Unfence, as the documentation says after a mover died or failed past its flip: done", shard)
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Sprintf("shard %d: Unfence, as the documentation says after a mover died or failed past its flip, failed: %v", shard, err)
+}
+
+// catalogRouter returns a router over dbs with the catalog's map.
+func (c *chaosCluster) catalogRouter(ctx context.Context, dbs []*gorm.DB) (*shardid.Router, error) {
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err != nil {
+		return nil, err
+	}
+	m, _, err := c.catalog.Load(ctx, r)
+	if err == nil {
+		err = r.SetMap(m)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading the catalog: %w", err)
+	}
+	return r, nil
 }
 
 // killedMove runs a move in a mover process and kills it after d.
@@ -748,21 +920,32 @@ func (c *chaosCluster) killedMove(shard int, to string, d time.Duration) string 
 	return fmt.Sprintf("shard %d →%s: mover process finished before its kill: %s", shard, to, strings.TrimSpace(out.String()))
 }
 
-// moveOnce runs one move of shard to the database named to.
-func (c *chaosCluster) moveOnce(shard int, to string) (string, string, bool) {
+// moveOnce runs one move of shard to the database named to, as p says.
+// It returns what happened, the database the shard left, whether it got
+// there, and whether it was there already.
+func (c *chaosCluster) moveOnce(shard int, to string, p chaosMovePlan, count func(string)) ([]string, string, bool, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
-		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
-	if err != nil {
-		return fmt.Sprintf("shard %d: %v", shard, err), "", false
+	dbs := c.dbs
+	if p.lose == "idle" {
+		// The mover's own connections, which the server ends after a
+		// second idle (idle_session_timeout).
+		var own []*gorm.DB
+		for _, pg := range []*testdb.PGInstance{c.pg1, c.pg2} {
+			db, err := gorm.Open(postgres.Open(pg.DSN()+" idle_session_timeout=1000"), gormConfig())
+			if err != nil {
+				return []string{fmt.Sprintf("shard %d: %v", shard, err)}, "", false, false
+			}
+			sqlDB, _ := db.DB()
+			sqlDB.SetConnMaxIdleTime(300 * time.Millisecond)
+			defer sqlDB.Close()
+			own = append(own, db)
+		}
+		dbs = own
 	}
-	m, _, err := c.catalog.Load(ctx, r)
-	if err == nil {
-		err = r.SetMap(m)
-	}
+	r, err := c.catalogRouter(ctx, dbs)
 	if err != nil {
-		return fmt.Sprintf("shard %d: loading the catalog: %v", shard, err), "", false
+		return []string{fmt.Sprintf("shard %d: %v", shard, err)}, "", false, false
 	}
 	from := r.DatabaseName(shard)
 	if from == to { // a killed mover got it there
@@ -770,22 +953,162 @@ func (c *chaosCluster) moveOnce(shard int, to string) (string, string, bool) {
 		if to == "pg1" {
 			other = "pg2"
 		}
-		return fmt.Sprintf("shard %d is on %s already", shard, to), other, true
+		return []string{fmt.Sprintf("shard %d is on %s already", shard, to)}, other, true, true
 	}
-	res, err := chaosMove(ctx, r, c.catalog, shard, to)
+	var (
+		onStage  func(string)
+		rivalMsg = make(chan string, 1)
+		rivalRan bool
+		msgs     = []string{""}
+	)
+	if p.lose != "" {
+		src := slices.Index(r.Names(), from)
+		onStage = func(stage string) {
+			if stage != p.loseAt || rivalRan {
+				return
+			}
+			rivalRan = true
+			switch p.lose {
+			case "terminate":
+				n := c.terminateLockHolders(src)
+				if n == 0 {
+					count("lock not found")
+				}
+				c.note("shard %d at %s: terminated %d sessions holding advisory locks on %s", shard, stage, n, from)
+			case "idle":
+				time.Sleep(1500 * time.Millisecond) // the lock's session idles past the timeout, if it idles
+				c.note("shard %d at %s: the mover slept past idle_session_timeout", shard, stage)
+			}
+			go func() { rivalMsg <- c.rival(shard, to, p.rival) }()
+			if p.rivalWait == 0 {
+				msgs = append(msgs, <-rivalMsg)
+				return
+			}
+			select {
+			case m := <-rivalMsg:
+				msgs = append(msgs, m)
+			case <-time.After(p.rivalWait):
+			}
+		}
+	}
+	res, err := chaosMove(ctx, r, c.catalog, shard, to, onStage)
+	if rivalRan && len(msgs) == 1 {
+		msgs = append(msgs, <-rivalMsg)
+	}
+	lost := ""
+	if p.lose != "" {
+		lost = fmt.Sprintf(" (its lock lost by %s at %s, rival %s)", p.lose, p.loseAt, p.rival)
+	}
 	if err != nil {
-		return fmt.Sprintf("shard %d %s→%s failed: %v", shard, from, to, err), "", false
+		msgs[0] = fmt.Sprintf("shard %d %s→%s failed%s: %v", shard, from, to, lost, err)
+		return msgs, "", false, false
 	}
 	rows := int64(0)
 	for _, tc := range res.Tables {
 		rows += tc.Rows
 	}
-	return fmt.Sprintf("shard %d %s→%s: %d rows, fenced %v, catalog v%d", shard, from, to, rows, res.Fenced.Round(time.Millisecond), res.Version), from, true
+	msgs[0] = fmt.Sprintf("shard %d %s→%s%s: %d rows, fenced %v, catalog v%d", shard, from, to, lost, rows, res.Fenced.Round(time.Millisecond), res.Version)
+	return msgs, from, true, false
 }
 
-func chaosMove(ctx context.Context, r *shardid.Router, c *reshard.Catalog, shard int, to string) (reshard.MoveResult, error) {
-	return reshard.MoveShard(ctx, r, c, shard, to, reshard.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
-		Batch: 1000, FenceFor: 30 * time.Second})
+// rival is a second operator, with a router loaded from the catalog, who
+// aborts a move of shard (Unfence) or runs it too, once, while the first
+// mover may have lost its move lock. Either must be refused
+// (ErrMoveInProgress) while a move runs.
+func (c *chaosCluster) rival(shard int, to, kind string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := c.catalogRouter(ctx, c.dbs)
+	if err != nil {
+		return fmt.Sprintf("rival %s of shard %d: %v", kind, shard, err)
+	}
+	switch {
+	case kind == "unfence":
+		err = reshard.Unfence(ctx, r, shard, chaosModels())
+	case r.DatabaseName(shard) == to:
+		return fmt.Sprintf("rival move of shard %d: on %s already", shard, to)
+	default:
+		_, err = chaosMove(ctx, r, c.catalog, shard, to, nil)
+	}
+	if err != nil {
+		return fmt.Sprintf("rival %s of shard %d: %v", kind, shard, err)
+	}
+	return fmt.Sprintf("rival %s of shard %d: done (a move was under way: its lock was lost)", kind, shard)
+}
+
+// terminateLockHolders ends every session but the caller's that holds an
+// advisory lock on the database of index d, as a reaper of idle sessions,
+// a failover of a pooler or a network reset would end the sessions of a
+// move's lock, and returns how many it ended.
+func (c *chaosCluster) terminateLockHolders(d int) int {
+	var n int
+	c.dbs[d].Raw(`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM
+		(SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()) l`).Scan(&n)
+	return n
+}
+
+// staleMove runs a move of shard from the database named from, the shard's
+// old copy, to its home, by a router on m, a map from before the shard's
+// move (not reloaded): an operator who runs an old command again, or a
+// process that never heard of the move. Without withCatalog, with no
+// catalog (c == nil). With cancelAt, it is cancelled at that stage. It must
+// change nothing: the checker finds the rows it lost; right after it, the
+// shard's home must take writes and its old copy refuse them (fail is
+// told otherwise). Nothing is repaired after it, whatever it says.
+func (c *chaosCluster) staleMove(shard int, m []int, from string, withCatalog bool, cancelAt string, count func(string), fail func(kind, msg string)) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	if err == nil {
+		err = r.SetMap(m)
+	}
+	if err != nil {
+		return fmt.Sprintf("stale move of shard %d: %v", shard, err)
+	}
+	home, err := c.catalogRouter(ctx, c.dbs)
+	if err != nil {
+		return fmt.Sprintf("stale move of shard %d: %v", shard, err)
+	}
+	to := home.DatabaseName(shard)
+	if r.DatabaseName(shard) != from || to == from {
+		return fmt.Sprintf("stale move of shard %d: skipped, the catalog names %s, the old map %s, the old copy is on %s", shard, to, r.DatabaseName(shard), from)
+	}
+	var cat *reshard.Catalog
+	if withCatalog {
+		cat = c.catalog
+	}
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	_, err = chaosMove(mctx, r, cat, shard, to, func(stage string) {
+		if stage == cancelAt {
+			mcancel()
+		}
+	})
+	how := fmt.Sprintf("stale move of shard %d %s→%s (catalog %v, cancelled at %q)", shard, from, to, withCatalog, cancelAt)
+	old, cur := slices.Index(r.Names(), from), slices.Index(r.Names(), to)
+	for _, table := range chaosTables {
+		if exists, refused, err := c.probe(old, shard, table); err == nil && exists && !refused {
+			fail("stray-copy-writable", fmt.Sprintf("after the %s: the old copy of shard %d on %s takes writes to %s", how, shard, from, table))
+		}
+		if exists, refused, err := c.probe(cur, shard, table); err == nil && exists && refused {
+			fail("shard-refuses-writes", fmt.Sprintf("after the %s: shard %d on %s, its home, refuses writes to %s", how, shard, to, table))
+		}
+	}
+	if err == nil {
+		count("stale move succeeded")
+		return how + ": succeeded"
+	}
+	c.note("%s: %v", how, err)
+	return how + ": " + err.Error()
+}
+
+// chaosModels are the shard's tables, for the moves.
+func chaosModels() []any { return []any{&ChaosA{}, &ChaosB{}} }
+
+func chaosMove(ctx context.Context, r *shardid.Router, c *reshard.Catalog, shard int, to string, onStage func(string)) (reshard.MoveResult, error) {
+	return reshard.MoveShard(ctx, r, c, shard, to, reshard.MoveOptions{Models: chaosModels(),
+		Batch: 1000, FenceFor: 30 * time.Second, OnStage: onStage})
 }
 
 // dropLeftovers drops the old copies of moved shards that the catalog no
@@ -840,13 +1163,14 @@ func (c *chaosCluster) snapshot(t *testing.T) ([]int, []chaosRow) {
 					Proc    int
 					Attempt int64
 					Idx     int
+					Upd     int64
 				}
 				c.retry(func() error {
 					got = got[:0]
-					return db.Raw(fmt.Sprintf("SELECT id, user_id, proc, attempt, idx FROM chaos_%04d.%s", s, table)).Scan(&got).Error
+					return db.Raw(fmt.Sprintf("SELECT id, user_id, proc, attempt, idx, upd FROM chaos_%04d.%s", s, table)).Scan(&got).Error
 				})
 				for _, g := range got {
-					rows = append(rows, chaosRow{DB: d, Shard: s, Table: table, ID: g.ID, Key: g.UserID, Proc: g.Proc, Attempt: g.Attempt, Idx: g.Idx})
+					rows = append(rows, chaosRow{DB: d, Shard: s, Table: table, ID: g.ID, Key: g.UserID, Proc: g.Proc, Attempt: g.Attempt, Idx: g.Idx, Upd: g.Upd})
 				}
 			}
 		}
@@ -854,9 +1178,94 @@ func (c *chaosCluster) snapshot(t *testing.T) ([]int, []chaosRow) {
 	return final, rows
 }
 
+// probeWrites checks the end state of the shards: once every move has
+// ended (and the operator did what the documentation asks, see move), the
+// home of every shard, by the catalog, takes writes, and every other copy
+// of it (an old copy, a failed move's target) refuses them. It tries a
+// write of a row in each table, in a transaction it rolls back.
+//
+// Refusals during the run are ordinary (a move's fence, a router behind
+// the catalog); a shard that still refuses writes at the end is a shard
+// taken out of service: a violation, "shard-refuses-writes". The one
+// fence that ends by itself, the temporary fence of a mover that died
+// before it sealed (FenceFor, 30s), is waited out. A copy the catalog does
+// not name that takes writes is a violation too, "stray-copy-writable": a
+// router behind the catalog would write there, be acknowledged, and the
+// write would be lost.
+func (c *chaosCluster) probeWrites(r *chaosRun, final []int) {
+	deadline := time.Now().Add(32 * time.Second)
+	for first := true; ; first = false {
+		var refusing []string
+		for s := range chaosShards {
+			for d := range c.dbs {
+				if !first && d != final[s] {
+					continue // other copies are judged once
+				}
+				for _, table := range chaosTables {
+					exists, refused, err := c.probe(d, s, table)
+					switch {
+					case err != nil:
+						r.verdict.fail("probe", "pg%d shard %d %s: %v", d+1, s, table, err)
+					case !exists:
+					case d == final[s] && refused:
+						refusing = append(refusing, fmt.Sprintf("shard %d on pg%d, its home, refuses writes to %s", s, d+1, table))
+					case d != final[s] && !refused:
+						r.verdict.fail("stray-copy-writable", "the copy of shard %d on pg%d, which the catalog does not name (it names pg%d), takes writes to %s",
+							s, d+1, final[s]+1, table)
+					}
+				}
+			}
+		}
+		if len(refusing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, m := range refusing {
+				r.verdict.fail("shard-refuses-writes", "%s, 32s after the last move ended", m)
+			}
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// probe tries a write to table of shard on the database of index d, rolled
+// back, and says whether the table exists and whether the write was
+// refused by a fence.
+func (c *chaosCluster) probe(d, shard int, table string) (exists, refused bool, err error) {
+	q := fmt.Sprintf("chaos_%04d.%s", shard, table)
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(100 * time.Millisecond) {
+		if err = c.dbs[d].Raw("SELECT to_regclass(?) IS NOT NULL", q).Scan(&exists).Error; err != nil {
+			continue
+		}
+		if !exists {
+			return false, false, nil
+		}
+		id, _ := chaosLayout.Compose(shardid.Parts{Time: time.Now(), Shard: shard, Worker: 31})
+		err = c.dbs[d].Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("INSERT INTO "+q+" (id, user_id, proc, attempt, idx, upd) VALUES (?, ?, 0, 0, 0, 0)", int64(id), shard).Error; err != nil {
+				return err
+			}
+			return errChaosRollback
+		})
+		switch {
+		case errors.Is(err, errChaosRollback):
+			return true, false, nil
+		case strings.Contains(err.Error(), shardid.FenceMessage) || strings.Contains(err.Error(), "55000"):
+			return true, true, nil
+		case strings.Contains(err.Error(), "does not exist"):
+			return false, false, nil // dropped meanwhile
+		}
+	}
+	return exists, false, err
+}
+
+var errChaosRollback = errors.New("rollback")
+
 // readBack reads a sample of the acknowledged rows through a router that
-// follows the catalog, as an application would.
-func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int) {
+// follows the catalog, as an application would, and compares what it gets
+// with the row on the database the final map names (rows), or its absence.
+func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int, rows []chaosRow) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rt := c.router(t)
@@ -865,6 +1274,12 @@ func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int) {
 	}
 	if m := rt.Map(); !slices.Equal(m, final) {
 		r.verdict.fail("router-map", "a following router has the map %v, the catalog %v", m, final)
+	}
+	live := map[shardid.ID]chaosRow{}
+	for _, row := range rows {
+		if final[row.Shard] == row.DB {
+			live[row.ID] = row
+		}
 	}
 	var acked []chaosAttempt
 	for _, a := range r.history.Attempts {
@@ -886,8 +1301,13 @@ func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int) {
 		} else {
 			err = rt.Get(ctx, &got, id)
 		}
-		if err != nil || got.Proc != a.Proc || got.Attempt != a.Seq || got.Idx != i {
-			r.verdict.fail("read-back", "reading acknowledged row %v of process %d attempt %d through the router: %+v, %v", id, a.Proc, a.Seq, got, err)
+		want, ok := live[id]
+		switch {
+		case !ok && errors.Is(err, gorm.ErrRecordNotFound):
+		case !ok:
+			r.verdict.fail("read-back", "reading row %v of process %d attempt %d, not stored on its shard's home, through the router: %+v, %v", id, a.Proc, a.Seq, got, err)
+		case err != nil || got.Proc != a.Proc || got.Attempt != a.Seq || got.Idx != i || got.UserID != want.Key || got.Upd != want.Upd:
+			r.verdict.fail("read-back", "reading acknowledged row %v of process %d attempt %d through the router: %+v, %v; stored %+v", id, a.Proc, a.Seq, got, err, want)
 		}
 	}
 }
@@ -911,8 +1331,8 @@ func (r *chaosRun) report(t *testing.T) {
 	for _, m := range r.moves {
 		t.Logf("move: %s", m)
 	}
-	t.Logf("checked: %d IDs issued (%d judged against their claims), %d acknowledged rows, %d stored rows (%d live); %v to check; %d violations",
-		v.IDs, v.Judged, v.Acked, v.Rows, v.LiveRows, r.checkTook.Round(time.Millisecond), len(v.Violations))
+	t.Logf("checked: %d IDs issued (%d judged against their claims), %d acknowledged rows, %d stored rows (%d live), %d updates and deletes (%d acknowledged); %v to check; %d violations",
+		v.IDs, v.Judged, v.Acked, v.Rows, v.LiveRows, v.Ops, v.AckedOps, r.checkTook.Round(time.Millisecond), len(v.Violations))
 	var names []string
 	for k := range v.Kinds {
 		names = append(names, k)
