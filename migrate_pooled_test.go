@@ -106,6 +106,25 @@ func publicMigTables(t *testing.T, db *gorm.DB) []string {
 	return names
 }
 
+// noPublicMigTables fails the test if migTables has tables in the public
+// schema of dbs, and drops the ones there when it ends: what a Migrate
+// whose search_path reached another connection created.
+func noPublicMigTables(t *testing.T, dbs []*gorm.DB) {
+	t.Helper()
+	for i, db := range dbs {
+		if got := publicMigTables(t, db); len(got) > 0 {
+			t.Fatalf("database %d has the tables %v in public before Migrate", i, got)
+		}
+	}
+	t.Cleanup(func() {
+		for _, db := range dbs {
+			for _, tb := range migTables {
+				db.Exec("DROP TABLE IF EXISTS public." + tb + " CASCADE")
+			}
+		}
+	})
+}
+
 // checkServerSessions fails the test unless every server connection of
 // the pooler behind db has the default search_path: it opens size
 // transactions at once, as many as the pool has server connections, so
@@ -200,18 +219,7 @@ func TestMigrateThroughPgBouncer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			user := tc.user
 			dbs := []*gorm.DB{b.Open("test", user), b.Open("shardid_test2", user)}
-			for i, db := range direct {
-				if got := publicMigTables(t, db); len(got) > 0 {
-					t.Fatalf("database %d has the tables %v in public before Migrate", i, got)
-				}
-			}
-			t.Cleanup(func() { // what a Migrate that leaked its search_path created
-				for _, db := range direct {
-					for _, tb := range migTables {
-						db.Exec("DROP TABLE IF EXISTS public." + tb + " CASCADE")
-					}
-				}
-			})
+			noPublicMigTables(t, direct)
 			const shards = 8
 			dropMigSchemas(t, direct, "migpool")
 			t.Cleanup(func() { dropMigSchemas(t, direct, "migpool") })
@@ -287,6 +295,7 @@ func TestMigrateConcurrentThroughPgBouncer(t *testing.T) {
 	direct := []*gorm.DB{openPostgres(t), openSecondPostgres(t)}
 	const poolSize = 2
 	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: poolSize, Databases: []string{"test", "shardid_test2"}})
+	noPublicMigTables(t, direct)
 	const shards = 8
 	routers := make([]*shardid.Router, 2)
 	for i := range routers {
@@ -332,6 +341,11 @@ func TestMigrateConcurrentThroughPgBouncer(t *testing.T) {
 	plainMigrate(t, direct[0], ref, migV1...)
 	plainMigrate(t, direct[0], ref, migV2...)
 	sameSchemas(t, routers[0], ref)
+	for i, db := range direct {
+		if got := publicMigTables(t, db); len(got) > 0 {
+			t.Errorf("database %d: Migrate created the tables %v in public", i, got)
+		}
+	}
 	checkNoMigrateLocks(t, direct[0], routers[0])
 	checkNoMigrateLocks(t, direct[1], routers[0])
 	for _, db := range routers[0].Databases() {
