@@ -99,7 +99,10 @@ func (r *Router) Migrate(ctx context.Context, models ...any) error {
 // opts.LockWait, then fails with ErrMigrateLocked, naming the holder. With
 // one connection holding the lock and another doing the work, each
 // database's pool must allow two connections at least
-// (ErrMigratePoolTooSmall); on MySQL up to four more spread the DDL.
+// (ErrMigratePoolTooSmall); on MySQL, up to four share the DDL when the
+// pool allows. A waiting Migrate holds no connection between its tries.
+// If the lock's session ends meanwhile (a server timeout, a restart),
+// Migrate stops before its next step with ErrMigrateLockLost.
 //
 // Nothing Migrate does leaves state on a pooled connection, so it is safe
 // through PgBouncer in transaction mode: on PostgreSQL the template's
@@ -374,7 +377,10 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 	if err != nil {
 		return bad(-1, err)
 	}
-	defer lock.Release() // after the clean-up below; an error there means lost, seen by held
+	// Released last, after ctrl's clean-up. Its error says the lock was
+	// lost at some point: held reports that before each step, and a step
+	// that succeeded is done whoever held the lock.
+	defer lock.Release()
 	held := func() error {
 		select {
 		case <-lock.Lost():

@@ -508,3 +508,131 @@ func TestMigrateMariaDBShardGrants(t *testing.T) {
 		t.Errorf("template databases left behind: %v", left)
 	}
 }
+
+// TestMigrateLockLost ends the session that holds a Migrate's lock while
+// the Migrate waits on a table, and expects it to stop before its next
+// shard with ErrMigrateLockLost: another Migrate may have the lock by then.
+func TestMigrateLockLost(t *testing.T) {
+	for _, d := range migDialects {
+		t.Run(d.name, func(t *testing.T) {
+			dbs := d.open(t)
+			r := migRouter(t, dbs, "miglost", 8)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := r.Migrate(ctx, migV1...); err != nil {
+				t.Fatal(err)
+			}
+			// Two shards of one database with a changed column type: they
+			// go through AutoMigrate, one after the other.
+			db := dbs[r.Map()[0]]
+			var slow []int
+			for s := range r.LogicalShards() {
+				if r.Map()[s] == r.Map()[0] && len(slow) < 2 {
+					slow = append(slow, s)
+				}
+			}
+			for _, s := range slow {
+				q := `ALTER TABLE "` + r.Schema(s) + `".mig_posts ALTER COLUMN body TYPE varchar(10)`
+				if d.name != "postgres" {
+					q = "ALTER TABLE `" + r.Schema(s) + "`.mig_posts MODIFY body varchar(10)"
+				}
+				if err := db.Exec(q).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			sqlDB, err := db.DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := sqlDB.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			unlock := "ROLLBACK"
+			if d.name == "postgres" {
+				if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := conn.ExecContext(ctx, `LOCK TABLE "`+r.Schema(slow[0])+`".mig_posts IN ACCESS EXCLUSIVE MODE`); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				unlock = "UNLOCK TABLES"
+				if _, err := conn.ExecContext(ctx, "LOCK TABLES `"+r.Schema(slow[0])+"`.mig_posts WRITE"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			defer conn.ExecContext(context.Background(), unlock)
+
+			done := make(chan error, 1)
+			go func() { done <- r.Migrate(ctx, migV2...) }()
+			// The lock's session: end it as a server timeout or a
+			// restart of the pooler would.
+			name := migLockName(r.Schema(0))
+			var holder int64
+			for deadline := time.Now().Add(20 * time.Second); holder == 0; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("Migrate never took its lock")
+				}
+				var err error
+				if d.name == "postgres" {
+					err = db.Raw(`SELECT COALESCE(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+						AND classid::bigint = ((hashtextextended(?, 0) >> 32) & 4294967295)
+						AND objid::bigint = (hashtextextended(?, 0) & 4294967295)`, name, name).Scan(&holder).Error
+				} else {
+					err = db.Raw("SELECT COALESCE(IS_USED_LOCK(?), 0)", name).Scan(&holder).Error
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Migrate reaches the locked table, and waits there.
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("Migrate never reached the locked table")
+				}
+				var waiting int64
+				var err error
+				if d.name == "postgres" {
+					err = db.Raw(`SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = ?::regclass`,
+						`"`+r.Schema(slow[0])+`".mig_posts`).Scan(&waiting).Error
+				} else {
+					err = db.Raw(`SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE 'Waiting for % metadata lock%' AND INFO LIKE ?`,
+						"%miglost\\_%").Scan(&waiting).Error
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if waiting > 0 {
+					break
+				}
+			}
+			kill := "SELECT pg_terminate_backend(?)"
+			if d.name != "postgres" {
+				kill = "KILL ?"
+			}
+			if err := db.Exec(kill, holder).Error; err != nil {
+				t.Fatal(err)
+			}
+			// The keep-alive finds the session gone within its period.
+			time.Sleep(sqllockKeepAlive + time.Second)
+			if _, err := conn.ExecContext(ctx, unlock); err != nil {
+				t.Fatal(err)
+			}
+			err = <-done
+			var se *shardid.ShardError
+			if !errors.Is(err, shardid.ErrMigrateLockLost) || !errors.As(err, &se) || se.Shard != slow[1] {
+				t.Fatalf("Migrate whose lock session ended = %v, want ErrMigrateLockLost in a *ShardError for shard %d", err, slow[1])
+			}
+			t.Logf("Migrate whose lock session ended: %v", err)
+			if err := r.Migrate(ctx, migV2...); err != nil {
+				t.Fatalf("Migrate again: %v", err)
+			}
+		})
+	}
+}
+
+// sqllockKeepAlive is internal/sqllock's DefaultKeepAlive: how soon a
+// lock's holder learns that its session ended.
+const sqllockKeepAlive = 5 * time.Second
