@@ -45,7 +45,9 @@ func (m *migrateMySQL) detect(ctx context.Context, conn *sql.Conn) error {
 // was again afterwards, when it had one.
 func (m *migrateMySQL) template(ctx context.Context, db *gorm.DB, conn *sql.Conn, pool *sql.DB, tmpl string, schemas []string,
 	migrate func(db *gorm.DB) error) (cat map[string]catSchema, err error) {
-	if _, err := conn.ExecContext(ctx, m.createSchema(tmpl)); err != nil {
+	// Not IF NOT EXISTS: what is dropped below must be what was created
+	// here.
+	if _, err := conn.ExecContext(ctx, "CREATE DATABASE "+mysqlIdent(tmpl)); err != nil {
 		return nil, err
 	}
 	defer func() {
