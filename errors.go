@@ -213,3 +213,28 @@ var (
 	// SegmentAllocator.
 	ErrClosed = errors.New("shardid: allocator is closed")
 )
+
+// These errors can be returned by Router.Migrate and Router.MigrateWith,
+// inside the *ShardError that names the database.
+var (
+	// ErrMigrateLocked is returned when another Migrate of the same shards
+	// (another process, or another Router over the same database) held the
+	// database's migration lock for all of MigrateOptions.LockWait. The
+	// error that wraps it names the holder when the server says who it is.
+	// Let the other Migrate finish, or end it, and try again.
+	ErrMigrateLocked = errors.New("shardid: another Migrate holds the migration lock")
+
+	// ErrMigrateLockLost is returned when the session that held the
+	// migration lock ended during Migrate (a server timeout, a restart, a
+	// broken network): Migrate stops before its next step, which another
+	// Migrate may be running at the same time. What was done stays done;
+	// run Migrate again.
+	ErrMigrateLockLost = errors.New("shardid: the migration lock was lost")
+
+	// ErrMigratePoolTooSmall is returned when a database's pool allows only
+	// one open connection (sql.DB.SetMaxOpenConns(1)) and the router has a
+	// SchemaPattern: Migrate holds the migration lock on one connection
+	// and works on another, and would wait forever for the second. Allow
+	// at least two (five lets MySQL spread its DDL over four).
+	ErrMigratePoolTooSmall = errors.New("shardid: Migrate needs at least two connections per database")
+)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardid/shardid/internal/sqllock"
 	"gorm.io/gorm"
 )
 
@@ -49,7 +50,20 @@ type MigrateOptions struct {
 	// at a time, with Done larger on each call than on the one before. The
 	// other databases' migrations wait while it runs: keep it short.
 	Progress func(MigrateProgress)
+
+	// LockWait is how long Migrate waits for a database's migration lock
+	// while another Migrate of the same shards holds it, before it fails
+	// with ErrMigrateLocked. If LockWait is 0, DefaultMigrateLockWait is
+	// used; if it is negative, Migrate tries once and does not wait. The
+	// context's deadline, when sooner, ends the wait too.
+	LockWait time.Duration
 }
+
+// DefaultMigrateLockWait is how long Migrate waits for another Migrate of
+// the same shards when MigrateOptions.LockWait is 0: long enough for a
+// first run over thousands of shards, bounded so that a stuck holder is
+// reported rather than waited for forever.
+const DefaultMigrateLockWait = 5 * time.Minute
 
 // Migrate prepares every database for models. It is shorthand for
 // MigrateWith(ctx, MigrateOptions{}, models...).
@@ -79,8 +93,23 @@ func (r *Router) Migrate(ctx context.Context, models ...any) error {
 // leaves them.
 //
 // Concurrent Migrates of the same shards (every process of an application
-// at its start) take turns on each database through an advisory lock
-// (pg_advisory_lock, MySQL's GET_LOCK).
+// at its start) take turns on each database through a lock (a
+// transaction-level advisory lock on PostgreSQL, GET_LOCK on MySQL), held
+// on a connection of its own: a Migrate waits for it at most
+// opts.LockWait, then fails with ErrMigrateLocked, naming the holder. With
+// one connection holding the lock and another doing the work, each
+// database's pool must allow two connections at least
+// (ErrMigratePoolTooSmall); on MySQL, up to four share the DDL when the
+// pool allows. A waiting Migrate holds no connection between its tries.
+// If the lock's session ends meanwhile (a server timeout, a restart),
+// Migrate stops before its next step with ErrMigrateLockLost.
+//
+// Nothing Migrate does leaves state on a pooled connection, so it is safe
+// through PgBouncer in transaction mode: on PostgreSQL the template's
+// AutoMigrate and the catalog queries run in one transaction that is rolled
+// back (the template never exists for another session), and each batch of
+// shards, and each shard that goes through AutoMigrate, runs in a
+// transaction of its own with SET LOCAL search_path.
 //
 // An error names the database, and the logical shard when there is one
 // (*ShardError). When ctx is cancelled or its deadline passes, the error
@@ -128,7 +157,7 @@ func (r *Router) MigrateWith(ctx context.Context, opts MigrateOptions, models ..
 				continue
 			}
 			wg.Go(func() {
-				if err := r.migrateDatabase(work, d, shards, models, rep); err != nil {
+				if err := r.migrateDatabase(work, d, shards, models, opts, rep); err != nil {
 					fail(err)
 				}
 			})
@@ -191,23 +220,26 @@ const cleanupTimeout = 30 * time.Second
 
 // migrateDialect is what the fast path needs from a database.
 type migrateDialect interface {
-	// lock takes the migration lock called name on conn and returns its
-	// release.
-	lock(ctx context.Context, conn *sql.Conn, name string) (func() error, error)
-	// createSchema returns the statement creating schema if it is missing.
-	createSchema(schema string) string
-	// dropSchema returns the statement dropping schema and all it holds.
-	dropSchema(schema string) string
-	// catalog reads what exists in schemas.
-	catalog(ctx context.Context, conn *sql.Conn, schemas []string) (map[string]catSchema, error)
+	// template creates the scratch template schema tmpl, runs migrate with
+	// db bound to a connection (PostgreSQL: a transaction) whose current
+	// schema is tmpl, reads the catalog of schemas and tmpl, and removes
+	// tmpl. pool is conn's database.
+	template(ctx context.Context, db *gorm.DB, conn *sql.Conn, pool *sql.DB, tmpl string, schemas []string,
+		migrate func(db *gorm.DB) error) (map[string]catSchema, error)
 	// addColumn returns the statements adding column c, as the template has
 	// it, to table, or false when that is not a plain addition.
 	addColumn(table, name string, c catColumn) ([]string, bool)
 	// parse returns the table (and index) a recorded statement acts on.
 	parse(stmt string) (table, index string, ok bool)
 	// apply runs the actions' statements in the shards, on conn and, if
-	// it helps, other connections of db.
-	apply(ctx context.Context, conn *sql.Conn, db *sql.DB, acts []shardAction, done func(n int)) error
+	// it helps, other connections of db, calling held before each shard or
+	// batch and stopping at its error.
+	apply(ctx context.Context, conn *sql.Conn, db *sql.DB, acts []shardAction, held func() error, done func(n int)) error
+}
+
+// querier runs queries: a *sql.Conn, or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 // catSchema is what one schema holds: its tables by name. A missing schema
@@ -216,7 +248,7 @@ type migrateDialect interface {
 // this order: the schemas that exist (one column), then their columns
 // (each row read by scanColumn), indexes and constraints (schema, table,
 // name), and gathers what they return by schema and table.
-func readCatalog(ctx context.Context, conn *sql.Conn, queries [4]string, args []any,
+func readCatalog(ctx context.Context, conn querier, queries [4]string, args []any,
 	scanColumn func(*sql.Rows) (schema, table, name string, c catColumn, err error)) (map[string]catSchema, error) {
 	cat := make(map[string]catSchema)
 	table := func(schema, name string) *catTable {
@@ -315,7 +347,7 @@ type recordedStmt struct {
 }
 
 // migrateDatabase migrates shards, all of them on database d.
-func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, models []any, rep *migrateReporter) (rerr error) {
+func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, models []any, opts MigrateOptions, rep *migrateReporter) (rerr error) {
 	db := r.dbs[d].WithContext(ctx)
 	name := r.names[d]
 	bad := func(shard int, err error) error {
@@ -335,40 +367,42 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 	if err != nil {
 		return bad(-1, err)
 	}
-	// One connection holds the migration lock and does the work, so that a
-	// pool of one connection suffices; on MySQL, more connections help
-	// when the pool has them.
+	// One connection holds the lock, another does the work: with a pool
+	// of one, the second would never come.
+	if sqlDB.Stats().MaxOpenConnections == 1 {
+		return bad(-1, withDetail(ErrMigratePoolTooSmall,
+			"its pool allows one open connection (SetMaxOpenConns(1)); one holds the migration lock, another does the work: allow two or more"))
+	}
+	lock, err := r.migrateLock(ctx, sqlDB, db.Dialector.Name(), shards[0], opts.LockWait)
+	if err != nil {
+		return bad(-1, err)
+	}
+	// Released last, after ctrl's clean-up. Its error says the lock was
+	// lost at some point: held reports that before each step, and a step
+	// that succeeded is done whoever held the lock.
+	defer lock.Release()
+	held := func() error {
+		select {
+		case <-lock.Lost():
+			return fmt.Errorf("%w: %w", ErrMigrateLockLost, lock.Check(ctx))
+		default:
+			return nil
+		}
+	}
+
 	ctrl, err := sqlDB.Conn(ctx)
 	if err != nil {
 		return bad(-1, err)
 	}
-	var (
-		unlock func() error
-		tmpl   string
-		reuse  = true // ctrl may go back to the pool
-	)
+	reuse := true // ctrl may go back to the pool
 	defer func() {
 		if rerr != nil {
-			reuse = false // its search_path or database may be a shard's
-		}
-		// Clean up even when ctx is done.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if tmpl != "" {
-			if _, err := ctrl.ExecContext(cctx, dl.dropSchema(tmpl)); err != nil {
-				reuse = false
-			}
-		}
-		if unlock != nil && unlock() != nil {
-			reuse = false // it may still hold the lock
+			reuse = false // on MySQL, its default database may be a shard's
 		}
 		if !reuse {
 			_ = ctrl.Raw(func(any) error { return driver.ErrBadConn })
 		}
 		ctrl.Close()
-		if !reuse && tmpl != "" {
-			_, _ = sqlDB.ExecContext(cctx, dl.dropSchema(tmpl))
-		}
 	}()
 	if m, ok := dl.(*migrateMySQL); ok {
 		if err := m.detect(ctx, ctrl); err != nil {
@@ -378,27 +412,31 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 		// reset after USE.
 		reuse = m.current.Valid
 	}
-	if unlock, err = dl.lock(ctx, ctrl, migrateLockName(r.schemas[shards[0]])); err != nil {
+	tmpl, err := templateName(r.pattern)
+	if err != nil {
 		return bad(-1, err)
 	}
-	if tmpl, err = templateName(); err != nil {
+	schemas := make([]string, 0, len(shards))
+	for _, s := range shards {
+		schemas = append(schemas, r.schemas[s])
+	}
+	if err := held(); err != nil {
 		return bad(-1, err)
 	}
 	onCtrl := db.Session(&gorm.Session{NewDB: true, Context: ctx})
 	onCtrl.Statement.ConnPool = ctrl
-	recorded, usable, err := recordTemplate(onCtrl, dl, tmpl, models)
+	var rec *recordingPool
+	cat, err := dl.template(ctx, onCtrl, ctrl, sqlDB, tmpl, schemas, func(tdb *gorm.DB) error {
+		rec = &recordingPool{ConnPool: tdb.Statement.ConnPool}
+		// A new Session has a Statement of its own.
+		mtx := tdb.Session(&gorm.Session{NewDB: true, Context: ctx})
+		mtx.Statement.ConnPool = rec
+		return mtx.AutoMigrate(models...)
+	})
 	if err != nil {
 		return bad(-1, fmt.Errorf("shardid: migrating the template schema %s: %w", tmpl, err))
 	}
-
-	schemas := make([]string, 0, len(shards)+1)
-	for _, s := range shards {
-		schemas = append(schemas, r.schemas[s])
-	}
-	cat, err := dl.catalog(ctx, ctrl, append(schemas, tmpl))
-	if err != nil {
-		return bad(-1, err)
-	}
+	recorded, usable := recordedStmts(dl, tmpl, rec)
 	want := cat[tmpl]
 
 	var acts []shardAction
@@ -413,7 +451,7 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 		}
 	}
 	rep.add(name, len(shards)-len(acts)-len(slow), 0, 0)
-	if err := dl.apply(ctx, ctrl, sqlDB, acts, func(n int) { rep.add(name, n, n, 0) }); err != nil {
+	if err := dl.apply(ctx, ctrl, sqlDB, acts, held, func(n int) { rep.add(name, n, n, 0) }); err != nil {
 		var se *ShardError
 		if errors.As(err, &se) {
 			se.Database = name
@@ -426,12 +464,55 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 		if err := ctx.Err(); err != nil {
 			return bad(s, err)
 		}
+		if err := held(); err != nil {
+			return bad(s, err)
+		}
 		if err := migrateIn(onCtrl, r.schemas[s], models); err != nil {
 			return bad(s, err)
 		}
 		rep.add(name, 1, 1, 1)
 	}
 	return nil
+}
+
+// migrateLock takes the migration lock of the database whose first shard
+// is first, waiting at most wait (see MigrateOptions.LockWait).
+//
+// It tries once at a time, each try on a connection (on PostgreSQL, in a
+// transaction) that goes back to the pool when the lock is held: a waiting
+// Migrate holds no connection between tries, so that waiters cannot take,
+// from the pool or from a pooler behind it, the connection the holder
+// needs to finish.
+func (r *Router) migrateLock(ctx context.Context, db *sql.DB, dialect string, first int, wait time.Duration) (*sqllock.Lock, error) {
+	switch {
+	case wait == 0:
+		wait = DefaultMigrateLockWait
+	case wait < 0:
+		wait = 0
+	}
+	// The key is the one the session-level pg_advisory_lock and GET_LOCK
+	// of older versions took: old and new processes exclude each other.
+	key := sqllock.Key{Name: migrateLockName(r.schemas[first])}
+	deadline := time.Now().Add(wait)
+	pause := 20 * time.Millisecond
+	for {
+		lock, err := sqllock.Acquire(ctx, db, dialect, key, sqllock.Options{})
+		if err == nil || !errors.Is(err, sqllock.ErrHeld) {
+			return lock, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (waited %v): %w", ErrMigrateLocked, wait, err)
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: %w: %w", ErrMigrateLocked, ctx.Err(), err)
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
 
 // migrateLockName names the migration lock of the database whose first
@@ -442,13 +523,27 @@ func migrateLockName(schema string) string {
 	return fmt.Sprintf("shardid:migrate:%016x", h.Sum64())
 }
 
-// templateName returns a fresh name for a scratch template schema.
-func templateName() (string, error) {
+// templateName returns a fresh name for a scratch template schema of a
+// router whose SchemaPattern is pattern: the pattern with its number
+// replaced by "tmpl_" and random hex ("app_%04d" gives app_tmpl_3f9a...),
+// so that a grant that covers the shards by the literal parts of their
+// names (MySQL's GRANT ... ON `app\_%`.*) covers the template too. When
+// that name is not a valid one (too long), it is shardid_tmpl_ and the
+// hex.
+func templateName(pattern string) (string, error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
-	return "shardid_tmpl_" + hex.EncodeToString(b[:]), nil
+	mark := "tmpl_" + hex.EncodeToString(b[:])
+	if i := strings.IndexByte(pattern, '%'); i >= 0 {
+		if j := strings.IndexByte(pattern[i:], 'd'); j >= 0 {
+			if name := pattern[:i] + mark + pattern[i+j+1:]; schemaName.MatchString(name) {
+				return name, nil
+			}
+		}
+	}
+	return "shardid_" + mark, nil
 }
 
 // planShard returns the statements that bring have (a shard's schema, nil
@@ -525,49 +620,12 @@ func planShard(dl migrateDialect, have, want catSchema, recorded []recordedStmt,
 	return stmts, true
 }
 
-// recordTemplate creates schema tmpl on db, which is bound to one
-// connection, runs AutoMigrate of models inside it and returns the statements AutoMigrate executed. usable is
-// false when a statement cannot be replayed in another schema (it names a
-// schema, takes arguments, or has a form the fast path does not know).
-func recordTemplate(db *gorm.DB, dl migrateDialect, tmpl string, models []any) (recorded []recordedStmt, usable bool, err error) {
-	if err := db.Exec(dl.createSchema(tmpl)).Error; err != nil {
-		return nil, false, err
-	}
-	rec := &recordingPool{ConnPool: db.Statement.ConnPool}
-	err = func() (err error) {
-		q := db.Statement.Quote(tmpl)
-		switch db.Dialector.Name() {
-		case "postgres":
-			if err := db.Exec("SET search_path TO " + q).Error; err != nil {
-				return err
-			}
-			defer func() {
-				if rerr := db.Exec("RESET search_path").Error; err == nil {
-					err = rerr
-				}
-			}()
-		case "mysql":
-			// Dropping the template resets the default database when
-			// there was none before.
-			if err := db.Exec("USE " + q).Error; err != nil {
-				return err
-			}
-			defer func() {
-				if cur := dl.(*migrateMySQL).current; cur.Valid {
-					if rerr := db.Exec("USE " + mysqlIdent(cur.String)).Error; err == nil {
-						err = rerr
-					}
-				}
-			}()
-		}
-		// A new Session has a Statement of its own.
-		mtx := db.Session(&gorm.Session{NewDB: true, Context: db.Statement.Context})
-		mtx.Statement.ConnPool = rec
-		return mtx.AutoMigrate(models...)
-	}()
-	if err != nil {
-		return nil, false, err
-	}
+// recordedStmts returns the statements rec recorded while AutoMigrate ran
+// in the template schema tmpl, with the tables (and indexes) they act on.
+// usable is false when a statement cannot be replayed in another schema
+// (it names a schema, takes arguments, or has a form the fast path does
+// not know).
+func recordedStmts(dl migrateDialect, tmpl string, rec *recordingPool) (recorded []recordedStmt, usable bool) {
 	usable = !rec.args
 	var derived []recordedStmt
 	for _, q := range rec.stmts {
@@ -582,8 +640,7 @@ func recordTemplate(db *gorm.DB, dl migrateDialect, tmpl string, models []any) (
 			derived = append(derived, in.inlineIndexes(table, q)...)
 		}
 	}
-	recorded = append(recorded, derived...)
-	return recorded, usable, nil
+	return append(recorded, derived...), usable
 }
 
 // recordingPool passes statements on to its ConnPool and records the ones
@@ -629,32 +686,38 @@ func migrateShard(ctx context.Context, db *gorm.DB, schema string, models []any)
 }
 
 // migrateIn creates schema on tx, which is bound to one connection, and
-// migrates models inside it with GORM's AutoMigrate.
+// migrates models inside it with GORM's AutoMigrate, so that join tables
+// and indexes land there too.
 //
-// AutoMigrate runs with the connection's search_path (PostgreSQL) or
-// default database (MySQL) set to that schema, so join tables and indexes
-// land there too; the connection is reset afterwards (on MySQL, when it had
-// a default database).
+// On PostgreSQL it all runs in one transaction, with SET LOCAL
+// search_path: nothing of it outlives the transaction on the connection
+// (which a pooler may give another client next), and an interrupted one
+// is rolled back. On MySQL, whose DDL is not transactional, it runs with
+// the connection's default database set to schema by USE, and set back
+// afterwards when it had one.
 func migrateIn(tx *gorm.DB, schema string, models []any) (err error) {
-	// schema matched schemaName in NewRouter: it needs no escaping, and is
-	// quoted all the same.
-	q := tx.Statement.Quote(schema)
+	ctx := tx.Statement.Context
 	switch tx.Dialector.Name() {
 	case "postgres":
-		if err := tx.Exec("CREATE SCHEMA IF NOT EXISTS " + q).Error; err != nil {
+		conn, ok := tx.Statement.ConnPool.(gorm.TxBeginner)
+		if !ok {
+			return fmt.Errorf("shardid: cannot begin a transaction on %T", tx.Statement.ConnPool)
+		}
+		stx, in, err := pgBeginIn(ctx, tx, conn, schema)
+		if err != nil {
 			return err
 		}
-		if err := tx.Exec("SET search_path TO " + q).Error; err != nil {
+		defer stx.Rollback() // after Commit, sql.ErrTxDone
+		if err := in.AutoMigrate(models...); err != nil {
 			return err
 		}
-		defer func() {
-			if rerr := tx.Exec("RESET search_path").Error; err == nil {
-				err = rerr
-			}
-		}()
+		return stx.Commit()
 	case "mysql":
+		// schema matched schemaName in NewRouter: it needs no escaping,
+		// and is quoted all the same.
+		q := mysqlIdent(schema)
 		var current sql.NullString
-		if err := tx.Statement.ConnPool.QueryRowContext(tx.Statement.Context, "SELECT DATABASE()").Scan(&current); err != nil {
+		if err := tx.Statement.ConnPool.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&current); err != nil {
 			return err
 		}
 		if err := tx.Exec("CREATE DATABASE IF NOT EXISTS " + q).Error; err != nil {
@@ -667,15 +730,15 @@ func migrateIn(tx *gorm.DB, schema string, models []any) (err error) {
 			if !current.Valid {
 				return
 			}
-			if rerr := tx.Exec("USE " + tx.Statement.Quote(current.String)).Error; err == nil {
+			if rerr := tx.Exec("USE " + mysqlIdent(current.String)).Error; err == nil {
 				err = rerr
 			}
 		}()
+		// A new Session, so that nothing of the statements above carries over.
+		return tx.Session(&gorm.Session{NewDB: true, Context: ctx}).AutoMigrate(models...)
 	default:
 		return withDetail(ErrInvalidConfig, fmt.Sprintf("schemas per shard need PostgreSQL or MySQL, not %s", tx.Dialector.Name()))
 	}
-	// A new Session, so that nothing of the statements above carries over.
-	return tx.Session(&gorm.Session{NewDB: true, Context: tx.Statement.Context}).AutoMigrate(models...)
 }
 
 // sortedKeys returns m's keys in order, so that statements come in the

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+
+	"gorm.io/gorm"
 )
 
 // migrateMySQL is the fast path of Migrate on MySQL and MariaDB.
@@ -37,27 +39,46 @@ func (m *migrateMySQL) detect(ctx context.Context, conn *sql.Conn) error {
 	return nil
 }
 
-func (*migrateMySQL) lock(ctx context.Context, conn *sql.Conn, name string) (func() error, error) {
-	var got sql.NullInt64
-	// The lock goes with the connection when a cancellation closes it.
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 86400)", name).Scan(&got); err != nil {
+// template creates the database tmpl, runs migrate on conn with tmpl as
+// its default database, reads the catalog, and drops tmpl (even when ctx
+// is done; on pool when conn cannot). conn's default database is what it
+// was again afterwards, when it had one.
+func (m *migrateMySQL) template(ctx context.Context, db *gorm.DB, conn *sql.Conn, pool *sql.DB, tmpl string, schemas []string,
+	migrate func(db *gorm.DB) error) (cat map[string]catSchema, err error) {
+	// Not IF NOT EXISTS: what is dropped below must be what was created
+	// here.
+	if _, err := conn.ExecContext(ctx, "CREATE DATABASE "+mysqlIdent(tmpl)); err != nil {
 		return nil, err
 	}
-	if got.Int64 != 1 {
-		return nil, errors.New("shardid: timed out waiting for the migration lock " + name)
-	}
-	return func() error {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		var ok sql.NullInt64
-		if err := conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", name).Scan(&ok); err != nil {
+		if _, derr := conn.ExecContext(cctx, m.dropSchema(tmpl)); derr != nil {
+			// A statement of its own: any connection will do.
+			if _, derr = pool.ExecContext(cctx, m.dropSchema(tmpl)); err == nil && derr != nil {
+				err = derr
+			}
+		}
+	}()
+	err = func() (err error) {
+		if _, err := conn.ExecContext(ctx, "USE "+mysqlIdent(tmpl)); err != nil {
 			return err
 		}
-		if ok.Int64 != 1 {
-			return errors.New("shardid: the migration lock was not held")
-		}
-		return nil
-	}, nil
+		// Dropping the template resets the default database when there
+		// was none before.
+		defer func() {
+			if m.current.Valid {
+				if _, rerr := conn.ExecContext(ctx, "USE "+mysqlIdent(m.current.String)); err == nil {
+					err = rerr
+				}
+			}
+		}()
+		return migrate(db)
+	}()
+	if err != nil {
+		return nil, err
+	}
+	return m.catalog(ctx, conn, append(schemas[:len(schemas):len(schemas)], tmpl))
 }
 
 func (*migrateMySQL) createSchema(schema string) string {
@@ -68,7 +89,8 @@ func (*migrateMySQL) dropSchema(schema string) string {
 	return "DROP DATABASE IF EXISTS `" + schema + "`"
 }
 
-func (*migrateMySQL) catalog(ctx context.Context, conn *sql.Conn, schemas []string) (map[string]catSchema, error) {
+// catalog reads what exists in schemas.
+func (*migrateMySQL) catalog(ctx context.Context, conn querier, schemas []string) (map[string]catSchema, error) {
 	in := strings.Repeat("?,", len(schemas))
 	in = "(" + in[:len(in)-1] + ")"
 	args := make([]any, len(schemas))
@@ -194,7 +216,7 @@ func splitTopLevel(s string) []string {
 // apply runs the actions on conn and up to mysqlWorkers-1 more
 // connections of db, as many as its pool allows, each switching to a
 // shard's database with USE and back to its own at the end.
-func (m *migrateMySQL) apply(ctx context.Context, conn *sql.Conn, db *sql.DB, acts []shardAction, done func(n int)) error {
+func (m *migrateMySQL) apply(ctx context.Context, conn *sql.Conn, db *sql.DB, acts []shardAction, held func() error, done func(n int)) error {
 	if len(acts) == 0 {
 		return nil
 	}
@@ -214,18 +236,21 @@ func (m *migrateMySQL) apply(ctx context.Context, conn *sql.Conn, db *sql.DB, ac
 		mu.Unlock()
 		cancel()
 	}
-	take := func() (shardAction, bool) {
+	take := func() (shardAction, error) {
+		if err := held(); err != nil {
+			return shardAction{}, err
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if next == len(acts) || first != nil {
-			return shardAction{}, false
+			return shardAction{}, errNoMore
 		}
 		next++
-		return acts[next-1], true
+		return acts[next-1], nil
 	}
 	workers := min(mysqlWorkers, len(acts))
 	if limit := db.Stats().MaxOpenConnections; limit > 0 {
-		workers = min(workers, limit)
+		workers = max(min(workers, limit-1), 1) // the migration lock holds one
 	}
 	for w := range workers {
 		wg.Go(func() {
@@ -256,18 +281,25 @@ func (m *migrateMySQL) apply(ctx context.Context, conn *sql.Conn, db *sql.DB, ac
 	return first
 }
 
+// errNoMore is take's error when every action is taken, or another worker
+// failed.
+var errNoMore = errors.New("no more actions")
+
 // run runs actions from take on conn until there are none, then makes the
 // connection's default database what it was.
-func (m *migrateMySQL) run(ctx context.Context, conn *sql.Conn, take func() (shardAction, bool), done func(n int)) (err error) {
+func (m *migrateMySQL) run(ctx context.Context, conn *sql.Conn, take func() (shardAction, error), done func(n int)) (err error) {
 	defer func() {
 		if m.current.Valid && err == nil {
 			_, err = conn.ExecContext(ctx, "USE "+mysqlIdent(m.current.String))
 		}
 	}()
 	for {
-		a, ok := take()
-		if !ok {
+		a, err := take()
+		if errors.Is(err, errNoMore) {
 			return nil
+		}
+		if err != nil {
+			return err
 		}
 		stmts := append([]string{m.createSchema(a.schema), "USE " + mysqlIdent(a.schema)}, a.stmts...)
 		for _, q := range stmts {

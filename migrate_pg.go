@@ -3,9 +3,10 @@ package shardid
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"regexp"
 	"strings"
+
+	"gorm.io/gorm"
 )
 
 // migratePostgres is the fast path of Migrate on PostgreSQL.
@@ -16,30 +17,48 @@ type migratePostgres struct{}
 // whole server.
 const pgBatchStatements = 200
 
-func (migratePostgres) lock(ctx context.Context, conn *sql.Conn, name string) (func() error, error) {
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", name); err != nil {
+// template creates tmpl, runs migrate in it and reads the catalog, all in
+// one transaction on conn that is then rolled back: the template never
+// exists for another session and needs no drop, whatever happens, and the
+// search_path set for it ends with the transaction.
+func (migratePostgres) template(ctx context.Context, db *gorm.DB, conn *sql.Conn, _ *sql.DB, tmpl string, schemas []string,
+	migrate func(db *gorm.DB) error) (map[string]catSchema, error) {
+	tx, in, err := pgBeginIn(ctx, db, conn, tmpl)
+	if err != nil {
 		return nil, err
 	}
-	return func() error {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		var ok bool
-		if err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", name).Scan(&ok); err != nil {
-			return err
-		}
-		if !ok {
-			return errors.New("shardid: the migration lock was not held")
-		}
-		return nil
-	}, nil
+	defer tx.Rollback()
+	if err := migrate(in); err != nil {
+		return nil, err
+	}
+	// The catalog names objects of the schemas on the search_path without
+	// their schema: read it with the default one, as the shards' are.
+	if _, err := tx.ExecContext(ctx, "SET LOCAL search_path TO DEFAULT"); err != nil {
+		return nil, err
+	}
+	return pgCatalog(ctx, tx, append(schemas[:len(schemas):len(schemas)], tmpl))
 }
 
-func (migratePostgres) createSchema(schema string) string {
-	return `CREATE SCHEMA IF NOT EXISTS "` + schema + `"`
-}
-
-func (migratePostgres) dropSchema(schema string) string {
-	return `DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`
+// pgBeginIn begins a transaction on conn, creates schema there if it is
+// missing and makes it the transaction's search_path (SET LOCAL, which
+// ends with the transaction), and returns the transaction and a session
+// of db bound to it.
+func pgBeginIn(ctx context.Context, db *gorm.DB, conn gorm.TxBeginner, schema string) (*sql.Tx, *gorm.DB, error) {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	// schema matched schemaName: it needs no escaping, and is quoted all
+	// the same.
+	for _, q := range []string{"CREATE SCHEMA IF NOT EXISTS " + pgIdent(schema), "SET LOCAL search_path TO " + pgIdent(schema)} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			_ = tx.Rollback()
+			return nil, nil, err
+		}
+	}
+	in := db.Session(&gorm.Session{NewDB: true, Context: ctx})
+	in.Statement.ConnPool = tx
+	return tx, in, nil
 }
 
 // pgCatalogQueries read, for the schemas in $1, the schemas, the columns
@@ -74,7 +93,8 @@ var pgCatalogQueries = [...]string{
 	WHERE n.nspname = ANY($1) AND co.contype IN ('p', 'u', 'f', 'c', 'x')`,
 }
 
-func (migratePostgres) catalog(ctx context.Context, conn *sql.Conn, schemas []string) (map[string]catSchema, error) {
+// pgCatalog reads what exists in schemas.
+func pgCatalog(ctx context.Context, conn querier, schemas []string) (map[string]catSchema, error) {
 	return readCatalog(ctx, conn, pgCatalogQueries, []any{schemas}, func(rows *sql.Rows) (schema, table, name string, c catColumn, err error) {
 		err = rows.Scan(&schema, &table, &name, &c.typ, &c.notNull, &c.hasDef, &c.def, &c.extra, &c.comment)
 		c.typ, c.def = markSchema(c.typ, schema), markSchema(c.def, schema)
@@ -129,11 +149,11 @@ func (migratePostgres) parse(stmt string) (table, index string, ok bool) {
 // SET LOCAL search_path puts each shard's statements in its schema. When a
 // batch fails, its shards are run again one per transaction, to name the
 // one that fails.
-func (migratePostgres) apply(ctx context.Context, conn *sql.Conn, _ *sql.DB, acts []shardAction, done func(n int)) error {
+func (migratePostgres) apply(ctx context.Context, conn *sql.Conn, _ *sql.DB, acts []shardAction, held func() error, done func(n int)) error {
 	run := func(batch []shardAction) error {
 		var b strings.Builder
 		for _, a := range batch {
-			b.WriteString(`CREATE SCHEMA IF NOT EXISTS "` + a.schema + `";SET LOCAL search_path TO "` + a.schema + `";`)
+			b.WriteString("CREATE SCHEMA IF NOT EXISTS " + pgIdent(a.schema) + ";SET LOCAL search_path TO " + pgIdent(a.schema) + ";")
 			for _, q := range a.stmts {
 				b.WriteString(q)
 				b.WriteString(";\n")
@@ -154,6 +174,9 @@ func (migratePostgres) apply(ctx context.Context, conn *sql.Conn, _ *sql.DB, act
 		for n < len(acts) && (n == 0 || stmts+len(acts[n].stmts) <= pgBatchStatements) {
 			stmts += len(acts[n].stmts)
 			n++
+		}
+		if err := held(); err != nil {
+			return err
 		}
 		if err := run(acts[:n]); err != nil {
 			if ctx.Err() != nil || n == 1 {

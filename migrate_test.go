@@ -501,25 +501,42 @@ func TestMigrateCancelAnywhere(t *testing.T) {
 	}
 }
 
-// TestMigrateOneConnection migrates through pools of one connection each:
-// the lock, the template, the catalog and the DDL share it.
-func TestMigrateOneConnection(t *testing.T) {
+// TestMigrateSmallPools refuses at once, with ErrMigratePoolTooSmall, a
+// pool of one connection (which would wait forever for a second one while
+// the first holds the migration lock), and migrates through pools of two:
+// the lock on one, the template, the catalog and the DDL on the other.
+func TestMigrateSmallPools(t *testing.T) {
 	for _, d := range migDialects {
 		t.Run(d.name, func(t *testing.T) {
 			dbs := d.open(t)
-			for _, db := range dbs {
-				sqlDB, err := db.DB()
-				if err != nil {
-					t.Fatal(err)
+			setPool := func(n int) {
+				for _, db := range dbs {
+					sqlDB, err := db.DB()
+					if err != nil {
+						t.Fatal(err)
+					}
+					sqlDB.SetMaxOpenConns(n)
 				}
-				sqlDB.SetMaxOpenConns(1)
 			}
 			r := migRouter(t, dbs, "migone", 6)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+
+			setPool(1)
+			start := time.Now()
+			err := r.Migrate(ctx, migV1...)
+			var se *shardid.ShardError
+			if !errors.Is(err, shardid.ErrMigratePoolTooSmall) || !errors.As(err, &se) {
+				t.Fatalf("Migrate with one connection per pool = %v, want ErrMigratePoolTooSmall in a *ShardError", err)
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("Migrate took %v to refuse a pool of one", time.Since(start))
+			}
+
+			setPool(2)
 			var p progressLog
 			if err := r.MigrateWith(ctx, shardid.MigrateOptions{Progress: p.report}, migV1...); err != nil {
-				t.Fatalf("Migrate with one connection per pool: %v", err)
+				t.Fatalf("Migrate with two connections per pool: %v", err)
 			}
 			if m := p.last(t, 6); m.Altered != 6 || m.AutoMigrated != 0 {
 				t.Fatalf("%+v, want every shard altered by the fast path", m)

@@ -109,6 +109,7 @@ type Router struct {
 	layout  Layout
 	shards  int
 	schemas []string // per logical shard; nil without SchemaPattern
+	pattern string   // SchemaPattern
 	plugin  *Plugin
 	table   atomic.Pointer[routeTable]
 	stats   routerStats
@@ -179,6 +180,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			return bad("SchemaPattern %q must have exactly one %%d verb", cfg.SchemaPattern)
 		}
 		r.schemas = make([]string, r.shards)
+		r.pattern = cfg.SchemaPattern
 		seen := make(map[string]bool, r.shards)
 		for s := range r.schemas {
 			name := fmt.Sprintf(cfg.SchemaPattern, s)
