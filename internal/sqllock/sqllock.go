@@ -114,6 +114,36 @@ func Acquire(ctx context.Context, db *sql.DB, dialect string, key Key, opts Opti
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = DefaultKeepAlive
 	}
+	deadline := time.Now().Add(opts.Wait)
+	pause := 20 * time.Millisecond
+	for {
+		l, err := attempt(ctx, db, dialect, key, opts, time.Until(deadline) <= 0)
+		if l != nil || !errors.Is(err, errBusy) {
+			return l, err
+		}
+		// Between tries the waiter holds no connection: through a small
+		// pool (PgBouncer's pool_size), a waiter that kept its session
+		// could starve the holder of the connection it needs to finish.
+		t := time.NewTimer(min(pause, max(time.Until(deadline), 0)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("waiting for lock %s, %w: %w", key, ErrHeld, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// errBusy is attempt's error for a lock somebody else holds, when it is
+// not the last try.
+var errBusy = errors.New("busy")
+
+// attempt tries once to take the lock on a session of its own, which it
+// gives back unless it got the lock. On the last try, a lock held by
+// another session fails with ErrHeld naming the holder; before it, with
+// errBusy.
+func attempt(ctx context.Context, db *sql.DB, dialect string, key Key, opts Options, last bool) (*Lock, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -121,8 +151,15 @@ func Acquire(ctx context.Context, db *sql.DB, dialect string, key Key, opts Opti
 	l := &Lock{key: key, dialect: dialect, conn: conn,
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	idle, err := l.begin(ctx)
+	ok := false
 	if err == nil {
-		err = l.try(ctx, opts.Wait)
+		ok, err = l.tryOnce(ctx)
+	}
+	if err == nil && !ok {
+		err = errBusy
+		if last {
+			err = fmt.Errorf("lock %s %w%s, after %v", key, ErrHeld, l.holder(ctx), opts.Wait)
+		}
 	}
 	if err != nil {
 		l.drop()
@@ -202,33 +239,6 @@ func (l *Lock) pgLockRow(p string) (string, []any) {
 	}
 	return p + "objsubid = 1 AND " + p + "classid::bigint = ((hashtextextended($1, 0) >> 32) & 4294967295) AND " +
 		p + "objid::bigint = (hashtextextended($1, 0) & 4294967295)", []any{l.key.Name}
-}
-
-// try takes the lock, trying again with a backoff for wait.
-func (l *Lock) try(ctx context.Context, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	pause := 20 * time.Millisecond
-	for {
-		ok, err := l.tryOnce(ctx)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return fmt.Errorf("lock %s %w%s, after %v", l.key, ErrHeld, l.holder(ctx), wait)
-		}
-		t := time.NewTimer(min(pause, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("waiting for lock %s, %w%s: %w", l.key, ErrHeld, l.holder(context.WithoutCancel(ctx)), ctx.Err())
-		case <-t.C:
-		}
-		pause = min(2*pause, 500*time.Millisecond)
-	}
 }
 
 func (l *Lock) tryOnce(ctx context.Context) (bool, error) {

@@ -325,3 +325,43 @@ func TestHelperProcess(t *testing.T) {
 	os.Stdout.WriteString("held")
 	time.Sleep(time.Minute)
 }
+
+// TestWaiterHoldsNoConnection: a session waiting for the lock holds no
+// server connection between its tries, so that through a small pool the
+// holder can still get one to finish its work (and release the lock).
+func TestWaiterHoldsNoConnection(t *testing.T) {
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 2})
+	ctx := context.Background()
+	holderDB := sqlDB(t, b.Open("test", "postgres"))
+	k := key(t)
+	l, err := sqllock.Acquire(ctx, holderDB, "postgres", k, sqllock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		l2, err := sqllock.Acquire(ctx, sqlDB(t, b.Open("test", "postgres")), "postgres", k, sqllock.Options{Wait: 10 * time.Second})
+		if err == nil {
+			l2.Release()
+		}
+		waited <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	// The holder's work, in transactions of its own, through the pool whose
+	// other server connection the waiter would keep.
+	worker := sqlDB(t, b.Open("test", "postgres"))
+	for i := range 5 {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := worker.ExecContext(wctx, "SELECT 1")
+		cancel()
+		if err != nil {
+			t.Fatalf("the holder's statement %d while another session waits for the lock: %v", i, err)
+		}
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the waiter after Release: %v", err)
+	}
+}
