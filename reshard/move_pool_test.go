@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,8 +79,8 @@ func moveLocks(t *testing.T, db *gorm.DB) []string {
 	var locks []string
 	if err := db.Raw(`SELECT l.pid || '/' || l.objid || '/' || d.datname FROM pg_locks l JOIN pg_database d ON d.oid = l.database
 		WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.classid::bigint = (hashtext('shardid:move')::bigint & 4294967295)
-			AND l.objid::bigint IN (SELECT hashtext('shardid_move:' || format(?, s))::bigint & 4294967295 FROM generate_series(0, ?) s)
-			AND d.datname IN ('test', 'shardid_test2')`, poolPattern, moveShards-1).Scan(&locks).Error; err != nil {
+			AND l.objid::bigint IN (SELECT hashtext('shardid_move:shardid_mvl_' || lpad(s::text, 4, '0'))::bigint & 4294967295 FROM generate_series(0, ?) s)
+			AND d.datname IN ('test', 'shardid_test2')`, moveShards-1).Scan(&locks).Error; err != nil {
 		t.Fatal(err)
 	}
 	return locks
@@ -122,7 +123,7 @@ func TestMoveThroughTransactionPool(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var acked []RPhoto
-	stop := runWriters(t, 4, func(w, i int) error {
+	stop := runWriters(t, 6, func(w, i int) error {
 		shard := 3
 		if w%2 == 1 {
 			shard = other
@@ -378,4 +379,76 @@ func TestMoveLockLostMariaDB(t *testing.T) {
 				reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
 		})
 	}
+}
+
+// helperPooledRouter is pooledRouter in a helper process, which has only
+// PgBouncer's port.
+func helperPooledRouter(t *testing.T, port string, p *shardid.Plugin) *shardid.Router {
+	var dbs []*gorm.DB
+	for _, name := range []string{"test", "shardid_test2"} {
+		db, err := gorm.Open(postgres.Open(fmt.Sprintf("host=127.0.0.1 port=%s user=postgres dbname=%s sslmode=disable default_query_exec_mode=simple_protocol", port, name)), gormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, db)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: moveShards, SchemaPattern: poolPattern, Plugin: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A mover that goes through PgBouncer in transaction mode is killed at a
+// stage, and the move is run again at once through the same pooler: the
+// dead mover's lock must not outlive it on a pooled server connection.
+func TestMoveKilledThroughTransactionPool(t *testing.T) {
+	for _, stage := range []string{"created", "fenced", "sealed"} {
+		t.Run(stage, func(t *testing.T) {
+			direct, r, c, _, b := pooledMoveSetup(t, 2)
+			ctx := context.Background()
+			seeded := seedShard(t, r, 1, 200)
+			cmd := helperProcess(t, "mover", "SHARDID_DIE_AT="+stage, "SHARDID_PGBOUNCER_PORT="+pgbouncerPort(b))
+			out, _ := cmd.Output()
+			if cmd.ProcessState.ExitCode() != 3 {
+				t.Fatalf("the mover did not die at %s: %s", stage, out)
+			}
+			// The dead mover's lock goes with it, not to a pooled server
+			// connection that the next client may get (or not).
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				l := moveLocks(t, direct.Databases()[0])
+				if len(l) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("5s after the mover was killed at %s, its move lock is held: %v", stage, l)
+				}
+			}
+			if stage != "sealed" { // abort, as shardid move --abort does
+				if err := reshard.Unfence(ctx, r, 1, []any{&RPhoto{}}); err != nil {
+					t.Fatalf("aborting the killed move: %v", err)
+				}
+			}
+			if _, err := reshard.MoveShard(ctx, r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, LockWait: 10 * time.Second}); err != nil {
+				t.Fatalf("the move run again after a kill at %s: %v", stage, err)
+			}
+			for _, ph := range seeded {
+				var got RPhoto
+				if err := r.Get(ctx, &got, ph.ID); err != nil {
+					t.Errorf("photo %v: %v", ph.ID, err)
+				}
+			}
+		})
+	}
+}
+
+// pgbouncerPort is the port of b's DSN.
+func pgbouncerPort(b *testdb.PgBouncer) string {
+	for _, f := range strings.Fields(b.DSN("test", "postgres")) {
+		if v, ok := strings.CutPrefix(f, "port="); ok {
+			return v
+		}
+	}
+	return ""
 }
