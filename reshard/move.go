@@ -101,10 +101,26 @@ type TableCheck struct {
 // The fence is judged by the source database's clock alone. If it runs out
 // before the source is fenced for good (the mover paused longer than
 // FenceFor), or someone lifts or replaces it, the move does not flip and
-// returns ErrFenceLapsed. While it runs, the move holds a lock on the
-// source database: a second move of the same shard, Fence or Unfence of
-// it get ErrMoveInProgress; the lock goes with the mover's session, so a
-// mover that dies leaves none. With a catalog, the move first checks that
+// returns ErrFenceLapsed.
+//
+// While it runs, the move holds the shard's move lock on the source
+// database: a second move of the same shard, Fence, Unfence and
+// DropShardCopy of it wait for it (MoveOptions.LockWait, DefaultLockWait)
+// and then fail with ErrMoveInProgress, naming the session that holds it.
+// The lock lives in a transaction kept open on a connection of its own
+// (PostgreSQL; GET_LOCK on MySQL), so a transaction pool (PgBouncer) can
+// neither strand it nor hand it to another client, and it goes with the
+// mover's session: a mover that dies or is killed leaves none once the
+// server has noticed, which the wait of a move run again covers. If the
+// server ends the lock's session during the move (idle_session_timeout, a
+// reaper, a network reset), the move stops before its next step that must
+// not run without it (creating or filling the target, fencing, sealing,
+// flipping, lifting a fence), with ErrMoveLockLost, and cleans up as a
+// cancelled move does, as far as it can take the lock again: never over
+// another mover's work. The lock's connection stays out of the pool for
+// the whole move (a transaction pool needs a server connection more).
+//
+// With a catalog, the move first checks that
 // the catalog maps the shard where r does, and flips only that shard's
 // entry, on the condition that it still names the source: moves of
 // different shards at once never undo each other (ErrCatalogConflict if
@@ -125,9 +141,13 @@ type TableCheck struct {
 // into the copy, whose later passes would overwrite or delete its rows.
 // The move lifts that fence right after the flip; if the mover dies in
 // between, the shard's new home refuses writes until Unfence of the shard
-// (on its new home) lifts it. A failed move leaves its target fenced, so
-// the copy takes no stray writes until the move is run again or the copy
-// dropped (DropShardCopy).
+// (on its new home) lifts it. A move that fails before it fences the
+// source for good drops the copy it created; a copy it found (left by a
+// mover that was killed) stays, fenced, so the copy takes no stray writes
+// until the move is run again or the copy dropped (DropShardCopy). On
+// PostgreSQL the target's schema, tables and fence are created in one
+// transaction, under a staging name renamed at its end: a failure there
+// leaves nothing.
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
@@ -397,7 +417,9 @@ func dbOf(r *shardid.Router, shard int) int {
 // every write with ErrShardMoving for d (for good when d is 0), judged by
 // that database's clock. Changing a fence (from d to for good, say) leaves
 // no moment without one. It returns ErrMoveInProgress while a move of the
-// shard runs, and ErrShardMoved for the old copy of a shard that moved.
+// shard runs (after waiting DefaultLockWait, or until ctx's deadline, for
+// the move lock), and ErrShardMoved for the old copy of a shard that
+// moved.
 func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d time.Duration) error {
 	if err := checkMove(r, shard); err != nil {
 		return err
@@ -432,7 +454,9 @@ func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d ti
 // holds it now: the way to abort a move before its flip, and to lift the
 // fence a mover that died right after its flip left on the shard's new
 // home. It returns
-// ErrMoveInProgress while a move of the shard runs (stop the mover first),
+// ErrMoveInProgress while a move of the shard runs (stop the mover first;
+// it waits DefaultLockWait, or until ctx's deadline, for the lock of a
+// mover that was killed),
 // and ErrShardMoved for the old copy of a shard that a move fenced for good,
 // which must stay so (run that move again to finish it).
 func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) error {
@@ -468,7 +492,8 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 }
 
 // DropShardCopy drops the copy of shard left on the database named from by
-// a move. It refuses while the map still points there.
+// a move. It refuses while the map still points there, and, as Unfence,
+// while a move of the shard runs (ErrMoveInProgress).
 func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from string) error {
 	if err := checkMove(r, shard); err != nil {
 		return err
