@@ -136,6 +136,29 @@ var (
 	// database.
 	ErrShardMoving = errors.New("shardid: shard is moving; retry")
 
+	// ErrUnroutedSQL is returned for raw SQL (Raw, Exec) run through a
+	// Router's *gorm.DB when the router has a SchemaPattern and the SQL
+	// neither has SchemaPlaceholder nor names the shard's schema: its
+	// tables would resolve through the search_path (PostgreSQL) or the
+	// connection's database (MySQL), such as a public.photos left from
+	// before the shards, not in the shard. Nothing runs. Write
+	// {{schema}}.photos, or use Router.Table; run SQL that names no table
+	// of the shard through AllowUnroutedSQL.
+	ErrUnroutedSQL = errors.New("shardid: raw SQL does not name the shard's tables")
+
+	// ErrPooledPreparedStatement is returned, with the driver's error and in
+	// the statement's *ShardError, when PostgreSQL reports that a prepared
+	// statement already exists (SQLSTATE 42P05) or does not exist (26000).
+	// That is the mark of a driver that prepares statements on a connection
+	// (pgx's default, default_query_exec_mode=cache_statement) behind a
+	// pooler in transaction mode (PgBouncer before 1.21, or without
+	// max_prepared_statements): each transaction may get another server
+	// connection, which lacks the statements the last one prepared, or has
+	// another client's of the same name. Use
+	// default_query_exec_mode=simple_protocol, exec or cache_describe in the
+	// DSN, or PgBouncer 1.21 or later with max_prepared_statements.
+	ErrPooledPreparedStatement = errors.New("shardid: prepared statements do not survive a transaction pooler: use default_query_exec_mode=simple_protocol (or exec, or cache_describe) in the DSN, or PgBouncer 1.21+ with max_prepared_statements")
+
 	// ErrPluginConflict is returned when a plugin meets a *gorm.DB that
 	// already has a different shardid plugin installed: NewRouter given a
 	// Plugin, or Plugin.Initialize. Keeping the other plugin would leave the

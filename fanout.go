@@ -58,7 +58,10 @@ func (e *ShardError) Unwrap() error { return e.Err }
 // id returns a row's ID.
 //
 // query gets a *gorm.DB routed to its target and ctx; Gather stops starting
-// queries once ctx is done. Rows of the queries that succeeded are returned
+// queries once ctx is done. Raw SQL in query names the target's tables with
+// SchemaPlaceholder ("SELECT * FROM {{schema}}.photos"): with a SchemaPattern,
+// raw SQL that does not is refused with ErrUnroutedSQL, since it would read
+// the same table, outside the shards, once per shard. Rows of the queries that succeeded are returned
 // even when others failed; the error then joins a *ShardError per failure.
 func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, id func(T) ID,
 	query func(ctx context.Context, db *gorm.DB) ([]T, error)) ([]T, error) {

@@ -86,13 +86,18 @@ type RouterConfig struct {
 // ForShard, ForID and ForKey return a *gorm.DB for the database that holds
 // the shard, with tables qualified by the shard's schema when the router
 // has a SchemaPattern. They cost an array lookup: the *gorm.DB of every
-// logical shard is prepared in advance.
+// logical shard is prepared in advance. Raw SQL through them (Raw, Exec)
+// names the shard's tables with SchemaPlaceholder, {{schema}}.photos, and
+// is refused with ErrUnroutedSQL when the router has a SchemaPattern and the
+// SQL names neither the placeholder nor the shard's schema.
 //
 // Every error of a statement run through such a *gorm.DB (a query, create,
 // update, delete, Rows, Exec or Raw) is a *ShardError that names the
 // logical shard and the database and wraps the error GORM or the driver
 // gave: errors.As finds the *ShardError, and errors.Is still finds
 // gorm.ErrRecordNotFound, ErrWrongShard or the driver's error through it.
+// A prepared statement a transaction pooler lost (SQLSTATE 42P05 or 26000)
+// also matches ErrPooledPreparedStatement, which says what to change.
 // Beginning a transaction (Begin, Transaction) is not a statement: its
 // error is GORM's own; nor is the error that Row keeps in its *sql.Row.
 //
@@ -209,9 +214,14 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 }
 
 // register adds the table-qualifying callback to every processor of db
-// that names a table, once.
+// that names a table or runs raw SQL, once.
 func (r *Router) register(db *gorm.DB) error {
 	cb := db.Callback()
+	if cb.Query().Get(callbackRoute) == nil {
+		// Joins are built inside gorm:query: qualified as the FROM
+		// clause is written. Installed with the query callback, once.
+		db.ClauseBuilders["FROM"] = qualifyFrom(db.ClauseBuilders["FROM"])
+	}
 	for _, reg := range []struct {
 		registered bool
 		add        func(string, func(*gorm.DB)) error
@@ -221,6 +231,7 @@ func (r *Router) register(db *gorm.DB) error {
 		{cb.Update().Get(callbackRoute) != nil, cb.Update().Before("gorm:update").Register},
 		{cb.Delete().Get(callbackRoute) != nil, cb.Delete().Before("gorm:delete").Register},
 		{cb.Row().Get(callbackRoute) != nil, cb.Row().Before("gorm:row").Register},
+		{cb.Raw().Get(callbackRoute) != nil, cb.Raw().Before("gorm:raw").Register},
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackRoute, qualifyTable); err != nil {
@@ -255,13 +266,18 @@ func (r *Router) register(db *gorm.DB) error {
 		{cb.Query().Get(callbackShardError) != nil, cb.Query().After("*").Register},
 		{cb.Update().Get(callbackShardError) != nil, cb.Update().After("*").Register},
 		{cb.Delete().Get(callbackShardError) != nil, cb.Delete().After("*").Register},
-		{cb.Row().Get(callbackShardError) != nil, cb.Row().After("*").Register},
 		{cb.Raw().Get(callbackShardError) != nil, cb.Raw().After("*").Register},
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackShardError, nameShard); err != nil {
 				return err
 			}
+		}
+	}
+	// Row's also puts a refused statement's error in the *sql.Row it returns.
+	if cb.Row().Get(callbackShardError) == nil {
+		if err := cb.Row().After("*").Register(callbackShardError, nameShardRow); err != nil {
+			return err
 		}
 	}
 	// A write refused by a move's fence becomes ErrShardMoving.
@@ -283,13 +299,18 @@ func (r *Router) register(db *gorm.DB) error {
 }
 
 // qualifyTable puts a routed statement's table in its shard's schema, as
-// db.Table("shard_0005.photos") would.
+// db.Table("shard_0005.photos") would. A statement whose SQL is set already
+// (Raw, Exec) is routeSQL's.
 func qualifyTable(db *gorm.DB) {
 	v, ok := db.Statement.Settings.Load(settingRoute)
 	if !ok || db.Error != nil {
 		return
 	}
 	rt := v.(route)
+	if db.Statement.SQL.Len() > 0 {
+		routeSQL(db, rt)
+		return
+	}
 	if rt.r.schemas == nil || db.Statement.Table == "" || strings.Contains(db.Statement.Table, ".") {
 		return
 	}
@@ -313,7 +334,7 @@ func nameShard(db *gorm.DB) {
 		return // a nested statement (an association) named it already
 	}
 	rt := v.(route)
-	db.Error = &ShardError{Shard: rt.shard, Database: rt.r.names[rt.db], Err: db.Error}
+	db.Error = &ShardError{Shard: rt.shard, Database: rt.r.names[rt.db], Err: hintPooler(db.Error)}
 	if db.Statement.Result != nil {
 		db.Statement.Result.Error = db.Error
 	}

@@ -68,6 +68,8 @@ type ApplyResult struct {
 // from r when c is nil): a shard already on its target is skipped, one on
 // the plan's source is moved, and one found anywhere else stops the run
 // with ErrCatalogConflict (the map changed since the plan: plan again).
+// A plan with a Map is first checked whole against the map (Plan.Check):
+// ErrStalePlan, and no move made, when it no longer fits.
 //
 // An interrupted Apply (a cancelled context, a failed move, a dead
 // process) can be run again with the same plan, or a new plan made from
@@ -83,6 +85,26 @@ func (p Plan) Apply(ctx context.Context, r *shardid.Router, c *Catalog, opts App
 		}
 		if !slices.Contains(names, mv.From) || !slices.Contains(names, mv.To) || mv.From == mv.To {
 			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("the plan moves shard %d from %q to %q: not two databases of the router (%v)", mv.Shard, mv.From, mv.To, names))
+		}
+	}
+	if len(p.Moves) > 0 {
+		if err := CheckDatabases(ctx, r); err != nil {
+			return res, err
+		}
+	}
+	// The whole plan against the map now, before any move: a plan made
+	// from an older map would move shards to where they no longer even
+	// out anything, and fail only at the first move it cannot make.
+	if p.Map != nil {
+		m := r.Map()
+		if c != nil {
+			var err error
+			if m, _, err = c.Load(ctx, r); err != nil {
+				return res, err
+			}
+		}
+		if err := p.Check(m, names); err != nil {
+			return res, err
 		}
 	}
 	if len(p.Moves) > 0 && len(opts.Move.Models) == 0 && len(opts.Move.Tables) == 0 {

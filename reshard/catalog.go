@@ -60,30 +60,48 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 	return t, nil
 }
 
-// Save stores r's current map as a new version and returns it,
-// unconditionally: whatever the catalog held is replaced. Use it for the
-// first map, or to overwrite the catalog deliberately; a program that read
-// the catalog and changes it should use SaveIf, so that it cannot undo a
-// change made meanwhile (MoveShard changes one shard with a conditional
-// update of its own).
+// Save stores r's current map as the catalog's first map and returns its
+// version. If the catalog holds a map already, Save stores nothing: it
+// returns the catalog's version if that map is r's, and an error matching
+// ErrMapDiffers if it differs for any shard. A configuration change (a
+// database appended to RouterConfig.Databases without a Map recomputes
+// the default split) must never move a shard's route without a move: build
+// routers from the catalog's map (Catalog.Load and Router.SetMap, or
+// Follow). To replace the catalog's map deliberately, use Overwrite.
 func (c *Catalog) Save(ctx context.Context, r *shardid.Router) (int64, error) {
-	return c.save(ctx, r, -1)
+	return c.save(ctx, r, -1, false)
+}
+
+// Overwrite stores r's current map as a new version and returns it,
+// whatever the catalog held: every router that follows the catalog takes
+// it. Use it only when the databases hold the shards where r's map says
+// (restoring a catalog, or after moving shards by hand): routers that
+// take a map naming a database that does not hold a shard write the
+// shard's rows where no one reads them. A program that read the catalog
+// and changes it should use SaveIf, so that it cannot undo a change made
+// meanwhile (MoveShard changes one shard with a conditional update of its
+// own).
+func (c *Catalog) Overwrite(ctx context.Context, r *shardid.Router) (int64, error) {
+	return c.save(ctx, r, -1, true)
 }
 
 // SaveIf stores r's current map as a new version, and returns it, only if
 // the catalog's version is still expected (0 for a catalog that holds no
-// map yet): a compare-and-set on the version. Otherwise it changes nothing
+// map yet): a compare-and-set on the version, and, like Overwrite, a
+// deliberate replacement of the catalog's map. Otherwise it changes nothing
 // and returns an error matching ErrCatalogConflict: reload (Catalog.Load),
 // apply the change again and retry.
 func (c *Catalog) SaveIf(ctx context.Context, r *shardid.Router, expected int64) (int64, error) {
 	if expected < 0 {
 		return 0, withDetail(ErrInvalidCatalog, fmt.Sprintf("expected version %d", expected))
 	}
-	return c.save(ctx, r, expected)
+	return c.save(ctx, r, expected, true)
 }
 
-// save stores r's map; if expected is not negative, only over that version.
-func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64) (int64, error) {
+// save stores r's map; if expected is not negative, only over that
+// version; unless overwrite, only as the first map (one identical to the
+// catalog's stores nothing).
+func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64, overwrite bool) (int64, error) {
 	t, err := c.setup(ctx)
 	if err != nil {
 		return 0, err
@@ -97,6 +115,21 @@ func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64) (
 		}
 		if expected >= 0 && version != expected {
 			return &catalogConflict{fmt.Sprintf("version %d, not the %d expected", version, expected)}
+		}
+		if !overwrite {
+			var rows []struct {
+				Shard  int
+				DBName string
+			}
+			if err := tx.Raw("SELECT shard, db_name FROM " + t + " ORDER BY shard").Scan(&rows).Error; err != nil {
+				return err
+			}
+			if len(rows) > 0 {
+				if err := sameMap(rows, m, names); err != nil {
+					return err
+				}
+				return nil // the catalog holds r's map already: its version
+			}
 		}
 		if version, err = bumpVersion(tx, t, version); err != nil {
 			return err
@@ -124,6 +157,32 @@ func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64) (
 		return 0, err
 	}
 	return version, nil
+}
+
+// sameMap returns ErrMapDiffers unless rows, the catalog's map, map every
+// shard of m (indexes into names) as m does.
+func sameMap(rows []struct {
+	Shard  int
+	DBName string
+}, m []int, names []string) error {
+	if len(rows) != len(m) {
+		return withDetail(ErrMapDiffers, fmt.Sprintf("the catalog maps %d shards, the router %d", len(rows), len(m)))
+	}
+	first, n := -1, 0
+	for i, row := range rows {
+		if row.Shard != i || row.DBName != names[m[i]] {
+			if first < 0 {
+				first = i
+			}
+			n++
+		}
+	}
+	if first < 0 {
+		return nil
+	}
+	return withDetail(ErrMapDiffers, fmt.Sprintf("the catalog maps shard %d to %s, the router to %s (%d shards differ): "+
+		"build the router from the catalog's map (Catalog.Load and Router.SetMap, or Follow), or replace the catalog's map deliberately (Catalog.Overwrite)",
+		rows[first].Shard, rows[first].DBName, names[m[first]], n))
 }
 
 // lockVersion reads the catalog's version and locks its row until the end

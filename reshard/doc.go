@@ -7,8 +7,11 @@
 // A [Catalog] is a table in a PostgreSQL or MySQL/MariaDB database that
 // holds the shard map and a version that changes with every change.
 // [Follow] loads it into a router and keeps it current (on PostgreSQL it
-// listens for the catalog's notifications, with pgx). [LoadMapFile] and
-// [WriteMapFile] keep a static map in a JSON file instead.
+// listens for the catalog's notifications, with pgx, once it has proved
+// they arrive; through a pooler in transaction mode it polls and reports
+// [ErrListenUnavailable], and [FollowWith] can listen on a direct
+// connection instead). [LoadMapFile] and [WriteMapFile] keep a static map
+// in a JSON file instead.
 //
 // # Moves
 //

@@ -3,6 +3,7 @@ package reshard
 import (
 	"errors"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardid/shardid"
 )
 
@@ -50,6 +51,16 @@ var (
 	// placeholder in a database's DSN names an environment variable that is
 	// not set, or one whose value the DSN cannot carry.
 	ErrDSNVariable = errors.New("shardid: a DSN placeholder cannot be expanded")
+
+	// ErrMapDiffers is returned by Catalog.Save when the catalog holds a map
+	// that differs from the router's, and by MoveShard and Plan.Apply when
+	// the router's map differs from the catalog's: a configuration change
+	// (a database appended to RouterConfig.Databases without a Map
+	// recomputes the default split) must never move a shard's route without
+	// a move. Build the router from the catalog's map (Catalog.Load and
+	// Router.SetMap, or Follow); overwrite the catalog only deliberately
+	// (Catalog.Overwrite). errors.Is(err, ErrCatalogConflict) also holds.
+	ErrMapDiffers error = &kindError{"shardid: the router's map differs from the catalog's", ErrCatalogConflict}
 )
 
 // These errors can be returned by MoveShard, Fence and Unfence.
@@ -101,7 +112,70 @@ var (
 	// change log after the comparison is not seen. The map is not flipped
 	// and the source is writable again; the message names the first key.
 	ErrCopyDiffers = errors.New("shardid: the copies differ")
+
+	// ErrSameDatabase is returned by MoveShard, Plan.Apply and
+	// CheckDatabases when two names of the router reach one physical
+	// database (two DSNs for one server, such as localhost and 127.0.0.1):
+	// a move between them would copy the shard onto itself and delete it.
+	// Give the router each database once.
+	ErrSameDatabase = errors.New("shardid: two names of the router are one database")
+
+	// ErrUnlistedTable is returned by MoveShard when the shard's schema on
+	// the source holds a table that MoveOptions (Models or Tables) does not
+	// list: the move would leave its rows behind, and DropShardCopy would
+	// then delete them. The message names the tables.
+	ErrUnlistedTable = errors.New("shardid: the shard holds a table the move does not list")
+
+	// ErrModelMismatch is returned by MoveShard, before it creates
+	// anything, when a model of MoveOptions.Models does not match its table
+	// on the source: the table is missing, or a column is missing from the
+	// model or from the table. The message names them.
+	ErrModelMismatch = errors.New("shardid: a model does not match the source's table")
+
+	// ErrCopyNotMoved is returned by DropShardCopy when the copy it would
+	// drop is not a move's leftover (it takes writes: the router's map is
+	// stale and the copy is the shard's home), or holds a table the shard's
+	// home does not hold, or rows in a table that is empty on the home: what
+	// no move carried over. Nothing is dropped.
+	ErrCopyNotMoved = errors.New("shardid: the copy holds what the shard's home does not")
 )
+
+// These errors can be given to the OnError of Follow and FollowWith.
+var (
+	// ErrListenUnavailable is given once to OnError when the catalog's
+	// notifications cannot reach Follow: two sessions of the catalog's DB
+	// were served by one server process, or a notification sent from
+	// another session did not arrive in time. That is what a pooler in
+	// transaction mode (PgBouncer's pool_mode = transaction) does to
+	// LISTEN. Follow then polls every interval, which works through a
+	// pool; for instant updates, give it a direct or session-mode
+	// connection in FollowOptions.ListenDSN.
+	ErrListenUnavailable = errors.New("shardid: LISTEN does not work through this connection")
+)
+
+// hintPooler returns err with shardid.ErrPooledPreparedStatement added
+// when err is PostgreSQL's "prepared statement already exists" (42P05) or
+// "does not exist" (26000), as routed statements' errors have it, and err
+// unchanged otherwise.
+func hintPooler(err error) error {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || (pg.Code != "42P05" && pg.Code != "26000") || errors.Is(err, shardid.ErrPooledPreparedStatement) {
+		return err
+	}
+	return &pooledStatementError{err}
+}
+
+// pooledStatementError is a driver's error that
+// shardid.ErrPooledPreparedStatement explains.
+type pooledStatementError struct{ err error }
+
+func (e *pooledStatementError) Error() string {
+	return shardid.ErrPooledPreparedStatement.Error() + ": " + e.err.Error()
+}
+
+func (e *pooledStatementError) Unwrap() []error {
+	return []error{shardid.ErrPooledPreparedStatement, e.err}
+}
 
 // detailError adds context to a sentinel error while keeping errors.Is
 // working: "shardid: invalid catalog: the catalog maps 8 shards, the router
@@ -117,3 +191,26 @@ func (e *detailError) Unwrap() error { return e.err }
 func withDetail(err error, detail string) error {
 	return &detailError{err: err, detail: detail}
 }
+
+// These errors can be returned by ParsePlan, Plan.Check and Plan.Apply.
+var (
+	// ErrInvalidPlan is returned when a plan is not one PlanRebalance could
+	// have made: not JSON of a plan's form (an unknown field, a field
+	// missing), an unknown measure or database, a move whose source is
+	// not where the plan's map puts the shard, a shard moved twice.
+	// errors.Is(err, shardid.ErrInvalidConfig) also holds.
+	ErrInvalidPlan error = &kindError{"shardid: invalid rebalancing plan", shardid.ErrInvalidConfig}
+
+	// ErrStalePlan is returned when the map changed since a plan was made
+	// in a way the plan does not account for: a shard it does not move
+	// has moved, or a shard it moves is on neither the move's source nor
+	// its target. Make a new plan from the catalog's map.
+	ErrStalePlan = errors.New("shardid: the rebalancing plan is stale: the map changed since it was made")
+)
+
+// These errors can be returned by the leftovers' functions.
+var (
+	// ErrNoCopy is returned when a database holds no copy of a shard to
+	// drop.
+	ErrNoCopy = errors.New("shardid: no copy of the shard there")
+)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,6 +206,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, err
 	}
+	if err := guardMove(ctx, []string{res.From, target}, src, dst, schema, tables, opts.Models); err != nil {
+		return res, err
+	}
 	if err := checkCascades(ctx, src, dbs[to], r.Schema(shard), tables); err != nil {
 		return res, err
 	}
@@ -243,11 +245,20 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		if name != res.From {
 			return res, &catalogConflict{fmt.Sprintf("the catalog maps shard %d to %s, this router to %s: load the catalog's map first", shard, name, res.From)}
 		}
+		if err := checkCatalogMap(ctx, r, c); err != nil {
+			return res, err
+		}
 	}
 	if old, err := isSealed(ctx, dst, schema); err != nil {
 		return res, err
 	} else if old {
 		return res, withDetail(ErrShardMoved, fmt.Sprintf("%s holds an old copy of shard %d: drop it first (DropShardCopy)", target, shard))
+	}
+	// A sealed source is taken over only by the move that sealed it, run
+	// again: never by a stale router over the shard's live home.
+	overSeal, err := checkSealedSource(ctx, src, dst, schema, shard, res.From, target)
+	if err != nil {
+		return res, err
 	}
 	stage := func(s string) {
 		mv.Stage(s)
@@ -260,26 +271,31 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// but the mover until the flip: a router that missed moves of the
 	// shard must not write into the copy, whose later passes would
 	// overwrite or delete its rows.
-	if err := lock.ensure(ctx, "creating the target"); err != nil {
-		return res, err
-	}
-	dstToken, created, err := createTarget(ctx, src, dst, schema, tables, opts.Models)
+	// What a failed move created on the target, it drops (guards.go),
+	// under the lock only (see below).
+	existed, err := schemaExists(ctx, dst, schema)
 	if err != nil {
-		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
+		return res, err
 	}
 	sealed := false
 	defer func() {
-		// A failed move drops the copy it created (not one a failed
-		// run left, which it found): only while it holds the lock, as
-		// another mover may be filling it otherwise.
-		if err != nil && created && !sealed {
+		// Only while it holds the lock: another mover may be filling the
+		// copy otherwise.
+		if err != nil && !existed && !sealed {
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
 			if lock.reclaim(cctx) {
-				_ = dropTarget(cctx, dst, schema)
+				_ = dropCreatedTarget(cctx, dst, schema, tables)
 			}
 		}
 	}()
+	if err := lock.ensure(ctx, "creating the target"); err != nil {
+		return res, err
+	}
+	dstToken, err := createTarget(ctx, src, dst, schema, tables, opts.Models)
+	if err != nil {
+		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
+	}
 	stage("created")
 	// 2. The change log, before anything is read: from here on every write
 	// to the shard's tables is recorded. Then the fence's triggers
@@ -337,11 +353,16 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	stage("fenced")
 	defer func() {
 		if !sealed {
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			if overSeal {
+				// Our fence replaced a seal: the old copy stays sealed.
+				_ = restoreSeal(cctx, src, schema)
+				return
+			}
 			// The source is still the shard's home: let writes through at
 			// once rather than when the fence runs out, unless the fence is
 			// no longer ours.
-			cctx, cancel := cleanupContext(ctx)
-			defer cancel()
 			lifted, _ := liftFence(cctx, src, schema, tables, token)
 			mv.Lifted(lifted)
 		}
@@ -492,8 +513,14 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 }
 
 // DropShardCopy drops the copy of shard left on the database named from by
-// a move. It refuses while the map still points there, and, as Unfence,
-// while a move of the shard runs (ErrMoveInProgress).
+// a move. It refuses while the map still points there, with
+// ErrSameDatabase when from is the shard's home under another name, and
+// with ErrCopyNotMoved when the copy is not a move's leftover (neither
+// fenced for good nor fenced for a move's mover: a live home, the router's
+// map stale), or holds a table the shard's home does not, or rows in a
+// table that is empty there: never what no move carried over. As Unfence,
+// it waits for the shard's move lock and refuses while a move of the
+// shard runs (ErrMoveInProgress).
 func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from string) error {
 	if err := checkMove(r, shard); err != nil {
 		return err
@@ -502,17 +529,25 @@ func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from strin
 	if d < 0 || dbOf(r, shard) == d {
 		return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("shard %d lives on %q: its copy there is not a leftover", shard, from))
 	}
+	db, home := r.Databases()[d], r.Databases()[dbOf(r, shard)]
 	// Under the move lock of the shard (on its home): no move of the
 	// shard runs meanwhile, onto this database or from it.
-	lock, err := lockMove(ctx, r.Databases()[dbOf(r, shard)], r.Schema(shard), DefaultLockWait, nil)
+	lock, err := lockMove(ctx, home, r.Schema(shard), DefaultLockWait, nil)
 	if err != nil {
 		return err
 	}
 	defer lock.release()
+	// Never what was not moved (guards.go).
+	if err := checkDistinct(ctx, []string{r.DatabaseName(shard), from}, []*gorm.DB{home, db}); err != nil {
+		return err
+	}
+	if err := checkCopyHeld(ctx, db, home, r.Schema(shard), from, r.DatabaseName(shard)); err != nil {
+		return err
+	}
 	if err := lock.ensure(ctx, "dropping the copy of shard "+strconv.Itoa(shard)+" on "+from); err != nil {
 		return err
 	}
-	return dropTarget(ctx, r.Databases()[d], r.Schema(shard))
+	return dropTarget(ctx, db, r.Schema(shard))
 }
 
 // tableNames returns the table names of models, validated. A model may be
@@ -541,49 +576,39 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 
 // createTarget creates the shard's schema and tables on dst (from models,
 // or as they are on src) and fences them for every writer but the mover,
-// and returns the fence's token, and whether it created the schema (it
-// did not exist: a failed move drops it again).
+// and returns the fence's token.
 //
 // On PostgreSQL it all happens in one transaction: a new schema is built
-// under a staging name and renamed once fenced, so no writer ever sees its
-// tables unfenced, and a failure leaves nothing behind. One transaction
-// also keeps one server connection through a transaction pool (PgBouncer),
-// where a session's search_path would reach other clients' statements and
-// miss the mover's own. On MySQL, which cannot rename a database nor roll
-// DDL back, a writer could reach a table in the milliseconds between its
-// creation and its fence's triggers.
-func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (token int64, created bool, err error) {
+// under a staging name (stagingSchema) and renamed once fenced, so no
+// writer ever sees its tables unfenced, and a failure leaves nothing
+// behind. One transaction also keeps one server connection through a
+// transaction pool (PgBouncer), where a session's search_path would reach
+// other clients' statements and miss the mover's own. On MySQL, which
+// cannot rename a database nor roll DDL back, a writer could reach a table
+// in the milliseconds between its creation and its fence's triggers.
+func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (token int64, err error) {
 	if dst.Dialector.Name() == "mysql" {
-		var n int64
-		if err := dst.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", schema).Scan(&n).Error; err != nil {
-			return 0, false, err
-		}
-		created = n == 0
 		if len(models) > 0 {
 			err = shardid.MigrateSchema(ctx, dst, schema, models...)
 		} else {
 			err = copyDefinitions(ctx, src, dst, schema, schema, tables)
 		}
 		if err != nil {
-			return 0, created, err
+			return 0, err
 		}
-		token, err = fenceTarget(ctx, dst, schema, schema, tables)
-		if err != nil {
-			return 0, created, fmt.Errorf("fencing the copy: %w", err)
+		if token, err = fenceTarget(ctx, dst, schema, schema, tables); err != nil {
+			return 0, fmt.Errorf("fencing the copy: %w", err)
 		}
-		return token, created, nil
+		return token, nil
 	}
 	err = lockedTx(ctx, dst, schema, func(tx *gorm.DB) error {
 		var n int64
 		if err := tx.Raw("SELECT count(*) FROM pg_namespace WHERE nspname = ?", schema).Scan(&n).Error; err != nil {
 			return err
 		}
-		created = n == 0
 		in := schema
-		if created {
-			h := fnv.New64a()
-			h.Write([]byte(schema))
-			in = "shardid_new_" + strconv.FormatUint(h.Sum64(), 16)
+		if n == 0 {
+			in = stagingSchema(schema)
 			// Left by a mover of an older version that died: nobody
 			// else uses it.
 			if err := tx.Exec(`DROP SCHEMA IF EXISTS "` + in + `" CASCADE`).Error; err != nil {
@@ -610,7 +635,7 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 		}
 		return nil
 	})
-	return token, created, err
+	return token, err
 }
 
 // migrateInTx creates schema in transaction tx (PostgreSQL) and runs
@@ -627,7 +652,7 @@ func migrateInTx(tx *gorm.DB, schema string, models []any) error {
 	return tx.Session(&gorm.Session{NewDB: true}).AutoMigrate(models...)
 }
 
-// dropTarget drops the copy of schema on db that a failed move created.
+// dropTarget drops the copy of schema on db (DropShardCopy).
 func dropTarget(ctx context.Context, db *gorm.DB, schema string) error {
 	if db.Dialector.Name() == "mysql" {
 		return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + schema + "`").Error

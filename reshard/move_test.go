@@ -570,7 +570,7 @@ func TestFollowListens(t *testing.T) {
 	if err := r.SetMap(m); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Save(ctx, r); err != nil {
+	if _, err := c.Overwrite(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Second)

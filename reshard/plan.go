@@ -41,6 +41,11 @@ type PlanOptions struct {
 	// Fill, if not empty, names the only databases that shards may move
 	// onto, as a new, empty database added to grow: the others only give.
 	Fill []string
+
+	// CatalogVersion is the version of the catalog the map was read from,
+	// if any: the plan records it (Plan.CatalogVersion) so that a plan
+	// applied later can say how old it is.
+	CatalogVersion int64
 }
 
 // PlannedMove is one move of a plan.
@@ -69,6 +74,16 @@ type Plan struct {
 	Databases []string
 	Moves     []PlannedMove
 
+	// CatalogVersion is the catalog version of the map the plan was made
+	// from (PlanOptions.CatalogVersion), 0 if unknown.
+	CatalogVersion int64
+
+	// Map is the map the plan was made from: the index in Databases of
+	// every logical shard's database. Apply refuses the plan, with
+	// ErrStalePlan, when a shard is found anywhere else than there or,
+	// for a shard the plan moves, on its target.
+	Map []int
+
 	// Before and After are the load of every database, in Databases order,
 	// before the moves and once they are all done.
 	Before, After []DatabaseLoad
@@ -87,7 +102,8 @@ type Plan struct {
 // gap between the two (a shard of at most half the gap first, else the
 // smallest that still narrows it), until the spread is within the
 // tolerance, no move narrows it, or MaxMoves is reached. A shard moves at
-// most once per plan, empty shards move only off a database to drain, and
+// most once per plan, empty shards (ShardSize.Empty) move only off a
+// database to drain, and
 // a shard never moves onto a database that holds a copy of it a move left
 // behind (MoveShard would refuse it). The output depends only on its input:
 // ties go to the lower shard number and the earlier database.
@@ -179,7 +195,8 @@ func PlanRebalance(sizes ShardSizes, m []int, opts PlanOptions) (Plan, error) {
 		return size[s].Bytes
 	}
 	cur := append([]int(nil), m...)
-	p := Plan{By: opts.By, Tolerance: opts.Tolerance, ExactRows: sizes.ExactRows, Databases: append([]string(nil), names...), Before: loads(names, cur, size)}
+	p := Plan{By: opts.By, Tolerance: opts.Tolerance, ExactRows: sizes.ExactRows, Databases: append([]string(nil), names...),
+		CatalogVersion: opts.CatalogVersion, Map: append([]int(nil), m...), Before: loads(names, cur, size)}
 	load := make([]int64, len(names))
 	for s, d := range cur {
 		load[d] += weight(s)
@@ -224,7 +241,7 @@ func PlanRebalance(sizes ShardSizes, m []int, opts PlanOptions) (Plan, error) {
 
 	// 2. Balance: from the fullest database to the emptiest.
 	for !full() && !within(load, drain, opts.Tolerance) {
-		if !balanceOnce(names, cur, load, moved, drain, target, leftover, weight, move) {
+		if !balanceOnce(names, cur, load, moved, drain, target, leftover, weight, func(s int) bool { return size[s].Empty }, move) {
 			break
 		}
 	}
@@ -242,7 +259,7 @@ func PlanRebalance(sizes ShardSizes, m []int, opts PlanOptions) (Plan, error) {
 // balanceOnce makes the best move from the fullest database that has one
 // to the emptiest target, and reports whether it found one.
 func balanceOnce(names []string, cur []int, load []int64, moved, drain []bool, target func(int) bool,
-	leftover map[[2]int]bool, weight func(int) int64, move func(s, to int)) bool {
+	leftover map[[2]int]bool, weight func(int) int64, empty func(int) bool, move func(s, to int)) bool {
 	// Sources, fullest first (ties: the earlier database).
 	var sources []int
 	for d := range names {
@@ -269,7 +286,9 @@ func balanceOnce(names []string, cur []int, load []int64, moved, drain []bool, t
 		fallback, fallbackW := -1, int64(0)
 		for s, d := range cur {
 			w := weight(s)
-			if d != from || moved[s] || w <= 0 || w >= gap || leftover[[2]int{s, to}] {
+			// An empty shard's bytes are its tables' empty pages: moving it
+			// evens out nothing that grows.
+			if d != from || moved[s] || w <= 0 || empty(s) || w >= gap || leftover[[2]int{s, to}] {
 				continue
 			}
 			if 2*w <= gap {

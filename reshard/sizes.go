@@ -34,6 +34,13 @@ type ShardSize struct {
 	Tables   int   // tables found in the shard's schema
 	Bytes    int64 // its tables with their indexes (and TOAST on PostgreSQL)
 	Rows     int64 // an estimate unless SizeOptions.ExactRows
+
+	// Empty says that the shard's tables hold no row: counted with
+	// SizeOptions.ExactRows; otherwise judged by the database (PostgreSQL:
+	// no table has a page of rows, or each was last vacuumed or analyzed
+	// empty and no row was counted since; MySQL: the row estimates are 0).
+	// A plan moves no empty shard but to drain a database.
+	Empty bool
 }
 
 // ShardSizes is the size of every copy of every logical shard that Sizes
@@ -142,6 +149,7 @@ type tableSize struct {
 	TableName  string // "" for a schema without tables
 	Bytes      int64
 	Rows       int64
+	IsEmpty    bool
 }
 
 // measure reads the size of every shard schema on db in one query, and
@@ -162,7 +170,8 @@ func measure(ctx context.Context, db *gorm.DB, schemas []string, shardOf map[str
 		// -1 before the first).
 		q = `SELECT n.nspname AS schema_name, COALESCE(c.relname, '') AS table_name,
 				COALESCE(pg_total_relation_size(c.oid), 0) AS bytes,
-				COALESCE(NULLIF(st.n_live_tup, 0), GREATEST(c.reltuples, 0), 0)::bigint AS rows
+				COALESCE(NULLIF(st.n_live_tup, 0), GREATEST(c.reltuples, 0), 0)::bigint AS rows,
+				COALESCE(pg_relation_size(c.oid) = 0 OR (COALESCE(st.n_live_tup, 0) = 0 AND c.reltuples = 0), TRUE) AS is_empty
 			FROM pg_namespace n
 			LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relkind = 'r'` + filter + `
 			LEFT JOIN pg_stat_all_tables st ON st.relid = c.oid
@@ -174,7 +183,7 @@ func measure(ctx context.Context, db *gorm.DB, schemas []string, shardOf map[str
 		}
 		q = `SELECT s.SCHEMA_NAME AS schema_name, COALESCE(t.TABLE_NAME, '') AS table_name,
 				COALESCE(t.DATA_LENGTH, 0) + COALESCE(t.INDEX_LENGTH, 0) AS bytes,
-				COALESCE(t.TABLE_ROWS, 0) AS ` + "`rows`" + `
+				COALESCE(t.TABLE_ROWS, 0) AS ` + "`rows`" + `, COALESCE(t.TABLE_ROWS, 0) = 0 AS is_empty
 			FROM information_schema.SCHEMATA s
 			LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME AND t.TABLE_TYPE = 'BASE TABLE'` + filter + `
 			WHERE s.SCHEMA_NAME IN ?`
@@ -199,12 +208,13 @@ func measure(ctx context.Context, db *gorm.DB, schemas []string, shardOf map[str
 		if !ok {
 			i = len(out)
 			at[t.SchemaName] = i
-			out = append(out, ShardSize{Shard: s})
+			out = append(out, ShardSize{Shard: s, Empty: true})
 		}
 		if t.TableName != "" {
 			out[i].Tables++
 			out[i].Bytes += t.Bytes
 			out[i].Rows += t.Rows
+			out[i].Empty = out[i].Empty && t.IsEmpty
 		}
 	}
 	return out, nil
@@ -242,6 +252,7 @@ func countRows(ctx context.Context, db *gorm.DB, tables []tableSize) error {
 		}
 		for _, c := range counts {
 			tables[c.I].Rows = c.N
+			tables[c.I].IsEmpty = c.N == 0
 		}
 		idx = idx[n:]
 	}

@@ -58,6 +58,7 @@ type demoConfig struct {
 	users, photos        int
 	comments, workers    int
 	keep                 bool
+	onStage              func(stage string) // if not nil, called once migrated ("migrated")
 }
 
 func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -79,7 +80,13 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := c.check(fs); err != nil {
 		return err
 	}
-	return demo(context.Background(), c, stdout)
+	// Ctrl-C stops the demo between two statements; it then drops what it
+	// made, as at its end.
+	in := onInterrupt(stderr)
+	defer in.stop()
+	in.Leaves("the demo's tables or files may be left: the next run of the demo drops them (on a server: the schemas demo_NNNN, or the tables demo_photos and demo_comments)")
+	c.onStage = func(stage string) { stageHook(stage, in) }
+	return demo(in.ctx, c, stdout)
 }
 
 // check validates the flags, each with a message that names it.
@@ -231,6 +238,9 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 		}
 	}
 	fmt.Fprintf(out, "migrated in %v\n", time.Since(start).Round(time.Millisecond))
+	if c.onStage != nil {
+		c.onStage("migrated")
+	}
 
 	ids, elapsed, err := writeRows(ctx, r, c, pattern != "", out)
 	if err != nil {
@@ -348,8 +358,12 @@ func writeRows(ctx context.Context, r *shardid.Router, c demoConfig, dbComments 
 					}
 				}
 				mu.Lock()
-				if err != nil && first == nil {
-					first = fmt.Errorf("user %d: %w", user, err)
+				if err != nil {
+					if first == nil {
+						first = fmt.Errorf("user %d: %w", user, err)
+					}
+					mu.Unlock()
+					continue // nothing written to count
 				}
 				for _, p := range photos {
 					w.photos = append(w.photos, Photo{ID: p.ID, UserID: p.UserID})
@@ -367,12 +381,19 @@ func writeRows(ctx context.Context, r *shardid.Router, c demoConfig, dbComments 
 	// every logical shard (the same ones on every run).
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range c.users {
-		users <- rng.Int64N(1 << 40)
+		u := rng.Int64N(1 << 40)
+		if ctx.Err() != nil {
+			break // stopped: the users not written yet are not dispatched
+		}
+		users <- u
 	}
 	close(users)
 	wg.Wait()
 	elapsed := time.Since(start)
 	bar.Finish()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err() // stopped before a write failed
+	}
 	return w, elapsed, first
 }
 

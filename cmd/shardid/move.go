@@ -67,7 +67,12 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	ctx := context.Background()
+	// Ctrl-C (or SIGTERM) stops the command between two statements: a move
+	// stopped before its fence for good lifts its fence, drops its change
+	// log and the copy it was building, and leaves the shard where it was.
+	in := onInterrupt(stderr)
+	defer in.stop()
+	ctx := in.ctx
 	catDB, err := openDSN(dialectOf(*catalogDSN), *catalogDSN)
 	if err != nil {
 		return fmt.Errorf("--catalog: %w", err)
@@ -128,14 +133,44 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case *abort:
-		if err := reshard.Unfence(ctx, r, s, tables); err != nil {
+		if err := reshard.Unfence(ctx, r, s, tables); errors.Is(err, reshard.ErrShardMoved) {
+			return fmt.Errorf("%w: a move fenced shard %d on %s for good and did not flip the catalog: finish it (%s --to TARGET)", err, s, from, moveFlags(*table, s))
+		} else if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "shard %d on %s takes writes again\n", s, from)
+		fmt.Fprintf(stdout, "shard %d on %s takes writes again (no fence, no change log)\n", s, from)
+		done, err := reshard.DropUnfinishedCopies(ctx, r, s)
+		for _, st := range done.Staging {
+			fmt.Fprintf(stdout, "dropped the staging schema %s on %s\n", st.Schema, st.Database)
+		}
+		for _, c := range done.Copies {
+			fmt.Fprintf(stdout, "dropped the unfinished copy of shard %d on %s\n", s, c.Database)
+		}
+		if err != nil {
+			return err
+		}
+		l, err := reshard.FindLeftovers(ctx, r, s)
+		if err != nil {
+			return err
+		}
+		if !l.Empty() {
+			printLeftovers(stdout, l, *table)
+		}
 		return nil
 	case *dropOn != "":
 		if *dropOn == from {
 			return fmt.Errorf("--drop-copy-on %s: shard %d lives on %s: its copy there is not a leftover", *dropOn, s, from)
+		}
+		l, err := reshard.FindLeftovers(ctx, r, s)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, c := range l.Copies {
+			found = found || c.Database == *dropOn
+		}
+		if !found {
+			return fmt.Errorf("--drop-copy-on %s: %w: %s holds no schema %s: nothing was dropped", *dropOn, reshard.ErrNoCopy, *dropOn, r.Schema(s))
 		}
 		if err := reshard.DropShardCopy(ctx, r, s, *dropOn); err != nil {
 			return err
@@ -178,16 +213,55 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			"apply the last changes and compare the rows still in doubt; flip the catalog to version %d. The copy on %s stays, fenced.\n"+
 			"dry run: nothing was changed\n",
 			*to, from, *batch, from, *fenceFor, version+1, from)
+		l, err := reshard.FindLeftovers(ctx, r, s)
+		if err != nil {
+			return err
+		}
+		printLeftovers(stdout, l, *table)
 		return nil
 	}
+	in.Leaves(leavesHint(*catalogDSN, *table, s, *to))
 	bar := startProgress(stdout, "copying", total) // the copy; changes made meanwhile are applied after it
 	// The bar shows the router's figures of the move, what its metrics show.
+	stage := ""
 	res, err := reshard.MoveShard(ctx, r, c, s, *to, reshard.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor,
-		Progress: func(string, int64) { bar.Set(moveStats(r, s).RowsCopied) }})
+		Progress: func(string, int64) { bar.Set(moveStats(r, s).RowsCopied) },
+		OnStage: func(st string) {
+			stage = st
+			switch st {
+			case "sealed":
+				// Stopping now would leave the shard refusing writes
+				// until the move is run again: finish the flip first.
+				in.Hold(fmt.Sprintf("shard %d is fenced for good on %s: flipping the catalog to %s first", s, from, *to))
+			case "flipped":
+				in.Release()
+			}
+			stageHook(st, in)
+		}})
 	bar.Finish()
+	in.Release()
 	if err != nil {
 		if m := moveStats(r, s); m.Stage == "failed" {
 			fmt.Fprintf(stdout, "the move failed after %d rows copied; writes were fenced for %v\n", m.RowsCopied, m.Fenced.Round(time.Millisecond))
+		}
+		switch stage {
+		case "sealed":
+			return fmt.Errorf("%w\nshard %d is fenced for good on %s and the catalog still names it: run the same move again to finish it", err, s, from)
+		case "flipped":
+			return err
+		}
+		if in.Interrupted() {
+			fmt.Fprintf(stdout, "interrupted: shard %d stays on %s", s, from)
+			switch stage {
+			case "fenced", "verified":
+				fmt.Fprintf(stdout, "; the move lifted its fence, dropped its change log and its triggers")
+			case "created", "copied":
+				fmt.Fprintf(stdout, "; the move dropped its change log and its triggers")
+			}
+			fmt.Fprintln(stdout)
+		}
+		if stage != "" || ctx.Err() != nil {
+			cleanUp(ctx, stdout, r, s, *to, stage != "")
 		}
 		return err
 	}

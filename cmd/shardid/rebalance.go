@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -97,9 +96,11 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 
 	// Ctrl-C stops the run between two statements: the move under way
-	// leaves its shard where it was, and the command can be run again.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	// leaves its shard where it was and drops the copy it was building, and
+	// the command can be run again.
+	in := onInterrupt(stderr)
+	defer in.stop()
+	ctx := in.ctx
 	cl, err := loadCatalog(ctx, *catalogDSN, *table)
 	if err != nil {
 		return err
@@ -126,11 +127,18 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--plan: %w", err)
 		}
-		if err := json.Unmarshal(b, &p); err != nil {
-			return fmt.Errorf("--plan %s: not a plan: %w", *planIn, err)
+		if p, err = reshard.ParsePlan(b); err != nil {
+			return fmt.Errorf("--plan %s: not a plan saved by --save-plan: %w", *planIn, err)
 		}
-		if len(p.Before) != len(p.Databases) || len(p.After) != len(p.Databases) {
-			return fmt.Errorf("--plan %s: not a plan saved by --save-plan", *planIn)
+		if p.CatalogVersion == 0 {
+			return fmt.Errorf("--plan %s: %w: it records no catalog version (saved by an older shardid): make a new plan (--save-plan FILE)", *planIn, reshard.ErrStalePlan)
+		}
+		if err := p.Check(r.Map(), names); err != nil {
+			return fmt.Errorf("--plan %s, made at catalog version %d (the catalog is at version %d): %w (--save-plan FILE, without --plan)",
+				*planIn, p.CatalogVersion, cl.version, err)
+		}
+		if p.CatalogVersion != cl.version {
+			fmt.Fprintf(stdout, "the plan was made at catalog version %d; the catalog is at version %d, and its map still fits the plan\n", p.CatalogVersion, cl.version)
 		}
 	} else {
 		sizes, err := reshard.Sizes(ctx, r, reshard.SizeOptions{Tables: setup.Tables, ExactRows: *exact})
@@ -138,7 +146,7 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 		if p, err = reshard.PlanRebalance(sizes, r.Map(), reshard.PlanOptions{By: reshard.Measure(*by), MaxMoves: *maxMoves,
-			Tolerance: *tolerance, Drain: drains, Fill: fills}); err != nil {
+			Tolerance: *tolerance, Drain: drains, Fill: fills, CatalogVersion: cl.version}); err != nil {
 			return err
 		}
 	}
@@ -166,10 +174,15 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	var total int64
 	for _, mv := range p.Moves {
-		total += 2 * mv.Rows // a first copy, and one after the fence
+		total += mv.Rows // the first copy; the changes applied after it are not counted
 	}
 	bar := startProgress(stdout, "moving", total)
-	last := map[string]int64{} // rows copied per table in the current pass
+	var (
+		base    int64                // rows of the moves before the current one
+		last    = map[string]int64{} // rows copied per table in the current pass
+		current reshard.PlannedMove
+		stage   string
+	)
 	res, err := p.Apply(ctx, r, c, reshard.ApplyOptions{
 		Move:       reshard.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor},
 		DropCopies: *dropCopies, DropDelay: *dropDelay,
@@ -178,27 +191,61 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			switch ev.Stage {
 			case "started":
 				clear(last)
+				current, stage = mv, ""
+				in.Leaves(leavesHint(*catalogDSN, *table, mv.Shard, mv.To))
 			case "copying":
-				d := ev.Copied - last[ev.Table]
-				if d < 0 { // the copy after the fence starts again
-					d = ev.Copied
-				}
 				last[ev.Table] = ev.Copied
-				bar.Add(int(d))
+				var done int64
+				for _, n := range last {
+					done += n
+				}
+				bar.Set(base + min(done, mv.Rows))
+			case "sealed":
+				in.Hold(fmt.Sprintf("shard %d is fenced for good on %s: flipping the catalog to %s first", mv.Shard, mv.From, mv.To))
+			case "flipped":
+				in.Release()
 			case "skipped":
-				bar.Add(int(2 * mv.Rows))
+				base += mv.Rows
+				bar.Set(base)
 				bar.Printf("move %d/%d: shard %d is on %s already: skipped\n", ev.Step, ev.Steps, mv.Shard, mv.To)
 			case "moved":
+				base += mv.Rows
+				bar.Set(base)
 				bar.Printf("move %d/%d: shard %d %s -> %s done, writes fenced for %v\n", ev.Step, ev.Steps, mv.Shard, mv.From, mv.To,
 					ev.Fenced.Round(time.Millisecond))
 			case "failed":
-				bar.Printf("move %d/%d: shard %d %s -> %s failed; it stays on %s\n", ev.Step, ev.Steps, mv.Shard, mv.From, mv.To, mv.From)
+				in.Release()
+				switch {
+				case errors.Is(ev.Err, reshard.ErrCatalogConflict), errors.Is(ev.Err, reshard.ErrStalePlan):
+					bar.Printf("move %d/%d: shard %d %s -> %s not made: the shard is no longer on %s\n", ev.Step, ev.Steps, mv.Shard, mv.From, mv.To, mv.From)
+				case stage == "sealed":
+					bar.Printf("move %d/%d: shard %d %s -> %s failed after %s was fenced for good: run the same command again to finish it\n",
+						ev.Step, ev.Steps, mv.Shard, mv.From, mv.To, mv.From)
+				default:
+					bar.Printf("move %d/%d: shard %d %s -> %s failed; it stays on %s\n", ev.Step, ev.Steps, mv.Shard, mv.From, mv.To, mv.From)
+				}
 			case "dropped":
 				bar.Printf("dropped the old copy of shard %d on %s\n", mv.Shard, mv.From)
+			}
+			switch ev.Stage {
+			case "created", "copied", "fenced", "verified", "sealed", "flipped":
+				stage = ev.Stage
+				stageHook(ev.Stage, in)
 			}
 		}})
 	bar.Finish()
 	if err != nil {
+		// A move stopped before its source was fenced for good leaves the
+		// copy it was building on its target: drop it.
+		if current.To != "" && stage != "sealed" && stage != "flipped" {
+			cleanUp(ctx, stdout, r, current.Shard, current.To, stage != "")
+		}
+		switch {
+		case errors.Is(err, reshard.ErrCatalogConflict), errors.Is(err, reshard.ErrStalePlan):
+			return fmt.Errorf("%w\nthe moves done stay done; the map changed since the plan was made: make a new plan (--save-plan FILE, without --plan)", err)
+		case in.Interrupted():
+			return fmt.Errorf("%w\ninterrupted: the moves done stay done; run the same command again to go on (it skips them)", err)
+		}
 		return fmt.Errorf("%w\nthe moves done stay done; run the same command again to go on (it skips them)", err)
 	}
 	fmt.Fprintf(stdout, "rebalanced: %d moved, %d found done already", len(res.Moved), len(res.Skipped))
@@ -326,6 +373,11 @@ func loadCatalog(ctx context.Context, dsn, table string) (*catalogRouter, error)
 		return fail(err)
 	}
 	if err := cr.r.SetMap(m); err != nil {
+		return fail(err)
+	}
+	// Two names for one database would count its shards twice, and a move
+	// between them would delete the shard.
+	if err := reshard.CheckDatabases(ctx, cr.r); err != nil {
 		return fail(err)
 	}
 	cr.version = version

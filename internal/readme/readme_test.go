@@ -301,20 +301,41 @@ func goTool() string {
 	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
-// TestREADMESnippetsCompile type-checks (and vets) every Go fragment of
-// README.md against the library, in one go vet.
-func TestREADMESnippetsCompile(t *testing.T) {
-	root := moduleRoot(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+// docs returns the documents whose snippets the tests keep true:
+// README.md and every guide in docs/, relative to root.
+func docs(t *testing.T, root string) []string {
+	guides, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := goBlocks(string(readme))
-	if len(blocks) < 5 {
-		t.Fatalf("README.md has %d Go blocks: is this the right file?", len(blocks))
+	files := []string{"README.md"}
+	for _, g := range guides {
+		rel, _ := filepath.Rel(root, g)
+		files = append(files, rel)
 	}
-	if err := buildFragments(t, filepath.Join(root, "README.md"), string(readme)); err != nil {
-		t.Fatalf("README.md's Go snippets do not compile: %v", err)
+	return files
+}
+
+// TestREADMESnippetsCompile type-checks (and vets) every Go fragment of
+// README.md and of the guides in docs/ against the library, a go vet per
+// document.
+func TestREADMESnippetsCompile(t *testing.T) {
+	root := moduleRoot(t)
+	for _, name := range docs(t, root) {
+		text, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := goBlocks(string(text))
+		if name == "README.md" && len(blocks) < 5 {
+			t.Fatalf("README.md has %d Go blocks: is this the right file?", len(blocks))
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		if err := buildFragments(t, filepath.Join(root, name), string(text)); err != nil {
+			t.Errorf("%s's Go snippets do not compile: %v", name, err)
+		}
 	}
 }
 
@@ -323,24 +344,28 @@ func TestREADMESnippetsCompile(t *testing.T) {
 // test, with its output checked.
 func TestREADMEQuotesExamples(t *testing.T) {
 	root := moduleRoot(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	quoted := 0
-	for _, b := range goBlocks(string(readme)) {
-		if b.source == "" {
-			continue
-		}
-		quoted++
-		file, fn, _ := strings.Cut(b.source, " ")
-		body, err := funcBody(filepath.Join(root, file), fn)
+	for _, name := range docs(t, root) {
+		text, err := os.ReadFile(filepath.Join(root, name))
 		if err != nil {
-			t.Errorf("README.md:%d: %v", b.line, err)
-			continue
+			t.Fatal(err)
 		}
-		if body != b.code {
-			t.Errorf("README.md:%d differs from the body of %s in %s:\n--- README\n%s\n--- %s\n%s", b.line, fn, file, b.code, file, body)
+		for _, b := range goBlocks(string(text)) {
+			if b.source == "" {
+				continue
+			}
+			if name == "README.md" {
+				quoted++
+			}
+			file, fn, _ := strings.Cut(b.source, " ")
+			body, err := funcBody(filepath.Join(root, file), fn)
+			if err != nil {
+				t.Errorf("%s:%d: %v", name, b.line, err)
+				continue
+			}
+			if body != b.code {
+				t.Errorf("%s:%d differs from the body of %s in %s:\n--- %s\n%s\n--- %s\n%s", name, b.line, fn, file, name, b.code, file, body)
+			}
 		}
 	}
 	if quoted < 2 {

@@ -1,0 +1,9 @@
+package reshard
+
+// SetFollowProbeOnly makes Follows started from now on skip their check of
+// server processes, so that a pool that check would catch reaches the
+// notification probe, until restore is called.
+func SetFollowProbeOnly() (restore func()) {
+	probeOnly = true
+	return func() { probeOnly = false }
+}

@@ -1,0 +1,348 @@
+package reshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+
+	"github.com/shardid/shardid"
+	"gorm.io/gorm"
+)
+
+// Leftovers is what moves of one logical shard left on a router's databases
+// beyond the shard itself: the state of moves that were killed (a move
+// stopped by its context cleans up after itself, but for the copy it was
+// building on its target), and the old copies of finished moves.
+type Leftovers struct {
+	Shard  int
+	Schema string // the shard's schema (MySQL: database)
+	Home   string // the database the router's map names for the shard
+
+	// Moving says that a move of the shard holds its lock now: what
+	// Leftovers lists is then that move's work under way.
+	Moving bool
+
+	// Capture lists the copies of the shard whose tables still log their
+	// writes for a move: a mover killed before it could drop its triggers.
+	// On the shard's home every write costs a row more in the change log
+	// until Unfence drops them.
+	Capture []CaptureLeft
+
+	// Fence is the fence in force on the shard's home, if there is one.
+	Fence *FenceLeft
+
+	// Copies are the copies of the shard on databases other than its home:
+	// old copies of finished moves (sealed), and copies a move was building
+	// when it was killed.
+	Copies []CopyLeft
+
+	// Staging lists the staging schemas of the shard on PostgreSQL
+	// databases: a move killed while it created the shard's tables on its
+	// target.
+	Staging []StagingLeft
+}
+
+// CaptureLeft is a copy of a shard whose tables log their writes for a move.
+type CaptureLeft struct {
+	Database  string
+	Triggers  []string // the tables with capture triggers
+	ChangeLog bool     // the change log table exists
+	Changes   int64    // rows in the change log
+}
+
+// FenceLeft is a fence in force on a copy of a shard.
+type FenceLeft struct {
+	Database string
+	ForGood  bool    // no end, as a seal or Fence for 0
+	Seconds  float64 // how long it is still in force, unless ForGood
+	Sealed   bool    // a move fenced its source for good, and did not flip
+	// MoverOnly is the fence of a move's target, which only the mover
+	// passes: on the shard's home, a move died after its flip and before
+	// it let writes through.
+	MoverOnly bool
+}
+
+// CopyLeft is a copy of a shard on a database other than its home.
+type CopyLeft struct {
+	Database string
+	Sealed   bool // the old copy of a finished move: DropShardCopy drops it
+	// Unfinished is a copy a move was building: its tables refuse every
+	// writer but a mover (or have no fence yet and no rows).
+	// DropUnfinishedCopies drops it.
+	Unfinished bool
+	Tables     int // the shard's tables found there
+}
+
+// StagingLeft is a staging schema of a shard's move on a database.
+type StagingLeft struct {
+	Database, Schema string
+}
+
+// Empty reports whether l lists nothing.
+func (l Leftovers) Empty() bool {
+	return !l.Moving && len(l.Capture) == 0 && l.Fence == nil && len(l.Copies) == 0 && len(l.Staging) == 0
+}
+
+// stagingSchema names the schema a move builds schema in on a PostgreSQL
+// target before it renames it (see createTarget).
+func stagingSchema(schema string) string {
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return "shardid_new_" + strconv.FormatUint(h.Sum64(), 16)
+}
+
+// FindLeftovers reads what moves of shard left on r's databases, judged
+// against r's map (load the catalog's into r first). It only reads; it
+// takes the shard's move lock on its home for a moment to tell a move
+// under way (Leftovers.Moving).
+func FindLeftovers(ctx context.Context, r *shardid.Router, shard int) (Leftovers, error) {
+	if err := checkMove(r, shard); err != nil {
+		return Leftovers{}, err
+	}
+	return findLeftovers(ctx, r, shard, true)
+}
+
+// findLeftovers is FindLeftovers; tryLock false skips the move lock (the
+// caller holds it).
+func findLeftovers(ctx context.Context, r *shardid.Router, shard int, tryLock bool) (Leftovers, error) {
+	schema := r.Schema(shard)
+	home := dbOf(r, shard)
+	names, dbs := r.Names(), r.Databases()
+	l := Leftovers{Shard: shard, Schema: schema, Home: names[home]}
+	if tryLock {
+		lock, err := tryMoveLock(ctx, dbs[home], schema)
+		switch {
+		case errors.Is(err, ErrMoveInProgress):
+			l.Moving = true
+		case err != nil:
+			return l, fmt.Errorf("shardid: shard %d on %s: %w", shard, names[home], err)
+		default:
+			lock.release()
+		}
+	}
+	for d, db := range dbs {
+		fail := func(err error) (Leftovers, error) {
+			return l, fmt.Errorf("shardid: leftovers of shard %d on %s: %w", shard, names[d], err)
+		}
+		if db.Dialector.Name() == "postgres" {
+			st := stagingSchema(schema)
+			if ok, err := schemaExists(ctx, db, st); err != nil {
+				return fail(err)
+			} else if ok {
+				l.Staging = append(l.Staging, StagingLeft{Database: names[d], Schema: st})
+			}
+		}
+		ok, err := schemaExists(ctx, db, schema)
+		if err != nil {
+			return fail(err)
+		}
+		if !ok {
+			continue
+		}
+		capt, err := captureLeft(ctx, db, schema)
+		if err != nil {
+			return fail(err)
+		}
+		if capt != nil {
+			capt.Database = names[d]
+			l.Capture = append(l.Capture, *capt)
+		}
+		fence, err := fenceLeft(ctx, db, schema)
+		if err != nil {
+			return fail(err)
+		}
+		if d == home {
+			if fence != nil {
+				fence.Database = names[d]
+				l.Fence = fence
+			}
+			continue
+		}
+		tables, err := shardTables(ctx, db, schema)
+		if err != nil {
+			return fail(err)
+		}
+		c := CopyLeft{Database: names[d], Tables: len(tables)}
+		switch {
+		case fence != nil && fence.Sealed:
+			c.Sealed = true
+		case fence != nil && fence.MoverOnly:
+			c.Unfinished = true
+		case fence == nil:
+			// No fence in force: a copy a move was creating (its fence
+			// not set yet, so it holds no rows), or a copy nobody
+			// accounts for, left alone.
+			hasFence, err := tableExists(ctx, db, schema, fenceTable)
+			if err != nil {
+				return fail(err)
+			}
+			empty, err := tablesEmpty(ctx, db, schema, tables)
+			if err != nil {
+				return fail(err)
+			}
+			c.Unfinished = empty && (!hasFence || len(tables) == 0)
+		}
+		l.Copies = append(l.Copies, c)
+	}
+	return l, nil
+}
+
+// DropUnfinishedCopies drops what killed or stopped moves of shard left on
+// databases other than its home: the copies a move was building
+// (CopyLeft.Unfinished) and the staging schemas, and returns what it
+// dropped. It leaves the old copies of finished moves (DropShardCopy drops
+// them) and copies nobody accounts for. It holds the shard's move lock on
+// its home meanwhile, so it returns ErrMoveInProgress while a move of the
+// shard runs, and never drops the copy a move is building. Judged against
+// r's map: load the catalog's into r first.
+func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Leftovers, error) {
+	if err := checkMove(r, shard); err != nil {
+		return Leftovers{}, err
+	}
+	schema, home := r.Schema(shard), dbOf(r, shard)
+	names, dbs := r.Names(), r.Databases()
+	done := Leftovers{Shard: shard, Schema: schema, Home: names[home]}
+	lock, err := tryMoveLock(ctx, dbs[home], schema)
+	if err != nil {
+		return done, fmt.Errorf("shardid: shard %d on %s: %w", shard, names[home], err)
+	}
+	defer lock.release()
+	l, err := findLeftovers(ctx, r, shard, false)
+	if err != nil {
+		return done, err
+	}
+	for _, s := range l.Staging {
+		db := dbs[slices.Index(names, s.Database)]
+		if err := db.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + s.Schema + `" CASCADE`).Error; err != nil {
+			return done, fmt.Errorf("shardid: dropping %s on %s: %w", s.Schema, s.Database, err)
+		}
+		done.Staging = append(done.Staging, s)
+	}
+	for _, c := range l.Copies {
+		if !c.Unfinished {
+			continue
+		}
+		db := dbs[slices.Index(names, c.Database)]
+		q := `DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`
+		if db.Dialector.Name() == "mysql" {
+			q = "DROP DATABASE IF EXISTS `" + schema + "`"
+		}
+		if err := db.WithContext(ctx).Exec(q).Error; err != nil {
+			return done, fmt.Errorf("shardid: dropping the unfinished copy of shard %d on %s: %w", shard, c.Database, err)
+		}
+		done.Copies = append(done.Copies, c)
+	}
+	return done, nil
+}
+
+// tryMoveLock takes the move lock of schema on db, without waiting:
+// ErrMoveInProgress while a move of the shard holds it.
+func tryMoveLock(ctx context.Context, db *gorm.DB, schema string) (*moveLock, error) {
+	return lockMove(ctx, db, schema, -1, nil)
+}
+
+func schemaExists(ctx context.Context, db *gorm.DB, schema string) (bool, error) {
+	var n int64
+	err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", schema).Scan(&n).Error
+	return n > 0, err
+}
+
+func tableExists(ctx context.Context, db *gorm.DB, schema, table string) (bool, error) {
+	var n int64
+	err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?", schema, table).Scan(&n).Error
+	return n > 0, err
+}
+
+// shardTables returns the base tables of schema but shardid's own.
+func shardTables(ctx context.Context, db *gorm.DB, schema string) ([]string, error) {
+	var names []string
+	err := db.WithContext(ctx).Raw("SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_type = 'BASE TABLE' AND table_name <> ? AND table_name <> ? ORDER BY table_name",
+		schema, fenceTable, changeTable).Scan(&names).Error
+	return names, err
+}
+
+// tablesEmpty reports whether tables of schema hold no row.
+func tablesEmpty(ctx context.Context, db *gorm.DB, schema string, tables []string) (bool, error) {
+	for _, t := range tables {
+		var n int64
+		if err := db.WithContext(ctx).Raw("SELECT count(*) FROM (SELECT 1 FROM " + quoteTable(db, schema, t) + " LIMIT 1) x").Scan(&n).Error; err != nil {
+			return false, err
+		}
+		if n > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// captureLeft returns the capture triggers and change log of schema on db,
+// or nil if there are none.
+func captureLeft(ctx context.Context, db *gorm.DB, schema string) (*CaptureLeft, error) {
+	var tables []string
+	q := `SELECT DISTINCT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND t.tgname LIKE 'shardid\_capture%' ORDER BY 1`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT DISTINCT EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%' ORDER BY 1"
+	}
+	if err := db.WithContext(ctx).Raw(q, schema).Scan(&tables).Error; err != nil {
+		return nil, err
+	}
+	logged, err := tableExists(ctx, db, schema, changeTable)
+	if err != nil {
+		return nil, err
+	}
+	if len(tables) == 0 && !logged {
+		return nil, nil
+	}
+	c := &CaptureLeft{Triggers: tables, ChangeLog: logged}
+	if logged {
+		if c.Changes, err = countChanges(ctx, db, schema); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// fenceLeft returns the fence in force on schema's tables on db, or nil.
+func fenceLeft(ctx context.Context, db *gorm.DB, schema string) (*FenceLeft, error) {
+	if ok, err := tableExists(ctx, db, schema, fenceTable); err != nil || !ok {
+		return nil, err
+	}
+	// A fence made by an older version has no mover_only column.
+	var hasMover int64
+	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'mover_only'",
+		schema, fenceTable).Scan(&hasMover).Error; err != nil {
+		return nil, err
+	}
+	mover := "mover_only"
+	if hasMover == 0 {
+		mover = "FALSE AS mover_only"
+	}
+	q := `SELECT fenced_until > clock_timestamp() AS live, fenced_until = 'infinity' AS for_good, sealed, ` + mover + `,
+		CASE WHEN fenced_until > clock_timestamp() AND fenced_until <> 'infinity'
+			THEN EXTRACT(EPOCH FROM fenced_until - clock_timestamp())::float8 ELSE 0 END AS seconds
+		FROM "` + schema + `".` + fenceTable + ` WHERE id = 1`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT fenced_until > UTC_TIMESTAMP(6) AS live, fenced_until >= '9999-12-31' AS for_good, sealed, " + mover + "," +
+			" GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), fenced_until), 0) / 1e6 AS seconds" +
+			" FROM `" + schema + "`.`" + fenceTable + "` WHERE id = 1"
+	}
+	var row struct {
+		Live, ForGood, Sealed, MoverOnly bool
+		Seconds                          float64
+	}
+	if err := db.WithContext(ctx).Raw(q).Scan(&row).Error; err != nil {
+		return nil, err
+	}
+	if !row.Live && !row.Sealed {
+		return nil, nil
+	}
+	f := &FenceLeft{ForGood: row.ForGood || row.Sealed, Sealed: row.Sealed, MoverOnly: row.MoverOnly}
+	if !f.ForGood {
+		f.Seconds = row.Seconds
+	}
+	return f, nil
+}

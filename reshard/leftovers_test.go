@@ -1,0 +1,82 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/gorm"
+)
+
+// DropUnfinishedCopies drops only what a move was building: a copy that
+// refuses every writer but a mover, or one with no fence and no row, and
+// staging schemas; never a copy with rows that no move accounts for, nor
+// an old copy, nor the shard's home.
+func TestDropUnfinishedCopies(t *testing.T) {
+	db1, db2 := openPostgres(t), openSecondPostgresTB(t)
+	const pattern = "shardid_lo_%04d"
+	for _, db := range []*gorm.DB{db1, db2} {
+		for s := range 4 {
+			db.Exec(fmt.Sprintf(`DROP SCHEMA IF EXISTS "`+pattern+`" CASCADE`, s))
+		}
+	}
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db1, db2}, Names: []string{"pg1", "pg2"},
+		LogicalShards: 4, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0, 0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	// Shard 1: a copy on pg2 with a row and no fence, made by hand.
+	db2.Exec(`CREATE SCHEMA shardid_lo_0001; CREATE TABLE shardid_lo_0001.r_photos (id BIGINT PRIMARY KEY, user_id BIGINT, caption TEXT);
+		INSERT INTO shardid_lo_0001.r_photos VALUES (1, 1, 'mine')`)
+	// Shard 2: a copy on pg2 with no fence and no row (a move killed
+	// before it fenced its target).
+	db2.Exec(`CREATE SCHEMA shardid_lo_0002; CREATE TABLE shardid_lo_0002.r_photos (id BIGINT PRIMARY KEY, user_id BIGINT, caption TEXT)`)
+	// Shard 3: moved to pg2 and back: pg2 holds its old copy, fenced for good.
+	for _, to := range []string{"pg2", "pg1"} {
+		if _, err := reshard.MoveShard(ctx, r, nil, 3, to, reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
+			if errors.Is(err, reshard.ErrShardMoved) { // the old copy on pg1 from the first move
+				if err := reshard.DropShardCopy(ctx, r, 3, to); err != nil {
+					t.Fatal(err)
+				}
+				_, err = reshard.MoveShard(ctx, r, nil, 3, to, reshard.MoveOptions{Models: []any{&RPhoto{}}})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for s, want := range map[int]reshard.CopyLeft{
+		1: {Database: "pg2", Tables: 1},
+		2: {Database: "pg2", Tables: 1, Unfinished: true},
+		3: {Database: "pg2", Tables: 1, Sealed: true},
+	} {
+		l, err := reshard.FindLeftovers(ctx, r, s)
+		if err != nil || len(l.Copies) != 1 || l.Copies[0] != want || l.Fence != nil || len(l.Capture) > 0 {
+			t.Errorf("FindLeftovers(%d) = %+v, %v; want the copy %+v only", s, l, err, want)
+		}
+		done, err := reshard.DropUnfinishedCopies(ctx, r, s)
+		if err != nil || len(done.Copies) != map[bool]int{true: 1}[want.Unfinished] {
+			t.Errorf("DropUnfinishedCopies(%d) = %+v, %v", s, done, err)
+		}
+	}
+	var n int64
+	db2.Raw("SELECT count(*) FROM shardid_lo_0001.r_photos").Scan(&n)
+	if n != 1 {
+		t.Errorf("the copy nobody accounts for lost its row: %d rows", n)
+	}
+	db2.Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name IN ('shardid_lo_0002', 'shardid_lo_0003')").Scan(&n)
+	if n != 1 {
+		t.Errorf("%d of the unfinished copy of 2 and the old copy of 3 left, want the old copy only", n)
+	}
+	if l, err := reshard.FindLeftovers(ctx, r, 0); err != nil || !l.Empty() {
+		t.Errorf("FindLeftovers(0) = %+v, %v; want nothing", l, err)
+	}
+}
