@@ -62,12 +62,12 @@ func TestMoveKilledSessionLingers(t *testing.T) {
 	}
 	for _, stage := range []string{"created", "fenced"} {
 		t.Run(stage, func(t *testing.T) {
-			r, c, _ := freshMoveSetup(t)
+			r, _ := ownMoveSetup(t)
+			c := &reshard.Catalog{DB: r.Databases()[0], Table: "shardid_mvl_catalog"}
+			loaded(t, r, c)
 			ctx := context.Background()
 			seeded := seedShard(t, r, 1, 200)
-			port := lingeringProxy(t, 3*time.Second)
-			cmd := helperProcess(t, "mover", "SHARDID_DIE_AT="+stage,
-				"SHARDID_TEST_POSTGRES_DSN=host=127.0.0.1 port="+port+" user=postgres dbname=test sslmode=disable")
+			cmd := helperProcess(t, "mover", "SHARDID_DIE_AT="+stage, "SHARDID_MOVER_PORT="+lingeringProxy(t, 3*time.Second))
 			out, _ := cmd.Output()
 			if cmd.ProcessState.ExitCode() != 3 {
 				t.Fatalf("the mover did not die at %s: %s", stage, out)

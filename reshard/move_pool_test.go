@@ -27,6 +27,19 @@ const poolPattern = "shardid_mvl_%04d"
 // fleets reach PostgreSQL. direct is a router over direct connections.
 func pooledMoveSetup(t *testing.T, poolSize int) (direct, pooled *shardid.Router, c *reshard.Catalog, p *shardid.Plugin, b *testdb.PgBouncer) {
 	t.Helper()
+	direct, p = ownMoveSetup(t)
+	b = testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: poolSize,
+		Databases: []string{"test", "shardid_test2"}})
+	pooled = pooledRouter(t, b, p)
+	c = &reshard.Catalog{DB: pooled.Databases()[0], Table: "shardid_mvl_catalog"}
+	loaded(t, pooled, c)
+	return direct, pooled, c, p, b
+}
+
+// ownMoveSetup is freshMoveSetup over shards of poolPattern, with the
+// catalog shardid_mvl_catalog: a router over direct connections.
+func ownMoveSetup(t *testing.T) (direct *shardid.Router, p *shardid.Plugin) {
+	t.Helper()
 	p = movePlugin(t, 0)
 	a := openPostgres(t)
 	openSecondPostgresTB(t)
@@ -52,12 +65,7 @@ func pooledMoveSetup(t *testing.T, poolSize int) (direct, pooled *shardid.Router
 	if _, err := (&reshard.Catalog{DB: a, Table: "shardid_mvl_catalog"}).Save(context.Background(), direct); err != nil {
 		t.Fatal(err)
 	}
-	b = testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: poolSize,
-		Databases: []string{"test", "shardid_test2"}})
-	pooled = pooledRouter(t, b, p)
-	c = &reshard.Catalog{DB: pooled.Databases()[0], Table: "shardid_mvl_catalog"}
-	loaded(t, pooled, c)
-	return direct, pooled, c, p, b
+	return direct, p
 }
 
 // pooledRouter is a router over both databases through b.
@@ -382,7 +390,7 @@ func TestMoveLockLostMariaDB(t *testing.T) {
 }
 
 // helperPooledRouter is pooledRouter in a helper process, which has only
-// PgBouncer's port.
+// the port of a PgBouncer (or of a proxy to PostgreSQL).
 func helperPooledRouter(t *testing.T, port string, p *shardid.Plugin) *shardid.Router {
 	var dbs []*gorm.DB
 	for _, name := range []string{"test", "shardid_test2"} {
@@ -409,7 +417,7 @@ func TestMoveKilledThroughTransactionPool(t *testing.T) {
 			direct, r, c, _, b := pooledMoveSetup(t, 2)
 			ctx := context.Background()
 			seeded := seedShard(t, r, 1, 200)
-			cmd := helperProcess(t, "mover", "SHARDID_DIE_AT="+stage, "SHARDID_PGBOUNCER_PORT="+pgbouncerPort(b))
+			cmd := helperProcess(t, "mover", "SHARDID_DIE_AT="+stage, "SHARDID_MOVER_PORT="+pgbouncerPort(b))
 			out, _ := cmd.Output()
 			if cmd.ProcessState.ExitCode() != 3 {
 				t.Fatalf("the mover did not die at %s: %s", stage, out)
