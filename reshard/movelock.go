@@ -44,8 +44,11 @@ type moveLock struct {
 	schema string
 	key    sqllock.Key
 
-	mu   sync.Mutex    // protects held
+	mu   sync.Mutex    // protects held and wasLost
 	held *sqllock.Lock // the lock, or one taken again for clean-up
+	// wasLost is set when held was lost and taken again: the operation
+	// ran without the lock for a while all the same.
+	wasLost bool
 }
 
 // lockMove takes the move lock of schema on db, waiting for it at most
@@ -124,7 +127,7 @@ func (l *moveLock) reclaim(ctx context.Context) bool {
 	}
 	l.mu.Lock()
 	old := l.held
-	l.held = lk
+	l.held, l.wasLost = lk, true
 	l.mu.Unlock()
 	_ = old.Release()
 	return true
@@ -150,11 +153,15 @@ func (l *moveLock) watch(ctx context.Context) (context.Context, func()) {
 }
 
 // lost returns an error wrapping ErrMoveLockLost if the lock was lost
-// (as last found by its keep-alive or a check), or nil.
+// (as last found by its keep-alive or a check, even if taken again
+// since), or nil.
 func (l *moveLock) lost() error {
 	l.mu.Lock()
-	lk := l.held
+	lk, was := l.held, l.wasLost
 	l.mu.Unlock()
+	if was {
+		return fmt.Errorf("%w: its session ended during the move", ErrMoveLockLost)
+	}
 	select {
 	case <-lk.Lost():
 		return fmt.Errorf("%w: its session ended during the move", ErrMoveLockLost)
