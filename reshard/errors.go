@@ -70,6 +70,16 @@ var (
 	// while a move of the shard runs.
 	ErrMoveInProgress = errors.New("shardid: a move of this shard is in progress")
 
+	// ErrMoveLockLost is returned by MoveShard, Fence, Unfence and
+	// DropShardCopy when the move lock they held was lost: the server
+	// ended the lock's session (idle_session_timeout, a reaper, a
+	// restart, a network reset), so another mover or an abort may have
+	// started since. The operation stops before its next step that must
+	// not run without the lock; a move that stops so before its fence for
+	// good leaves the map where it was and the source writable, as a
+	// cancelled one does. Find what ends sessions, and run it again.
+	ErrMoveLockLost = errors.New("shardid: the move lock was lost")
+
 	// ErrFenceLapsed is returned by MoveShard when its fence ran out (by the
 	// database's clock) or was lifted or replaced before the move could
 	// fence the old copy for good, as when the mover was paused longer than

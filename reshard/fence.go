@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +39,11 @@ func ensureFenceIn(ctx context.Context, db *gorm.DB, in, final string, tables []
 	if db.Dialector.Name() == "mysql" {
 		return ensureFenceMySQL(ctx, db, in, tables)
 	}
+	return lockedTx(ctx, db, in, func(tx *gorm.DB) error { return ensureFencePG(tx, in, final, tables) })
+}
+
+// ensureFencePG is ensureFenceIn on PostgreSQL, in transaction tx.
+func ensureFencePG(tx *gorm.DB, in, final string, tables []string) error {
 	schema := in
 	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -51,35 +55,33 @@ BEGIN
 	END IF;
 	RETURN NULL;
 END $$`, schema, fenceTable, shardid.FenceMessage, final)
-	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
-		stmts := []string{
-			"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
-			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
-			fmt.Sprintf(`ALTER TABLE "%s".%s ADD COLUMN IF NOT EXISTS mover_only BOOLEAN NOT NULL DEFAULT FALSE`, schema, fenceTable),
-			fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
-			fn,
+	stmts := []string{
+		"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
+		fmt.Sprintf(`ALTER TABLE "%s".%s ADD COLUMN IF NOT EXISTS mover_only BOOLEAN NOT NULL DEFAULT FALSE`, schema, fenceTable),
+		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
+		fn,
+	}
+	for _, q := range stmts {
+		if err := tx.Exec(q).Error; err != nil {
+			return err
 		}
-		for _, q := range stmts {
-			if err := tx.Exec(q).Error; err != nil {
-				return err
-			}
+	}
+	for _, t := range tables {
+		q := fmt.Sprintf(`"%s"."%s"`, schema, t)
+		var n int64
+		if err := tx.Raw("SELECT count(*) FROM pg_trigger WHERE tgrelid = ?::regclass AND tgname = 'shardid_fence'", q).Scan(&n).Error; err != nil {
+			return err
 		}
-		for _, t := range tables {
-			q := fmt.Sprintf(`"%s"."%s"`, schema, t)
-			var n int64
-			if err := tx.Raw("SELECT count(*) FROM pg_trigger WHERE tgrelid = ?::regclass AND tgname = 'shardid_fence'", q).Scan(&n).Error; err != nil {
-				return err
-			}
-			if n > 0 {
-				continue
-			}
-			if err := tx.Exec(fmt.Sprintf(`CREATE TRIGGER shardid_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
-				FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_fence()`, q, schema)).Error; err != nil {
-				return err
-			}
+		if n > 0 {
+			continue
 		}
-		return nil
-	})
+		if err := tx.Exec(fmt.Sprintf(`CREATE TRIGGER shardid_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
+			FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_fence()`, q, schema)).Error; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // mysqlFenceEvents are MySQL's row trigger events, by the letter in the
@@ -334,74 +336,6 @@ func isSealed(ctx context.Context, db *gorm.DB, schema string) (bool, error) {
 	return sealed, err
 }
 
-// moveLock is the lock a mover holds on the database that holds the shard,
-// on a session of its own, for the whole move: a second mover of the same
-// shard, or an abort (Unfence), is refused while it is held. The database
-// releases it when the mover's session ends, so a mover that dies or is
-// killed leaves no lock behind; a paused (SIGSTOP) mover keeps it.
-type moveLock struct {
-	conn *sql.Conn
-	db   *gorm.DB
-	name string
-}
-
-// lockMove takes the move lock of schema on db, or returns
-// ErrMoveInProgress when another session holds it.
-func lockMove(ctx context.Context, db *gorm.DB, schema string) (*moveLock, error) {
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, err
-	}
-	conn, err := sqlDB.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	l := &moveLock{conn: conn, db: db, name: moveLockName(schema)}
-	var ok bool
-	if db.Dialector.Name() == "mysql" {
-		var got sql.NullInt64
-		err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", l.name).Scan(&got)
-		ok = got.Valid && got.Int64 == 1
-	} else {
-		err = conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock(hashtext('shardid:move'), hashtext($1))", l.name).Scan(&ok)
-	}
-	if err != nil || !ok {
-		conn.Close()
-		if err != nil {
-			return nil, err
-		}
-		return nil, withDetail(ErrMoveInProgress, "another session holds the move lock of "+schema)
-	}
-	return l, nil
-}
-
-// release gives the lock back and the session to the pool.
-func (l *moveLock) release() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	q := "SELECT pg_advisory_unlock(hashtext('shardid:move'), hashtext($1))"
-	if l.db.Dialector.Name() == "mysql" {
-		q = "SELECT RELEASE_LOCK(?)"
-	}
-	var ignored sql.NullBool
-	if err := l.conn.QueryRowContext(ctx, q, l.name).Scan(&ignored); err != nil {
-		// Unsure whether the lock is gone: end the session, which ends it.
-		dropConn(l.conn)
-	}
-	l.conn.Close()
-}
-
-// moveLockName names the move lock of schema, within MySQL's 64 characters.
-func moveLockName(schema string) string {
-	name := "shardid_move:" + schema
-	if len(name) > 64 {
-		h := fnv.New64a()
-		h.Write([]byte(schema))
-		name = "shardid_move:" + strconv.FormatUint(h.Sum64(), 16)
-	}
-	return name
-}
-
 // fenceForMover fences the tables of schema on db, a move's target, for
 // every writer but the mover (moverTx), until liftFence: a router that
 // missed moves of the shard must not write into a copy the move is
@@ -410,19 +344,27 @@ func moveLockName(schema string) string {
 // fence's token.
 func fenceForMover(ctx context.Context, db *gorm.DB, schema string, tables []string) (int64, error) {
 	var token int64
-	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
-		st, until := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'infinity'"
-		if db.Dialector.Name() == "mysql" {
-			st, until = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'9999-12-31 23:59:59'"
-		} else if err := lockTables(tx, schema, tables); err != nil {
-			return err
-		}
-		if err := tx.Raw("SELECT token FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&token).Error; err != nil {
-			return err
-		}
-		token++
-		return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE, mover_only = TRUE WHERE id = 1", token).Error
+	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) (err error) {
+		token, err = fenceForMoverTx(tx, schema, tables)
+		return err
 	})
+	return token, err
+}
+
+// fenceForMoverTx is fenceForMover in transaction tx.
+func fenceForMoverTx(tx *gorm.DB, schema string, tables []string) (int64, error) {
+	var token int64
+	st, until := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'infinity'"
+	if tx.Dialector.Name() == "mysql" {
+		st, until = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'9999-12-31 23:59:59'"
+	} else if err := lockTables(tx, schema, tables); err != nil {
+		return 0, err
+	}
+	if err := tx.Raw("SELECT token FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&token).Error; err != nil {
+		return 0, err
+	}
+	token++
+	err := tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE, mover_only = TRUE WHERE id = 1", token).Error
 	return token, err
 }
 

@@ -241,7 +241,7 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 // tryMoveLock takes the move lock of schema on db, without waiting:
 // ErrMoveInProgress while a move of the shard holds it.
 func tryMoveLock(ctx context.Context, db *gorm.DB, schema string) (*moveLock, error) {
-	return lockMove(ctx, db, schema)
+	return lockMove(ctx, db, schema, -1, nil)
 }
 
 func schemaExists(ctx context.Context, db *gorm.DB, schema string) (bool, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,13 @@ type MoveOptions struct {
 	// done), "fenced", "verified", "sealed" (the source is fenced for good)
 	// and "flipped" (the catalog and the router name the target).
 	OnStage func(stage string)
+
+	// LockWait is how long MoveShard waits for the shard's move lock while
+	// another session holds it: a mover that was killed, whose session
+	// the server has not ended yet, or a move under way. If 0,
+	// DefaultLockWait; if negative, MoveShard tries once. Past it the move
+	// fails with ErrMoveInProgress, naming the session that holds the lock.
+	LockWait time.Duration
 }
 
 // MoveResult says what MoveShard did.
@@ -92,10 +100,26 @@ type TableCheck struct {
 // The fence is judged by the source database's clock alone. If it runs out
 // before the source is fenced for good (the mover paused longer than
 // FenceFor), or someone lifts or replaces it, the move does not flip and
-// returns ErrFenceLapsed. While it runs, the move holds a lock on the
-// source database: a second move of the same shard, Fence or Unfence of
-// it get ErrMoveInProgress; the lock goes with the mover's session, so a
-// mover that dies leaves none. With a catalog, the move first checks that
+// returns ErrFenceLapsed.
+//
+// While it runs, the move holds the shard's move lock on the source
+// database: a second move of the same shard, Fence, Unfence and
+// DropShardCopy of it wait for it (MoveOptions.LockWait, DefaultLockWait)
+// and then fail with ErrMoveInProgress, naming the session that holds it.
+// The lock lives in a transaction kept open on a connection of its own
+// (PostgreSQL; GET_LOCK on MySQL), so a transaction pool (PgBouncer) can
+// neither strand it nor hand it to another client, and it goes with the
+// mover's session: a mover that dies or is killed leaves none once the
+// server has noticed, which the wait of a move run again covers. If the
+// server ends the lock's session during the move (idle_session_timeout, a
+// reaper, a network reset), the move stops before its next step that must
+// not run without it (creating or filling the target, fencing, sealing,
+// flipping, lifting a fence), with ErrMoveLockLost, and cleans up as a
+// cancelled move does, as far as it can take the lock again: never over
+// another mover's work. The lock's connection stays out of the pool for
+// the whole move (a transaction pool needs a server connection more).
+//
+// With a catalog, the move first checks that
 // the catalog maps the shard where r does, and flips only that shard's
 // entry, on the condition that it still names the source: moves of
 // different shards at once never undo each other (ErrCatalogConflict if
@@ -116,9 +140,13 @@ type TableCheck struct {
 // into the copy, whose later passes would overwrite or delete its rows.
 // The move lifts that fence right after the flip; if the mover dies in
 // between, the shard's new home refuses writes until Unfence of the shard
-// (on its new home) lifts it. A failed move leaves its target fenced, so
-// the copy takes no stray writes until the move is run again or the copy
-// dropped (DropShardCopy).
+// (on its new home) lifts it. A move that fails before it fences the
+// source for good drops the copy it created; a copy it found (left by a
+// mover that was killed) stays, fenced, so the copy takes no stray writes
+// until the move is run again or the copy dropped (DropShardCopy). On
+// PostgreSQL the target's schema, tables and fence are created in one
+// transaction, under a staging name renamed at its end: a failure there
+// leaves nothing.
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
 // database per shard on MySQL); both databases must be of one kind.
@@ -162,6 +190,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if opts.FenceFor <= 0 {
 		opts.FenceFor = time.Minute
 	}
+	if opts.LockWait == 0 {
+		opts.LockWait = DefaultLockWait
+	}
 	src, dst, schema := dbs[from], dbs[to], r.Schema(shard)
 	// defs are the shard's tables as models, or as names (validated by
 	// tableNames) when there are no models.
@@ -186,11 +217,22 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	mv := r.RecordMove(shard, res.From, target)
 	defer func() { mv.Finish(res.Fenced, err) }()
 	opts.Progress = mv.Progress(opts.Progress)
-	lock, err := lockMove(ctx, src, schema)
+	lock, err := lockMove(ctx, src, schema, opts.LockWait, func(holder string) {
+		mv.Stage("waiting for the move lock: " + holder)
+	})
 	if err != nil {
 		return res, fmt.Errorf("shardid: move shard %d: %w", shard, err)
 	}
 	defer lock.release()
+	// A lock lost mid-move stops the move as a cancellation would, and
+	// says so.
+	ctx, unwatch := lock.watch(ctx)
+	defer unwatch()
+	defer func() {
+		if lost := lock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
+			err = fmt.Errorf("shardid: move shard %d: %w: %w", shard, lost, err)
+		}
+	}()
 	if c != nil {
 		// Under the lock: nobody else moves the shard from here on.
 		name, err := c.shardDB(ctx, shard)
@@ -229,19 +271,27 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// but the mover until the flip: a router that missed moves of the
 	// shard must not write into the copy, whose later passes would
 	// overwrite or delete its rows.
-	// What a failed move created on the target, it drops (guards.go).
+	// What a failed move created on the target, it drops (guards.go),
+	// under the lock only (see below).
 	existed, err := schemaExists(ctx, dst, schema)
 	if err != nil {
 		return res, err
 	}
 	sealed := false
 	defer func() {
+		// Only while it holds the lock: another mover may be filling the
+		// copy otherwise.
 		if err != nil && !existed && !sealed {
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
-			_ = dropCreatedTarget(cctx, dst, schema, tables)
+			if lock.reclaim(cctx) {
+				_ = dropCreatedTarget(cctx, dst, schema, tables)
+			}
 		}
 	}()
+	if err := lock.ensure(ctx, "creating the target"); err != nil {
+		return res, err
+	}
 	dstToken, err := createTarget(ctx, src, dst, schema, tables, opts.Models)
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
@@ -254,15 +304,25 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	cp.caughtUp = mv.CaughtUp
 	defer func() {
 		// Failed, aborted or done: no trigger is left logging writes.
+		// Not when the lock is lost to another mover, whose log it is
+		// now.
 		cctx, cancel := cleanupContext(ctx)
 		defer cancel()
-		_ = cp.release(cctx)
+		if lock.reclaim(cctx) {
+			_ = cp.release(cctx)
+		}
 	}()
+	if err := lock.ensure(ctx, "starting the change log"); err != nil {
+		return res, err
+	}
 	if err := cp.capture(ctx); err != nil {
 		return res, err
 	}
 	if err := ensureFence(ctx, src, schema, tables); err != nil {
 		return res, fmt.Errorf("shardid: preparing the fence of shard %d on %s: %w", shard, res.From, err)
+	}
+	if err := lock.ensure(ctx, "copying into the target"); err != nil {
+		return res, err
 	}
 	copyStart := timeNow()
 	if res.Copied, err = cp.copy(ctx); err != nil {
@@ -272,6 +332,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	stage("copied")
 	// Both sides compared, and the change log applied, until little is
 	// left for the fence.
+	if err := lock.ensure(ctx, "applying changes to the target"); err != nil {
+		return res, err
+	}
 	if err := cp.converge(ctx); err != nil {
 		return res, err
 	}
@@ -279,6 +342,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// Over a seal too: a move run again after one that sealed the source
 	// and could not flip the catalog, which (checked above) names the source.
 	// Fenced counts from the try that set it.
+	if err := lock.ensure(ctx, "fencing the source"); err != nil {
+		return res, err
+	}
 	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, true)
 	if err != nil {
 		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, res.From, err)
@@ -303,12 +369,18 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	}()
 	// 4. The rest of the change log, then 5. the keys still in doubt
 	// compared again: never the whole shard.
+	if err := lock.ensure(ctx, "applying the last changes"); err != nil {
+		return res, err
+	}
 	if res.Tables, err = cp.finish(ctx); err != nil {
 		return res, fmt.Errorf("shardid: shard %d from %s to %s: %w", shard, res.From, target, err)
 	}
 	stage("verified")
 	// 6. The source fenced for good, only if our fence held all along: a
 	// router that has not followed the new map yet must never write there.
+	if err := lock.ensure(ctx, "fencing the source for good"); err != nil {
+		return res, fmt.Errorf("%w; the map is not flipped", err)
+	}
 	if err := sealFence(ctx, src, schema, tables, token); err != nil {
 		return res, fmt.Errorf("shardid: shard %d on %s: %w; the map is not flipped", shard, res.From, err)
 	}
@@ -316,6 +388,10 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	r.LogFenceSet(shard, res.From, 0)
 	stage("sealed")
 	// 7. The flip: the other routers through the catalog, and this one.
+	if err := lock.ensure(ctx, "flipping the catalog"); err != nil {
+		return res, fmt.Errorf("shardid: shard %d is copied to %s and its old copy on %s fenced for good, "+
+			"but the catalog was not flipped (run the move again to finish it): %w", shard, target, res.From, err)
+	}
 	if c != nil {
 		if res.Version, err = c.flipShard(ctx, shard, res.From, target); err != nil {
 			return res, fmt.Errorf("shardid: shard %d is copied to %s and its old copy on %s fenced for good, "+
@@ -330,6 +406,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// (on its new home) lifts the fence.
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
+	if !lock.reclaim(cctx) {
+		return res, fmt.Errorf("shardid: shard %d is moved to %s, but its tables there still refuse writes (run Unfence): %w", shard, target, ErrMoveLockLost)
+	}
 	if _, err := liftFence(cctx, dst, schema, tables, dstToken); err != nil {
 		return res, fmt.Errorf("shardid: shard %d is moved to %s, but its tables there still refuse writes (run Unfence): %w", shard, target, err)
 	}
@@ -359,7 +438,9 @@ func dbOf(r *shardid.Router, shard int) int {
 // every write with ErrShardMoving for d (for good when d is 0), judged by
 // that database's clock. Changing a fence (from d to for good, say) leaves
 // no moment without one. It returns ErrMoveInProgress while a move of the
-// shard runs, and ErrShardMoved for the old copy of a shard that moved.
+// shard runs (after waiting DefaultLockWait, or until ctx's deadline, for
+// the move lock), and ErrShardMoved for the old copy of a shard that
+// moved.
 func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d time.Duration) error {
 	if err := checkMove(r, shard); err != nil {
 		return err
@@ -372,12 +453,15 @@ func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d ti
 	if err != nil {
 		return err
 	}
-	lock, err := lockMove(ctx, db, schema)
+	lock, err := lockMove(ctx, db, schema, DefaultLockWait, nil)
 	if err != nil {
 		return err
 	}
 	defer lock.release()
 	if err := ensureFence(ctx, db, schema, tables); err != nil {
+		return err
+	}
+	if err := lock.ensure(ctx, "fencing shard "+strconv.Itoa(shard)); err != nil {
 		return err
 	}
 	if _, _, err = setFence(ctx, db, schema, tables, d, false); err != nil {
@@ -391,7 +475,9 @@ func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d ti
 // holds it now: the way to abort a move before its flip, and to lift the
 // fence a mover that died right after its flip left on the shard's new
 // home. It returns
-// ErrMoveInProgress while a move of the shard runs (stop the mover first),
+// ErrMoveInProgress while a move of the shard runs (stop the mover first;
+// it waits DefaultLockWait, or until ctx's deadline, for the lock of a
+// mover that was killed),
 // and ErrShardMoved for the old copy of a shard that a move fenced for good,
 // which must stay so (run that move again to finish it).
 func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) error {
@@ -403,16 +489,22 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 	if err != nil {
 		return err
 	}
-	lock, err := lockMove(ctx, db, schema)
+	lock, err := lockMove(ctx, db, schema, DefaultLockWait, nil)
 	if err != nil {
 		return err
 	}
 	defer lock.release()
+	if err := lock.ensure(ctx, "lifting the fence of shard "+strconv.Itoa(shard)); err != nil {
+		return err
+	}
 	if _, err = liftFence(ctx, db, schema, tables, 0); err != nil {
 		return fmt.Errorf("shardid: lifting the fence of shard %d: %w", shard, err)
 	}
 	// A mover that died leaves its change log and triggers: an abort drops
 	// them.
+	if err := lock.ensure(ctx, "dropping the change log of shard "+strconv.Itoa(shard)); err != nil {
+		return err
+	}
 	if err := stopCapture(ctx, db, schema); err != nil {
 		return fmt.Errorf("shardid: dropping the change log of shard %d: %w", shard, err)
 	}
@@ -426,7 +518,9 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 // with ErrCopyNotMoved when the copy is not a move's leftover (neither
 // fenced for good nor fenced for a move's mover: a live home, the router's
 // map stale), or holds a table the shard's home does not, or rows in a
-// table that is empty there: never what no move carried over.
+// table that is empty there: never what no move carried over. As Unfence,
+// it waits for the shard's move lock and refuses while a move of the
+// shard runs (ErrMoveInProgress).
 func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from string) error {
 	if err := checkMove(r, shard); err != nil {
 		return err
@@ -436,6 +530,13 @@ func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from strin
 		return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("shard %d lives on %q: its copy there is not a leftover", shard, from))
 	}
 	db, home := r.Databases()[d], r.Databases()[dbOf(r, shard)]
+	// Under the move lock of the shard (on its home): no move of the
+	// shard runs meanwhile, onto this database or from it.
+	lock, err := lockMove(ctx, home, r.Schema(shard), DefaultLockWait, nil)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 	// Never what was not moved (guards.go).
 	if err := checkDistinct(ctx, []string{r.DatabaseName(shard), from}, []*gorm.DB{home, db}); err != nil {
 		return err
@@ -443,10 +544,10 @@ func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from strin
 	if err := checkCopyHeld(ctx, db, home, r.Schema(shard), from, r.DatabaseName(shard)); err != nil {
 		return err
 	}
-	if db.Dialector.Name() == "mysql" {
-		return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + r.Schema(shard) + "`").Error
+	if err := lock.ensure(ctx, "dropping the copy of shard "+strconv.Itoa(shard)+" on "+from); err != nil {
+		return err
 	}
-	return db.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + r.Schema(shard) + `" CASCADE`).Error
+	return dropTarget(ctx, db, r.Schema(shard))
 }
 
 // tableNames returns the table names of models, validated. A model may be
@@ -475,45 +576,88 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 
 // createTarget creates the shard's schema and tables on dst (from models,
 // or as they are on src) and fences them for every writer but the mover,
-// and returns the fence's token. On PostgreSQL a new schema is built under
-// a staging name and renamed once fenced, so no writer ever sees its
-// tables unfenced. On MySQL, which cannot rename a database, a writer
-// could reach a table in the milliseconds between its creation and its
-// fence's triggers.
-func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (int64, error) {
-	in := schema
-	if dst.Dialector.Name() != "mysql" {
-		var n int64
-		if err := dst.WithContext(ctx).Raw("SELECT count(*) FROM pg_namespace WHERE nspname = ?", schema).Scan(&n).Error; err != nil {
+// and returns the fence's token.
+//
+// On PostgreSQL it all happens in one transaction: a new schema is built
+// under a staging name (stagingSchema) and renamed once fenced, so no
+// writer ever sees its tables unfenced, and a failure leaves nothing
+// behind. One transaction also keeps one server connection through a
+// transaction pool (PgBouncer), where a session's search_path would reach
+// other clients' statements and miss the mover's own. On MySQL, which
+// cannot rename a database nor roll DDL back, a writer could reach a table
+// in the milliseconds between its creation and its fence's triggers.
+func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (token int64, err error) {
+	if dst.Dialector.Name() == "mysql" {
+		if len(models) > 0 {
+			err = shardid.MigrateSchema(ctx, dst, schema, models...)
+		} else {
+			err = copyDefinitions(ctx, src, dst, schema, schema, tables)
+		}
+		if err != nil {
 			return 0, err
 		}
+		if token, err = fenceTarget(ctx, dst, schema, schema, tables); err != nil {
+			return 0, fmt.Errorf("fencing the copy: %w", err)
+		}
+		return token, nil
+	}
+	err = lockedTx(ctx, dst, schema, func(tx *gorm.DB) error {
+		var n int64
+		if err := tx.Raw("SELECT count(*) FROM pg_namespace WHERE nspname = ?", schema).Scan(&n).Error; err != nil {
+			return err
+		}
+		in := schema
 		if n == 0 {
 			in = stagingSchema(schema)
-			// Left by a mover that died: nobody else uses it.
-			if err := dst.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + in + `" CASCADE`).Error; err != nil {
-				return 0, err
+			// Left by a mover of an older version that died: nobody
+			// else uses it.
+			if err := tx.Exec(`DROP SCHEMA IF EXISTS "` + in + `" CASCADE`).Error; err != nil {
+				return err
 			}
 		}
-	}
-	var err error
-	if len(models) > 0 {
-		err = shardid.MigrateSchema(ctx, dst, in, models...)
-	} else {
-		err = copyDefinitions(ctx, src, dst, schema, in, tables)
-	}
-	if err != nil {
-		return 0, err
-	}
-	token, err := fenceTarget(ctx, dst, in, schema, tables)
-	if err != nil {
-		return 0, fmt.Errorf("fencing the copy: %w", err)
-	}
-	if in != schema {
-		if err := dst.WithContext(ctx).Exec(`ALTER SCHEMA "` + in + `" RENAME TO "` + schema + `"`).Error; err != nil {
-			return 0, err
+		var err error
+		if len(models) > 0 {
+			err = migrateInTx(tx, in, models)
+		} else {
+			err = copyDefinitions(ctx, src, tx, schema, in, tables)
 		}
+		if err != nil {
+			return err
+		}
+		if err := ensureFencePG(tx, in, schema, tables); err != nil {
+			return fmt.Errorf("fencing the copy: %w", err)
+		}
+		if token, err = fenceForMoverTx(tx, in, tables); err != nil {
+			return fmt.Errorf("fencing the copy: %w", err)
+		}
+		if in != schema {
+			return tx.Exec(`ALTER SCHEMA "` + in + `" RENAME TO "` + schema + `"`).Error
+		}
+		return nil
+	})
+	return token, err
+}
+
+// migrateInTx creates schema in transaction tx (PostgreSQL) and runs
+// GORM's AutoMigrate of models inside it, as shardid.MigrateSchema does,
+// with the search_path set for the transaction alone (SET LOCAL): nothing
+// outlives it on the connection.
+func migrateInTx(tx *gorm.DB, schema string, models []any) error {
+	if err := tx.Exec(`CREATE SCHEMA IF NOT EXISTS "` + schema + `"`).Error; err != nil {
+		return err
 	}
-	return token, nil
+	if err := tx.Exec(`SET LOCAL search_path TO "` + schema + `"`).Error; err != nil {
+		return err
+	}
+	return tx.Session(&gorm.Session{NewDB: true}).AutoMigrate(models...)
+}
+
+// dropTarget drops the copy of schema on db (DropShardCopy).
+func dropTarget(ctx context.Context, db *gorm.DB, schema string) error {
+	if db.Dialector.Name() == "mysql" {
+		return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + schema + "`").Error
+	}
+	return db.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`).Error
 }
 
 // copyDefinitions creates schema dstSchema and its tables on dst as

@@ -240,13 +240,21 @@ func TestMoveSameShardAtOnce(t *testing.T) {
 			case <-done:
 				t.Fatalf("the first move ended before %s: %v", at, err)
 			}
-			if _, err := reshard.MoveShard(ctx, rb, c, 1, to, opts); !errors.Is(err, reshard.ErrMoveInProgress) {
+			// Each waits for the lock a little (as for a mover that was
+			// killed), then gives up.
+			second := opts
+			second.LockWait = 300 * time.Millisecond
+			if _, err := reshard.MoveShard(ctx, rb, c, 1, to, second); !errors.Is(err, reshard.ErrMoveInProgress) {
 				t.Errorf("a second move of the shard at once: %v, want ErrMoveInProgress", err)
 			}
-			if err := reshard.Unfence(ctx, rb, 1, models); !errors.Is(err, reshard.ErrMoveInProgress) {
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			if err := reshard.Unfence(short, rb, 1, models); !errors.Is(err, reshard.ErrMoveInProgress) {
 				t.Errorf("an abort during the move: %v, want ErrMoveInProgress", err)
 			}
-			if err := reshard.Fence(ctx, rb, 1, models, time.Second); !errors.Is(err, reshard.ErrMoveInProgress) {
+			short, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			if err := reshard.Fence(short, rb, 1, models, time.Second); !errors.Is(err, reshard.ErrMoveInProgress) {
 				t.Errorf("a fence during the move: %v, want ErrMoveInProgress", err)
 			}
 			close(resume)

@@ -584,9 +584,15 @@ func TestFollowListens(t *testing.T) {
 
 // helperMover runs a move of shard 1 to pg2 and dies (os.Exit, as a kill:
 // no deferred clean-up runs) at the stage named by $SHARDID_DIE_AT.
+// With $SHARDID_MOVER_PORT, it moves a shard of poolPattern, reaching
+// PostgreSQL at that port (a PgBouncer, a proxy).
 func helperMover(t *testing.T) {
 	r := moveRouterB(t, movePlugin(t, 3))
 	c := &reshard.Catalog{DB: r.Databases()[0], Table: "shardid_mv_catalog"}
+	if port := os.Getenv("SHARDID_MOVER_PORT"); port != "" {
+		r = helperPooledRouter(t, port, movePlugin(t, 2))
+		c = &reshard.Catalog{DB: r.Databases()[0], Table: "shardid_mvl_catalog"}
+	}
 	m, _, err := c.Load(context.Background(), r)
 	if err != nil {
 		fmt.Println("error", err)

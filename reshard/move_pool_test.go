@@ -1,0 +1,462 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// poolPattern is the schema pattern of the tests through a pooler: their
+// own shards, and their own move locks, apart from the other move tests'.
+const poolPattern = "shardid_mvl_%04d"
+
+// pooledMoveSetup is freshMoveSetup over shards of their own, and a
+// PgBouncer in transaction mode (a pool of poolSize server connections per
+// database) in front of both databases, with a router over it: the way most
+// fleets reach PostgreSQL. direct is a router over direct connections.
+func pooledMoveSetup(t *testing.T, poolSize int) (direct, pooled *shardid.Router, c *reshard.Catalog, p *shardid.Plugin, b *testdb.PgBouncer) {
+	t.Helper()
+	direct, p = ownMoveSetup(t)
+	b = testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: poolSize,
+		Databases: []string{"test", "shardid_test2"}})
+	pooled = pooledRouter(t, b, p)
+	c = &reshard.Catalog{DB: pooled.Databases()[0], Table: "shardid_mvl_catalog"}
+	loaded(t, pooled, c)
+	return direct, pooled, c, p, b
+}
+
+// ownMoveSetup is freshMoveSetup over shards of poolPattern, with the
+// catalog shardid_mvl_catalog: a router over direct connections.
+func ownMoveSetup(t *testing.T) (direct *shardid.Router, p *shardid.Plugin) {
+	t.Helper()
+	p = movePlugin(t, 0)
+	a := openPostgres(t)
+	openSecondPostgresTB(t)
+	second, err := gorm.Open(postgres.Open(replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, second)
+	direct, err = shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{a, second}, Names: []string{"pg1", "pg2"},
+		LogicalShards: moveShards, SchemaPattern: poolPattern, Plugin: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range direct.Databases() {
+		for s := range moveShards {
+			db.Exec(fmt.Sprintf("DROP SCHEMA IF EXISTS "+poolPattern+" CASCADE", s))
+		}
+	}
+	a.Exec("DROP TABLE IF EXISTS shardid_mvl_catalog, shardid_mvl_catalog_version")
+	if err := direct.Migrate(context.Background(), &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&reshard.Catalog{DB: a, Table: "shardid_mvl_catalog"}).Save(context.Background(), direct); err != nil {
+		t.Fatal(err)
+	}
+	return direct, p
+}
+
+// pooledRouter is a router over both databases through b.
+func pooledRouter(t *testing.T, b *testdb.PgBouncer, p *shardid.Plugin) *shardid.Router {
+	t.Helper()
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{b.Open("test", "postgres"), b.Open("shardid_test2", "postgres")},
+		Names: []string{"pg1", "pg2"}, LogicalShards: moveShards, SchemaPattern: poolPattern, Plugin: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// moveLocks returns the move locks (advisory locks of class shardid:move)
+// of poolPattern's shards held on the server, as "pid/objid/database"
+// strings.
+func moveLocks(t *testing.T, db *gorm.DB) []string {
+	t.Helper()
+	var locks []string
+	if err := db.Raw(`SELECT l.pid || '/' || l.objid || '/' || d.datname FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.classid::bigint = (hashtext('shardid:move')::bigint & 4294967295)
+			AND l.objid::bigint IN (SELECT hashtext('shardid_move:shardid_mvl_' || lpad(s::text, 4, '0'))::bigint & 4294967295 FROM generate_series(0, ?) s)
+			AND d.datname IN ('test', 'shardid_test2')`, moveShards-1).Scan(&locks).Error; err != nil {
+		t.Fatal(err)
+	}
+	return locks
+}
+
+// leftovers returns what a move may leave on a database beyond the
+// shard's schema: staging schemas, and tables in public of the model.
+func leftovers(t *testing.T, db *gorm.DB) []string {
+	t.Helper()
+	var out []string
+	if err := db.Raw(`SELECT n.nspname || '.' || coalesce(c.relname, '') FROM pg_namespace n LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relkind = 'r'
+		WHERE n.nspname LIKE 'shardid_new_%' OR (n.nspname = 'public' AND c.relname IN ('r_photos', 'shardid_fence_state', 'shardid_changes'))`).Scan(&out).Error; err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A move through PgBouncer in transaction mode, with a small pool shared
+// with writers of the shard: it succeeds, every acknowledged write is on
+// the target, and it leaves nothing behind: no staging schema, no table
+// in public, no advisory lock.
+func TestMoveThroughTransactionPool(t *testing.T) {
+	direct, r, c, _, _ := pooledMoveSetup(t, 2)
+	ctx := context.Background()
+	seeded := seedShard(t, r, 3, 300)
+	before := map[string][]string{}
+	for i, db := range direct.Databases() {
+		before[direct.Names()[i]] = leftovers(t, db)
+	}
+	// Writers of shard 3 (on pg1, moving) and of a shard on pg2 (where
+	// the mover builds the copy) share the mover's pools.
+	other := -1
+	for s := range moveShards {
+		if r.DatabaseName(s) == "pg2" {
+			other = s
+		}
+	}
+	if other < 0 {
+		t.Fatal("no shard on pg2")
+	}
+	var mu sync.Mutex
+	var acked []RPhoto
+	stop := runWriters(t, 6, func(w, i int) error {
+		shard := 3
+		if w%2 == 1 {
+			shard = other
+		}
+		ph := RPhoto{UserID: int64(shard + moveShards*(i%7)), Caption: fmt.Sprint("pooled ", w, "/", i)}
+		if err := r.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+			return err
+		}
+		mu.Lock()
+		acked = append(acked, ph)
+		mu.Unlock()
+		return nil
+	})
+	time.Sleep(200 * time.Millisecond)
+	res, err := reshard.MoveShard(ctx, r, c, 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+	time.Sleep(100 * time.Millisecond)
+	st := stop()
+	if err != nil {
+		t.Fatalf("a move through a transaction pool: %v", err)
+	}
+	t.Logf("moved %+v; %d writes during the move", res, st.ops)
+	if r.DatabaseName(3) != "pg2" {
+		t.Fatalf("after the move the router maps shard 3 to %s", r.DatabaseName(3))
+	}
+	fresh := loaded(t, direct, &reshard.Catalog{DB: direct.Databases()[0], Table: "shardid_mvl_catalog"})
+	for _, ph := range append(seeded, acked...) {
+		var got RPhoto
+		if err := fresh.Get(ctx, &got, ph.ID); err != nil || got.Caption != ph.Caption {
+			t.Errorf("photo %v after the move: %+v, %v", ph.ID, got, err)
+		}
+	}
+	for i, db := range direct.Databases() {
+		for _, l := range leftovers(t, db) {
+			if !slices.Contains(before[direct.Names()[i]], l) {
+				t.Errorf("the move left %s on %s", l, direct.Names()[i])
+			}
+		}
+	}
+	if l := moveLocks(t, direct.Databases()[0]); len(l) > 0 {
+		t.Errorf("advisory locks held after the move: %v", l)
+	}
+}
+
+// Two movers of one shard at once, through the same transaction pool:
+// exactly one proceeds, the other is refused with ErrMoveInProgress (or,
+// having waited for the first to finish, finds the shard gone); no lock
+// is left behind.
+func TestMoveSameShardThroughTransactionPool(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 2)
+	ctx := context.Background()
+	seedShard(t, r, 1, 200)
+	r2 := loaded(t, pooledRouter(t, b, p), c)
+	start := meet(t, 2)
+	errs := make([]error, 2)
+	created := make([]bool, 2)
+	var wg sync.WaitGroup
+	for i, rr := range []*shardid.Router{r, r2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start()
+			_, errs[i] = reshard.MoveShard(ctx, rr, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 20,
+				FenceFor: 20 * time.Second, LockWait: -1,
+				OnStage: func(s string) {
+					if s == "created" {
+						created[i] = true
+						time.Sleep(300 * time.Millisecond) // the other one tries meanwhile
+					}
+				}})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, reshard.ErrMoveInProgress):
+			if created[i] {
+				t.Errorf("mover %d was refused after it created the target", i)
+			}
+		default:
+			t.Errorf("mover %d: %v", i, err)
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d movers of one shard succeeded (%v), want exactly 1", ok, errs)
+	}
+	if l := moveLocks(t, direct.Databases()[0]); len(l) > 0 {
+		t.Errorf("advisory locks held after the moves: %v", l)
+	}
+	// Neither left a lock behind: the shard moves back at once.
+	loaded(t, r, c)
+	if _, err := reshard.MoveShard(ctx, r, c, 1, "pg1", reshard.MoveOptions{Models: []any{&RPhoto{}}, LockWait: -1}); !errors.Is(err, reshard.ErrShardMoved) {
+		t.Errorf("a move back onto the old copy: %v, want ErrShardMoved (and not ErrMoveInProgress)", err)
+	}
+}
+
+// killMoveLock ends the server session that holds the move lock of schema
+// (found in pg_locks, or by IS_USED_LOCK on MySQL), as an idle-session
+// timeout or a reaper would, and waits until it is gone.
+func killMoveLock(t *testing.T, db *gorm.DB, schema string) {
+	t.Helper()
+	if db.Dialector.Name() == "mysql" {
+		var id int64
+		if err := db.Raw("SELECT IS_USED_LOCK(?)", "shardid_move:"+schema).Scan(&id).Error; err != nil || id == 0 {
+			t.Fatalf("no session holds the move lock of %s: %v", schema, err)
+		}
+		if err := db.Exec(fmt.Sprintf("KILL %d", id)).Error; err != nil {
+			t.Fatal(err)
+		}
+		for range 200 {
+			var n int64
+			db.Raw("SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n)
+			if n == 0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("connection %d still there after KILL", id)
+	}
+	var pid int64
+	if err := db.Raw(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
+		AND classid::bigint = (hashtext('shardid:move')::bigint & 4294967295) AND objid::bigint = (hashtext(?)::bigint & 4294967295)`,
+		"shardid_move:"+schema).Scan(&pid).Error; err != nil || pid == 0 {
+		t.Fatalf("no session holds the move lock of %s: %v", schema, err)
+	}
+	if err := db.Exec("SELECT pg_terminate_backend(?)", pid).Error; err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		var n int64
+		db.Raw("SELECT count(*) FROM pg_stat_activity WHERE pid = ?", pid).Scan(&n)
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("server process %d still there after pg_terminate_backend", pid)
+}
+
+// checkLockLost moves shard from r's database to target and, at stage,
+// ends the session of the move lock (killMoveLock on direct, a connection
+// to the source that is not the mover's); with abort, a second operator
+// (other) aborts the move meanwhile (Unfence), which the lost lock lets
+// through. The move must stop before its next step with ErrMoveLockLost,
+// never seal nor flip, and leave the shard where it was, writable, with
+// its rows; the copy it created is dropped; run again, it completes.
+func checkLockLost(t *testing.T, r, other *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target, stage string, abort bool, opts reshard.MoveOptions) {
+	t.Helper()
+	ctx := context.Background()
+	from := r.DatabaseName(shard)
+	seeded := seedShard(t, r, shard, 100)
+	schema := r.Schema(shard)
+	var reached []string
+	opts.OnStage = func(s string) {
+		reached = append(reached, s)
+		if s != stage {
+			return
+		}
+		killMoveLock(t, direct, schema)
+		if abort {
+			if err := reshard.Unfence(ctx, other, shard, []any{&RPhoto{}}); err != nil {
+				t.Errorf("an abort once the mover's lock is gone: %v", err)
+			}
+		}
+	}
+	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Fatalf("a move whose lock was lost at %s: %v, want ErrMoveLockLost (stages %v)", stage, err, reached)
+	}
+	t.Logf("lost at %s: %v", stage, err)
+	if slices.Contains(reached, "sealed") || slices.Contains(reached, "flipped") {
+		t.Errorf("the move went on to %v after its lock was lost at %s", reached, stage)
+	}
+	fresh := loaded(t, other, c)
+	if fresh.DatabaseName(shard) != from || r.DatabaseName(shard) != from {
+		t.Fatalf("the catalog maps shard %d to %s (the mover's router to %s), want %s", shard, fresh.DatabaseName(shard), r.DatabaseName(shard), from)
+	}
+	// Writable on its source at once (the move lifted its own fence, or
+	// the abort did).
+	ph := RPhoto{UserID: int64(shard), Caption: "after the lost lock"}
+	if err := fresh.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+		t.Errorf("a write to shard %d after the move stopped: %v", shard, err)
+	}
+	for _, s := range append(seeded, ph) {
+		var got RPhoto
+		if err := fresh.Get(ctx, &got, s.ID); err != nil {
+			t.Errorf("photo %v: %v", s.ID, err)
+		}
+	}
+	var n int64
+	tdb := r.Databases()[slices.Index(r.Names(), target)]
+	tdb.Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", schema).Scan(&n)
+	if n != 0 {
+		t.Errorf("the copy the stopped move created is left on %s", target)
+	}
+	// Run again, the move completes.
+	opts.OnStage = nil
+	if _, err := reshard.MoveShard(ctx, r, c, shard, target, opts); err != nil {
+		t.Fatalf("the move run again: %v", err)
+	}
+	for _, s := range append(seeded, ph) {
+		var got RPhoto
+		if err := r.Get(ctx, &got, s.ID); err != nil {
+			t.Errorf("photo %v after the move: %v", s.ID, err)
+		}
+	}
+}
+
+// A move whose lock's session is ended by the server (as by
+// idle_session_timeout or a reaper) at each stage, through PgBouncer in
+// transaction mode; at the later stages a second operator aborts it
+// meanwhile.
+func TestMoveLockLost(t *testing.T) {
+	for _, tc := range []struct {
+		stage string
+		abort bool
+	}{
+		{"created", false},
+		{"copied", false},
+		{"fenced", false},
+		{"fenced", true},
+		{"verified", true},
+	} {
+		name := tc.stage
+		if tc.abort {
+			name += "+abort"
+		}
+		t.Run(name, func(t *testing.T) {
+			direct, r, c, p, b := pooledMoveSetup(t, 3)
+			checkLockLost(t, r, loaded(t, pooledRouter(t, b, p), c), c, direct.Databases()[0], 3, "pg2", tc.stage, tc.abort,
+				reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+		})
+	}
+}
+
+// The same on MariaDB, where the lock is GET_LOCK and the session ends by
+// KILL.
+func TestMoveLockLostMariaDB(t *testing.T) {
+	for _, tc := range []struct {
+		stage string
+		abort bool
+	}{
+		{"created", false},
+		{"fenced", true},
+		{"verified", true},
+	} {
+		t.Run(tc.stage, func(t *testing.T) {
+			newRouter, c := mariaMoveSetup(t, "shardid_ml")
+			r := loaded(t, newRouter(), c)
+			checkLockLost(t, r, loaded(t, newRouter(), c), c, r.Databases()[0], 1, "my2", tc.stage, tc.abort,
+				reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+		})
+	}
+}
+
+// helperPooledRouter is pooledRouter in a helper process, which has only
+// the port of a PgBouncer (or of a proxy to PostgreSQL).
+func helperPooledRouter(t *testing.T, port string, p *shardid.Plugin) *shardid.Router {
+	var dbs []*gorm.DB
+	for _, name := range []string{"test", "shardid_test2"} {
+		db, err := gorm.Open(postgres.Open(fmt.Sprintf("host=127.0.0.1 port=%s user=postgres dbname=%s sslmode=disable default_query_exec_mode=simple_protocol", port, name)), gormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, db)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: []string{"pg1", "pg2"},
+		LogicalShards: moveShards, SchemaPattern: poolPattern, Plugin: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A mover that goes through PgBouncer in transaction mode is killed at a
+// stage, and the move is run again at once through the same pooler: the
+// dead mover's lock must not outlive it on a pooled server connection.
+func TestMoveKilledThroughTransactionPool(t *testing.T) {
+	for _, stage := range []string{"created", "fenced", "sealed"} {
+		t.Run(stage, func(t *testing.T) {
+			direct, r, c, _, b := pooledMoveSetup(t, 2)
+			ctx := context.Background()
+			seeded := seedShard(t, r, 1, 200)
+			cmd := helperProcess(t, "mover", "SHARDID_DIE_AT="+stage, "SHARDID_MOVER_PORT="+pgbouncerPort(b))
+			out, _ := cmd.Output()
+			if cmd.ProcessState.ExitCode() != 3 {
+				t.Fatalf("the mover did not die at %s: %s", stage, out)
+			}
+			// The dead mover's lock goes with it, not to a pooled server
+			// connection that the next client may get (or not).
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				l := moveLocks(t, direct.Databases()[0])
+				if len(l) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("5s after the mover was killed at %s, its move lock is held: %v", stage, l)
+				}
+			}
+			if stage != "sealed" { // abort, as shardid move --abort does
+				if err := reshard.Unfence(ctx, r, 1, []any{&RPhoto{}}); err != nil {
+					t.Fatalf("aborting the killed move: %v", err)
+				}
+			}
+			if _, err := reshard.MoveShard(ctx, r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, LockWait: 10 * time.Second}); err != nil {
+				t.Fatalf("the move run again after a kill at %s: %v", stage, err)
+			}
+			for _, ph := range seeded {
+				var got RPhoto
+				if err := r.Get(ctx, &got, ph.ID); err != nil {
+					t.Errorf("photo %v: %v", ph.ID, err)
+				}
+			}
+		})
+	}
+}
+
+// pgbouncerPort is the port of b's DSN.
+func pgbouncerPort(b *testdb.PgBouncer) string {
+	for _, f := range strings.Fields(b.DSN("test", "postgres")) {
+		if v, ok := strings.CutPrefix(f, "port="); ok {
+			return v
+		}
+	}
+	return ""
+}
