@@ -130,7 +130,7 @@ func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAlloca
 
 func (s *SegmentAllocator) setup(ctx context.Context) error {
 	db := s.cfg.DB.WithContext(ctx)
-	if err := createObjects(ctx, s.cfg.DB, s.table, "CREATE TABLE IF NOT EXISTS "+s.table+` (
+	if err := ensureObjects(ctx, s.cfg.DB, "NewSegmentAllocator", s.table, []string{s.table}, "CREATE TABLE IF NOT EXISTS "+s.table+` (
 		biz_key VARCHAR(128) NOT NULL PRIMARY KEY,
 		max_id  BIGINT NOT NULL DEFAULT 0,
 		step    BIGINT NOT NULL DEFAULT 0)`); err != nil {

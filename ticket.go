@@ -144,7 +144,7 @@ func (s *ticketServer) setup(ctx context.Context) error {
 		Offset  int64 `gorm:"column:server_offset"`
 	}
 	if s.db.Dialector.Name() == "postgres" {
-		err := createObjects(ctx, s.db, s.name, fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s INCREMENT BY %d START WITH %d", s.name, s.n, s.offset))
+		err := ensureObjects(ctx, s.db, "NewTicketAllocator", s.name, []string{s.name}, fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s INCREMENT BY %d START WITH %d", s.name, s.n, s.offset))
 		if err != nil {
 			return err
 		}
@@ -153,7 +153,7 @@ func (s *ticketServer) setup(ctx context.Context) error {
 			return err
 		}
 	} else {
-		err := createObjects(ctx, s.db, s.name, "CREATE TABLE IF NOT EXISTS "+s.name+` (
+		err := ensureObjects(ctx, s.db, "NewTicketAllocator", s.name, []string{s.name, s.name + "_servers"}, "CREATE TABLE IF NOT EXISTS "+s.name+` (
 			id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
 			stub CHAR(1) NOT NULL DEFAULT '' UNIQUE) ENGINE=InnoDB`,
 			"CREATE TABLE IF NOT EXISTS "+s.name+`_servers (

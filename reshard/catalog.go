@@ -16,6 +16,11 @@ import (
 // PostgreSQL or MySQL/MariaDB database, with a version number that changes
 // with every change. Routers follow it (Follow) and pick up a new map
 // without a restart.
+//
+// Setting it up (Setup: DDL) and using it (DML) are separate: once its
+// tables exist, only Save, SaveIf and SaveSetup write, and Load, Version,
+// LoadSetup and Follow need nothing but SELECT, on a read-only connection
+// too. Setup lists the privileges of each operation.
 type Catalog struct {
 	DB    *gorm.DB
 	Table string // If empty, "shardid_shard_map". It must match [a-z_][a-z0-9_]*.
@@ -37,14 +42,38 @@ func (c *Catalog) table() (string, error) {
 	return t, nil
 }
 
-// setup creates the catalog's tables: one row per shard, and one row
-// holding the version.
-func (c *Catalog) setup(ctx context.Context) (string, error) {
+// tables returns the catalog's tables: the map (t), its version and its
+// setup.
+func catalogTables(t string) []string {
+	return []string{t, t + "_version", t + "_setup"}
+}
+
+// Setup creates the catalog's tables if they do not exist: one row per
+// shard, one row holding the version, one holding the setup (SaveSetup).
+// Run it once with a role that may create tables (PostgreSQL: CREATE on
+// the schema the tables go to, the first of the search path the role may
+// create in; MySQL: CREATE and INSERT on the database). Save, SaveIf and
+// SaveSetup also create the tables when they are missing and the role
+// may; nothing else runs DDL: Load, Version, LoadSetup and Follow only
+// read (SELECT on the three tables; they work on a read-only connection or
+// a hot standby), and return an error matching shardid.ErrSetupRequired,
+// naming the table, when a table is missing.
+//
+// Once the tables exist, Save and SaveIf need SELECT, INSERT, UPDATE and
+// DELETE on the map and version tables, SaveSetup DELETE and INSERT on the
+// setup table, and MoveShard (through the catalog) SELECT and UPDATE on
+// the map and version tables.
+func (c *Catalog) Setup(ctx context.Context) error {
 	t, err := c.table()
 	if err != nil {
-		return "", err
+		return err
 	}
-	err = sqlddl.CreateObjects(ctx, c.DB, t,
+	return c.ensure(ctx, t)
+}
+
+// ensure creates the catalog's tables when one is missing.
+func (c *Catalog) ensure(ctx context.Context, t string) error {
+	return sqlddl.Ensure(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.Setup", t, catalogTables(t),
 		"CREATE TABLE IF NOT EXISTS "+t+` (
 			shard    INT PRIMARY KEY,
 			db_name  VARCHAR(200) NOT NULL)`,
@@ -54,10 +83,12 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 		"CREATE TABLE IF NOT EXISTS "+t+"_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)",
 		// Version 0, no map: there is always a row for changes to lock.
 		sqlddl.InsertIgnore(c.DB, t+"_version (id, version) VALUES (1, 0)", "id"))
-	if err != nil {
-		return "", err
-	}
-	return t, nil
+}
+
+// explain returns err, or shardid.ErrSetupRequired naming the table when
+// one of the catalog's tables is missing.
+func (c *Catalog) explain(ctx context.Context, t string, err error) error {
+	return sqlddl.Explain(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.Setup", catalogTables(t), err)
 }
 
 // Save stores r's current map as a new version and returns it,
@@ -84,8 +115,11 @@ func (c *Catalog) SaveIf(ctx context.Context, r *shardid.Router, expected int64)
 
 // save stores r's map; if expected is not negative, only over that version.
 func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64) (int64, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
+		return 0, err
+	}
+	if err := c.ensure(ctx, t); err != nil {
 		return 0, err
 	}
 	m, names := r.Map(), r.Names()
@@ -160,7 +194,7 @@ func (e *catalogConflict) Unwrap() error { return ErrCatalogConflict }
 // moves of different shards never undo each other, and a move of a shard
 // someone else moved fails with ErrCatalogConflict.
 func (c *Catalog) flipShard(ctx context.Context, shard int, from, to string) (int64, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return 0, err
 	}
@@ -181,38 +215,44 @@ func (c *Catalog) flipShard(ctx context.Context, shard int, from, to string) (in
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return 0, c.explain(ctx, t, err)
 	}
 	return version, nil
 }
 
 // shardDB returns the name of the database the catalog maps shard to, ""
-// when the catalog holds no map.
+// when the catalog holds no map (or has no tables yet).
 func (c *Catalog) shardDB(ctx context.Context, shard int) (string, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return "", err
 	}
 	var name string
 	err = c.DB.WithContext(ctx).Raw("SELECT db_name FROM "+t+" WHERE shard = ?", shard).Scan(&name).Error
+	if err != nil {
+		if missing, merr := sqlddl.Missing(ctx, c.DB, t); merr == nil && len(missing) > 0 {
+			return "", nil
+		}
+	}
 	return name, err
 }
 
 // Version returns the catalog's current version, 0 when it holds no map.
+// It only reads (see Setup).
 func (c *Catalog) Version(ctx context.Context) (int64, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return 0, err
 	}
 	var v int64
 	err = c.DB.WithContext(ctx).Raw("SELECT COALESCE(MAX(version), 0) FROM " + t + "_version").Scan(&v).Error
-	return v, err
+	return v, c.explain(ctx, t, err)
 }
 
 // Load returns the catalog's map for r (database indexes by name) and its
-// version.
+// version. It only reads (see Setup).
 func (c *Catalog) Load(ctx context.Context, r *shardid.Router) ([]int, int64, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -230,7 +270,7 @@ func (c *Catalog) Load(ctx context.Context, r *shardid.Router) ([]int, int64, er
 		return tx.Raw("SELECT shard, db_name FROM " + t + " ORDER BY shard").Scan(&rows).Error
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, c.explain(ctx, t, err)
 	}
 	if len(rows) != r.LogicalShards() {
 		return nil, version, withDetail(ErrInvalidCatalog, fmt.Sprintf("the catalog maps %d shards, the router has %d", len(rows), r.LogicalShards()))
@@ -283,8 +323,11 @@ func (c *Catalog) SaveSetup(ctx context.Context, setup CatalogSetup) error {
 			return err
 		}
 	}
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
+		return err
+	}
+	if err := c.ensure(ctx, t); err != nil {
 		return err
 	}
 	b, err := json.Marshal(setup)
@@ -299,19 +342,19 @@ func (c *Catalog) SaveSetup(ctx context.Context, setup CatalogSetup) error {
 	})
 }
 
-// LoadSetup returns the setup SaveSetup stored, with the ${NAME}
+// LoadSetup returns the setup SaveSetup stored (it only reads), with the ${NAME}
 // placeholders of its DSNs replaced by this process's environment
 // variables (escaped for where they stand in the DSN). A variable that is
 // not set gives ErrDSNVariable.
 func (c *Catalog) LoadSetup(ctx context.Context) (CatalogSetup, error) {
 	var setup CatalogSetup
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return setup, err
 	}
 	var text string
 	if err := c.DB.WithContext(ctx).Raw("SELECT setup FROM " + t + "_setup WHERE id = 1").Scan(&text).Error; err != nil {
-		return setup, err
+		return setup, c.explain(ctx, t, err)
 	}
 	if text == "" {
 		return setup, withDetail(ErrInvalidCatalog, "the catalog has no setup: see Catalog.SaveSetup")
