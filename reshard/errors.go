@@ -91,6 +91,20 @@ var (
 	// change log after the comparison is not seen. The map is not flipped
 	// and the source is writable again; the message names the first key.
 	ErrCopyDiffers = errors.New("shardid: the copies differ")
+
+	// ErrMoverPrivileges is returned by MoveShard, before it creates
+	// anything, when the mover could not give the shard's new copy what
+	// the old one has, or could not create it at all. On PostgreSQL: the
+	// source's schema or objects belong to a role the mover may not make
+	// them belong to on the target (it is not a member of that role, or
+	// that role may not create schemas in the target database; run the
+	// move as that role, or GRANT it to the mover), or a role granted
+	// privileges on the shard may not connect to the target database
+	// (GRANT CONNECT ON DATABASE). On MySQL/MariaDB with binary logging,
+	// the mover may not create triggers: grant it SUPER, or set
+	// log_bin_trust_function_creators = 1 on the server. The message
+	// names the role and the fix.
+	ErrMoverPrivileges = errors.New("shardid: the mover lacks a privilege the move needs")
 )
 
 // detailError adds context to a sentinel error while keeping errors.Is

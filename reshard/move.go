@@ -442,6 +442,10 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 // could reach a table in the milliseconds between its creation and its
 // fence's triggers.
 func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (int64, error) {
+	privs, err := readPrivileges(ctx, src, dst, schema)
+	if err != nil {
+		return 0, err
+	}
 	in := schema
 	if dst.Dialector.Name() != "mysql" {
 		var n int64
@@ -458,7 +462,6 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 			}
 		}
 	}
-	var err error
 	if len(models) > 0 {
 		err = shardid.MigrateSchema(ctx, dst, in, models...)
 	} else {
@@ -470,6 +473,9 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 	token, err := fenceTarget(ctx, dst, in, schema, tables)
 	if err != nil {
 		return 0, fmt.Errorf("fencing the copy: %w", err)
+	}
+	if err := privs.apply(ctx, dst, in); err != nil {
+		return 0, fmt.Errorf("giving the copy the source's owners and privileges: %w", err)
 	}
 	if in != schema {
 		if err := dst.WithContext(ctx).Exec(`ALTER SCHEMA "` + in + `" RENAME TO "` + schema + `"`).Error; err != nil {
