@@ -77,15 +77,25 @@ type shardPrivileges struct {
 	objs map[string]*pgObject
 }
 
-// readPrivileges reads the owners and privileges of schema on src, and
-// checks, before the move creates anything, that the mover can give them
-// to the copy on dst: that it may make the source's owners own the copy,
-// and that every role granted privileges on the schema may connect to
-// dst's database. It returns ErrMoverPrivileges naming the role and the fix
-// otherwise. On MySQL it does nothing: grants there name databases, not
-// owners, and a pattern such as `app\_%`.* covers the copy.
+// readPrivileges checks, before a move creates anything, that the mover
+// has the privileges the move needs, and returns ErrMoverPrivileges naming
+// the role and the fix otherwise.
+//
+// On PostgreSQL it reads the owners and privileges of schema on src, and
+// checks that the mover can give them to the copy on dst: that it may make
+// the source's owners own the copy, and that every role granted privileges
+// on the schema may connect to dst's database.
+//
+// On MySQL/MariaDB it checks that the mover may create triggers on both
+// servers (see checkTriggers), and returns nil privileges: grants there
+// name databases, and a pattern such as `app\_%`.* covers the copy.
 func readPrivileges(ctx context.Context, src, dst *gorm.DB, schema string) (*shardPrivileges, error) {
 	if dst.Dialector.Name() == "mysql" {
+		for _, db := range []*gorm.DB{src, dst} {
+			if err := checkTriggers(ctx, db); err != nil {
+				return nil, err
+			}
+		}
 		return nil, nil
 	}
 	objs, err := pgObjects(ctx, src, schema)
@@ -227,4 +237,31 @@ func pgTarget(kind, schema, name string) string {
 		return `"` + schema + `"`
 	}
 	return `"` + schema + `".` + name
+}
+
+// checkTriggers returns ErrMoverPrivileges when the MySQL/MariaDB server of
+// db would refuse the triggers a move creates (error 1419): binary logging
+// is on (MySQL 8's default; MariaDB's log_bin), log_bin_trust_function_creators
+// is off, and the session's user lacks SUPER.
+func checkTriggers(ctx context.Context, db *gorm.DB) error {
+	var v struct {
+		LogBin, Trust bool
+		User          string
+		Super         int64
+	}
+	err := db.WithContext(ctx).Raw(`SELECT @@log_bin AS log_bin, @@log_bin_trust_function_creators AS trust, CURRENT_USER() AS user,
+		(SELECT count(*) FROM information_schema.user_privileges WHERE privilege_type = 'SUPER'
+			AND grantee = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')) AS super`).
+		Scan(&v).Error
+	if err != nil {
+		return err
+	}
+	if !v.LogBin || v.Trust || v.Super > 0 {
+		return nil
+	}
+	var host string
+	db.WithContext(ctx).Raw("SELECT CONCAT(@@hostname, ':', @@port)").Scan(&host)
+	return withDetail(ErrMoverPrivileges, fmt.Sprintf("the server at %s logs binary (log_bin) with log_bin_trust_function_creators = 0, "+
+		"so it refuses the triggers a move creates to %s, who lacks SUPER (error 1419): GRANT SUPER ON *.* TO the mover, "+
+		"or SET GLOBAL log_bin_trust_function_creators = 1 (and set it in the server's configuration)", host, v.User))
 }
