@@ -71,25 +71,29 @@ func pgObjects(ctx context.Context, db *gorm.DB, schema string) (map[string]*pgO
 	return objs, nil
 }
 
-// shardPrivileges is the owners and privileges of a shard's schema and
-// objects on the source, to give its copy on the target.
-type shardPrivileges struct {
-	objs map[string]*pgObject
+// carried is what a PostgreSQL move carries from the source's schema to
+// the copy besides tables and rows: the next_id() function with its
+// sequence and the column defaults that call it, and the owners and
+// privileges of the schema and its objects.
+type carried struct {
+	objs   map[string]*pgObject
+	nextID *pgNextID
 }
 
-// readPrivileges checks, before a move creates anything, that the mover
+// readCarried checks, before a move creates anything, that the mover
 // has the privileges the move needs, and returns ErrMoverPrivileges naming
 // the role and the fix otherwise.
 //
-// On PostgreSQL it reads the owners and privileges of schema on src, and
-// checks that the mover can give them to the copy on dst: that it may make
-// the source's owners own the copy, and that every role granted privileges
-// on the schema may connect to dst's database.
+// On PostgreSQL it reads what the copy must carry from schema on src (see
+// carried), and checks that the mover can give the copy on dst the
+// source's owners and privileges: that it may make the source's owners own
+// the copy, and that every role granted privileges on the schema may
+// connect to dst's database.
 //
 // On MySQL/MariaDB it checks that the mover may create triggers on both
 // servers (see checkTriggers), and returns nil privileges: grants there
 // name databases, and a pattern such as `app\_%`.* covers the copy.
-func readPrivileges(ctx context.Context, src, dst *gorm.DB, schema string) (*shardPrivileges, error) {
+func readCarried(ctx context.Context, src, dst *gorm.DB, schema string) (*carried, error) {
 	if dst.Dialector.Name() == "mysql" {
 		for _, db := range []*gorm.DB{src, dst} {
 			if err := checkTriggers(ctx, db); err != nil {
@@ -146,17 +150,25 @@ func readPrivileges(ctx context.Context, src, dst *gorm.DB, schema string) (*sha
 			}
 		}
 	}
-	return &shardPrivileges{objs: objs}, nil
+	nextID, err := readNextID(ctx, src, schema)
+	if err != nil {
+		return nil, err
+	}
+	return &carried{objs: objs, nextID: nextID}, nil
 }
 
 // apply gives the schema in (the copy of the shard's schema, under its
-// staging name) on dst and the objects in it that the source's schema also
-// has the source's owners and exactly the source's privileges: the roles
-// that used the shard before the move use it after, and no others.
-// Objects only the copy has (the move's own) are left as they are.
-func (p *shardPrivileges) apply(ctx context.Context, dst *gorm.DB, in string) error {
+// staging name) on dst the source's next_id() (on tables), then gives it
+// and the objects in it that the source's schema also has the source's
+// owners and exactly the source's privileges: the roles that used the
+// shard before the move use it after, and no others. Objects only the copy
+// has (the move's own) are left as they are.
+func (p *carried) apply(ctx context.Context, dst *gorm.DB, in string, tables []string) error {
 	if p == nil {
 		return nil
+	}
+	if err := p.nextID.apply(ctx, dst, in, tables); err != nil {
+		return fmt.Errorf("next_id(): %w", err)
 	}
 	have, err := pgObjects(ctx, dst, in)
 	if err != nil {

@@ -440,9 +440,10 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 // a staging name and renamed once fenced, so no writer ever sees its
 // tables unfenced. On MySQL, which cannot rename a database, a writer
 // could reach a table in the milliseconds between its creation and its
-// fence's triggers.
+// fence's triggers. On PostgreSQL the copy gets the source's next_id(),
+// owners and privileges (see carried) before it gets its name.
 func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (int64, error) {
-	privs, err := readPrivileges(ctx, src, dst, schema)
+	carry, err := readCarried(ctx, src, dst, schema)
 	if err != nil {
 		return 0, err
 	}
@@ -474,8 +475,8 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 	if err != nil {
 		return 0, fmt.Errorf("fencing the copy: %w", err)
 	}
-	if err := privs.apply(ctx, dst, in); err != nil {
-		return 0, fmt.Errorf("giving the copy the source's owners and privileges: %w", err)
+	if err := carry.apply(ctx, dst, in, tables); err != nil {
+		return 0, fmt.Errorf("giving the copy the source's next_id(), owners and privileges: %w", err)
 	}
 	if in != schema {
 		if err := dst.WithContext(ctx).Exec(`ALTER SCHEMA "` + in + `" RENAME TO "` + schema + `"`).Error; err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/shardid/shardid"
@@ -57,14 +58,15 @@ func owners(t *testing.T, db *gorm.DB, schema string) (string, string) {
 
 // A shard moved by a mover that is not a superuser stays usable by exactly
 // the roles that used it before: the application role, granted USAGE on
-// the shard's schema and DML on its tables, writes and reads it on its new
-// database; a role without grants still cannot. The copy has the source's
-// owner, also when it is a role the mover is a member of.
+// the shard's schema, DML on its tables and USAGE on its sequences, writes
+// and reads it on its new database, also with IDs made by next_id(); a
+// role without grants still cannot. The copy has the source's owner, also
+// when it is a role the mover is a member of.
 func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 	for _, ownerIsMover := range []bool{true, false} {
 		t.Run(fmt.Sprint("owner is mover ", ownerIsMover), func(t *testing.T) {
 			ctx := context.Background()
-			dstAdmin, _ := privSetup(t) // shard 1 is on pg2 (shardid_test2), and moves to pg1 (test)
+			dstAdmin, srcAdmin := privSetup(t) // shard 1 is on pg2 (shardid_test2), and moves to pg1 (test)
 			dbs := "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s"
 			owner := testdb.PostgresRole(t, "pvowner", dbs)
 			mover := owner
@@ -76,6 +78,10 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 
 			ro := privRouter(t, owner)
 			if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
+				t.Fatal(err)
+			}
+			// IDs made by the database too: worker 1 (Go's is 0).
+			if err := ro.InstallPostgresNextID(ctx, 1, "id", "r_photos"); err != nil {
 				t.Fatal(err)
 			}
 			for s := range privShards {
@@ -101,6 +107,11 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 				if err := ra.ForKey(ph.UserID).First(&got, "id = ?", ph.ID).Error; err != nil || got.Caption != when {
 					t.Fatalf("the application reads shard 1 %s: %+v, %v", when, got, err)
 				}
+				var id shardid.ID
+				err := ra.ForKey(1).Raw("INSERT INTO "+ra.Schema(1)+".r_photos (user_id, caption) VALUES (1, ?) RETURNING id", when).Scan(&id).Error
+				if err != nil || ra.ShardOf(id) != 1 || moveLayout.Decompose(id).Worker != 1 {
+					t.Fatalf("the application inserts into shard 1 with next_id() %s: id %d, %v; want one of shard 1, worker 1", when, id, err)
+				}
 				var n int64
 				rs := privRouter(t, stranger)
 				rs.SetMap(ra.Map())
@@ -119,8 +130,29 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 			if s, tb := owners(t, dstAdmin, rm.Schema(1)); s != owner || tb != owner {
 				t.Errorf("the copy is owned by %s (schema) and %s (table), want %s as on the source", s, tb, owner)
 			}
+			if src, dst := privilegesOf(t, srcAdmin, rm.Schema(1)), privilegesOf(t, dstAdmin, rm.Schema(1)); src != dst {
+				t.Errorf("the copy's privileges:\n%s\nwant the source's:\n%s", dst, src)
+			}
 		})
 	}
+}
+
+// privilegesOf lists who holds which privilege on schema, its table,
+// next_id() and its sequence on db.
+func privilegesOf(t *testing.T, db *gorm.DB, schema string) string {
+	t.Helper()
+	var rows []string
+	err := db.Raw(`WITH o AS (
+			SELECT 'schema' AS what, COALESCE(nspacl, acldefault('n', nspowner)) AS acl FROM pg_namespace WHERE nspname = ?
+			UNION ALL SELECT relname, COALESCE(relacl, acldefault(CASE relkind WHEN 'S' THEN 's' ELSE 'r' END::"char", relowner))
+				FROM pg_class WHERE relnamespace = to_regnamespace(?) AND relname IN ('r_photos', 'next_id_seq')
+			UNION ALL SELECT proname, COALESCE(proacl, acldefault('f', proowner)) FROM pg_proc WHERE pronamespace = to_regnamespace(?) AND proname = 'next_id')
+		SELECT what || ' ' || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END || ' ' || a.privilege_type || ' ' || a.is_grantable
+		FROM o, aclexplode(o.acl) a ORDER BY 1`, schema, schema, schema).Scan(&rows).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(rows, "\n")
 }
 
 // A mover that may not make the source's owner own the copy is refused
