@@ -68,7 +68,10 @@ type ticketServer struct {
 
 // NewTicketAllocator sets up every server (the table or sequence) and
 // returns the allocator. A server that cannot be set up now is skipped
-// and set up when it answers.
+// and set up when it answers. It creates the table or sequence only when
+// it is missing (ErrSetupRequired, naming it, when the role may not):
+// once it exists, a role needs USAGE on the sequence (PostgreSQL), or
+// SELECT, INSERT, UPDATE and DELETE on the two tables (MySQL).
 //
 // A ticket server remembers its place in the list it was first set up
 // with: the number of servers and its offset. Given another list (a server

@@ -47,7 +47,8 @@ func CreateObjects(ctx context.Context, db *gorm.DB, name string, stmts ...strin
 
 // Missing returns those of names (tables or sequences, unqualified, each
 // matching Name) that do not exist where an unqualified name finds them: on
-// PostgreSQL along the search path, on MySQL in the current database. It
+// PostgreSQL along the search path, on MySQL in the current database (on
+// SQLite, in the main database). It
 // only reads the system catalogs, so it needs no privilege on the objects
 // and works in a read-only transaction and on a hot standby. On MySQL a
 // table on which the role holds no privilege at all looks missing.
@@ -56,13 +57,18 @@ func Missing(ctx context.Context, db *gorm.DB, names ...string) ([]string, error
 		return nil, nil
 	}
 	var found []string
-	if db.Dialector.Name() == "mysql" {
+	switch db.Dialector.Name() {
+	case "mysql":
 		err := db.WithContext(ctx).Raw("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN ?", names).
 			Scan(&found).Error
 		if err != nil {
 			return nil, err
 		}
-	} else {
+	case "sqlite":
+		if err := db.WithContext(ctx).Raw("SELECT name FROM sqlite_master WHERE name IN ?", names).Scan(&found).Error; err != nil {
+			return nil, err
+		}
+	default:
 		parts := make([]string, len(names))
 		args := make([]any, 0, 2*len(names))
 		for i, n := range names {
