@@ -3,6 +3,7 @@ package reshard
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"gorm.io/gorm"
@@ -93,7 +94,7 @@ type carried struct {
 // On MySQL/MariaDB it checks that the mover may create triggers on both
 // servers (see checkTriggers), and returns nil privileges: grants there
 // name databases, and a pattern such as `app\_%`.* covers the copy.
-func readCarried(ctx context.Context, src, dst *gorm.DB, schema string) (*carried, error) {
+func readCarried(ctx context.Context, src, dst *gorm.DB, schema string, tables []string) (*carried, error) {
 	if dst.Dialector.Name() == "mysql" {
 		for _, db := range []*gorm.DB{src, dst} {
 			if err := checkTriggers(ctx, db); err != nil {
@@ -105,6 +106,13 @@ func readCarried(ctx context.Context, src, dst *gorm.DB, schema string) (*carrie
 	objs, err := pgObjects(ctx, src, schema)
 	if err != nil {
 		return nil, err
+	}
+	// The moves' own objects (the fence, the change log), left by earlier
+	// moves or fences, belong to whoever ran those: the move makes its own.
+	for key, o := range objs {
+		if strings.HasPrefix(o.Name, "shardid_") && !slices.Contains(tables, o.Name) {
+			delete(objs, key)
+		}
 	}
 	var me string
 	if err := dst.WithContext(ctx).Raw("SELECT quote_ident(current_user)").Scan(&me).Error; err != nil {

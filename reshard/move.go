@@ -443,7 +443,7 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 // fence's triggers. On PostgreSQL the copy gets the source's next_id(),
 // owners and privileges (see carried) before it gets its name.
 func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (int64, error) {
-	carry, err := readCarried(ctx, src, dst, schema)
+	carry, err := readCarried(ctx, src, dst, schema, tables)
 	if err != nil {
 		return 0, err
 	}

@@ -120,7 +120,6 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 				}
 			}
 			write("before the move")
-
 			rm := privRouter(t, mover)
 			if _, err := reshard.MoveShard(ctx, rm, nil, 1, "pg1", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
 				t.Fatalf("the move: %v", err)
