@@ -3,6 +3,7 @@ package reshard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -124,35 +125,37 @@ func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64) (
 	}
 	m, names := r.Map(), r.Names()
 	var version int64
-	err = c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		if version, err = lockVersion(tx, t); err != nil {
-			return err
-		}
-		if expected >= 0 && version != expected {
-			return &catalogConflict{fmt.Sprintf("version %d, not the %d expected", version, expected)}
-		}
-		if version, err = bumpVersion(tx, t, version); err != nil {
-			return err
-		}
-		if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
-			return err
-		}
-		for lo := 0; lo < len(m); lo += 500 {
-			args := []any{}
-			q := "INSERT INTO " + t + " (shard, db_name) VALUES "
-			for s := lo; s < min(lo+500, len(m)); s++ {
-				if s > lo {
-					q += ","
-				}
-				q += "(?, ?)"
-				args = append(args, s, names[m[s]])
-			}
-			if err := tx.Exec(q, args...).Error; err != nil {
+	err = c.withVersionRow(ctx, t, func() error {
+		return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			var err error
+			if version, err = lockVersion(tx, t); err != nil {
 				return err
 			}
-		}
-		return nil
+			if expected >= 0 && version != expected {
+				return &catalogConflict{fmt.Sprintf("version %d, not the %d expected", version, expected)}
+			}
+			if version, err = bumpVersion(tx, t, version); err != nil {
+				return err
+			}
+			if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
+				return err
+			}
+			for lo := 0; lo < len(m); lo += 500 {
+				args := []any{}
+				q := "INSERT INTO " + t + " (shard, db_name) VALUES "
+				for s := lo; s < min(lo+500, len(m)); s++ {
+					if s > lo {
+						q += ","
+					}
+					q += "(?, ?)"
+					args = append(args, s, names[m[s]])
+				}
+				if err := tx.Exec(q, args...).Error; err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return 0, err
@@ -161,11 +164,36 @@ func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64) (
 }
 
 // lockVersion reads the catalog's version and locks its row until the end
-// of tx, so that changes of the catalog take turns.
+// of tx, so that changes of the catalog take turns. It returns
+// errNoVersionRow when the row is missing (see withVersionRow).
 func lockVersion(tx *gorm.DB, t string) (int64, error) {
 	var version int64
-	err := tx.Raw("SELECT version FROM " + t + "_version WHERE id = 1 FOR UPDATE").Scan(&version).Error
-	return version, err
+	res := tx.Raw("SELECT version FROM " + t + "_version WHERE id = 1 FOR UPDATE").Scan(&version)
+	if res.Error == nil && res.RowsAffected != 1 {
+		return 0, errNoVersionRow
+	}
+	return version, res.Error
+}
+
+// errNoVersionRow is lockVersion's error when the version row is missing.
+var errNoVersionRow = errors.New("shardid: the catalog has no version row")
+
+// withVersionRow runs change (a transaction that starts with lockVersion)
+// and, if the version row was missing, writes it and runs change again.
+// The setup writes the row after it creates the tables; on MySQL, whose DDL
+// is not transactional, another process can find the tables before the
+// row. The row is written outside change's transaction: inserted there,
+// after a locking read found it missing, it would deadlock with the other
+// writers' gap locks.
+func (c *Catalog) withVersionRow(ctx context.Context, t string, change func() error) error {
+	err := change()
+	if !errors.Is(err, errNoVersionRow) {
+		return err
+	}
+	if err := c.DB.WithContext(ctx).Exec(sqlddl.InsertIgnore(c.DB, t+"_version (id, version) VALUES (1, 0)", "id")).Error; err != nil {
+		return err
+	}
+	return change()
 }
 
 // bumpVersion stores version+1 and announces it (on PostgreSQL, to every
