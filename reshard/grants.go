@@ -72,6 +72,14 @@ func pgObjects(ctx context.Context, db *gorm.DB, schema string) (map[string]*pgO
 	return objs, nil
 }
 
+// describe names o, in schema, for a message.
+func (o *pgObject) describe(schema string) string {
+	if o.Kind == "SCHEMA" {
+		return "schema " + schema
+	}
+	return strings.ToLower(o.Kind) + " " + schema + "." + o.Name
+}
+
 // carried is what a PostgreSQL move carries from the source's schema to
 // the copy besides tables and rows: the next_id() function with its
 // sequence and the column defaults that call it, and the owners and
@@ -118,29 +126,36 @@ func readCarried(ctx context.Context, src, dst *gorm.DB, schema string, tables [
 	if err := dst.WithContext(ctx).Raw("SELECT quote_ident(current_user)").Scan(&me).Error; err != nil {
 		return nil, err
 	}
-	checked := map[string]bool{me: true}
+	owners := map[string]bool{me: true}
 	for _, o := range objs {
-		if checked[o.Owner] {
+		if owners[o.Owner] {
 			continue
 		}
-		checked[o.Owner] = true
-		var ok struct{ Exists, Member, Create bool }
+		owners[o.Owner] = true
+		var ok struct{ Exists, Member bool }
 		err := dst.WithContext(ctx).Raw(`SELECT to_regrole(?) IS NOT NULL AS exists,
-			COALESCE(pg_has_role(current_user, to_regrole(?), 'USAGE'), false) AS member,
-			COALESCE(has_database_privilege(to_regrole(?), current_database(), 'CREATE'), false) AS create`,
-			o.Owner, o.Owner, o.Owner).Scan(&ok).Error
+			COALESCE(pg_has_role(current_user, to_regrole(?), 'USAGE'), false) AS member`, o.Owner, o.Owner).Scan(&ok).Error
 		if err != nil {
 			return nil, err
 		}
 		switch {
 		case !ok.Exists:
-			return nil, withDetail(ErrMoverPrivileges, fmt.Sprintf("%s %s.%s belongs to role %s, which does not exist on the target: create it there", o.Kind, schema, o.Name, o.Owner))
+			return nil, withDetail(ErrMoverPrivileges, fmt.Sprintf("%s belongs to role %s, which does not exist on the target: create it there", o.describe(schema), o.Owner))
 		case !ok.Member:
-			return nil, withDetail(ErrMoverPrivileges, fmt.Sprintf("%s %s.%s belongs to role %s, and the mover (%s) may not make it own the copy: run the move as %[3]s, or GRANT %[3]s TO %[4]s", o.Kind, schema, o.Name, o.Owner, me))
-		case o.Kind == "SCHEMA" && !ok.Create:
-			return nil, withDetail(ErrMoverPrivileges, fmt.Sprintf("schema %s belongs to role %s, which may not create schemas in the target database: GRANT CREATE ON DATABASE to it", schema, o.Owner))
+			return nil, withDetail(ErrMoverPrivileges, fmt.Sprintf("%s belongs to role %s, and the mover (%s) may not make it own the copy: run the move as %[2]s, or GRANT %[2]s TO %[3]s", o.describe(schema), o.Owner, me))
 		}
 	}
+	if s := objs["SCHEMA "]; s != nil && s.Owner != me {
+		var ok bool
+		err := dst.WithContext(ctx).Raw(`SELECT COALESCE(has_database_privilege(to_regrole(?), current_database(), 'CREATE'), false)`, s.Owner).Scan(&ok).Error
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, withDetail(ErrMoverPrivileges, fmt.Sprintf("schema %s belongs to role %s, which may not create schemas in the target database: GRANT CREATE ON DATABASE to it", schema, s.Owner))
+		}
+	}
+	checked := map[string]bool{me: true}
 	if s := objs["SCHEMA "]; s != nil {
 		for k := range s.Privileges {
 			grantee, _, _ := strings.Cut(k, " ")
