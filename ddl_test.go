@@ -35,7 +35,7 @@ func TestConcurrentSetup(t *testing.T) {
 			}()
 			go func() {
 				defer wg.Done()
-				_, err := (&reshard.Catalog{DB: db, Table: "shardid_setup_map"}).Version(ctx)
+				err := (&reshard.Catalog{DB: db, Table: "shardid_setup_map"}).Setup(ctx)
 				errs <- err
 			}()
 		}

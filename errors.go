@@ -200,6 +200,19 @@ var (
 	ErrLeaseLost = errors.New("shardid: worker id lease lost")
 )
 
+// These errors can be returned by the Setup methods (SQLLeaseStore.Setup,
+// reshard's Catalog.Setup) and by what needs the tables they create.
+var (
+	// ErrSetupRequired is returned when a table (or sequence) that shardid
+	// keeps its state in does not exist and the role at hand could not
+	// create it: it may not create tables, or its connection is read-only.
+	// The error names the table and what to run (SQLLeaseStore.Setup,
+	// Catalog.Setup, or the constructor) once with a role that may create
+	// tables; it also wraps the database's error. Once the tables exist,
+	// running needs only the privileges on them that each type documents.
+	ErrSetupRequired = errors.New("shardid: setup required")
+)
+
 // These errors can be returned by NewTicketAllocator, NewSegmentAllocator
 // and their methods.
 var (

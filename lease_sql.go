@@ -7,11 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardid/shardid/internal/sqlddl"
 	"gorm.io/gorm"
 )
 
 // SQLLeaseStore keeps worker-id leases in a table of a PostgreSQL or
-// MySQL/MariaDB database, which it creates. Expiry is judged by the
+// MySQL/MariaDB database, which Setup creates (and Claim, if it is missing
+// and the role may). Expiry is judged by the
 // database's clock, so the processes' clocks do not matter.
 //
 // The table holds one row per worker id: (worker, owner, expires_at in Unix
@@ -46,16 +48,37 @@ func (s *SQLLeaseStore) nowMs() string {
 	return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
 }
 
-// setup creates the table and the rows of workers ids 0 to workers-1.
-func (s *SQLLeaseStore) setup(ctx context.Context, t string, workers int) error {
-	db := s.DB.WithContext(ctx)
-	err := createObjects(ctx, s.DB, t, "CREATE TABLE IF NOT EXISTS "+t+` (
+// Setup creates the store's table if it does not exist. Run it once (at
+// deployment, or at each start of a process whose role may create tables):
+// Claim creates the table too when it is missing, but a role that may not
+// create tables gets ErrSetupRequired there instead. It needs CREATE on the
+// schema the table goes to (PostgreSQL: the first schema of the search path
+// the role may create in; MySQL: CREATE on the database).
+//
+// Once the table exists, Claim needs SELECT, INSERT and UPDATE on it, and
+// Renew and Release SELECT and UPDATE; none of them runs DDL.
+func (s *SQLLeaseStore) Setup(ctx context.Context) error {
+	t, err := s.table()
+	if err != nil {
+		return err
+	}
+	return s.ensure(ctx, t)
+}
+
+// ensure creates the table when it is missing.
+func (s *SQLLeaseStore) ensure(ctx context.Context, t string) error {
+	return ensureObjects(ctx, s.DB, "SQLLeaseStore.Setup", t, []string{t}, "CREATE TABLE IF NOT EXISTS "+t+` (
 		worker     INT PRIMARY KEY,
 		owner      VARCHAR(200) NOT NULL DEFAULT '',
 		expires_at BIGINT NOT NULL DEFAULT 0,
 		last_tick  BIGINT NOT NULL DEFAULT 0,
 		version    BIGINT NOT NULL DEFAULT 0)`)
-	if err != nil {
+}
+
+// addWorkers creates the table if it is missing, and the rows of workers
+// ids 0 to workers-1 that are missing: DML only, once the table exists.
+func (s *SQLLeaseStore) addWorkers(ctx context.Context, t string, workers int) error {
+	if err := s.ensure(ctx, t); err != nil {
 		return err
 	}
 	var b strings.Builder
@@ -65,10 +88,7 @@ func (s *SQLLeaseStore) setup(ctx context.Context, t string, workers int) error 
 		}
 		b.WriteString("(" + strconv.Itoa(w) + ")")
 	}
-	if s.DB.Dialector.Name() == "mysql" {
-		return db.Exec("INSERT IGNORE INTO " + t + " (worker) VALUES " + b.String()).Error
-	}
-	return db.Exec("INSERT INTO " + t + " (worker) VALUES " + b.String() + " ON CONFLICT DO NOTHING").Error
+	return s.DB.WithContext(ctx).Exec(sqlddl.InsertIgnore(s.DB, t+" (worker) VALUES "+b.String(), "worker")).Error
 }
 
 // Claim implements LeaseStore. It locks the first free row with
@@ -82,7 +102,7 @@ func (s *SQLLeaseStore) Claim(ctx context.Context, workers, prefer int, owner st
 	if err != nil {
 		return Claim{}, err
 	}
-	if err := s.setup(ctx, t, workers); err != nil {
+	if err := s.addWorkers(ctx, t, workers); err != nil {
 		return Claim{}, err
 	}
 	var row struct {
@@ -122,7 +142,7 @@ func (s *SQLLeaseStore) Renew(ctx context.Context, c Claim, ttl time.Duration, p
 		" last_tick = GREATEST(last_tick, ?) WHERE worker = ? AND version = ?",
 		ttl.Milliseconds(), promise, c.Worker, c.Token)
 	if res.Error != nil {
-		return res.Error
+		return explainMissing(ctx, s.DB, "SQLLeaseStore.Setup", []string{t}, res.Error)
 	}
 	if res.RowsAffected != 1 {
 		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d was claimed again since token %d", c.Worker, c.Token))
@@ -142,7 +162,7 @@ func (s *SQLLeaseStore) Release(ctx context.Context, c Claim, last int64) error 
 	res := s.DB.WithContext(ctx).Exec("UPDATE "+t+" SET owner = '', expires_at = 0, last_tick = ?,"+
 		" version = version + 1 WHERE worker = ? AND version = ?", last, c.Worker, c.Token)
 	if res.Error != nil {
-		return res.Error
+		return explainMissing(ctx, s.DB, "SQLLeaseStore.Setup", []string{t}, res.Error)
 	}
 	if res.RowsAffected != 1 {
 		return withDetail(ErrLeaseLost, fmt.Sprintf("worker %d was claimed again since token %d", c.Worker, c.Token))

@@ -83,8 +83,11 @@ type segment struct {
 	refilled atomic.Bool
 }
 
-// NewSegmentAllocator creates the table and row when needed, takes the first
-// block and returns the allocator.
+// NewSegmentAllocator creates the table when it is missing and the key's
+// row when needed, takes the first block and returns the allocator. It
+// runs DDL only when the table is missing: once it exists, a role with
+// SELECT, INSERT and UPDATE on it suffices. A missing table that the role
+// may not create gives ErrSetupRequired, naming it.
 func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAllocator, error) {
 	if cfg.DB == nil || cfg.Key == "" || len(cfg.Key) > 128 {
 		return nil, withDetail(ErrInvalidConfig, "a segment allocator needs a DB and a Key of 1 to 128 bytes")
@@ -130,7 +133,7 @@ func NewSegmentAllocator(ctx context.Context, cfg SegmentConfig) (*SegmentAlloca
 
 func (s *SegmentAllocator) setup(ctx context.Context) error {
 	db := s.cfg.DB.WithContext(ctx)
-	if err := createObjects(ctx, s.cfg.DB, s.table, "CREATE TABLE IF NOT EXISTS "+s.table+` (
+	if err := ensureObjects(ctx, s.cfg.DB, "NewSegmentAllocator", s.table, []string{s.table}, "CREATE TABLE IF NOT EXISTS "+s.table+` (
 		biz_key VARCHAR(128) NOT NULL PRIMARY KEY,
 		max_id  BIGINT NOT NULL DEFAULT 0,
 		step    BIGINT NOT NULL DEFAULT 0)`); err != nil {

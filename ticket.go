@@ -68,7 +68,10 @@ type ticketServer struct {
 
 // NewTicketAllocator sets up every server (the table or sequence) and
 // returns the allocator. A server that cannot be set up now is skipped
-// and set up when it answers.
+// and set up when it answers. It creates the table or sequence only when
+// it is missing (ErrSetupRequired, naming it, when the role may not):
+// once it exists, a role needs USAGE on the sequence (PostgreSQL), or
+// SELECT, INSERT, UPDATE and DELETE on the two tables (MySQL).
 //
 // A ticket server remembers its place in the list it was first set up
 // with: the number of servers and its offset. Given another list (a server
@@ -144,7 +147,7 @@ func (s *ticketServer) setup(ctx context.Context) error {
 		Offset  int64 `gorm:"column:server_offset"`
 	}
 	if s.db.Dialector.Name() == "postgres" {
-		err := createObjects(ctx, s.db, s.name, fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s INCREMENT BY %d START WITH %d", s.name, s.n, s.offset))
+		err := ensureObjects(ctx, s.db, "NewTicketAllocator", s.name, []string{s.name}, fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s INCREMENT BY %d START WITH %d", s.name, s.n, s.offset))
 		if err != nil {
 			return err
 		}
@@ -153,7 +156,7 @@ func (s *ticketServer) setup(ctx context.Context) error {
 			return err
 		}
 	} else {
-		err := createObjects(ctx, s.db, s.name, "CREATE TABLE IF NOT EXISTS "+s.name+` (
+		err := ensureObjects(ctx, s.db, "NewTicketAllocator", s.name, []string{s.name, s.name + "_servers"}, "CREATE TABLE IF NOT EXISTS "+s.name+` (
 			id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
 			stub CHAR(1) NOT NULL DEFAULT '' UNIQUE) ENGINE=InnoDB`,
 			"CREATE TABLE IF NOT EXISTS "+s.name+`_servers (

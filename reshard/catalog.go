@@ -3,6 +3,7 @@ package reshard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,6 +17,11 @@ import (
 // PostgreSQL or MySQL/MariaDB database, with a version number that changes
 // with every change. Routers follow it (Follow) and pick up a new map
 // without a restart.
+//
+// Setting it up (Setup: DDL) and using it (DML) are separate: once its
+// tables exist, only Save, SaveIf and SaveSetup write, and Load, Version,
+// LoadSetup and Follow need nothing but SELECT, on a read-only connection
+// too. Setup lists the privileges of each operation.
 type Catalog struct {
 	DB    *gorm.DB
 	Table string // If empty, "shardid_shard_map". It must match [a-z_][a-z0-9_]*.
@@ -37,14 +43,38 @@ func (c *Catalog) table() (string, error) {
 	return t, nil
 }
 
-// setup creates the catalog's tables: one row per shard, and one row
-// holding the version.
-func (c *Catalog) setup(ctx context.Context) (string, error) {
+// tables returns the catalog's tables: the map (t), its version and its
+// setup.
+func catalogTables(t string) []string {
+	return []string{t, t + "_version", t + "_setup"}
+}
+
+// Setup creates the catalog's tables if they do not exist: one row per
+// shard, one row holding the version, one holding the setup (SaveSetup).
+// Run it once with a role that may create tables (PostgreSQL: CREATE on
+// the schema the tables go to, the first of the search path the role may
+// create in; MySQL: CREATE and INSERT on the database). Save, SaveIf and
+// SaveSetup also create the tables when they are missing and the role
+// may; nothing else runs DDL: Load, Version, LoadSetup and Follow only
+// read (SELECT on the three tables; they work on a read-only connection or
+// a hot standby), and return an error matching shardid.ErrSetupRequired,
+// naming the table, when a table is missing.
+//
+// Once the tables exist, Save and SaveIf need SELECT, INSERT, UPDATE and
+// DELETE on the map and version tables, SaveSetup DELETE and INSERT on the
+// setup table, and MoveShard (through the catalog) SELECT and UPDATE on
+// the map and version tables.
+func (c *Catalog) Setup(ctx context.Context) error {
 	t, err := c.table()
 	if err != nil {
-		return "", err
+		return err
 	}
-	err = sqlddl.CreateObjects(ctx, c.DB, t,
+	return c.ensure(ctx, t)
+}
+
+// ensure creates the catalog's tables when one is missing.
+func (c *Catalog) ensure(ctx context.Context, t string) error {
+	return sqlddl.Ensure(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.Setup", t, catalogTables(t),
 		"CREATE TABLE IF NOT EXISTS "+t+` (
 			shard    INT PRIMARY KEY,
 			db_name  VARCHAR(200) NOT NULL)`,
@@ -54,10 +84,12 @@ func (c *Catalog) setup(ctx context.Context) (string, error) {
 		"CREATE TABLE IF NOT EXISTS "+t+"_setup (id INT PRIMARY KEY, setup TEXT NOT NULL)",
 		// Version 0, no map: there is always a row for changes to lock.
 		sqlddl.InsertIgnore(c.DB, t+"_version (id, version) VALUES (1, 0)", "id"))
-	if err != nil {
-		return "", err
-	}
-	return t, nil
+}
+
+// explain returns err, or shardid.ErrSetupRequired naming the table when
+// one of the catalog's tables is missing.
+func (c *Catalog) explain(ctx context.Context, t string, err error) error {
+	return sqlddl.Explain(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.Setup", catalogTables(t), err)
 }
 
 // Save stores r's current map as the catalog's first map and returns its
@@ -102,56 +134,61 @@ func (c *Catalog) SaveIf(ctx context.Context, r *shardid.Router, expected int64)
 // version; unless overwrite, only as the first map (one identical to the
 // catalog's stores nothing).
 func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64, overwrite bool) (int64, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
+		return 0, err
+	}
+	if err := c.ensure(ctx, t); err != nil {
 		return 0, err
 	}
 	m, names := r.Map(), r.Names()
 	var version int64
-	err = c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		if version, err = lockVersion(tx, t); err != nil {
-			return err
-		}
-		if expected >= 0 && version != expected {
-			return &catalogConflict{fmt.Sprintf("version %d, not the %d expected", version, expected)}
-		}
-		if !overwrite {
-			var rows []struct {
-				Shard  int
-				DBName string
-			}
-			if err := tx.Raw("SELECT shard, db_name FROM " + t + " ORDER BY shard").Scan(&rows).Error; err != nil {
+	err = c.withVersionRow(ctx, t, func() error {
+		return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			var err error
+			if version, err = lockVersion(tx, t); err != nil {
 				return err
 			}
-			if len(rows) > 0 {
-				if err := sameMap(rows, m, names); err != nil {
+			if expected >= 0 && version != expected {
+				return &catalogConflict{fmt.Sprintf("version %d, not the %d expected", version, expected)}
+			}
+			if !overwrite {
+				var rows []struct {
+					Shard  int
+					DBName string
+				}
+				if err := tx.Raw("SELECT shard, db_name FROM " + t + " ORDER BY shard").Scan(&rows).Error; err != nil {
 					return err
 				}
-				return nil // the catalog holds r's map already: its version
-			}
-		}
-		if version, err = bumpVersion(tx, t, version); err != nil {
-			return err
-		}
-		if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
-			return err
-		}
-		for lo := 0; lo < len(m); lo += 500 {
-			args := []any{}
-			q := "INSERT INTO " + t + " (shard, db_name) VALUES "
-			for s := lo; s < min(lo+500, len(m)); s++ {
-				if s > lo {
-					q += ","
+				if len(rows) > 0 {
+					if err := sameMap(rows, m, names); err != nil {
+						return err
+					}
+					return nil // the catalog holds r's map already: its version
 				}
-				q += "(?, ?)"
-				args = append(args, s, names[m[s]])
 			}
-			if err := tx.Exec(q, args...).Error; err != nil {
+			if version, err = bumpVersion(tx, t, version); err != nil {
 				return err
 			}
-		}
-		return nil
+			if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
+				return err
+			}
+			for lo := 0; lo < len(m); lo += 500 {
+				args := []any{}
+				q := "INSERT INTO " + t + " (shard, db_name) VALUES "
+				for s := lo; s < min(lo+500, len(m)); s++ {
+					if s > lo {
+						q += ","
+					}
+					q += "(?, ?)"
+					args = append(args, s, names[m[s]])
+				}
+				if err := tx.Exec(q, args...).Error; err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return 0, err
@@ -186,11 +223,36 @@ func sameMap(rows []struct {
 }
 
 // lockVersion reads the catalog's version and locks its row until the end
-// of tx, so that changes of the catalog take turns.
+// of tx, so that changes of the catalog take turns. It returns
+// errNoVersionRow when the row is missing (see withVersionRow).
 func lockVersion(tx *gorm.DB, t string) (int64, error) {
 	var version int64
-	err := tx.Raw("SELECT version FROM " + t + "_version WHERE id = 1 FOR UPDATE").Scan(&version).Error
-	return version, err
+	res := tx.Raw("SELECT version FROM " + t + "_version WHERE id = 1 FOR UPDATE").Scan(&version)
+	if res.Error == nil && res.RowsAffected != 1 {
+		return 0, errNoVersionRow
+	}
+	return version, res.Error
+}
+
+// errNoVersionRow is lockVersion's error when the version row is missing.
+var errNoVersionRow = errors.New("shardid: the catalog has no version row")
+
+// withVersionRow runs change (a transaction that starts with lockVersion)
+// and, if the version row was missing, writes it and runs change again.
+// The setup writes the row after it creates the tables; on MySQL, whose DDL
+// is not transactional, another process can find the tables before the
+// row. The row is written outside change's transaction: inserted there,
+// after a locking read found it missing, it would deadlock with the other
+// writers' gap locks.
+func (c *Catalog) withVersionRow(ctx context.Context, t string, change func() error) error {
+	err := change()
+	if !errors.Is(err, errNoVersionRow) {
+		return err
+	}
+	if err := c.DB.WithContext(ctx).Exec(sqlddl.InsertIgnore(c.DB, t+"_version (id, version) VALUES (1, 0)", "id")).Error; err != nil {
+		return err
+	}
+	return change()
 }
 
 // bumpVersion stores version+1 and announces it (on PostgreSQL, to every
@@ -219,7 +281,7 @@ func (e *catalogConflict) Unwrap() error { return ErrCatalogConflict }
 // moves of different shards never undo each other, and a move of a shard
 // someone else moved fails with ErrCatalogConflict.
 func (c *Catalog) flipShard(ctx context.Context, shard int, from, to string) (int64, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return 0, err
 	}
@@ -240,38 +302,44 @@ func (c *Catalog) flipShard(ctx context.Context, shard int, from, to string) (in
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return 0, c.explain(ctx, t, err)
 	}
 	return version, nil
 }
 
 // shardDB returns the name of the database the catalog maps shard to, ""
-// when the catalog holds no map.
+// when the catalog holds no map (or has no tables yet).
 func (c *Catalog) shardDB(ctx context.Context, shard int) (string, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return "", err
 	}
 	var name string
 	err = c.DB.WithContext(ctx).Raw("SELECT db_name FROM "+t+" WHERE shard = ?", shard).Scan(&name).Error
+	if err != nil {
+		if missing, merr := sqlddl.Missing(ctx, c.DB, t); merr == nil && len(missing) > 0 {
+			return "", nil
+		}
+	}
 	return name, err
 }
 
 // Version returns the catalog's current version, 0 when it holds no map.
+// It only reads (see Setup).
 func (c *Catalog) Version(ctx context.Context) (int64, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return 0, err
 	}
 	var v int64
 	err = c.DB.WithContext(ctx).Raw("SELECT COALESCE(MAX(version), 0) FROM " + t + "_version").Scan(&v).Error
-	return v, err
+	return v, c.explain(ctx, t, err)
 }
 
 // Load returns the catalog's map for r (database indexes by name) and its
-// version.
+// version. It only reads (see Setup).
 func (c *Catalog) Load(ctx context.Context, r *shardid.Router) ([]int, int64, error) {
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -289,7 +357,7 @@ func (c *Catalog) Load(ctx context.Context, r *shardid.Router) ([]int, int64, er
 		return tx.Raw("SELECT shard, db_name FROM " + t + " ORDER BY shard").Scan(&rows).Error
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, c.explain(ctx, t, err)
 	}
 	if len(rows) != r.LogicalShards() {
 		return nil, version, withDetail(ErrInvalidCatalog, fmt.Sprintf("the catalog maps %d shards, the router has %d", len(rows), r.LogicalShards()))
@@ -342,8 +410,11 @@ func (c *Catalog) SaveSetup(ctx context.Context, setup CatalogSetup) error {
 			return err
 		}
 	}
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
+		return err
+	}
+	if err := c.ensure(ctx, t); err != nil {
 		return err
 	}
 	b, err := json.Marshal(setup)
@@ -358,19 +429,19 @@ func (c *Catalog) SaveSetup(ctx context.Context, setup CatalogSetup) error {
 	})
 }
 
-// LoadSetup returns the setup SaveSetup stored, with the ${NAME}
+// LoadSetup returns the setup SaveSetup stored (it only reads), with the ${NAME}
 // placeholders of its DSNs replaced by this process's environment
 // variables (escaped for where they stand in the DSN). A variable that is
 // not set gives ErrDSNVariable.
 func (c *Catalog) LoadSetup(ctx context.Context) (CatalogSetup, error) {
 	var setup CatalogSetup
-	t, err := c.setup(ctx)
+	t, err := c.table()
 	if err != nil {
 		return setup, err
 	}
 	var text string
 	if err := c.DB.WithContext(ctx).Raw("SELECT setup FROM " + t + "_setup WHERE id = 1").Scan(&text).Error; err != nil {
-		return setup, err
+		return setup, c.explain(ctx, t, err)
 	}
 	if text == "" {
 		return setup, withDetail(ErrInvalidCatalog, "the catalog has no setup: see Catalog.SaveSetup")

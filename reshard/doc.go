@@ -29,6 +29,19 @@
 // carries a plan out move by move, with progress, and can be run again
 // after an interruption. The shardid rebalance command does all three.
 //
+// # Privileges
+//
+// Setting up runs DDL; running does not. [Catalog.Setup] creates the
+// catalog's tables (Save and SaveSetup do too, when they are missing and
+// the role may); Load, Version, LoadSetup and Follow only read, with
+// SELECT, on a read-only connection or a hot standby too; a missing table
+// gives [shardid.ErrSetupRequired] naming it. [MoveShard] checks before it
+// creates anything that the mover can give the copy what the source has
+// (on PostgreSQL the owners and privileges of the schema, tables,
+// sequences and functions, which it copies, with next_id(); on
+// MySQL/MariaDB with binary logging, the right to create triggers), and
+// refuses with [ErrMoverPrivileges] naming the fix.
+//
 // The root package shardid keeps the router and its SetMap; this package
 // brings the database drivers' dependencies (pgx) that the root does not
 // need.

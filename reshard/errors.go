@@ -138,6 +138,20 @@ var (
 	// home does not hold, or rows in a table that is empty on the home: what
 	// no move carried over. Nothing is dropped.
 	ErrCopyNotMoved = errors.New("shardid: the copy holds what the shard's home does not")
+
+	// ErrMoverPrivileges is returned by MoveShard, before it creates
+	// anything, when the mover could not give the shard's new copy what
+	// the old one has, or could not create it at all. On PostgreSQL: the
+	// source's schema or objects belong to a role the mover may not make
+	// them belong to on the target (it is not a member of that role, or
+	// that role may not create schemas in the target database; run the
+	// move as that role, or GRANT it to the mover), or a role granted
+	// privileges on the shard may not connect to the target database
+	// (GRANT CONNECT ON DATABASE). On MySQL/MariaDB with binary logging,
+	// the mover may not create triggers: grant it SUPER, or set
+	// log_bin_trust_function_creators = 1 on the server. The message
+	// names the role and the fix.
+	ErrMoverPrivileges = errors.New("shardid: the mover lacks a privilege the move needs")
 )
 
 // These errors can be given to the OnError of Follow and FollowWith.

@@ -583,10 +583,16 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 // writer ever sees its tables unfenced, and a failure leaves nothing
 // behind. One transaction also keeps one server connection through a
 // transaction pool (PgBouncer), where a session's search_path would reach
-// other clients' statements and miss the mover's own. On MySQL, which
-// cannot rename a database nor roll DDL back, a writer could reach a table
-// in the milliseconds between its creation and its fence's triggers.
+// other clients' statements and miss the mover's own. The copy gets the
+// source's next_id(), owners and privileges (see carried) before it gets
+// its name. On MySQL, which cannot rename a database nor roll DDL back, a
+// writer could reach a table in the milliseconds between its creation and
+// its fence's triggers.
 func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (token int64, err error) {
+	carry, err := readCarried(ctx, src, dst, schema, tables)
+	if err != nil {
+		return 0, err
+	}
 	if dst.Dialector.Name() == "mysql" {
 		if len(models) > 0 {
 			err = shardid.MigrateSchema(ctx, dst, schema, models...)
@@ -629,6 +635,9 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 		}
 		if token, err = fenceForMoverTx(tx, in, tables); err != nil {
 			return fmt.Errorf("fencing the copy: %w", err)
+		}
+		if err := carry.apply(ctx, tx, in, tables); err != nil {
+			return fmt.Errorf("giving the copy the source's next_id(), owners and privileges: %w", err)
 		}
 		if in != schema {
 			return tx.Exec(`ALTER SCHEMA "` + in + `" RENAME TO "` + schema + `"`).Error

@@ -1,0 +1,186 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/gorm"
+)
+
+const privShards = 2
+
+// privRouter builds a router over the two PostgreSQL databases as role.
+func privRouter(t *testing.T, role string) *shardid.Router {
+	t.Helper()
+	r, err := shardid.NewRouter(shardid.RouterConfig{
+		Databases: []*gorm.DB{testdb.OpenRole(t, role, ""), testdb.OpenRole(t, role, "shardid_test2")},
+		Names:     []string{"pg1", "pg2"}, LogicalShards: privShards, SchemaPattern: "shardid_pv_%04d",
+		Plugin: layoutPlugin(t, moveLayout, privShards, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// privSetup drops the test's schemas on both databases, now and at the
+// end (before its roles go).
+func privSetup(t *testing.T) (a, b *gorm.DB) {
+	a, b = openPostgres(t), testdb.OpenSecondPostgres(t)
+	drop := func() {
+		for _, db := range []*gorm.DB{a, b} {
+			for s := range privShards {
+				db.Exec(fmt.Sprintf("DROP SCHEMA IF EXISTS shardid_pv_%04d CASCADE", s))
+			}
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	return a, b
+}
+
+// owners returns the owners of the shard's schema and of its table on db.
+func owners(t *testing.T, db *gorm.DB, schema string) (string, string) {
+	t.Helper()
+	var o struct{ Schema, Table string }
+	err := db.Raw(`SELECT pg_get_userbyid(n.nspowner) AS schema, pg_get_userbyid(c.relowner) AS table
+		FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid WHERE n.nspname = ? AND c.relname = 'r_photos'`, schema).Scan(&o).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Schema, o.Table
+}
+
+// A shard moved by a mover that is not a superuser stays usable by exactly
+// the roles that used it before: the application role, granted USAGE on
+// the shard's schema, DML on its tables and USAGE on its sequences, writes
+// and reads it on its new database, also with IDs made by next_id(); a
+// role without grants still cannot. The copy has the source's owner, also
+// when it is a role the mover is a member of.
+func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
+	for _, ownerIsMover := range []bool{true, false} {
+		t.Run(fmt.Sprint("owner is mover ", ownerIsMover), func(t *testing.T) {
+			ctx := context.Background()
+			dstAdmin, srcAdmin := privSetup(t) // shard 1 is on pg2 (shardid_test2), and moves to pg1 (test)
+			dbs := "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s"
+			owner := testdb.PostgresRole(t, "pvowner", dbs)
+			mover := owner
+			if !ownerIsMover {
+				mover = testdb.PostgresRole(t, "pvmover", dbs, `GRANT "`+owner+`" TO %[1]s`)
+			}
+			app := testdb.PostgresRole(t, "pvapp", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+			stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+
+			ro := privRouter(t, owner)
+			if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
+				t.Fatal(err)
+			}
+			// IDs made by the database too: worker 1 (Go's is 0).
+			if err := ro.InstallPostgresNextID(ctx, 1, "id", "r_photos"); err != nil {
+				t.Fatal(err)
+			}
+			for s := range privShards {
+				schema := ro.Schema(s)
+				for _, g := range []string{"GRANT USAGE ON SCHEMA %s TO %q", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %q",
+					"GRANT USAGE ON ALL SEQUENCES IN SCHEMA %s TO %q"} {
+					if err := ro.ForShard(s).Exec(fmt.Sprintf(g, schema, app)).Error; err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			ra := privRouter(t, app)
+			write := func(when string) {
+				t.Helper()
+				ph := &RPhoto{UserID: 1, Caption: when}
+				if err := ra.ForKey(ph.UserID).Create(ph).Error; err != nil {
+					t.Fatalf("the application writes shard 1 %s: %v", when, err)
+				}
+				if s := ra.ShardOf(ph.ID); s != 1 {
+					t.Fatalf("user 1's photo is on shard %d", s)
+				}
+				var got RPhoto
+				if err := ra.ForKey(ph.UserID).First(&got, "id = ?", ph.ID).Error; err != nil || got.Caption != when {
+					t.Fatalf("the application reads shard 1 %s: %+v, %v", when, got, err)
+				}
+				var id shardid.ID
+				err := ra.ForKey(1).Raw("INSERT INTO "+ra.Schema(1)+".r_photos (user_id, caption) VALUES (1, ?) RETURNING id", when).Scan(&id).Error
+				if err != nil || ra.ShardOf(id) != 1 || moveLayout.Decompose(id).Worker != 1 {
+					t.Fatalf("the application inserts into shard 1 with next_id() %s: id %d, %v; want one of shard 1, worker 1", when, id, err)
+				}
+				var n int64
+				rs := privRouter(t, stranger)
+				rs.SetMap(ra.Map())
+				if err := rs.ForKey(1).Model(&RPhoto{}).Count(&n).Error; err == nil {
+					t.Fatalf("a role without grants reads shard 1 %s", when)
+				}
+			}
+			write("before the move")
+			rm := privRouter(t, mover)
+			if _, err := reshard.MoveShard(ctx, rm, nil, 1, "pg1", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
+				t.Fatalf("the move: %v", err)
+			}
+			ra.SetMap(rm.Map())
+			write("after the move")
+			if s, tb := owners(t, dstAdmin, rm.Schema(1)); s != owner || tb != owner {
+				t.Errorf("the copy is owned by %s (schema) and %s (table), want %s as on the source", s, tb, owner)
+			}
+			if src, dst := privilegesOf(t, srcAdmin, rm.Schema(1)), privilegesOf(t, dstAdmin, rm.Schema(1)); src != dst {
+				t.Errorf("the copy's privileges:\n%s\nwant the source's:\n%s", dst, src)
+			}
+		})
+	}
+}
+
+// privilegesOf lists who holds which privilege on schema, its table,
+// next_id() and its sequence on db.
+func privilegesOf(t *testing.T, db *gorm.DB, schema string) string {
+	t.Helper()
+	var rows []string
+	err := db.Raw(`WITH o AS (
+			SELECT 'schema' AS what, COALESCE(nspacl, acldefault('n', nspowner)) AS acl FROM pg_namespace WHERE nspname = ?
+			UNION ALL SELECT relname, COALESCE(relacl, acldefault(CASE relkind WHEN 'S' THEN 's' ELSE 'r' END::"char", relowner))
+				FROM pg_class WHERE relnamespace = to_regnamespace(?) AND relname IN ('r_photos', 'next_id_seq')
+			UNION ALL SELECT proname, COALESCE(proacl, acldefault('f', proowner)) FROM pg_proc WHERE pronamespace = to_regnamespace(?) AND proname = 'next_id')
+		SELECT what || ' ' || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END || ' ' || a.privilege_type || ' ' || a.is_grantable
+		FROM o, aclexplode(o.acl) a ORDER BY 1`, schema, schema, schema).Scan(&rows).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(rows, "\n")
+}
+
+// A mover that may not make the source's owner own the copy is refused
+// before it creates anything, with ErrMoverPrivileges naming the fix.
+func TestMoveRefusesForeignOwnerPostgres(t *testing.T) {
+	ctx := context.Background()
+	dstAdmin, _ := privSetup(t)
+	dbs := "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s"
+	owner := testdb.PostgresRole(t, "pvowner", dbs)
+	mover := testdb.PostgresRole(t, "pvmover", dbs)
+	ro := privRouter(t, owner)
+	if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	// The mover may read and trigger on the shard, as a mover needs, but
+	// is not a member of its owner.
+	for _, g := range []string{"GRANT USAGE, CREATE ON SCHEMA %s TO %q", "GRANT ALL ON ALL TABLES IN SCHEMA %s TO %q"} {
+		if err := ro.ForShard(1).Exec(fmt.Sprintf(g, ro.Schema(1), mover)).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rm := privRouter(t, mover)
+	_, err := reshard.MoveShard(ctx, rm, nil, 1, "pg1", reshard.MoveOptions{Models: []any{&RPhoto{}}})
+	if !errors.Is(err, reshard.ErrMoverPrivileges) {
+		t.Fatalf("a move by a mover that may not give the copy its owner: %v, want ErrMoverPrivileges", err)
+	}
+	var n int64
+	dstAdmin.Raw("SELECT count(*) FROM pg_namespace WHERE nspname = ? OR nspname LIKE 'shardid_new_%'", rm.Schema(1)).Scan(&n)
+	if n != 0 {
+		t.Errorf("the refused move created %d schemas on the target", n)
+	}
+}
