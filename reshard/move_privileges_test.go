@@ -85,10 +85,9 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 				t.Fatal(err)
 			}
 			for s := range privShards {
-				schema := ro.Schema(s)
-				for _, g := range []string{"GRANT USAGE ON SCHEMA %s TO %q", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %q",
-					"GRANT USAGE ON ALL SEQUENCES IN SCHEMA %s TO %q"} {
-					if err := ro.ForShard(s).Exec(fmt.Sprintf(g, schema, app)).Error; err != nil {
+				for _, g := range []string{"GRANT USAGE ON SCHEMA {{schema}} TO %q", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {{schema}} TO %q",
+					"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {{schema}} TO %q"} {
+					if err := ro.ForShard(s).Exec(fmt.Sprintf(g, app)).Error; err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -168,8 +167,8 @@ func TestMoveRefusesForeignOwnerPostgres(t *testing.T) {
 	}
 	// The mover may read and trigger on the shard, as a mover needs, but
 	// is not a member of its owner.
-	for _, g := range []string{"GRANT USAGE, CREATE ON SCHEMA %s TO %q", "GRANT ALL ON ALL TABLES IN SCHEMA %s TO %q"} {
-		if err := ro.ForShard(1).Exec(fmt.Sprintf(g, ro.Schema(1), mover)).Error; err != nil {
+	for _, g := range []string{"GRANT USAGE, CREATE ON SCHEMA {{schema}} TO %q", "GRANT ALL ON ALL TABLES IN SCHEMA {{schema}} TO %q"} {
+		if err := ro.ForShard(1).Exec(fmt.Sprintf(g, mover)).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
