@@ -67,6 +67,9 @@ END $$`, schema, fenceTable, shardid.FenceMessage, final)
 			return err
 		}
 	}
+	if err := fenceOwnedBySchemaOwner(tx, schema); err != nil {
+		return err
+	}
 	for _, t := range tables {
 		q := fmt.Sprintf(`"%s"."%s"`, schema, t)
 		var n int64
@@ -79,6 +82,31 @@ END $$`, schema, fenceTable, shardid.FenceMessage, final)
 		if err := tx.Exec(fmt.Sprintf(`CREATE TRIGGER shardid_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
 			FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_fence()`, q, schema)).Error; err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// fenceOwnedBySchemaOwner gives the fence's state table and trigger
+// function of schema to the schema's owner when another role (a superuser
+// who fenced the shard by hand) created them: only an owner may alter
+// them, and the function runs as its owner, so a fence owned by a role
+// other than the shard's would block every later move by the shard's own
+// roles ("must be owner of table shardid_fence_state").
+func fenceOwnedBySchemaOwner(tx *gorm.DB, schema string) error {
+	var o struct{ Schema, Fence string }
+	err := tx.Raw(`SELECT pg_get_userbyid(n.nspowner) AS schema, pg_get_userbyid(c.relowner) AS fence
+		FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid WHERE n.nspname = ? AND c.relname = ?`, schema, fenceTable).Scan(&o).Error
+	if err != nil || o.Schema == o.Fence || o.Schema == "" {
+		return err
+	}
+	owner := `"` + strings.ReplaceAll(o.Schema, `"`, `""`) + `"`
+	for _, q := range []string{
+		fmt.Sprintf(`ALTER TABLE "%s".%s OWNER TO %s`, schema, fenceTable, owner),
+		fmt.Sprintf(`ALTER FUNCTION "%s".shardid_fence() OWNER TO %s`, schema, owner),
+	} {
+		if err := tx.Exec(q).Error; err != nil {
+			return fmt.Errorf("giving the fence of %s to its owner %s: %w", schema, o.Schema, err)
 		}
 	}
 	return nil

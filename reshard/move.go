@@ -639,6 +639,10 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 		if err := carry.apply(ctx, tx, in, tables); err != nil {
 			return fmt.Errorf("giving the copy the source's next_id(), owners and privileges: %w", err)
 		}
+		// The fence follows the schema's owner, as it does on the source.
+		if err := fenceOwnedBySchemaOwner(tx, in); err != nil {
+			return err
+		}
 		if in != schema {
 			return tx.Exec(`ALTER SCHEMA "` + in + `" RENAME TO "` + schema + `"`).Error
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/testdb"
@@ -128,6 +129,11 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 			if s, tb := owners(t, dstAdmin, rm.Schema(1)); s != owner || tb != owner {
 				t.Errorf("the copy is owned by %s (schema) and %s (table), want %s as on the source", s, tb, owner)
 			}
+			var fenceOwner string
+			if err := dstAdmin.Raw(`SELECT pg_get_userbyid(relowner) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+				WHERE n.nspname = ? AND c.relname = 'shardid_fence_state'`, rm.Schema(1)).Scan(&fenceOwner).Error; err != nil || fenceOwner != owner {
+				t.Errorf("the copy's fence is owned by %q, want the shard's owner %s (%v)", fenceOwner, owner, err)
+			}
 			if src, dst := privilegesOf(t, srcAdmin, rm.Schema(1)), privilegesOf(t, dstAdmin, rm.Schema(1)); src != dst {
 				t.Errorf("the copy's privileges:\n%s\nwant the source's:\n%s", dst, src)
 			}
@@ -181,5 +187,36 @@ func TestMoveRefusesForeignOwnerPostgres(t *testing.T) {
 	dstAdmin.Raw("SELECT count(*) FROM pg_namespace WHERE nspname = ? OR nspname LIKE 'shardid_new_%'", rm.Schema(1)).Scan(&n)
 	if n != 0 {
 		t.Errorf("the refused move created %d schemas on the target", n)
+	}
+}
+
+// A fence set up by another role (a superuser who fenced and unfenced the
+// shard by hand) does not block the usual mover: a fence that exists as
+// the move needs it is used as it is, without DDL that only its owner may
+// run ("must be owner of table shardid_fence_state").
+func TestMoveOverAnotherRolesFence(t *testing.T) {
+	ctx := context.Background()
+	privSetup(t)
+	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	ro := privRouter(t, owner)
+	if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "before"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	admin := privRouter(t, "postgres")
+	if err := reshard.Fence(ctx, admin, 1, []any{&RPhoto{}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.Unfence(ctx, admin, 1, []any{&RPhoto{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.MoveShard(ctx, ro, nil, 1, "pg1", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
+		t.Fatalf("a move by the shard's owner after a superuser's fence: %v", err)
+	}
+	var n int64
+	if err := ro.ForKey(1).Model(&RPhoto{}).Count(&n).Error; err != nil || n != 1 {
+		t.Fatalf("shard 1 after the move: %d rows, %v", n, err)
 	}
 }
