@@ -225,6 +225,15 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 		if !c.Unfinished {
 			continue
 		}
+		if l.Fence != nil && l.Fence.Sealed {
+			// The move sealed the home and built this copy in full: it
+			// died before its flip, or after it and before it let writes
+			// through on the copy, which is then the shard's home and r's
+			// map is stale. Either way the copy holds the shard.
+			return done, withDetail(ErrShardMoved, fmt.Sprintf("shard %d: %s holds a sealed copy and %s the copy a move finished: "+
+				"re-run the move with the catalog to finish it (or, if the catalog names %s, Unfence the shard there); nothing was dropped",
+				shard, names[home], c.Database, c.Database))
+		}
 		db := dbs[slices.Index(names, c.Database)]
 		q := `DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`
 		if db.Dialector.Name() == "mysql" {

@@ -80,3 +80,56 @@ func TestDropUnfinishedCopies(t *testing.T) {
 		t.Errorf("FindLeftovers(0) = %+v, %v; want nothing", l, err)
 	}
 }
+
+// DropUnfinishedCopies never drops the copy a move finished: after a mover
+// died between its flip and lifting its target's fence, a router whose map
+// still names the sealed old copy sees the new home as a copy that only the
+// mover may write, like one a move was still building. Dropping it would
+// leave the shard nowhere but on its sealed old copy.
+func TestDropUnfinishedCopiesKeepsAFinishedCopy(t *testing.T) {
+	db1, db2 := openPostgres(t), openSecondPostgresTB(t)
+	const pattern = "shardid_lf_%04d"
+	for _, db := range []*gorm.DB{db1, db2} {
+		for s := range 2 {
+			db.Exec(fmt.Sprintf(`DROP SCHEMA IF EXISTS "`+pattern+`" CASCADE`, s))
+		}
+	}
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	newRouter := func() *shardid.Router {
+		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db1, db2}, Names: []string{"pg1", "pg2"},
+			LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r, stale := newRouter(), newRouter()
+	ctx := context.Background()
+	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "the shard's row"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.MoveShard(ctx, r, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The mover dies before it lifts its target's fence.
+	if _, err := reshard.FenceForMover(ctx, db2, r.Schema(1), []string{"r_photos"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := reshard.DropUnfinishedCopies(ctx, stale, 1)
+	if !errors.Is(err, reshard.ErrShardMoved) {
+		t.Errorf("DropUnfinishedCopies from a stale map: %v, want ErrShardMoved", err)
+	}
+	var n int64
+	if err := db2.Raw(`SELECT count(*) FROM "shardid_lf_0001".r_photos`).Scan(&n).Error; err != nil || n != 1 {
+		t.Fatalf("the shard's new home after DropUnfinishedCopies: %d rows, %v", n, err)
+	}
+	if err := reshard.Unfence(ctx, r, 1, []any{&RPhoto{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "after Unfence"}).Error; err != nil {
+		t.Fatalf("a write on the new home after Unfence: %v", err)
+	}
+}
