@@ -51,6 +51,11 @@ var ErrHeld = errors.New("held by another session")
 // broke. The lock may be held by somebody else by now.
 var ErrLost = errors.New("lost: its session ended")
 
+// CheckTimeout bounds how long Check (and the keep-alive) waits for the
+// server's answer; a session that does not answer that long counts as
+// lost.
+const CheckTimeout = 30 * time.Second
+
 // DefaultKeepAlive is the keep-alive period when Options.KeepAlive is 0.
 const DefaultKeepAlive = 5 * time.Second
 
@@ -319,10 +324,7 @@ func (l *Lock) keepAlive(every time.Duration) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(every, 5*time.Second))
-		err := l.Check(ctx)
-		cancel()
-		if err != nil && errors.Is(err, ErrLost) {
+		if err := l.Check(context.Background()); errors.Is(err, ErrLost) {
 			return
 		}
 	}
@@ -330,8 +332,11 @@ func (l *Lock) keepAlive(every time.Duration) {
 
 // Check reports whether the lock is still held: it asks the server on the
 // lock's own session. Once the session failed it returns an error wrapping
-// ErrLost, for good. An error of ctx (a Check cut short) is returned as it
-// is and proves nothing either way.
+// ErrLost, for good. When ctx is done before Check asks, it returns ctx's
+// error, which proves nothing either way; once asked, the question is not
+// cut short by ctx (a statement cancelled mid-way would abort the lock's
+// transaction or close its connection, and so end the lock), only by
+// CheckTimeout, after which the lock counts as lost.
 func (l *Lock) Check(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -341,6 +346,11 @@ func (l *Lock) Check(ctx context.Context) error {
 	if l.released {
 		return fmt.Errorf("lock %s: %w (released)", l.key, ErrLost)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CheckTimeout)
+	defer cancel()
 	var held bool
 	var err error
 	if l.dialect == "mysql" {
@@ -350,9 +360,6 @@ func (l *Lock) Check(ctx context.Context) error {
 	} else {
 		q, args := l.pgLockRow("")
 		err = l.tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted AND "+q+")", args...).Scan(&held)
-	}
-	if err != nil && ctx.Err() != nil {
-		return err
 	}
 	if err == nil && held {
 		return nil

@@ -365,3 +365,32 @@ func TestWaiterHoldsNoConnection(t *testing.T) {
 		t.Fatalf("the waiter after Release: %v", err)
 	}
 }
+
+// TestCheckCancelled: a Check whose context ends while its statement runs
+// (an operation cancelled by Ctrl-C, checking its lock) reports the
+// context's error and leaves the lock held: cancelling a statement would
+// abort the lock's transaction, or close its connection.
+func TestCheckCancelled(t *testing.T) {
+	for name, open := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			a, dialect := open(t)
+			k := key(t)
+			if dialect == "mysql" {
+				k = sqllock.Key{Name: fmt.Sprintf("sqllock_cancel:%d", time.Now().UnixNano())}
+			}
+			l, err := sqllock.Acquire(context.Background(), a, dialect, k, sqllock.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release()
+			for i := range 300 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*25*time.Microsecond)
+				_ = l.Check(ctx)
+				cancel()
+			}
+			if err := l.Check(context.Background()); err != nil {
+				t.Fatalf("Check after checks whose contexts ended mid-way: %v", err)
+			}
+		})
+	}
+}
