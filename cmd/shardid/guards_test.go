@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 )
 
 // A catalog whose setup names one database twice (127.0.0.1 and
@@ -18,27 +17,10 @@ import (
 // database's shards twice, and a move between the two names would delete
 // the shard.
 func TestRebalanceRefusesOneDatabaseTwice(t *testing.T) {
-	dsn1 := os.Getenv("SHARDID_TEST_POSTGRES_DSN")
-	if dsn1 == "" {
-		dsn1 = "host=127.0.0.1 port=5432 user=postgres dbname=test sslmode=disable"
-	}
-	db1, err := gorm.Open(postgres.Open(dsn1), &gorm.Config{Logger: logger.Discard})
-	if err == nil {
-		err = db1.Exec("SELECT 1").Error
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL unreachable under CI=true: %v", err)
-		}
-		t.Skipf("SKIPPING: PostgreSQL unreachable: %v", err)
-	}
-	defer closeDB(db1)
+	db1 := testdb.OpenPostgres(t)
+	dsn1 := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
 	dsn2 := strings.Replace(dsn1, "host=127.0.0.1", "host=localhost", 1)
-	db2, err := gorm.Open(postgres.Open(dsn2), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeDB(db2)
+	db2 := testdb.OpenServer(t, "PostgreSQL (as localhost)", "SHARDID_TEST_POSTGRES_LOCALHOST_DSN", dsn2, postgres.Open)
 	ctx := context.Background()
 	db1.Exec("DROP TABLE IF EXISTS shardid_cmdgd_catalog, shardid_cmdgd_catalog_version, shardid_cmdgd_catalog_setup")
 	db1.Exec("DROP SCHEMA IF EXISTS shardid_cmdgd_0000, shardid_cmdgd_0001 CASCADE")
