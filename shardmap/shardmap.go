@@ -371,4 +371,3 @@ type mapError struct{ detail string }
 
 func (e *mapError) Error() string { return ErrInvalidMap.Error() + ": " + e.detail }
 func (e *mapError) Unwrap() error { return ErrInvalidMap }
-
