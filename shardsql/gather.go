@@ -58,14 +58,12 @@ func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, query fun
 				sh := targets[i]
 				got, err := query(ctx, sh)
 				if err != nil {
-					var se *shardid.ShardError
-					if errors.As(err, &se) && se.Shard == sh.Shard && se.Database == sh.Database {
+					// The query's error names the shard when it came from sh;
+					// any other is put in a *ShardError of sh.
+					if se, ok := err.(*shardid.ShardError); ok && se.Shard == sh.Shard && se.Database == sh.Database {
 						errs[i] = se
 					} else {
-						errs[i] = sh.Wrap(err)
-					}
-					if _, ok := errs[i].(*shardid.ShardError); !ok {
-						errs[i] = &shardid.ShardError{Shard: sh.Shard, Database: sh.Database, Err: err}
+						errs[i] = &shardid.ShardError{Shard: sh.Shard, Database: sh.Database, Err: Classify(err)}
 					}
 					continue
 				}
