@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -439,4 +438,59 @@ func TestFence(t *testing.T) {
 	})
 }
 
-var _ = strings.Contains
+
+// TestPgBouncer: through PgBouncer in transaction mode, with one server
+// connection per database for many clients, statements of different shards
+// interleave on one server connection and each still reaches its own
+// shard: the router sets nothing on a connection (no search_path).
+func TestPgBouncer(t *testing.T) {
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: []string{"test", "shardid_test2"}})
+	f := newFixture(t, "postgres")
+	var dbs []*sql.DB
+	for _, name := range []string{"test", "shardid_test2"} {
+		db, err := sql.Open("pgx", b.DSN(name, "postgres")+" default_query_exec_mode=exec")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	r, err := shardsql.New(shardsql.Config{Databases: dbs, Map: f.m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	errs := make(chan error, 400)
+	done := make(chan bool)
+	for w := range 8 {
+		go func() {
+			defer func() { done <- true }()
+			for i := range 25 {
+				id := idOf(t, (w+i)%4, w*100+i)
+				sh := r.ForID(id)
+				if _, err := sh.ExecContext(ctx, "INSERT INTO {{schema}}.photos VALUES ($1, $2)", id, sh.Schema); err != nil {
+					errs <- err
+					continue
+				}
+				var title string
+				if err := sh.QueryRowContext(ctx, "SELECT title FROM {{schema}}.photos WHERE id = $1", id).Scan(&title); err != nil || title != sh.Schema {
+					errs <- fmt.Errorf("read back %d: %q, %v", id, title, err)
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for s := range 4 {
+		var n, wrong int
+		err := f.dbs[f.m.Load().DB(s)].QueryRow("SELECT count(*), count(*) FILTER (WHERE title <> $1) FROM "+f.m.SchemaOf(s)+".photos", f.m.SchemaOf(s)).Scan(&n, &wrong)
+		if err != nil || n != 50 || wrong != 0 {
+			t.Errorf("shard %d: %d rows, %d elsewhere's, %v", s, n, wrong, err)
+		}
+	}
+}
