@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -71,6 +72,28 @@ type Router struct {
 	m      *shardmap.Map
 	layout shardid.Layout
 	alias  string
+	routes atomic.Pointer[routes] // of the map's version of the moment
+}
+
+// routes is the route of every logical shard under one version of the map,
+// built once per version: ForShard is then an index.
+type routes struct {
+	v      *shardmap.Version
+	shards []Shard
+}
+
+// load returns the routes of the map's current version.
+func (r *Router) load() *routes {
+	v := r.m.Load()
+	if rt := r.routes.Load(); rt != nil && rt.v == v {
+		return rt
+	}
+	rt := &routes{v: v, shards: make([]Shard, v.LogicalShards())}
+	for s := range rt.shards {
+		rt.shards[s] = Shard{Pool: r.pools[v.DB(s)], Shard: s, Schema: v.Schema(s), Database: v.Database(s), r: r}
+	}
+	r.routes.Store(rt)
+	return rt
 }
 
 // New validates cfg and returns a router. A configuration that cannot work
@@ -130,12 +153,12 @@ func (r *Router) LogicalShards() int { return r.m.LogicalShards() }
 // moment. For a shard out of range, the Shard carries an error matching
 // shardid.ErrShardRange, which each of its methods returns.
 func (r *Router) ForShard(n int) Shard {
-	v := r.m.Load()
-	if n < 0 || n >= v.LogicalShards() {
+	rt := r.load()
+	if n < 0 || n >= len(rt.shards) {
 		return Shard{Shard: n, r: r, err: &shardid.ShardError{Shard: n, Database: "none",
-			Err: fmt.Errorf("%w: %d is not in [0, %d)", shardid.ErrShardRange, n, v.LogicalShards())}}
+			Err: fmt.Errorf("%w: %d is not in [0, %d)", shardid.ErrShardRange, n, len(rt.shards))}}
 	}
-	return Shard{Pool: r.pools[v.DB(n)], Shard: n, Schema: v.Schema(n), Database: v.Database(n), r: r}
+	return rt.shards[n]
 }
 
 // ForID returns the route of the shard that id names.
