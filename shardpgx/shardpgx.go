@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -73,6 +74,7 @@ type Router struct {
 	layout shardid.Layout
 	alias  string
 	routes atomic.Pointer[routes] // of the map's version of the moment
+	tables sync.Map               // table name → []string, its name in each shard's schema
 }
 
 // routes is the route of every logical shard under one version of the map,
@@ -206,7 +208,20 @@ func (s Shard) Table(table string) string {
 	if s.Schema == "" {
 		return table
 	}
-	return s.Schema + "." + table
+	// The names are made once per table name and kept by the router, so a
+	// route and its table cost no allocation: pass the fixed names of the
+	// schema's tables, not names made up at run time.
+	if names, ok := s.r.tables.Load(table); ok {
+		return names.([]string)[s.Shard]
+	}
+	names := make([]string, s.r.m.LogicalShards())
+	for i := range names {
+		if schema := s.r.m.SchemaOf(i); schema != "" {
+			names[i] = schema + "." + table
+		}
+	}
+	s.r.tables.LoadOrStore(table, names)
+	return names[s.Shard]
 }
 
 // Unrouted returns s with the check of unrouted SQL turned off, for SQL

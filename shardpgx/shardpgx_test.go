@@ -268,7 +268,9 @@ func TestFence(t *testing.T) {
 // shard: the routers set nothing on a connection (no search_path).
 func TestPgBouncer(t *testing.T) {
 	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: []string{"test", "shardid_test2"}})
-	f := newFixture(t, func(db string) string { return b.DSN(db, "postgres") + " default_query_exec_mode=exec pool_max_conns=8" })
+	f := newFixture(t, func(db string) string {
+		return b.DSN(db, "postgres") + " default_query_exec_mode=exec pool_max_conns=8"
+	})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 400)

@@ -438,7 +438,6 @@ func TestFence(t *testing.T) {
 	})
 }
 
-
 // TestPgBouncer: through PgBouncer in transaction mode, with one server
 // connection per database for many clients, statements of different shards
 // interleave on one server connection and each still reaches its own
