@@ -544,6 +544,7 @@ func (r *Router) Get(ctx context.Context, dest any, id ID, scopes ...func(*gorm.
 	}
 	return db.WithContext(ctx).Scopes(scopes...).First(dest, id).Error
 }
+
 // sameTarget reports whether a row of shard s may be written through a
 // statement of route rt: the row's shard must live, under the current map,
 // on the database the statement runs on (a session kept across SetMap still
