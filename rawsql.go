@@ -61,12 +61,13 @@ func (r *Router) Table(shard int, table string) string {
 	if shard < 0 || shard >= r.shards {
 		return ""
 	}
+	v := r.smap.Load()
 	name := table
-	if r.schemas != nil {
-		name = r.schemas[shard] + "." + table
+	if schema := v.Schema(shard); schema != "" {
+		name = schema + "." + table
 	}
 	var b strings.Builder
-	r.dbs[r.table.Load().dbOf[shard]].Dialector.QuoteTo(&b, name)
+	r.dbs[v.DB(shard)].Dialector.QuoteTo(&b, name)
 	return b.String()
 }
 
@@ -75,10 +76,7 @@ func (r *Router) Table(shard int, table string) string {
 // The rewrite and the check are the ones every router shares
 // (internal/routesql).
 func routeSQL(db *gorm.DB, rt route) {
-	var schema string
-	if rt.r.schemas != nil {
-		schema = rt.r.schemas[rt.shard]
-	}
+	schema := rt.schema
 	quote := func(name string) string { return db.Statement.Quote(name) }
 	text, why := routesql.Rewrite(db.Statement.SQL.String(), schema, "", quote, !unroutedAllowed(db.Statement))
 	if why != "" {
@@ -119,10 +117,10 @@ func qualifyFrom(next clause.ClauseBuilder) clause.ClauseBuilder {
 
 // qualifyJoins returns from with its joins in the shard's schema.
 func qualifyJoins(stmt *gorm.Statement, rt route, from clause.From) clause.From {
-	if rt.r.schemas == nil {
+	if rt.schema == "" {
 		return from
 	}
-	schema := rt.r.schemas[rt.shard]
+	schema := rt.schema
 	joins := make([]clause.Join, len(from.Joins))
 	for i, j := range from.Joins {
 		switch e := j.Expression.(type) {
@@ -155,8 +153,8 @@ func unroutedAllowed(stmt *gorm.Statement) bool {
 // refuseSQL fails a routed raw statement with ErrUnroutedSQL.
 func refuseSQL(db *gorm.DB, rt route, fix string) {
 	where := "shard " + strconv.Itoa(rt.shard)
-	if rt.r.schemas != nil {
-		where += " (schema " + rt.r.schemas[rt.shard] + ")"
+	if rt.schema != "" {
+		where += " (schema " + rt.schema + ")"
 	}
 	_ = db.AddError(withDetail(ErrUnroutedSQL, fmt.Sprintf("%s: %q: %s", where, sqlStart(db.Statement.SQL.String()), fix)))
 }
