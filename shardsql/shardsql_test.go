@@ -493,3 +493,48 @@ func TestPgBouncer(t *testing.T) {
 		}
 	}
 }
+
+type stateErr string
+
+func (e stateErr) Error() string    { return "ERROR: prepared statement (SQLSTATE " + string(e) + ")" }
+func (e stateErr) SQLState() string { return string(e) }
+
+// TestClassify: the fence's error and a prepared statement a pooler lost
+// are told whatever error type carries them; others are left as they are.
+func TestClassify(t *testing.T) {
+	r, err := shardsql.New(shardsql.Config{Databases: offline(t), Map: mustMap(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := r.ForShard(1)
+	fence := fmt.Errorf("driver: %s", "Error 1644 (45000): shardid: shard is fenced for a move")
+	for _, c := range []struct {
+		err    error
+		target error
+	}{
+		{fence, shardid.ErrShardMoving},
+		{stateErr("42P05"), shardid.ErrPooledPreparedStatement},
+		{fmt.Errorf("x: %w", stateErr("26000")), shardid.ErrPooledPreparedStatement},
+	} {
+		got := sh.Wrap(c.err)
+		var se *shardid.ShardError
+		if !errors.Is(got, c.target) || !errors.Is(got, c.err) || !errors.As(got, &se) || se.Shard != 1 {
+			t.Errorf("Wrap(%v) = %v, want %v", c.err, got, c.target)
+		}
+	}
+	other := stateErr("23505")
+	if got := shardsql.Classify(other); got != error(other) {
+		t.Errorf("Classify(23505) = %v", got)
+	}
+	if sh.Wrap(nil) != nil {
+		t.Error("Wrap(nil) != nil")
+	}
+}
+
+func mustMap(t *testing.T) *shardmap.Map {
+	m, err := shardmap.New(shardmap.Config{Databases: []string{"a", "b"}, LogicalShards: 4, SchemaPattern: "shard_%02d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
