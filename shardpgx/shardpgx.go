@@ -9,8 +9,8 @@
 // catalog followed reaches this router at once.
 //
 // ForShard, ForID and ForKey return a Shard: the *pgxpool.Pool, the shard's
-// number, schema and database name. Its Exec, Query, QueryRow and CopyFrom
-// (the DBTX of sqlc's pgx/v5 code) run SQL in the shard:
+// number, schema and database name. Its Exec, Query, QueryRow, CopyFrom and
+// SendBatch (the DBTX of sqlc's pgx/v5 code) run SQL in the shard:
 //
 //	sh := router.ForID(id)
 //	err := sh.QueryRow(ctx, "SELECT title FROM {{schema}}.photos WHERE id = $1", id).Scan(&title)
@@ -466,3 +466,66 @@ func (r shardRow) Scan(dest ...any) error { return r.sh.Wrap(r.row.Scan(dest...)
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
+
+// SendBatch sends the queries of b in one round trip, each in the shard
+// (the DBTX of sqlc's :batch queries). b is left as it was: a copy of its
+// queries, rewritten, is sent. The errors of the results are
+// *shardid.ShardError.
+func (s Shard) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if s.err != nil {
+		return errBatch{s.err}
+	}
+	return s.sendBatch(ctx, s.Pool, b)
+}
+
+func (s Shard) sendBatch(ctx context.Context, q interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, b *pgx.Batch) pgx.BatchResults {
+	routed := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(b.QueuedQueries))}
+	for i, qq := range b.QueuedQueries {
+		text, err := s.SQL(qq.SQL)
+		if err != nil {
+			return errBatch{err}
+		}
+		c := *qq
+		c.SQL = text
+		routed.QueuedQueries[i] = &c
+	}
+	return shardBatch{br: q.SendBatch(ctx, routed), sh: s}
+}
+
+// SendBatch sends the queries of b in the transaction, in its shard.
+func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.sh.sendBatch(ctx, t.Tx, b)
+}
+
+// shardBatch wraps the errors of batch results.
+type shardBatch struct {
+	br pgx.BatchResults
+	sh Shard
+}
+
+func (b shardBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.br.Exec()
+	return tag, b.sh.Wrap(err)
+}
+
+func (b shardBatch) Query() (pgx.Rows, error) {
+	rows, err := b.br.Query()
+	if err != nil {
+		return rows, b.sh.Wrap(err)
+	}
+	return &shardRows{Rows: rows, sh: b.sh}, nil
+}
+
+func (b shardBatch) QueryRow() pgx.Row { return shardRow{row: b.br.QueryRow(), sh: b.sh} }
+
+func (b shardBatch) Close() error { return b.sh.Wrap(b.br.Close()) }
+
+// errBatch is batch results that fail with err.
+type errBatch struct{ err error }
+
+func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow{b.err} }
+func (b errBatch) Close() error                     { return b.err }

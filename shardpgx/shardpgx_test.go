@@ -200,6 +200,32 @@ func TestStatements(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Errorf("CopyFrom: %d, %v", n, err)
 	}
+	// A batch, each query in the shard; the caller's batch is left as it was.
+	b, bid := &pgx.Batch{}, idOf(t, 3, 7)
+	b.Queue("INSERT INTO {{schema}}.photos VALUES ($1, 'b1')", bid)
+	b.Queue("SELECT count(*) FROM app.photos")
+	br := f.r.ForShard(3).SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Errorf("batch insert: %v", err)
+	}
+	if err := br.QueryRow().Scan(&n); err != nil || n != 4 {
+		t.Errorf("batch count: %d, %v", n, err)
+	}
+	if err := br.Close(); err != nil {
+		t.Error(err)
+	}
+	if b.QueuedQueries[1].SQL != "SELECT count(*) FROM app.photos" {
+		t.Errorf("the batch was changed: %q", b.QueuedQueries[1].SQL)
+	}
+	br = f.r.ForShard(3).SendBatch(ctx, b) // the same row again: a duplicate key
+	_, err = br.Exec()
+	if !errors.As(err, &se) || se.Shard != 3 || !errors.As(err, &pg) || pg.Code != "23505" {
+		t.Errorf("batch duplicate: %v", err)
+	}
+	br.Close()
+	if _, err := f.r.ForShard(3).Exec(ctx, "DELETE FROM {{schema}}.photos WHERE id = $1", bid); err != nil {
+		t.Fatal(err)
+	}
 	// A transaction stays in its shard.
 	tx, err := f.r.ForShard(3).Begin(ctx)
 	if err != nil {
