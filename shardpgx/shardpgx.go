@@ -199,8 +199,17 @@ type Shard struct {
 	unrouted bool
 }
 
-// Err returns the error the Shard carries (a shard out of range), or nil.
-func (s Shard) Err() error { return s.err }
+// Err returns the error the Shard carries (a shard out of range, or a
+// Shard that no Router made), or nil.
+func (s Shard) Err() error {
+	if s.err == nil && s.r == nil {
+		return errZeroShard
+	}
+	return s.err
+}
+
+// errZeroShard is the error of a Shard that no Router made.
+var errZeroShard = fmt.Errorf("%w: a Shard that no Router made: use Router.ForShard, ForID or ForKey", shardid.ErrInvalidConfig)
 
 // Table returns the name of table in the shard: schema.table, or table
 // alone when the shard's tables are the database's own.
@@ -234,8 +243,8 @@ func (s Shard) Unrouted() Shard {
 // SQL returns query as the shard runs it, or refuses unrouted SQL with
 // shardid.ErrUnroutedSQL in a *shardid.ShardError.
 func (s Shard) SQL(query string) (string, error) {
-	if s.err != nil {
-		return "", s.err
+	if err := s.Err(); err != nil {
+		return "", err
 	}
 	text, why := routesql.Rewrite(query, s.Schema, s.r.alias, quote, !s.unrouted && s.r.m.SchemaPattern() != "")
 	if why != "" {
@@ -340,8 +349,8 @@ func (s Shard) copyFrom(ctx context.Context, q querier, table pgx.Identifier, co
 
 // Exec runs query in the shard.
 func (s Shard) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	if s.err != nil {
-		return pgconn.CommandTag{}, s.err
+	if err := s.Err(); err != nil {
+		return pgconn.CommandTag{}, err
 	}
 	return s.exec(ctx, s.Pool, query, args)
 }
@@ -349,8 +358,8 @@ func (s Shard) Exec(ctx context.Context, query string, args ...any) (pgconn.Comm
 // Query runs query in the shard. The errors of the rows' Scan, Values and
 // Err are *shardid.ShardError too.
 func (s Shard) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
-	if s.err != nil {
-		return nil, s.err
+	if err := s.Err(); err != nil {
+		return nil, err
 	}
 	return s.query(ctx, s.Pool, query, args)
 }
@@ -358,8 +367,8 @@ func (s Shard) Query(ctx context.Context, query string, args ...any) (pgx.Rows, 
 // QueryRow runs query in the shard; the error of Scan is a
 // *shardid.ShardError (errors.Is(err, pgx.ErrNoRows) holds for no row).
 func (s Shard) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	if s.err != nil {
-		return errRow{s.err}
+	if err := s.Err(); err != nil {
+		return errRow{err}
 	}
 	return s.queryRow(ctx, s.Pool, query, args)
 }
@@ -368,8 +377,8 @@ func (s Shard) QueryRow(ctx context.Context, query string, args ...any) pgx.Row 
 // sqlc's :copyfrom names it) or with the router's SchemaAlias is put in the
 // shard's schema.
 func (s Shard) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if s.err != nil {
-		return 0, s.err
+	if err := s.Err(); err != nil {
+		return 0, err
 	}
 	return s.copyFrom(ctx, s.Pool, table, columns, src)
 }
@@ -377,8 +386,8 @@ func (s Shard) CopyFrom(ctx context.Context, table pgx.Identifier, columns []str
 // BeginTx begins a transaction on the shard's database. It stays there; its
 // statements run in the shard as the Shard's do.
 func (s Shard) BeginTx(ctx context.Context, opts pgx.TxOptions) (*Tx, error) {
-	if s.err != nil {
-		return nil, s.err
+	if err := s.Err(); err != nil {
+		return nil, err
 	}
 	tx, err := s.Pool.BeginTx(ctx, opts)
 	if err != nil {
@@ -472,8 +481,8 @@ func (r errRow) Scan(...any) error { return r.err }
 // queries, rewritten, is sent. The errors of the results are
 // *shardid.ShardError.
 func (s Shard) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if s.err != nil {
-		return errBatch{s.err}
+	if err := s.Err(); err != nil {
+		return errBatch{err}
 	}
 	return s.sendBatch(ctx, s.Pool, b)
 }

@@ -133,6 +133,13 @@ func TestRoute(t *testing.T) {
 	if _, err := r.ForShard(0).CopyFrom(ctx, pgx.Identifier{"other", "photos"}, []string{"id"}, pgx.CopyFromRows(nil)); !errors.Is(err, shardid.ErrUnroutedSQL) {
 		t.Errorf("COPY into another schema: %v", err)
 	}
+	var zero shardpgx.Shard
+	if err := zero.QueryRow(ctx, "SELECT 1").Scan(new(int)); !errors.Is(err, shardid.ErrInvalidConfig) {
+		t.Errorf("zero Shard: %v", err)
+	}
+	if _, err := zero.Begin(ctx); !errors.Is(err, shardid.ErrInvalidConfig) {
+		t.Errorf("zero Shard: %v", err)
+	}
 	if err := m.Set([]int{1, 1, 1, 1}); err != nil {
 		t.Fatal(err)
 	}

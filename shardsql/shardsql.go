@@ -241,8 +241,17 @@ type Shard struct {
 	unrouted bool
 }
 
-// Err returns the error the Shard carries (a shard out of range), or nil.
-func (s Shard) Err() error { return s.err }
+// Err returns the error the Shard carries (a shard out of range, or a
+// Shard that no Router made), or nil.
+func (s Shard) Err() error {
+	if s.err == nil && s.r == nil {
+		return errZeroShard
+	}
+	return s.err
+}
+
+// errZeroShard is the error of a Shard that no Router made.
+var errZeroShard = fmt.Errorf("%w: a Shard that no Router made: use Router.ForShard, ForID or ForKey", shardid.ErrInvalidConfig)
 
 // Table returns the name of table in the shard: schema.table, as
 // shard_0005.photos, or table alone when the shard's tables are the
@@ -284,8 +293,8 @@ func (s Shard) Unrouted() Shard {
 // libraries that take SQL text and a *sql.DB of their own (sqlx's
 // GetContext on s.DB).
 func (s Shard) SQL(query string) (string, error) {
-	if s.err != nil {
-		return "", s.err
+	if err := s.Err(); err != nil {
+		return "", err
 	}
 	text, why := routesql.Rewrite(query, s.Schema, s.r.alias, s.quote, !s.unrouted && s.r.m.SchemaPattern() != "")
 	if why != "" {
@@ -410,8 +419,8 @@ func (s Shard) QueryRow(query string, args ...any) *sql.Row {
 // BeginTx begins a transaction on the shard's database. The transaction
 // stays there; its statements run in the shard as the Shard's do.
 func (s Shard) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) {
-	if s.err != nil {
-		return nil, s.err
+	if err := s.Err(); err != nil {
+		return nil, err
 	}
 	tx, err := s.DB.BeginTx(ctx, opts)
 	if err != nil {

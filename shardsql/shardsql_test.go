@@ -120,6 +120,14 @@ func TestRoute(t *testing.T) {
 	if sh := r.ForID(idOf(t, 100, 0)); !errors.Is(sh.Err(), shardid.ErrShardRange) {
 		t.Errorf("ID of shard 100 of 4: %v", sh.Err())
 	}
+	// A Shard no router made fails, without a panic.
+	var zero shardsql.Shard
+	if _, err := zero.ExecContext(context.Background(), "SELECT 1"); !errors.Is(err, shardid.ErrInvalidConfig) {
+		t.Errorf("zero Shard: %v", err)
+	}
+	if _, err := zero.BeginTx(context.Background(), nil); !errors.Is(err, shardid.ErrInvalidConfig) {
+		t.Errorf("zero Shard: %v", err)
+	}
 	// A change of the map reaches the router at once.
 	if err := m.Set([]int{1, 1, 0, 0}); err != nil {
 		t.Fatal(err)
