@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/shardid/shardid"
@@ -81,8 +80,8 @@ type Router struct {
 	layout  shardid.Layout
 	dialect string
 	alias   string
-	routes  atomic.Pointer[routes] // of the map's version of the moment
-	tables  sync.Map               // table name → []string, its name in each shard's schema
+	routes  atomic.Pointer[routes]       // of the map's version of the moment
+	tables  atomic.Pointer[[]tableNames] // copy on write: a few fixed names, scanned
 }
 
 // routes is the route of every logical shard under one version of the map,
@@ -264,17 +263,41 @@ func (s Shard) Table(table string) string {
 	// The names are made once per table name and kept by the router, so a
 	// route and its table cost no allocation: pass the fixed names of the
 	// schema's tables, not names made up at run time.
-	if names, ok := s.r.tables.Load(table); ok {
-		return names.([]string)[s.Shard]
-	}
-	names := make([]string, s.r.m.LogicalShards())
-	for i := range names {
-		if schema := s.r.m.SchemaOf(i); schema != "" {
-			names[i] = schema + "." + table
+	return s.r.tableNames(table)[s.Shard]
+}
+
+// tableNames is a table's name in each shard's schema.
+type tableNames struct {
+	table string
+	names []string
+}
+
+// tableNames returns table's name in each shard's schema, made once.
+func (r *Router) tableNames(table string) []string {
+	for {
+		cur := r.tables.Load()
+		if cur != nil {
+			for _, t := range *cur {
+				if t.table == table {
+					return t.names
+				}
+			}
+		}
+		names := make([]string, r.m.LogicalShards())
+		for i := range names {
+			if schema := r.m.SchemaOf(i); schema != "" {
+				names[i] = schema + "." + table
+			}
+		}
+		var next []tableNames
+		if cur != nil {
+			next = append(next, *cur...)
+		}
+		next = append(next, tableNames{table, names})
+		if r.tables.CompareAndSwap(cur, &next) {
+			return names
 		}
 	}
-	s.r.tables.LoadOrStore(table, names)
-	return names[s.Shard]
 }
 
 // Unrouted returns s with the check of unrouted SQL turned off, for SQL

@@ -80,6 +80,22 @@ func TestRoute(t *testing.T) {
 	if sh := r.ForKey(6); sh.Shard != 2 {
 		t.Errorf("ForKey(6) = %v, want shard 2", sh)
 	}
+	// Table names made concurrently, for many tables, are each right.
+	done := make(chan bool)
+	for g := range 8 {
+		go func() {
+			defer func() { done <- true }()
+			for i := range 40 {
+				name := fmt.Sprint("t", (g+i)%20)
+				if got := r.ForShard(i % 3).Table(name); got != fmt.Sprintf("shard_%02d.%s", i%3, name) {
+					t.Errorf("Table(%q) on shard %d = %q", name, i%3, got)
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
 	// A shared shard's tables are the database's own.
 	if sh := r.ForShard(3); sh.Schema != "" || sh.Table("photos") != "photos" {
 		t.Errorf("shared shard: %v, table %q", sh, sh.Table("photos"))
