@@ -186,7 +186,12 @@ type fixture struct {
 	prefix string
 }
 
-func newFixture(t *testing.T, kind string) *fixture {
+func newFixture(t *testing.T, kind string) *fixture { return newFixtureTB(t, kind) }
+
+// newFixtureB is newFixture on PostgreSQL for a benchmark.
+func newFixtureB(b *testing.B) *fixture { return newFixtureTB(b, "postgres") }
+
+func newFixtureTB(t testing.TB, kind string) *fixture {
 	t.Helper()
 	f := &fixture{kind: kind, dbs: []*sql.DB{testdb.OpenSQL(t, kind, "test"), testdb.OpenSQL(t, kind, "shardid_test2")}, prefix: prefix()}
 	var err error
@@ -228,7 +233,7 @@ func (f *fixture) drop(db *sql.DB, schema string) {
 
 // gormRouter returns a GORM router over f's databases with f's map, as
 // reshard needs one.
-func (f *fixture) gormRouter(t *testing.T) *shardid.Router {
+func (f *fixture) gormRouter(t testing.TB) *shardid.Router {
 	t.Helper()
 	var gdbs []*gorm.DB
 	for _, db := range f.dbs {
