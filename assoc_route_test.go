@@ -13,7 +13,7 @@ import (
 // exist in every shard's schema and, as leftovers, in the default schema.
 type AsPhoto struct {
 	ID       shardid.ID
-	UserID   int64 `shardid:"key"`
+	UserID   int64       `shardid:"key"`
 	Comments []AsComment `gorm:"foreignKey:PhotoID"`
 	Tags     []AsTag     `gorm:"many2many:as_photo_tags"`
 }
