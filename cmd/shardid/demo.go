@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,6 +15,9 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/sqllock"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -61,44 +64,63 @@ type demoConfig struct {
 	onStage              func(stage string) // if not nil, called once migrated ("migrated")
 }
 
-func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", "[--postgres DSN | --mysql DSN | --dir DIR [--databases N]] [--shards N] [--users N] [--photos N] [--keep]", stderr)
+func newDemoCmd(s *streams) *cobra.Command {
 	var c demoConfig
-	fs.StringVar(&c.postgres, "postgres", os.Getenv("SHARDID_DEMO_POSTGRES_DSN"), "run on PostgreSQL, a schema per logical shard (demo_0000 ...)")
-	fs.StringVar(&c.mysql, "mysql", os.Getenv("SHARDID_DEMO_MYSQL_DSN"), "run on MySQL/MariaDB (tables demo_photos and demo_comments)")
+	cmd := &cobra.Command{
+		Use:   "demo [--postgres DSN | --mysql DSN | --dir DIR [--databases N]] [flags]",
+		Short: "write and read sharded rows end to end (no server needed)",
+		Long: "demo writes users' photos and comments through the router, reads them back by ID, and prints what\n" +
+			"it measured. With no flag it runs on embedded SQLite files; with --postgres, on a schema per\n" +
+			"logical shard (demo_0000 ...) of one PostgreSQL database, whose comments get their IDs from\n" +
+			"next_id() in the database; with --mysql, on two tables of one MySQL/MariaDB database.\n" +
+			"It removes what it made unless --keep; a demo kept on PostgreSQL is ready for shardid catalog\n" +
+			"init and shardid move (see shardid catalog init --help).",
+		Example: "  shardid demo\n  shardid demo --postgres 'host=127.0.0.1 user=postgres dbname=test' --shards 16 --keep",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := c.check(cmd.Flags(), args); err != nil {
+				return err
+			}
+			// Ctrl-C stops the demo between two statements; it then drops what it
+			// made, as at its end.
+			in := onInterrupt(s.err)
+			defer in.stop()
+			in.Leaves("what the demo made may be left: the next run of the demo drops it (on a server: the schemas demo_NNNN, or the tables demo_photos and demo_comments)")
+			c.onStage = func(stage string) { stageHook(stage, in) }
+			return demo(in.ctx, c, s.out)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&c.postgres, "postgres", os.Getenv("SHARDID_DEMO_POSTGRES_DSN"), "run on PostgreSQL, a schema per logical shard (demo_0000 ...); default $SHARDID_DEMO_POSTGRES_DSN")
+	fs.StringVar(&c.mysql, "mysql", os.Getenv("SHARDID_DEMO_MYSQL_DSN"), "run on MySQL/MariaDB (tables demo_photos and demo_comments); default $SHARDID_DEMO_MYSQL_DSN")
 	fs.StringVar(&c.dir, "dir", "", "an existing directory for the embedded SQLite files (default: a new temporary directory)")
-	fs.IntVar(&c.databases, "databases", 4, "physical SQLite databases")
-	fs.IntVar(&c.shards, "shards", shardid.DefaultLogicalShards, "logical shards")
-	fs.IntVar(&c.users, "users", 200, "users")
-	fs.IntVar(&c.photos, "photos", 10, "photos per user")
-	fs.IntVar(&c.comments, "comments", 2, "comments per photo")
-	fs.IntVar(&c.workers, "workers", 8, "goroutines writing at once")
+	intFlag(fs, &c.databases, "databases", 4, "physical SQLite databases")
+	intFlag(fs, &c.shards, "shards", shardid.DefaultLogicalShards, "logical shards")
+	intFlag(fs, &c.users, "users", 200, "users")
+	intFlag(fs, &c.photos, "photos", 10, "photos per user")
+	intFlag(fs, &c.comments, "comments", 2, "comments per photo")
+	intFlag(fs, &c.workers, "workers", 8, "goroutines writing at once")
 	fs.BoolVar(&c.keep, "keep", false, "keep the schemas, tables or files the demo made (it removes them by default)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.check(fs); err != nil {
-		return err
-	}
-	// Ctrl-C stops the demo between two statements; it then drops what it
-	// made, as at its end.
-	in := onInterrupt(stderr)
-	defer in.stop()
-	in.Leaves("the demo's tables or files may be left: the next run of the demo drops them (on a server: the schemas demo_NNNN, or the tables demo_photos and demo_comments)")
-	c.onStage = func(stage string) { stageHook(stage, in) }
-	return demo(in.ctx, c, stdout)
+	// The environment's DSNs are not defaults to print in --help.
+	fs.Lookup("postgres").DefValue = ""
+	fs.Lookup("mysql").DefValue = ""
+	cmd.MarkFlagDirname("dir")
+	return cmd
 }
 
 // check validates the flags, each with a message that names it.
-func (c *demoConfig) check(fs *flag.FlagSet) error {
-	if err := noArgs(fs); err != nil {
+func (c *demoConfig) check(fs *pflag.FlagSet, args []string) error {
+	if err := noArgs(args); err != nil {
 		return err
 	}
-	set := given(fs)
+	for _, f := range []string{"postgres", "mysql", "dir"} {
+		if fs.Changed(f) && fs.Lookup(f).Value.String() == "" {
+			return badFlag("--%s \"\": empty; give a DSN (a directory for --dir), or leave the flag out", f)
+		}
+	}
 	if c.postgres != "" && c.mysql != "" {
 		return badFlag("give --postgres or --mysql, not both (SHARDID_DEMO_POSTGRES_DSN and SHARDID_DEMO_MYSQL_DSN count as given)")
 	}
-	if (c.postgres != "" || c.mysql != "") && (set["dir"] || set["databases"]) {
+	if (c.postgres != "" || c.mysql != "") && (fs.Changed("dir") || fs.Changed("databases")) {
 		return badFlag("--dir and --databases are for the embedded SQLite demo, not with --postgres or --mysql")
 	}
 	if c.dir != "" {
@@ -194,12 +216,19 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	}
 	defer closeAll(dbs)
 	if c.postgres != "" || c.mysql != "" {
+		// One demo at a time per database: a second one would drop the
+		// first one's tables under it.
+		lock, err := demoLock(ctx, dbs[0])
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
 		// Start from nothing, so the counts are this run's; and leave
 		// nothing behind unless asked to.
 		if n, err := dropDemo(ctx, dbs[0]); err != nil {
 			return err
 		} else if n != "" {
-			fmt.Fprintf(out, "dropped %s an earlier run of the demo left\n", n)
+			fmt.Fprintf(out, "dropped the %s an earlier run of the demo left\n", n)
 		}
 		defer func() {
 			if c.keep {
@@ -248,7 +277,40 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	}
 	err = summarize(ctx, r, layout, ids, elapsed, out)
 	printStats(out, g.Stats(), r.Stats())
+	if pattern != "" {
+		// The generator's count is the photos': the comments' IDs came
+		// from next_id() in PostgreSQL.
+		fmt.Fprintf(out, "  next_id() in PostgreSQL: %d IDs issued, the comments'; the generator's above include the %d photos'\n",
+			len(ids.comments), len(ids.photos))
+	}
 	return err
+}
+
+// demoLock takes the lock that keeps two demos off one database (on
+// MySQL/MariaDB, one database of the server), or fails saying another
+// demo holds it.
+func demoLock(ctx context.Context, db *gorm.DB) (*sqllock.Lock, error) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	key := sqllock.Key{Name: "shardid_demo"}
+	if db.Dialector.Name() == "mysql" {
+		// GET_LOCK is server-wide; the demo's tables are the database's.
+		var name string
+		if err := db.WithContext(ctx).Raw("SELECT DATABASE()").Scan(&name).Error; err != nil {
+			return nil, err
+		}
+		key.Name = "shardid_demo." + name
+		if len(key.Name) > 64 {
+			key.Name = key.Name[:64]
+		}
+	}
+	l, err := sqllock.Acquire(ctx, sqlDB, db.Dialector.Name(), key, sqllock.Options{})
+	if errors.Is(err, sqllock.ErrHeld) {
+		return nil, fmt.Errorf("another shardid demo is running on this database: %w; wait for it to end, or give this one another database", err)
+	}
+	return l, err
 }
 
 func closeAll(dbs []*gorm.DB) {
@@ -268,7 +330,8 @@ func removeSQLite(file string) {
 
 // dropDemo drops what the demo makes on a server: on PostgreSQL the schemas
 // demo_0000 to demo_8191, on MySQL the tables demo_photos and
-// demo_comments. It returns what it dropped, or "" for nothing.
+// demo_comments. It returns what it dropped ("tables demo_photos and
+// demo_comments", "16 schemas demo_NNNN"), or "" for nothing.
 func dropDemo(ctx context.Context, db *gorm.DB) (string, error) {
 	db = db.WithContext(ctx)
 	if db.Dialector.Name() != "postgres" {
@@ -277,7 +340,7 @@ func dropDemo(ctx context.Context, db *gorm.DB) (string, error) {
 		if err != nil || n == 0 {
 			return "", err
 		}
-		return "the tables demo_photos and demo_comments", db.Exec("DROP TABLE IF EXISTS demo_comments, demo_photos").Error
+		return "tables demo_photos and demo_comments", db.Exec("DROP TABLE IF EXISTS demo_comments, demo_photos").Error
 	}
 	var schemas []string
 	if err := db.Raw(`SELECT nspname FROM pg_namespace WHERE nspname ~ '^demo_[0-9]{4}$' ORDER BY nspname`).Scan(&schemas).Error; err != nil {
