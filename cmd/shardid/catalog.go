@@ -51,8 +51,8 @@ type catalogFlags struct {
 }
 
 func (f *catalogFlags) define(fs *pflag.FlagSet) {
-	fs.StringVar(&f.dsn, "catalog", "", "the DSN of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
-	fs.StringVar(&f.table, "catalog-table", "", "the catalog table (default shardid_shard_map)")
+	fs.StringVar(&f.dsn, "catalog", "", "the `DSN` of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
+	fs.StringVar(&f.table, "catalog-table", "", "the catalog table `T` (default shardid_shard_map)")
 }
 
 func (f *catalogFlags) check() error {
@@ -84,7 +84,7 @@ type setupFlags struct {
 
 func (f *setupFlags) defineDatabases(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.databases, "database", nil, "a database as `NAME=DSN` (repeat the flag for each); a MySQL DSN names its protocol, user@tcp(host:3306)/db")
-	fs.StringSliceVar(&f.tables, "tables", nil, "the tables of every logical shard, comma-separated, in the order to move them")
+	fs.StringSliceVar(&f.tables, "tables", nil, "the tables of every logical shard, as `T1,T2`, in the order to move them")
 	fs.StringVar(&f.from, "from", "", "read the setup from this JSON `FILE` (the \"setup\" of shardid catalog show --json) instead of the flags")
 }
 
@@ -310,19 +310,18 @@ func checkMapFindsShards(ctx context.Context, r *shardid.Router) (int, error) {
 		case len(ds) == 0:
 			none++
 		case !slices.Contains(ds, m[s]):
-			if len(wrong) < 3 {
-				var on []string
-				for _, d := range ds {
-					on = append(on, names[d])
-				}
-				wrong = append(wrong, fmt.Sprintf("shard %d (%s) is on %s, not on %s", s, r.Schema(s), strings.Join(on, " and "), names[m[s]]))
-			} else if len(wrong) == 3 {
-				wrong = append(wrong, "...")
+			var on []string
+			for _, d := range ds {
+				on = append(on, names[d])
 			}
+			wrong = append(wrong, fmt.Sprintf("shard %d (%s) is on %s, not on %s", s, r.Schema(s), strings.Join(on, " and "), names[m[s]]))
 		}
 	}
+	if len(wrong) > 3 {
+		wrong = append(wrong[:3], fmt.Sprintf("and %d more", len(wrong)-3))
+	}
 	if len(wrong) > 0 {
-		return none, fmt.Errorf("the map does not say where the shards are: %s: give --all-on NAME or --map FILE", strings.Join(wrong, "; "))
+		return none, fmt.Errorf("the map does not say where the shards are: %s; give --all-on NAME or --map FILE", strings.Join(wrong, "; "))
 	}
 	return none, nil
 }

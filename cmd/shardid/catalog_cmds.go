@@ -61,9 +61,9 @@ func newCatalogInitCmd(s *streams) *cobra.Command {
 	fs := cmd.Flags()
 	cf.define(fs)
 	sf.defineDatabases(fs)
-	intFlag(fs, &sf.shards, "shards", 0, "the number of logical shards")
-	fs.StringVar(&sf.pattern, "schema-pattern", "", "the schema of each logical shard (on MySQL its database), with one %d verb, such as shard_%04d")
-	fs.StringVar(&allOn, "all-on", "", "put every logical shard on this database (as shardid demo leaves them)")
+	intFlag(fs, &sf.shards, "shards", 0, "the number `N` of logical shards")
+	fs.StringVar(&sf.pattern, "schema-pattern", "", "the schema `P` of each logical shard (on MySQL its database), with one %d verb, such as shard_%04d")
+	fs.StringVar(&allOn, "all-on", "", "put every logical shard on the database `NAME` (as shardid demo leaves them)")
 	fs.StringVar(&mapOpt, "map", "", "the first map, from this JSON `FILE`: {\"pg1\": [\"0-7\"], \"pg2\": [\"8-15\"]}")
 	cmd.MarkFlagFilename("from", "json")
 	cmd.MarkFlagFilename("map", "json")
@@ -309,7 +309,7 @@ func newCatalogSetCmd(s *streams) *cobra.Command {
 	fs := cmd.Flags()
 	cf.define(fs)
 	sf.defineDatabases(fs)
-	fs.StringArrayVar(&remove, "remove-database", nil, "remove this database from the setup (it must hold no shard)")
+	fs.StringArrayVar(&remove, "remove-database", nil, "remove the database `NAME` from the setup (it must hold no shard)")
 	cmd.MarkFlagFilename("from", "json")
 	return cmd
 }

@@ -46,7 +46,7 @@ func TestCatalogFromDemoToMovedShard(t *testing.T) {
 	initArgs := []string{"catalog", "init", "--catalog", dsn1, "--database", "pg1=" + dsn1, "--database", "pg2=" + dsn2,
 		"--shards", "4", "--schema-pattern", "demo_%04d", "--tables", "demo_photos,demo_comments"}
 	code, out, errs := shardidCmd(t, "", initArgs...)
-	if code != 1 || !strings.Contains(errs, "the map does not say where the shards are: shard 2 (demo_0002) is on pg1, not on pg2") ||
+	if code != 1 || !strings.Contains(errs, "the map does not say where the shards are: shard 2 (demo_0002) is on pg1, not on pg2; shard 3 (demo_0003) is on pg1, not on pg2; give --all-on NAME or --map FILE") ||
 		!strings.Contains(errs, "give --all-on NAME or --map FILE") {
 		t.Errorf("init with the default map: exit %d\n%s\n%s", code, out, errs)
 	}

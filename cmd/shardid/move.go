@@ -35,8 +35,8 @@ func newMoveCmd(s *streams) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.catalogDSN, "catalog", "", "the DSN of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
-	fs.StringVar(&f.table, "catalog-table", "", "the catalog table (default shardid_shard_map)")
+	fs.StringVar(&f.catalogDSN, "catalog", "", "the `DSN` of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
+	fs.StringVar(&f.table, "catalog-table", "", "the catalog table `T` (default shardid_shard_map)")
 	fs.Var(&f.shard, "shard", "the logical shard `N` to move (required)")
 	fs.StringVar(&f.to, "to", "", "the name of the database to move it to")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "check everything the move would check, print the plan, and change nothing")

@@ -34,8 +34,8 @@ func newRebalanceCmd(s *streams) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.catalogDSN, "catalog", "", "the DSN of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
-	fs.StringVar(&f.table, "catalog-table", "", "the catalog table (default shardid_shard_map)")
+	fs.StringVar(&f.catalogDSN, "catalog", "", "the `DSN` of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
+	fs.StringVar(&f.table, "catalog-table", "", "the catalog table `T` (default shardid_shard_map)")
 	fs.StringVar(&f.by, "by", "bytes", "what to even out: bytes or rows")
 	fs.BoolVar(&f.exact, "exact", false, "count rows exactly (reads every table) instead of the databases' estimates")
 	intFlag(fs, &f.maxMoves, "max-moves", 0, "at most this many moves (0: no cap)")
