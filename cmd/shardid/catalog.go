@@ -165,13 +165,16 @@ func checkSetup(setup reshard.CatalogSetup, where string) error {
 	return nil
 }
 
+// intVerb is the verb a schema pattern has: %d, %04d.
+var intVerb = regexp.MustCompile(`%0?[1-9]?d`)
+
 // checkPattern refuses a schema pattern the router would refuse: one %d
 // verb, distinct schema names shardid accepts.
 func checkPattern(p string, shards int) error {
 	if p == "" {
 		return errors.New("no schema pattern: give --schema-pattern, such as shard_%04d (moves need a schema, on MySQL a database, per logical shard)")
 	}
-	if strings.Count(p, "%") != 1 || !regexp.MustCompile(`%0?[1-9]?d`).MatchString(p) {
+	if strings.Count(p, "%") != 1 || !intVerb.MatchString(p) {
 		return fmt.Errorf("schema pattern %q: want exactly one %%d verb, such as shard_%%04d", p)
 	}
 	first, last := fmt.Sprintf(p, 0), fmt.Sprintf(p, shards-1)
