@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -33,7 +35,31 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *bool) 
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetVersionTemplate("shardid {{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetFlagErrorFunc(flagError)
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "print the help of any command",
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return badFlag("no command %q: see shardid --help", strings.Join(args, " "))
+			}
+			return cmd.Help()
+		},
+		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			cmd, _, err := root.Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []cobra.Completion
+			for _, c := range cmd.Commands() {
+				if c.IsAvailableCommand() {
+					names = append(names, cobra.CompletionWithDesc(c.Name(), c.Short))
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+	})
 	root.AddCommand(
 		newDecodeCmd(s),
 		newNewCmd(s),
@@ -51,13 +77,10 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *bool) 
 			},
 		},
 	)
-	// The lower-case summaries of the others, for cobra's two commands.
-	root.InitDefaultHelpCmd()
+	// A lower-case summary, as the others, for cobra's completion command.
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		switch c.Name() {
-		case "help":
-			c.Short = "print the help of any command"
 		case "completion":
 			c.Short = "print the script that completes shardid's commands and flags in a shell"
 		}
@@ -100,6 +123,20 @@ func moduleVersion(bi *debug.BuildInfo, ok bool) string {
 		return fmt.Sprintf("(devel) (commit %s%s)", rev, modified)
 	}
 	return "(devel)"
+}
+
+// singleDash finds a long flag given with one dash in pflag's message.
+var singleDash = regexp.MustCompile(`^unknown shorthand flag: '.' in -([a-z][a-z-]+)`)
+
+// flagError makes a flag that does not parse a wrong command line (status
+// 2); a long flag given with one dash, as Go's flag package took it, is
+// told to take two.
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	if m := singleDash.FindStringSubmatch(msg); m != nil && cmd.Flags().Lookup(m[1]) != nil {
+		msg += fmt.Sprintf(" (long flags take two dashes: --%s)", m[1])
+	}
+	return usageError{msg}
 }
 
 // completeWords makes a flag complete to words.

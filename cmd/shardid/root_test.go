@@ -40,6 +40,23 @@ func TestHelpOnStdout(t *testing.T) {
 	if code != 2 || out != "" || !strings.Contains(errs, "Usage:\n  shardid [command]") {
 		t.Errorf("no command: exit %d, %q, %q", code, out, errs)
 	}
+	for _, args := range [][]string{{"help", "frob"}, {"help", "catalog", "frob"}} {
+		if code, out, errs := shardidCmd(t, "", args...); code != 2 || out != "" || !strings.Contains(errs, "no command \""+strings.Join(args[1:], " ")+"\"") {
+			t.Errorf("shardid %q: exit %d, %q, %q", args, code, out, errs)
+		}
+	}
+}
+
+// A long flag with one dash, as Go's flag package took it, is refused with
+// a word on the two dashes it takes.
+func TestSingleDashLongFlag(t *testing.T) {
+	code, out, errs := shardidCmd(t, "", "decode", "-layout", "snowflake", "1")
+	if code != 2 || out != "" || !strings.Contains(errs, "unknown shorthand flag: 'l' in -layout (long flags take two dashes: --layout)") {
+		t.Errorf("decode -layout: exit %d, %q, %q", code, out, errs)
+	}
+	if code, _, errs := shardidCmd(t, "", "new", "-nope"); code != 2 || strings.Contains(errs, "two dashes") {
+		t.Errorf("new -nope: exit %d, %q", code, errs)
+	}
 }
 
 // --version and version print the module's version, on standard output.
@@ -107,6 +124,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"__complete", "decode", "--layout", ""}, "pinterest\n"},
 		{[]string{"__complete", "rebalance", "--by", ""}, "rows\n"},
 		{[]string{"__complete", "move", "--dr"}, "--dry-run\t"},
+		{[]string{"__complete", "help", "catalog", ""}, "show\t"},
 	} {
 		code, out, errs := shardidCmd(t, "", tc.args...)
 		if code != 0 || !strings.Contains(out, tc.want) {
