@@ -567,3 +567,45 @@ func mustMap(t *testing.T) *shardmap.Map {
 	}
 	return m
 }
+
+// TestGatherPerDatabase: on a map without SchemaPattern, Gather runs once
+// per database (Shard -1, tables unqualified) unless PerShard.
+func TestGatherPerDatabase(t *testing.T) {
+	ctx := context.Background()
+	dbs := []*sql.DB{testdb.OpenSQL(t, "postgres", "test"), testdb.OpenSQL(t, "postgres", "shardid_test2")}
+	table := prefix() + "photos"
+	for _, db := range dbs {
+		if _, err := db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY)"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Exec("DROP TABLE IF EXISTS " + table) })
+	}
+	m, _ := shardmap.New(shardmap.Config{Databases: []string{"one", "two"}, LogicalShards: 4})
+	r, err := shardsql.New(shardsql.Config{Databases: dbs, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range 4 {
+		if _, err := r.ForShard(s).ExecContext(ctx, "INSERT INTO {{schema}}."+table+" VALUES ($1)", idOf(t, s, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type got struct {
+		shard int
+		db    string
+		n     int
+	}
+	query := func(ctx context.Context, sh shardsql.Shard) ([]got, error) {
+		var n int
+		err := sh.QueryRowContext(ctx, "SELECT count(*) FROM "+sh.Table(table)).Scan(&n)
+		return []got{{sh.Shard, sh.Database, n}}, err
+	}
+	perDB, err := shardsql.Gather(ctx, r, shardsql.GatherOptions{}, query)
+	if err != nil || !slices.Equal(perDB, []got{{-1, "one", 2}, {-1, "two", 2}}) {
+		t.Errorf("per database: %v, %v", perDB, err)
+	}
+	perShard, err := shardsql.Gather(ctx, r, shardsql.GatherOptions{PerShard: true}, query)
+	if err != nil || len(perShard) != 4 || perShard[3] != (got{3, "two", 2}) {
+		t.Errorf("per shard: %v, %v", perShard, err)
+	}
+}
