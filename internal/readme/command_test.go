@@ -64,6 +64,27 @@ func TestShownCommandOutput(t *testing.T) {
 			t.Errorf("%s:%d: shardid %s printed %q (%v), the guide shows %q", c.file, c.line, strings.Join(c.args, " "), got, err, c.want)
 		}
 	}
+	// A block under "<!-- output: shardid ARGS -->" is what the command
+	// prints with those arguments (standard output and error).
+	shown := 0
+	for _, name := range docs(t, root) {
+		path := filepath.Join(root, name)
+		text, _ := os.ReadFile(path)
+		for _, m := range outputMarker.FindAllStringSubmatch(string(text), -1) {
+			args, ok := strings.CutPrefix(m[1], "shardid ")
+			if !ok {
+				continue
+			}
+			shown++
+			out, _ := exec.Command(bin, strings.Fields(args)...).CombinedOutput()
+			if err := SameOutput(path, m[1], string(out)); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if shown == 0 {
+		t.Error("no guide shows a block under <!-- output: shardid ARGS -->, want at least the help of getting started")
+	}
 }
 
 func TestShownCommandsParse(t *testing.T) {
