@@ -80,6 +80,16 @@ var (
 	ErrSequenceExhausted = errors.New("shardid: sequence exhausted and the clock is not advancing")
 )
 
+// These errors can be returned by WorkerFromHostname, WorkerFromPodName and
+// WorkerFromFile, besides ErrWorkerRange.
+var (
+	// ErrNoOrdinal is returned when a pod's name, or the downward API file
+	// meant to carry its pod index, holds no StatefulSet ordinal: a name
+	// that does not end in -N, a missing file, an empty value (the label is
+	// not set) or a labels file without the pod-index label.
+	ErrNoOrdinal = errors.New("shardid: no StatefulSet pod ordinal")
+)
+
 // detailError adds context to a sentinel error while keeping errors.Is
 // working: "shardid: shard out of range: 9000 is not in [0, 8192)".
 type detailError struct {
