@@ -104,12 +104,32 @@ func withDetail(err error, detail string) error {
 	return &detailError{err: err, detail: detail}
 }
 
+// configError is ErrInvalidConfig for one component's configuration:
+// "shardid: invalid router configuration: no databases".
+type configError struct {
+	component, detail string
+}
+
+func (e *configError) Error() string {
+	return "shardid: invalid " + e.component + " configuration: " + e.detail
+}
+func (e *configError) Unwrap() error { return ErrInvalidConfig }
+
+// invalidConfig returns ErrInvalidConfig for component ("router",
+// "plugin") with detail.
+func invalidConfig(component, detail string) error {
+	return &configError{component: component, detail: detail}
+}
+
 // These errors can be returned by NewPlugin and by creates through the
 // plugin (as the *gorm.DB's Error).
 var (
-	// ErrInvalidConfig is returned by NewPlugin when the configuration
-	// cannot work, such as more logical shards than the layout holds.
-	ErrInvalidConfig = errors.New("shardid: invalid plugin configuration")
+	// ErrInvalidConfig is returned when a configuration cannot work, such
+	// as more logical shards than the layout holds: by NewPlugin and
+	// NewRouter (their messages say "invalid plugin configuration" and
+	// "invalid router configuration"), AcquireLease, the allocators, and
+	// creates through a plugin that lacks the source a model asks for.
+	ErrInvalidConfig = errors.New("shardid: invalid configuration")
 
 	// ErrInvalidTag is returned when a model's shardid struct tags are
 	// wrong: an unknown value, two sharding keys, or a key or ID field of a

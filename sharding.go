@@ -130,7 +130,7 @@ var schemaName = sqlddl.Name
 // has another shardid plugin already makes it fail with ErrPluginConflict.
 func NewRouter(cfg RouterConfig) (*Router, error) {
 	bad := func(format string, args ...any) (*Router, error) {
-		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return nil, invalidConfig("router", fmt.Sprintf(format, args...))
 	}
 	if len(cfg.Databases) == 0 {
 		return bad("no databases")
