@@ -9,12 +9,15 @@ import (
 // and ID.Scan (and their NullID counterparts).
 var (
 	// ErrSyntax is returned when text is not a canonical decimal ID: empty,
-	// a sign, a space, a leading zero, an exponent, a fraction or any other
-	// character that is not a decimal digit.
+	// a plus sign, a space, a leading zero, "-0", an exponent, a fraction
+	// or any other character that is not a decimal digit.
 	ErrSyntax = errors.New("shardid: invalid syntax")
 
 	// ErrRange is returned when a value is negative or larger than the
-	// largest int64. A valid ID is never negative.
+	// largest int64 (the largest uint64, for a UUIDShort), however it
+	// arrives: a well-formed negative number in text ("-5", as Parse,
+	// UnmarshalText, UnmarshalJSON and Scan read it) is out of range as a
+	// negative int64 is. A valid ID is never negative.
 	ErrRange = errors.New("shardid: value out of range")
 
 	// ErrUnsupportedType is returned when Scan is given a source type it
