@@ -19,7 +19,7 @@ const PodIndexLabel = "apps.kubernetes.io/pod-index"
 func WorkerFromHostname(l Layout) (int, error) {
 	name, err := os.Hostname()
 	if err != nil {
-		return 0, withDetail(ErrNoOrdinal, "reading the host name: "+err.Error())
+		return 0, fmt.Errorf("%w: reading the host name: %w", ErrNoOrdinal, err)
 	}
 	return WorkerFromPodName(name, l)
 }
