@@ -27,6 +27,7 @@ func TestInvalidConfigNamesItsComponent(t *testing.T) {
 		{"router shards", routerErr(shardid.RouterConfig{Databases: []*gorm.DB{db}, LogicalShards: -1}), "shardid: invalid router configuration: LogicalShards -1"},
 		{"router names", routerErr(shardid.RouterConfig{Databases: []*gorm.DB{db}, Names: []string{"a", "b"}}), "shardid: invalid router configuration: 2 names for 1 databases"},
 		{"router and plugin", routerErr(shardid.RouterConfig{Databases: []*gorm.DB{db}, LogicalShards: 16, Plugin: plugin}), "shardid: invalid router configuration: the router has 16 logical shards, the plugin 8"},
+		{"router map", routerErr(shardid.RouterConfig{Databases: []*gorm.DB{db}, LogicalShards: 4, Map: []int{0}}), "shardid: invalid router configuration: the assignment has 1 shards"},
 		{"plugin", pluginErr(shardid.PluginConfig{LogicalShards: -1}), "shardid: invalid plugin configuration: LogicalShards -1"},
 		{"lease", leaseErr(shardid.LeaseConfig{}), "shardid: invalid configuration: no lease store"},
 	} {

@@ -249,7 +249,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 // that matches ErrInvalidConfig too.
 func mapConfigError(err error) error {
 	if errors.Is(err, shardmap.ErrInvalidMap) {
-		return withDetail(ErrInvalidConfig, strings.TrimPrefix(err.Error(), shardmap.ErrInvalidMap.Error()+": "))
+		return invalidConfig("router", strings.TrimPrefix(err.Error(), shardmap.ErrInvalidMap.Error()+": "))
 	}
 	return err
 }
