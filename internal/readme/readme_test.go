@@ -114,6 +114,7 @@ var knownImports = map[string]string{
 	"gorm": "gorm.io/gorm", "clause": "gorm.io/gorm/clause", "logger": "gorm.io/gorm/logger",
 	"dbresolver": "gorm.io/plugin/dbresolver", "postgres": "gorm.io/driver/postgres", "mysql": "gorm.io/driver/mysql",
 	"sqlite": "github.com/glebarez/sqlite", "redis": "github.com/redis/go-redis/v9",
+	"signal": "os/signal", "syscall": "syscall",
 }
 
 // fragmentFiles returns the scratch package: fragmentEnv, and a file per
