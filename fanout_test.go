@@ -77,15 +77,15 @@ func fanRouter(t *testing.T, dbs []*gorm.DB, pattern string, shards int) *shardi
 func seed(t *testing.T, r *shardid.Router, per int) []FPhoto {
 	t.Helper()
 	var all []FPhoto
-	for s := range r.LogicalShards() {
-		var ps []FPhoto
-		for i := range per {
-			ps = append(ps, FPhoto{UserID: int64(i*r.LogicalShards() + s), Likes: int64((s*7 + i*3) % 11), Caption: fmt.Sprintf("s%d-%d", s, i)})
+	// One shard after the other, so that every shard has old and new rows.
+	for i := range per {
+		for s := range r.LogicalShards() {
+			p := FPhoto{UserID: int64(i*r.LogicalShards() + s), Likes: int64((s*7 + i*3) % 11), Caption: fmt.Sprintf("s%d-%d", s, i)}
+			if err := r.ForShard(s).Create(&p).Error; err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, p)
 		}
-		if err := r.ForShard(s).Create(&ps).Error; err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, ps...)
 	}
 	return all
 }
