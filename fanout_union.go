@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -152,6 +153,9 @@ func (p *unionPool) build(query string, args []any) ([]unionStmt, bool) {
 	if !unionable(query) {
 		return nil, false
 	}
+	if p.postgres {
+		query, args = inlineLimit(query, args)
+	}
 	parts := strings.Split(query, p.rep)
 	if len(parts) < 2 {
 		return nil, false
@@ -203,6 +207,76 @@ func (p *unionPool) build(query string, args []any) ([]unionStmt, bool) {
 	}
 	flush()
 	return stmts, true
+}
+
+// inlineLimit writes the LIMIT and OFFSET of a PostgreSQL statement as
+// numbers, when they are its last bind parameters ($n, as GORM builds
+// them) and integers: a union of LIMIT $n arms is planned anew at each
+// run (PostgreSQL's generic plan of a parameterized LIMIT costs more than
+// its custom one, so it never switches to it), and planning 1,000 arms
+// costs more than running them. Without parameters, the plan of the
+// statement the driver prepared is kept.
+func inlineLimit(query string, args []any) (string, []any) {
+	for len(args) > 0 {
+		n, ok := integer(args[len(args)-1])
+		if !ok {
+			break
+		}
+		ph := "$" + strconv.Itoa(len(args))
+		var done bool
+		for _, kw := range []string{"LIMIT ", "OFFSET "} {
+			if strings.Contains(query, kw+ph) && strings.Count(query, ph) == strings.Count(query, kw+ph) &&
+				!placeholderPrefix(query, ph) {
+				query = strings.ReplaceAll(query, kw+ph, kw+strconv.FormatInt(n, 10))
+				args = args[:len(args)-1]
+				done = true
+				break
+			}
+		}
+		if !done {
+			break
+		}
+	}
+	return query, args
+}
+
+// placeholderPrefix reports whether ph is followed by a digit anywhere in
+// query ($1 in $12).
+func placeholderPrefix(query, ph string) bool {
+	for i := 0; ; {
+		j := strings.Index(query[i:], ph)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(ph)
+		if end < len(query) && query[end] >= '0' && query[end] <= '9' {
+			return true
+		}
+		i = end
+	}
+}
+
+// integer returns v as an int64 when it is a Go integer.
+func integer(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int:
+		return int64(v), true
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int8:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	}
+	return 0, false
 }
 
 // unionable reports whether query can be an arm of a UNION ALL: one
