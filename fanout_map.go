@@ -7,10 +7,10 @@ package shardid
 // SchemaPattern, or a shard placed Shared). It is the fan-out's only
 // reading of the router's map.
 func fanoutMap(r *Router) (on [][]int, schemaOf func(shard int) string) {
-	t := r.table.Load()
-	on = make([][]int, len(r.dbs))
-	for s, d := range t.dbOf {
-		on[d] = append(on[d], s)
+	v := r.ShardMap().Load()
+	on = make([][]int, len(r.Databases()))
+	for d := range on {
+		on[d] = v.ShardsOn(d)
 	}
-	return on, r.Schema
+	return on, v.Schema
 }
