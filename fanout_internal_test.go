@@ -28,6 +28,27 @@ func TestInlineLimit(t *testing.T) {
 	}
 }
 
+func TestInlineLimitMySQL(t *testing.T) {
+	for _, tc := range []struct {
+		name, query string
+		args        []any
+		want        string
+		wantArgs    []any
+	}{
+		{"gorm limit", "SELECT * FROM `s`.`t` WHERE likes > ? ORDER BY id DESC LIMIT ?", []any{3, 20},
+			"SELECT * FROM `s`.`t` WHERE likes > ? ORDER BY id DESC LIMIT 20", []any{3}},
+		{"limit and offset", "SELECT * FROM t LIMIT ? OFFSET ?", []any{20, 40}, "SELECT * FROM t LIMIT 20 OFFSET 40", []any{}},
+		{"a ? in a string", "SELECT * FROM t WHERE a = '?' LIMIT ?", []any{20}, "SELECT * FROM t WHERE a = '?' LIMIT ?", []any{20}},
+		{"not at the end", "SELECT * FROM t LIMIT ? FOR UPDATE", []any{20}, "SELECT * FROM t LIMIT ? FOR UPDATE", []any{20}},
+		{"a string", "SELECT * FROM t LIMIT ?", []any{"20"}, "SELECT * FROM t LIMIT ?", []any{"20"}},
+	} {
+		got, args := inlineLimitMySQL(tc.query, tc.args)
+		if got != tc.want || !slices.Equal(args, tc.wantArgs) {
+			t.Errorf("%s: inlineLimitMySQL = %q %v, want %q %v", tc.name, got, args, tc.want, tc.wantArgs)
+		}
+	}
+}
+
 func TestShardList(t *testing.T) {
 	for _, tc := range []struct {
 		shards []int

@@ -155,6 +155,8 @@ func (p *unionPool) build(query string, args []any) ([]unionStmt, bool) {
 	}
 	if p.postgres {
 		query, args = inlineLimit(query, args)
+	} else {
+		query, args = inlineLimitMySQL(query, args)
 	}
 	parts := strings.Split(query, p.rep)
 	if len(parts) < 2 {
@@ -238,6 +240,42 @@ func inlineLimit(query string, args []any) (string, []any) {
 		}
 	}
 	return query, args
+}
+
+// inlineLimitMySQL writes the LIMIT and OFFSET that end a MySQL statement
+// (LIMIT ? or LIMIT ? OFFSET ?, as GORM builds them) as numbers when they
+// are integers: a statement without arguments runs in one round trip,
+// where one with arguments is prepared, run and closed each time.
+func inlineLimitMySQL(query string, args []any) (string, []any) {
+	for len(args) > 0 && strings.Count(query, "?") == len(args) {
+		n, ok := integer(args[len(args)-1])
+		if !ok {
+			break
+		}
+		i := strings.LastIndexByte(query, '?')
+		head, tail := query[:i], query[i+1:]
+		if !strings.HasSuffix(head, " LIMIT ") && !strings.HasSuffix(head, " OFFSET ") ||
+			tail != "" && !offsetTail(tail) {
+			break
+		}
+		query = head + strconv.FormatInt(n, 10) + tail
+		args = args[:len(args)-1]
+	}
+	return query, args
+}
+
+// offsetTail reports whether s is " OFFSET n", n a number.
+func offsetTail(s string) bool {
+	n, ok := strings.CutPrefix(s, " OFFSET ")
+	if !ok || n == "" {
+		return false
+	}
+	for _, c := range []byte(n) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // placeholderPrefix reports whether ph is followed by a digit anywhere in
