@@ -3,6 +3,7 @@ package shardid_test
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -271,3 +272,57 @@ func shardsOf(r *shardid.Router, ps []FPhoto) []int {
 
 // errLines returns the lines of err's message.
 func errLines(err error) []string { return strings.Split(err.Error(), "\n") }
+
+// FPhotoNull reads f_photos with a nullable caption.
+type FPhotoNull struct {
+	ID      shardid.ID
+	Caption sql.NullString
+}
+
+// TableName implements GORM's Tabler.
+func (FPhotoNull) TableName() string { return "f_photos" }
+
+// NULL, empty and other values come through a union as they come shard by
+// shard.
+func TestGatherNulls(t *testing.T) {
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			dbs := fanDBs(t, kind)
+			const shards = 6
+			r := fanRouter(t, dbs, "fo_z_%04d", shards)
+			seed(t, r, 6)
+			for s := range shards {
+				if err := r.ForShard(s).Exec("UPDATE {{schema}}.f_photos SET caption = NULL WHERE likes % 2 = 0").Error; err != nil {
+					t.Fatal(err)
+				}
+				if err := r.ForShard(s).Exec("UPDATE {{schema}}.f_photos SET caption = '' WHERE likes % 3 = 1").Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			q := func(ctx context.Context, db *gorm.DB) ([]FPhotoNull, error) {
+				var ps []FPhotoNull
+				return ps, db.Order("id").Find(&ps).Error
+			}
+			id := func(p FPhotoNull) shardid.ID { return p.ID }
+			union, err := shardid.Gather(context.Background(), r, shardid.GatherOptions{}, id, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			per, err := shardid.Gather(context.Background(), r, shardid.GatherOptions{PerShard: true}, id, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var nulls, empty int
+			for _, p := range per {
+				if !p.Caption.Valid {
+					nulls++
+				} else if p.Caption.String == "" {
+					empty++
+				}
+			}
+			if !slices.Equal(union, per) || nulls == 0 || empty == 0 {
+				t.Errorf("union %v\nper shard %v (%d NULL, %d empty)", union, per, nulls, empty)
+			}
+		})
+	}
+}

@@ -426,9 +426,10 @@ type unionRows struct {
 	cols  []string
 	types []*sql.ColumnType
 	vals  []any
-	ptrs  []any // pointers to vals
-	n     int   // rows read
-	eof   bool  // every row was read
+	ptrs  []any           // pointers to vals, or to raw
+	raw   []*sql.RawBytes // per column read as raw bytes, or nil
+	n     int             // rows read
+	eof   bool            // every row was read
 }
 
 // Columns implements [driver.Rows].
@@ -443,7 +444,10 @@ func (r *unionRows) Close() error {
 	return errors.Join(errs...)
 }
 
-// Next implements [driver.Rows].
+// Next implements [driver.Rows]. A column whose first value is []byte is
+// read as sql.RawBytes from then on, without a copy: the value is only
+// read before the next call of Next, which is when the part's buffer
+// changes.
 func (r *unionRows) Next(dest []driver.Value) error {
 	for r.i < len(r.parts) {
 		p := r.parts[r.i]
@@ -452,7 +456,18 @@ func (r *unionRows) Next(dest []driver.Value) error {
 				return err
 			}
 			for i, v := range r.vals {
+				if r.raw != nil && r.raw[i] != nil {
+					if *r.raw[i] == nil {
+						dest[i] = nil // NULL
+					} else {
+						dest[i] = []byte(*r.raw[i])
+					}
+					continue
+				}
 				dest[i] = v
+			}
+			if r.n == 0 {
+				r.useRawBytes()
 			}
 			r.n++
 			return nil
@@ -464,6 +479,20 @@ func (r *unionRows) Next(dest []driver.Value) error {
 	}
 	r.eof = true
 	return io.EOF
+}
+
+// useRawBytes reads the columns whose first value was []byte as
+// sql.RawBytes.
+func (r *unionRows) useRawBytes() {
+	for i, v := range r.vals {
+		if _, ok := v.([]byte); ok {
+			if r.raw == nil {
+				r.raw = make([]*sql.RawBytes, len(r.vals))
+			}
+			r.raw[i] = new(sql.RawBytes)
+			r.ptrs[i] = r.raw[i]
+		}
+	}
 }
 
 // ColumnTypeScanType implements [driver.RowsColumnTypeScanType].
