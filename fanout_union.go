@@ -320,7 +320,7 @@ func integer(v any) (int64, bool) {
 // unionable reports whether query can be an arm of a UNION ALL: one
 // SELECT, without a locking clause (which a union refuses).
 func unionable(query string) bool {
-	if len(query) < 7 || !strings.EqualFold(query[:6], "select") || identByte(query[6]) {
+	if len(query) < 7 || !strings.EqualFold(query[:6], "select") || !strings.ContainsRune(" \t\n\r(*", rune(query[6])) {
 		return false
 	}
 	low := strings.ToLower(query)
