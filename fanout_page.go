@@ -200,7 +200,7 @@ func encodePageToken(opts PageOptions, column string, cursor ID) string {
 }
 
 func decodePageToken(opts PageOptions, column string) (ID, error) {
-	b, err := base64.RawURLEncoding.DecodeString(opts.Token)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(opts.Token) // Strict: the spare bits of the last character count too
 	if err != nil || len(b) != 26 || b[0] != pageTokenVersion {
 		return 0, withDetail(ErrPageToken, "not a page token")
 	}

@@ -206,6 +206,21 @@ func TestGatherPageRefuses(t *testing.T) {
 		}
 		return string(b)
 	}
+	// Every character of the token counts, the spare bits of the last one
+	// too.
+	for i := range len(p.Next) {
+		for _, c := range []byte("AB_-z") {
+			b := []byte(p.Next)
+			if b[i] == c {
+				continue
+			}
+			b[i] = c
+			o := shardid.PageOptions{Size: 3, Desc: true, Secret: []byte("k1"), Token: string(b)}
+			if _, err := shardid.GatherPage(ctx, r, o, photoID, q); !errors.Is(err, shardid.ErrPageToken) {
+				t.Fatalf("token %q with %q at %d: %v, want ErrPageToken", p.Next, c, i, err)
+			}
+		}
+	}
 	for name, o := range map[string]shardid.PageOptions{
 		"altered first byte":  {Size: 3, Desc: true, Secret: []byte("k1"), Token: flip(p.Next, 0)},
 		"altered cursor":      {Size: 3, Desc: true, Secret: []byte("k1"), Token: flip(p.Next, 8)},
