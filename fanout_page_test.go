@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,6 +221,13 @@ func TestGatherPageRefuses(t *testing.T) {
 				t.Fatalf("token %q with %q at %d: %v, want ErrPageToken", p.Next, c, i, err)
 			}
 		}
+	}
+	// The last character's two spare bits alone.
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, p.Next[len(p.Next)-1])
+	spare := p.Next[:len(p.Next)-1] + string(alphabet[last^1])
+	if _, err := shardid.GatherPage(ctx, r, shardid.PageOptions{Size: 3, Desc: true, Secret: []byte("k1"), Token: spare}, photoID, q); !errors.Is(err, shardid.ErrPageToken) {
+		t.Errorf("token %q with a spare bit set (%q): %v, want ErrPageToken", p.Next, spare, err)
 	}
 	for name, o := range map[string]shardid.PageOptions{
 		"altered first byte":  {Size: 3, Desc: true, Secret: []byte("k1"), Token: flip(p.Next, 0)},
