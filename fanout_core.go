@@ -93,8 +93,11 @@ func fanout[T any](ctx context.Context, r *Router, o fanOptions,
 	// First the unions, one per database, all at once (within workers).
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
-	proxy := sql.OpenDB(unionConnector{})
-	defer proxy.Close()
+	var proxy *sql.DB
+	if len(unions) > 0 {
+		proxy = sql.OpenDB(unionConnector{})
+		defer proxy.Close()
+	}
 	for _, d := range unions {
 		if ctx.Err() != nil {
 			break
