@@ -423,16 +423,16 @@ func (r *Router) ForShard(n int) *gorm.DB {
 }
 
 // ForID returns a *gorm.DB for the shard that id names.
-func (r *Router) ForID(id ID) *gorm.DB { return r.ForShard(r.ShardOf(id)) }
+// A negative ID, or one whose shard is out of range, gives a *gorm.DB that
+// carries an error naming the ID (errors.Is(err, ErrShardRange) holds).
+func (r *Router) ForID(id ID) *gorm.DB { return r.forID(id) }
 
 // ForKey returns a *gorm.DB for the shard of an integer sharding key,
-// key % LogicalShards, as the plugin computes it.
-func (r *Router) ForKey(key int64) *gorm.DB {
-	if key < 0 {
-		return r.ForShard(-1)
-	}
-	return r.ForShard(int(key % int64(r.shards)))
-}
+// key % LogicalShards, as the plugin computes it. A negative key gives a
+// *gorm.DB that carries an error naming the key: errors.Is(err,
+// ErrInvalidShardKey) and errors.Is(err, ErrShardRange) hold. ForKeyOf
+// takes keys of any type the plugin accepts.
+func (r *Router) ForKey(key int64) *gorm.DB { return r.forKey(key) }
 
 // ShardOf returns the logical shard id names.
 func (r *Router) ShardOf(id ID) int { return r.layout.Decompose(id).Shard }
