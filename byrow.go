@@ -155,7 +155,7 @@ func (r *Router) rowModel(s *schema.Schema) (rowRoute, error) {
 	p := r.plugin
 	if p == nil {
 		// Routing only: keys as the plugin reads them, no default shard.
-		p = &Plugin{cfg: PluginConfig{Strict: true}, layout: r.layout, shards: int64(r.LogicalShards())}
+		p = &Plugin{cfg: PluginConfig{Strict: true}, layout: r.Layout(), shards: int64(r.LogicalShards())}
 	}
 	m := p.model(s)
 	if m.err != nil {

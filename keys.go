@@ -56,7 +56,7 @@ func (p *Plugin) ShardOfKey(key any) (int, error) { return keyShard(key, p.shard
 // plugin accepts (see KeyShard): KeyShard(key, r.LogicalShards(), the
 // router's layout).
 func (r *Router) ShardOfKey(key any) (int, error) {
-	return keyShard(key, int64(r.LogicalShards()), r.layout)
+	return keyShard(key, int64(r.LogicalShards()), r.Layout())
 }
 
 // ForKeyOf returns a *gorm.DB for the shard of a sharding key of any type
@@ -98,7 +98,7 @@ func (r *Router) forKey(key int64) *gorm.DB {
 // naming an ID that is negative or names a shard out of range.
 func (r *Router) forID(id ID) *gorm.DB {
 	if id < 0 {
-		return r.refused(&multiError{errs: []error{ErrShardRange, ErrRange},
+		return r.refused(&multiError{errs: []error{ErrShardRange, ErrInvalidID},
 			detail: "ID " + strconv.FormatInt(int64(id), 10) + " is negative: it names no shard"})
 	}
 	s := r.ShardOf(id)
@@ -107,13 +107,6 @@ func (r *Router) forID(id ID) *gorm.DB {
 			rangeDetail(s, r.LogicalShards())))
 	}
 	return r.ForShard(s)
-}
-
-// refused returns a *gorm.DB on which every operation fails with err.
-func (r *Router) refused(err error) *gorm.DB {
-	tx := r.Databases()[0].Session(&gorm.Session{NewDB: true})
-	_ = tx.AddError(err)
-	return tx
 }
 
 // alsoShardRange makes a sharding-key error match ErrShardRange too, as

@@ -217,7 +217,7 @@ func TestRouterBadKeysNameTheKey(t *testing.T) {
 		{"ForKeyOf(\"\")", r.ForKeyOf("").First(&dest).Error, []string{"empty"}, []error{shardid.ErrInvalidShardKey}},
 		{"ForKeyOf(1.5)", r.ForKeyOf(1.5).First(&dest).Error, []string{"float64"}, []error{shardid.ErrInvalidShardKey}},
 		{"ForKeyOf(far ID)", r.ForKeyOf(far).First(&dest).Error, []string{far.String(), "shard 100"}, []error{shardid.ErrShardRange}},
-		{"ForID(-1)", r.ForID(-1).First(&dest).Error, []string{"ID -1", "negative"}, []error{shardid.ErrShardRange, shardid.ErrRange}},
+		{"ForID(-1)", r.ForID(-1).First(&dest).Error, []string{"ID -1", "negative"}, []error{shardid.ErrShardRange, shardid.ErrInvalidID}},
 		{"Get(-1)", r.Get(context.Background(), &dest, -1), []string{"ID -1"}, []error{shardid.ErrShardRange}},
 		{"ForID(far)", r.ForID(far).First(&dest).Error, []string{"ID " + far.String(), "shard 100"}, []error{shardid.ErrShardRange}},
 		{"Get(far)", r.Get(context.Background(), &dest, far), []string{"ID " + far.String()}, []error{shardid.ErrShardRange}},
