@@ -14,7 +14,8 @@ import (
 //
 //  1. an ID that is set names its own shard (a loaded row, or one whose ID
 //     the caller gave), when the model's IDs carry a shard: an ID of the
-//     generator's layout, or a PinterestID;
+//     generator's layout, or a PinterestID; with RouterConfig.Legacy, a
+//     legacy ID names the shard recorded for it in the model's table;
 //  2. otherwise the sharding key: PluginConfig.ShardKey, then a ShardKeyer
 //     method, then the field tagged `shardid:"key"` (see KeyShard);
 //  3. a row without a key goes to PluginConfig.DefaultShard, or is refused
@@ -144,9 +145,11 @@ func (r *Router) rowShards(rows any) ([]int, error) {
 
 // rowRoute is how the rows of one model are routed.
 type rowRoute struct {
-	p  *Plugin
-	m  *model        // the sharding key, as the plugin reads it
-	id *schema.Field // an ID that names the row's shard when set, or nil
+	r     *Router
+	table string // the model's table, for legacy IDs
+	p     *Plugin
+	m     *model        // the sharding key, as the plugin reads it
+	id    *schema.Field // an ID that names the row's shard when set, or nil
 }
 
 // rowModel returns how rows of s are routed, with the router's plugin: its
@@ -162,7 +165,7 @@ func (r *Router) rowModel(s *schema.Schema) (rowRoute, error) {
 		return rowRoute{}, m.err
 	}
 	if m.id != nil {
-		rr := rowRoute{p: p, m: m}
+		rr := rowRoute{r: r, table: s.Table, p: p, m: m}
 		if m.carriesShard() {
 			rr.id = m.id
 		}
@@ -174,7 +177,7 @@ func (r *Router) rowModel(s *schema.Schema) (rowRoute, error) {
 	if err != nil {
 		return rowRoute{}, err
 	}
-	rr := rowRoute{p: p, m: km}
+	rr := rowRoute{r: r, table: s.Table, p: p, m: km}
 	if f := s.PrioritizedPrimaryField; f != nil && f.FieldType == idType {
 		rr.id = f
 	}
@@ -208,7 +211,13 @@ func (rr rowRoute) shardOf(ctx context.Context, row reflect.Value) (int, error) 
 			if idv.CanUint() {
 				return rr.p.shardOfPreset(rr.m, ID(idv.Uint())), nil
 			}
-			return rr.p.shardOfPreset(rr.m, ID(idv.Int())), nil
+			id := ID(idv.Int())
+			if l := rr.r.legacy; l != nil && id < l.floor {
+				// A row from before the database adopted shardid: the
+				// shard recorded for its ID, as the plugin checks it.
+				return rr.r.ShardOfID(rr.table, id)
+			}
+			return rr.p.shardOfPreset(rr.m, id), nil
 		}
 	}
 	return rr.p.shardOfRow(ctx, rr.m, row)

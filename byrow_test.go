@@ -278,3 +278,40 @@ func TestRouterShardOfRowDatabaseID(t *testing.T) {
 		t.Errorf("by ID: %d, %v; want 1", s, err)
 	}
 }
+
+// byrowLegacy is a table whose old rows have IDs from before shardid.
+type byrowLegacy struct {
+	ID     shardid.ID
+	UserID int64 `shardid:"key"`
+}
+
+func (byrowLegacy) TableName() string { return "byrow_legacy" }
+
+// TestRouterShardOfRowLegacyID: a loaded row whose ID is legacy is routed to
+// the shard recorded for it, as ForID and the plugin route it, not to the
+// shard its bits would name; an ID between the legacy ones and the
+// layout's is refused.
+func TestRouterShardOfRowLegacyID(t *testing.T) {
+	db := openSQLite(t)
+	legacy, err := shardid.NewLegacyIDs(shardid.Instagram, frozen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := legacy.Add("byrow_legacy", 5, 2); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db}, LogicalShards: 4, Plugin: p, Legacy: legacy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := r.ShardOfRow(&byrowLegacy{ID: 5, UserID: 1}); err != nil || s != 2 {
+		t.Errorf("legacy ID 5: %d, %v; want its recorded shard 2", s, err)
+	}
+	if _, err := r.ShardOfRow(&byrowLegacy{ID: 6, UserID: 1}); !errors.Is(err, shardid.ErrInvalidID) {
+		t.Errorf("ID 6, between the legacy IDs and the layout's: %v, want ErrInvalidID", err)
+	}
+	if s, err := r.ShardOfRow(&byrowLegacy{ID: mustCompose(t, 3), UserID: 1}); err != nil || s != 3 {
+		t.Errorf("an ID of the layout: %d, %v; want 3", s, err)
+	}
+}
