@@ -133,6 +133,25 @@ func (e *multiError) Unwrap() []error { return e.errs }
 
 // keyShard is KeyShard without the argument checks.
 func keyShard(key any, shards int64, layout Layout) (int, error) {
+	// The common types without reflection, through the same functions.
+	var (
+		s   int
+		err error
+	)
+	switch k := key.(type) {
+	case int64:
+		s, _, err = shardOfInt(k, shards)
+		return s, err
+	case int:
+		s, _, err = shardOfInt(int64(k), shards)
+		return s, err
+	case string:
+		s, _, err = shardOfString(k, shards)
+		return s, err
+	case ID:
+		s, _, err = shardOfIDKey(k, layout)
+		return s, err
+	}
 	v := reflect.ValueOf(key)
 	for v.Kind() == reflect.Pointer {
 		if v.IsNil() {
@@ -148,7 +167,7 @@ func keyShard(key any, shards int64, layout Layout) (int, error) {
 		return 0, withDetail(ErrInvalidShardKey, "a key of type "+v.Type().String()+
 			": want an integer, a string, a shardid.ID or a shardid.NullID")
 	}
-	s, ok, err := shardOfKeyValue(kind, v, shards, layout)
+	s, ok, err = shardOfKeyValue(kind, v, shards, layout)
 	if err != nil {
 		return 0, err
 	}
@@ -190,11 +209,7 @@ func shardOfKeyValue(kind keyKind, v reflect.Value, shards int64, layout Layout)
 		}
 		return shardOfInt(int64(u), shards)
 	case keyString:
-		s := v.String()
-		if s == "" {
-			return 0, false, withDetail(ErrInvalidShardKey, "empty string key")
-		}
-		return int(fnv1a(s) % uint64(shards)), true, nil
+		return shardOfString(v.String(), shards)
 	case keyNullID:
 		if !v.Field(1).Bool() { // NullID.Valid, read without boxing
 			return 0, false, nil
@@ -212,6 +227,14 @@ func shardOfInt(key, shards int64) (int, bool, error) {
 		return 0, false, withDetail(ErrInvalidShardKey, "key "+strconv.FormatInt(key, 10)+" is negative")
 	}
 	return int(key % shards), true, nil
+}
+
+// shardOfString returns the shard of a string key: FNV-1a 64 of its bytes.
+func shardOfString(key string, shards int64) (int, bool, error) {
+	if key == "" {
+		return 0, false, withDetail(ErrInvalidShardKey, "empty string key")
+	}
+	return int(fnv1a(key) % uint64(shards)), true, nil
 }
 
 // shardOfIDKey returns the shard encoded in id: rows keyed by another row's
