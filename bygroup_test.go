@@ -123,6 +123,10 @@ func TestRouterCreateByShardInput(t *testing.T) {
 				t.Errorf("an array by value: %v, want ErrNotAddressable", err)
 			}
 
+			if report, err := r.CreateByShard(ctx, []ByrowPhoto{}, shardid.CreateByShardOptions{}); err != nil || len(report.Shards) != 0 {
+				t.Errorf("no rows: %+v, %v; want an empty report", report, err)
+			}
+
 			done, cancel := context.WithCancel(ctx)
 			cancel()
 			rows := []*ByrowPhoto{{UserID: 1, Caption: "one"}, {UserID: 2, Caption: "two"}}
@@ -200,4 +204,40 @@ func TestRouterCreateByShardWorkers(t *testing.T) {
 type probeRun struct {
 	met  chan struct{}
 	once sync.Once
+}
+
+// ByrowDeferred has a unique caption checked at COMMIT (PostgreSQL).
+type ByrowDeferred struct {
+	ID      shardid.ID
+	UserID  int64 `shardid:"key"`
+	Caption string
+}
+
+// TestRouterCreateByShardCommitError: a shard whose COMMIT fails (a
+// deferred unique constraint) is reported InDoubt, and is rolled back; the
+// other shard commits.
+func TestRouterCreateByShardCommitError(t *testing.T) {
+	dbs := []*gorm.DB{openPostgres(t), openSecondPostgres(t)}
+	r := byrowRouter(t, dbs)
+	for _, db := range dbs {
+		fresh(t, db, &ByrowDeferred{})
+		if err := db.Exec(`ALTER TABLE byrow_deferreds ADD CONSTRAINT byrow_deferreds_caption UNIQUE (caption) DEFERRABLE INITIALLY DEFERRED`).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := []ByrowDeferred{{UserID: 0, Caption: "x"}, {UserID: 4, Caption: "x"}, {UserID: 1, Caption: "x"}}
+	report, err := r.CreateByShard(context.Background(), rows, shardid.CreateByShardOptions{})
+	if err == nil || len(report.Shards) != 2 {
+		t.Fatalf("%v, %+v", err, report)
+	}
+	if w := report.Shards[0]; w.Shard != 0 || w.Err == nil || !w.InDoubt {
+		t.Errorf("shard 0: %+v, want a failed COMMIT, InDoubt", w)
+	}
+	if w := report.Shards[1]; w.Shard != 1 || w.Err != nil || w.InDoubt {
+		t.Errorf("shard 1: %+v, want committed", w)
+	}
+	var stored []ByrowDeferred
+	if err := dbs[0].Order("user_id").Find(&stored).Error; err != nil || len(stored) != 1 || stored[0].UserID != 1 {
+		t.Errorf("stored %+v, %v; want only user 1's row", stored, err)
+	}
 }

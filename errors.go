@@ -182,9 +182,10 @@ var (
 	// number, or a value of another type.
 	ErrInvalidIDValue = errors.New("shardid: invalid ID value in a map")
 
-	// ErrMixedShards is returned when rows given to a Router's ForRow,
-	// Create, Save or Delete belong to several shards: one statement runs on
-	// one shard. Router.CreateByShard writes such rows shard by shard.
+	// ErrMixedShards is returned when rows given to a Router's ShardOfRow,
+	// ForRow, Create, Save or Delete belong to several shards: one statement
+	// runs on one shard. Router.CreateByShard writes such rows shard by
+	// shard.
 	ErrMixedShards = errors.New("shardid: the rows belong to several shards")
 )
 
