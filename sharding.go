@@ -137,8 +137,9 @@ type Router struct {
 	smap    *shardmap.Map
 	legacy  *LegacyIDs
 	// sessions holds the prepared session of shard s on database d at
-	// d*shards+s, made when first asked for.
+	// d*shards+s, made when first asked for; pinned its pool pinned to d.
 	sessions []atomic.Pointer[gorm.DB]
+	pinned   []atomic.Pointer[routedPool]
 	stats    routerStats
 }
 
@@ -230,6 +231,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		}
 	}
 	r.sessions = make([]atomic.Pointer[gorm.DB], len(r.dbs)*r.shards)
+	r.pinned = make([]atomic.Pointer[routedPool], len(r.dbs)*r.shards)
 	for _, db := range r.dbs {
 		if err := r.register(db); err != nil {
 			return nil, err
@@ -402,8 +404,18 @@ func (r *Router) session(d, s int) *gorm.DB {
 	// pool stands for the database that holds s under the map of the
 	// moment: a session kept across a map change follows (followMap).
 	sess := r.dbs[d].Set(settingRoute, route{r: r, shard: s, db: d, schema: r.smap.Load().Schema(s)}).Session(&gorm.Session{})
-	sess.Statement.ConnPool = &routedPool{r: r, shard: s}
+	sess.Statement.ConnPool = &routedPool{r: r, shard: s, pinned: -1}
 	p.CompareAndSwap(nil, sess)
+	return p.Load()
+}
+
+// pinnedPool returns the pool of shard s pinned to database d.
+func (r *Router) pinnedPool(d, s int) *routedPool {
+	p := &r.pinned[d*r.shards+s]
+	if pool := p.Load(); pool != nil {
+		return pool
+	}
+	p.CompareAndSwap(nil, &routedPool{r: r, shard: s, pinned: d})
 	return p.Load()
 }
 

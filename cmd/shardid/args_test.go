@@ -34,7 +34,7 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"new", "-n", "0"}, "-n 0"},
 		{[]string{"new", "--layout", "nope"}, `--layout "nope"`},
 		{[]string{"new", "extra"}, `unexpected argument "extra"`},
-		{[]string{"new", "--shard", "x"}, `invalid value "x" for flag -shard`},
+		{[]string{"new", "--shard", "x"}, `invalid argument "x" for "--shard" flag: want an integer`},
 		// decode
 		{[]string{"decode", "--layout", "nope", "1"}, `--layout "nope": unknown layout (want instagram, simpleflake, simpleflake63, snowflake, sonyflake, pinterest, uuidshort)`},
 		{[]string{"decode", "--epoch", "yesterday", "1"}, `--epoch "yesterday"`},
@@ -93,10 +93,10 @@ func TestBadArguments(t *testing.T) {
 
 // --help prints no default for flags that have none.
 func TestHelpDefaults(t *testing.T) {
-	for _, c := range commands {
-		_, _, errs := shardidCmd(t, "", c.name, "--help")
-		if m := regexp.MustCompile(`\(default (0|-1|"")\)`).FindString(errs); m != "" {
-			t.Errorf("%s --help prints %s:\n%s", c.name, m, errs)
+	for _, c := range commandNames() {
+		_, out, _ := shardidCmd(t, "", c, "--help")
+		if m := regexp.MustCompile(`\(default (0|-1|"")\)`).FindString(out); m != "" {
+			t.Errorf("%s --help prints %s:\n%s", c, m, out)
 		}
 	}
 }

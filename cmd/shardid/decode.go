@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/shardid/shardid"
+	"github.com/spf13/cobra"
 )
 
 // decoded is one decoded ID, as --json prints it.
@@ -23,30 +23,42 @@ type decoded struct {
 	Local  *int64 `json:"local,omitempty"`
 }
 
-func runDecode(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("decode", "[--layout L] [--epoch E] [--json] [ID...]  (IDs from standard input when none are given)", stderr)
-	layout := fs.String("layout", "instagram", "the layout: "+decodeLayoutNames())
-	epoch := fs.String("epoch", "", "override the layout's epoch: an RFC 3339 time or Unix milliseconds")
-	asJSON := fs.Bool("json", false, "print one JSON object per ID")
-	// An argument that looks like a negative number is an ID to refuse,
-	// not a flag.
-	flags, negative := splitNegative(args, map[string]bool{"layout": true, "epoch": true})
-	if err := parse(fs, flags); err != nil {
-		return err
+func newDecodeCmd(s *streams) *cobra.Command {
+	var (
+		layout, epoch string
+		asJSON        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "decode [flags] [ID...]",
+		Short: "print the time, shard, worker and sequence of IDs",
+		Long: "decode prints the time, logical shard, worker and sequence of each ID, read from the arguments,\n" +
+			"or from standard input (one or more per line) when none is given.",
+		Example: "  shardid decode 182432091342174089\n  shardid decode --layout snowflake --json 1050118621198921728\n  psql -Atc 'SELECT id FROM photos' | shardid decode",
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			return runDecode(s, layout, epoch, asJSON, ids)
+		},
 	}
-	if *epoch != "" && (*layout == "pinterest" || *layout == "uuidshort") {
-		return badFlag("--epoch: the %s layout has no epoch", *layout)
+	fs := cmd.Flags()
+	fs.StringVar(&layout, "layout", "instagram", "the layout: "+decodeLayoutNames())
+	fs.StringVar(&epoch, "epoch", "", "override the layout's epoch: an RFC 3339 time or Unix milliseconds")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object per ID")
+	completeWords(cmd, "layout", append(sortedLayouts(), "pinterest", "uuidshort")...)
+	return cmd
+}
+
+func runDecode(s *streams, layout, epoch string, asJSON bool, ids []string) error {
+	if epoch != "" && (layout == "pinterest" || layout == "uuidshort") {
+		return badFlag("--epoch: the %s layout has no epoch", layout)
 	}
-	decode, err := decoderFor(*layout, *epoch)
+	decode, err := decoderFor(layout, epoch)
 	if err != nil {
 		return err
 	}
-	ids := append(negative, fs.Args()...)
 	if len(ids) == 0 {
-		if isTerminal(stdin) {
-			fmt.Fprintln(stderr, "shardid decode: reading IDs from the terminal, one or more per line; end with Ctrl-D (or give them as arguments)")
+		if isTerminal(s.in) {
+			fmt.Fprintln(s.err, "shardid decode: reading IDs from the terminal, one or more per line; end with Ctrl-D (or give them as arguments)")
 		}
-		sc := bufio.NewScanner(stdin)
+		sc := bufio.NewScanner(s.in)
 		for sc.Scan() {
 			ids = append(ids, strings.Fields(sc.Text())...)
 		}
@@ -58,21 +70,21 @@ func runDecode(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	failed := false
-	enc := json.NewEncoder(stdout)
-	for _, s := range ids {
-		d, err := decode(s)
+	enc := json.NewEncoder(s.out)
+	for _, id := range ids {
+		d, err := decode(id)
 		if err != nil {
-			fmt.Fprintf(stderr, "shardid decode: %s: %v\n", s, err)
+			fmt.Fprintf(s.err, "shardid decode: %s: %v\n", id, err)
 			failed = true
 			continue
 		}
-		if *asJSON {
+		if asJSON {
 			if err := enc.Encode(d); err != nil {
 				return err
 			}
 			continue
 		}
-		fmt.Fprintln(stdout, d.line())
+		fmt.Fprintln(s.out, d.line())
 	}
 	if failed {
 		return errReported
@@ -103,26 +115,32 @@ const timeFormat = "2006-01-02T15:04:05.000Z07:00" // RFC 3339 with milliseconds
 
 func ptr[T any](v T) *T { return &v }
 
-// splitNegative takes the arguments that look like negative numbers out of
-// args, up to the first argument that is not a flag. valued names the flags
-// that take a value as the next argument (--epoch -1000 is an epoch).
-func splitNegative(args []string, valued map[string]bool) (flags, negative []string) {
+// decodeArgs puts the IDs of decode's arguments after a "--", in their
+// order, so that an ID that looks like a negative number (-5) is an ID to
+// refuse, not a flag, before or after the flags. The value of --layout and
+// --epoch stays with its flag (--epoch -1000 is an epoch).
+func decodeArgs(args []string) []string {
+	var flags, ids []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
-		case a == "--" || !strings.HasPrefix(a, "-") || a == "-":
-			return append(flags, args[i:]...), negative
-		case looksNegative(a):
-			negative = append(negative, a)
-			continue
-		}
-		flags = append(flags, a)
-		if name := strings.TrimLeft(a, "-"); valued[name] && i+1 < len(args) {
-			i++
-			flags = append(flags, args[i])
+		case a == "--":
+			ids = append(ids, args[i+1:]...)
+			i = len(args)
+		case a == "-" || !strings.HasPrefix(a, "-") || looksNegative(a):
+			ids = append(ids, a)
+		default:
+			flags = append(flags, a)
+			if (a == "--layout" || a == "--epoch") && i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
 		}
 	}
-	return flags, negative
+	if len(ids) == 0 {
+		return flags
+	}
+	return append(append(flags, "--"), ids...)
 }
 
 // decoderFor returns the function that decodes an ID of the named layout.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -59,75 +58,6 @@ type demoConfig struct {
 	comments, workers    int
 	keep                 bool
 	onStage              func(stage string) // if not nil, called once migrated ("migrated")
-}
-
-func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", "[--postgres DSN | --mysql DSN | --dir DIR [--databases N]] [--shards N] [--users N] [--photos N] [--keep]", stderr)
-	var c demoConfig
-	fs.StringVar(&c.postgres, "postgres", os.Getenv("SHARDID_DEMO_POSTGRES_DSN"), "run on PostgreSQL, a schema per logical shard (demo_0000 ...)")
-	fs.StringVar(&c.mysql, "mysql", os.Getenv("SHARDID_DEMO_MYSQL_DSN"), "run on MySQL/MariaDB (tables demo_photos and demo_comments)")
-	fs.StringVar(&c.dir, "dir", "", "an existing directory for the embedded SQLite files (default: a new temporary directory)")
-	fs.IntVar(&c.databases, "databases", 4, "physical SQLite databases")
-	fs.IntVar(&c.shards, "shards", shardid.DefaultLogicalShards, "logical shards")
-	fs.IntVar(&c.users, "users", 200, "users")
-	fs.IntVar(&c.photos, "photos", 10, "photos per user")
-	fs.IntVar(&c.comments, "comments", 2, "comments per photo")
-	fs.IntVar(&c.workers, "workers", 8, "goroutines writing at once")
-	fs.BoolVar(&c.keep, "keep", false, "keep the schemas, tables or files the demo made (it removes them by default)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := c.check(fs); err != nil {
-		return err
-	}
-	// Ctrl-C stops the demo between two statements; it then drops what it
-	// made, as at its end.
-	in := onInterrupt(stderr)
-	defer in.stop()
-	in.Leaves("the demo's tables or files may be left: the next run of the demo drops them (on a server: the schemas demo_NNNN, or the tables demo_photos and demo_comments)")
-	c.onStage = func(stage string) { stageHook(stage, in) }
-	return demo(in.ctx, c, stdout)
-}
-
-// check validates the flags, each with a message that names it.
-func (c *demoConfig) check(fs *flag.FlagSet) error {
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	set := given(fs)
-	if c.postgres != "" && c.mysql != "" {
-		return badFlag("give --postgres or --mysql, not both (SHARDID_DEMO_POSTGRES_DSN and SHARDID_DEMO_MYSQL_DSN count as given)")
-	}
-	if (c.postgres != "" || c.mysql != "") && (set["dir"] || set["databases"]) {
-		return badFlag("--dir and --databases are for the embedded SQLite demo, not with --postgres or --mysql")
-	}
-	if c.dir != "" {
-		st, err := os.Stat(c.dir)
-		if err != nil {
-			return badFlag("--dir %s: %v", c.dir, err)
-		}
-		if !st.IsDir() {
-			return badFlag("--dir %s: not a directory", c.dir)
-		}
-	}
-	for _, f := range []struct {
-		name    string
-		v, lo   int
-		hi      int
-		meaning string
-	}{
-		{"shards", c.shards, 1, shardid.Instagram.Shards(), "a number of logical shards"},
-		{"databases", c.databases, 1, 64, "a number of SQLite files"},
-		{"users", c.users, 1, 1_000_000, "a number of users"},
-		{"photos", c.photos, 1, 10_000, "a number of photos per user"},
-		{"comments", c.comments, 0, 1_000, "a number of comments per photo"},
-		{"workers", c.workers, 1, 1_024, "a number of goroutines"},
-	} {
-		if err := inRange(f.name, int64(f.v), int64(f.lo), int64(f.hi), f.meaning); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func demo(ctx context.Context, c demoConfig, out io.Writer) error {
@@ -194,12 +124,19 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	}
 	defer closeAll(dbs)
 	if c.postgres != "" || c.mysql != "" {
+		// One demo at a time per database: a second one would drop the
+		// first one's tables under it.
+		lock, err := demoLock(ctx, dbs[0])
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
 		// Start from nothing, so the counts are this run's; and leave
 		// nothing behind unless asked to.
 		if n, err := dropDemo(ctx, dbs[0]); err != nil {
 			return err
 		} else if n != "" {
-			fmt.Fprintf(out, "dropped %s an earlier run of the demo left\n", n)
+			fmt.Fprintf(out, "dropped the %s an earlier run of the demo left\n", n)
 		}
 		defer func() {
 			if c.keep {
@@ -248,6 +185,12 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	}
 	err = summarize(ctx, r, layout, ids, elapsed, out)
 	printStats(out, g.Stats(), r.Stats())
+	if pattern != "" {
+		// The generator's count is the photos': the comments' IDs came
+		// from next_id() in PostgreSQL.
+		fmt.Fprintf(out, "  next_id() in PostgreSQL: %d IDs issued, the comments'; the generator's above include the %d photos'\n",
+			len(ids.comments), len(ids.photos))
+	}
 	return err
 }
 
@@ -268,7 +211,8 @@ func removeSQLite(file string) {
 
 // dropDemo drops what the demo makes on a server: on PostgreSQL the schemas
 // demo_0000 to demo_8191, on MySQL the tables demo_photos and
-// demo_comments. It returns what it dropped, or "" for nothing.
+// demo_comments. It returns what it dropped ("tables demo_photos and
+// demo_comments", "16 schemas demo_NNNN"), or "" for nothing.
 func dropDemo(ctx context.Context, db *gorm.DB) (string, error) {
 	db = db.WithContext(ctx)
 	if db.Dialector.Name() != "postgres" {
@@ -277,7 +221,7 @@ func dropDemo(ctx context.Context, db *gorm.DB) (string, error) {
 		if err != nil || n == 0 {
 			return "", err
 		}
-		return "the tables demo_photos and demo_comments", db.Exec("DROP TABLE IF EXISTS demo_comments, demo_photos").Error
+		return "tables demo_photos and demo_comments", db.Exec("DROP TABLE IF EXISTS demo_comments, demo_photos").Error
 	}
 	var schemas []string
 	if err := db.Raw(`SELECT nspname FROM pg_namespace WHERE nspname ~ '^demo_[0-9]{4}$' ORDER BY nspname`).Scan(&schemas).Error; err != nil {

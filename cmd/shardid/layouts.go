@@ -19,13 +19,16 @@ var layouts = map[string]shardid.Layout{
 	"simpleflake63": shardid.Simpleflake63,
 }
 
-func layoutNames() string {
+func layoutNames() string { return strings.Join(sortedLayouts(), ", ") }
+
+// sortedLayouts returns the names of the 64-bit layouts, sorted.
+func sortedLayouts() []string {
 	var names []string
 	for n := range layouts {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return strings.Join(names, ", ")
+	return names
 }
 
 // decodeLayoutNames are the names decode accepts: the 64-bit layouts, and

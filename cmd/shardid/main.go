@@ -1,22 +1,25 @@
 // Command shardid decodes and makes sharded IDs, prints the SQL that makes
-// them inside PostgreSQL, moves logical shards, and runs a demo of the whole
-// library.
+// them inside PostgreSQL, runs a demo of the whole library, keeps the
+// catalog of a sharded setup, and moves logical shards.
 //
-//	shardid decode [--layout L] [--epoch E] [--json] ID...
+//	shardid decode [--layout L] [--epoch E] [--json] [ID...]
 //	shardid new    [--layout L] [--shard N | --key K [--shards S]] [--worker W] [-n COUNT]
-//	shardid sql    --dialect postgres --schema NAME --shard N [--table T [--column C]] [--worker W]
+//	shardid sql    --schema NAME --shard N [--table T [--column C]] [--layout L [--worker-bits B]] [--worker W]
 //	shardid demo   [--postgres DSN | --mysql DSN | --dir DIR] [--shards N] [--users N] [--photos N] [--keep]
+//	shardid catalog init|show|set --catalog DSN ...
 //	shardid move   --catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME)
 //	shardid rebalance --catalog DSN [--by bytes|rows] [--drain NAMES | --fill NAMES] [--apply [--drop-copies]]
+//	shardid completion bash|zsh|fish|powershell
+//	shardid version
 //
-// Run "shardid COMMAND --help" for each command's flags. A wrong flag or
-// argument exits with status 2 and a message that names it; a command that
-// fails exits with status 1.
+// Run "shardid COMMAND --help" for each command's flags; help goes to
+// standard output. Flags may come before or after arguments. A wrong flag
+// or argument exits with status 2 and a message that names it; a command
+// that fails exits with status 1.
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,25 +29,11 @@ import (
 )
 
 // errFlags means the flags or arguments were wrong: the command exits 2.
-// The flag package has said why, or the error wrapping it (badFlag) says it.
+// The error wrapping it (badFlag) says why.
 var errFlags = errors.New("bad flags")
 
 // errReported means the command printed its errors and should exit 1.
 var errReported = errors.New("errors reported")
-
-type command struct {
-	name, summary string
-	run           func(args []string, stdin io.Reader, stdout, stderr io.Writer) error
-}
-
-var commands = []command{
-	{"decode", "print the time, shard, worker and sequence of IDs", runDecode},
-	{"new", "make new IDs", runNew},
-	{"sql", "print the SQL that makes IDs inside PostgreSQL", runSQL},
-	{"demo", "write and read sharded rows end to end (no server needed)", runDemo},
-	{"move", "move a logical shard to another database, every ID unchanged", runMove},
-	{"rebalance", "plan (and --apply) the moves that even out the databases", runRebalance},
-}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -52,64 +41,38 @@ func main() {
 
 // run runs the command line args and returns the exit status.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+	root, ran := newRoot(stdin, stdout, stderr)
+	if len(args) == 0 {
+		// No command is a wrong command line: the usage, on stderr.
+		fmt.Fprint(stderr, root.UsageString())
+		return 2
+	}
+	if args[0] == "decode" {
+		args = append([]string{"decode"}, decodeArgs(args[1:])...)
+	}
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
 		return 0
 	}
-	for _, c := range commands {
-		if c.name == args[0] {
-			err := c.run(args[1:], stdin, stdout, stderr)
-			switch {
-			case err == nil, errors.Is(err, flag.ErrHelp):
-				return 0
-			case errors.Is(err, errFlags):
-				if err != errFlags {
-					fmt.Fprintln(stderr, "shardid "+c.name+":", err)
-				}
-				return 2
-			case errors.Is(err, errReported):
-				return 1
-			}
-			fmt.Fprintln(stderr, "shardid "+c.name+":", err)
-			return 1
+	if errors.Is(err, errReported) {
+		return 1
+	}
+	prefix := "shardid"
+	if cmd != nil {
+		prefix = cmd.CommandPath()
+	}
+	if errors.Is(err, errFlags) || !*ran {
+		// Wrong flags or arguments, or an unknown command: cobra's own
+		// errors come before the command runs.
+		if err != errFlags {
+			fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
 		}
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", prefix)
+		return 2
 	}
-	fmt.Fprintf(stderr, "shardid: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: shardid COMMAND [flags]\n\nCommands:")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nRun 'shardid COMMAND --help' for a command's flags.")
-}
-
-// newFlagSet returns a flag set that reports to stderr and returns errors.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("shardid "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: shardid %s %s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parse parses args into fs, mapping errors to errFlags.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errFlags
-	}
-	return nil
+	fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+	return 1
 }
 
 // usageError is a wrong flag or argument, in the command's own words: the
@@ -123,18 +86,11 @@ func (e usageError) Is(target error) bool { return target == errFlags }
 func badFlag(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
 // noArgs refuses arguments left after the flags.
-func noArgs(fs *flag.FlagSet) error {
-	if fs.NArg() > 0 {
-		return badFlag("unexpected argument %q: this command takes flags only", fs.Arg(0))
+func noArgs(args []string) error {
+	if len(args) > 0 {
+		return badFlag("unexpected argument %q: this command takes flags only", args[0])
 	}
 	return nil
-}
-
-// given returns the names of the flags given on the command line.
-func given(fs *flag.FlagSet) map[string]bool {
-	m := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { m[f.Name] = true })
-	return m
 }
 
 // inRange refuses v outside [lo, hi] with a message naming the flag.
@@ -146,6 +102,19 @@ func inRange(name string, v, lo, hi int64, what string) error {
 		return badFlag("--%s %d: want %s from %d to %d", name, v, what, lo, hi)
 	}
 	return nil
+}
+
+// parseInt parses a decimal integer flag value, saying whether it is no
+// integer or one out of range.
+func parseInt(s string, bits int) (int64, error) {
+	v, err := strconv.ParseInt(s, 10, bits)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("out of range: want an integer from %d to %d", int64(-1)<<(bits-1), int64(1)<<(bits-1)-1)
+	}
+	if err != nil {
+		return 0, errors.New("want an integer")
+	}
+	return v, nil
 }
 
 // optInt is an integer flag that knows whether it was given. It has no
@@ -163,13 +132,57 @@ func (o *optInt) String() string {
 }
 
 func (o *optInt) Set(s string) error {
-	v, err := strconv.ParseInt(s, 10, 64)
+	v, err := parseInt(s, 64)
 	if err != nil {
-		return errors.New("want an integer")
+		return err
 	}
 	o.v, o.set = v, true
 	return nil
 }
+
+func (o *optInt) Type() string { return "int" }
+
+// intValue is an int flag with a default, read in decimal.
+type intValue struct{ p *int }
+
+func (v intValue) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v intValue) Set(s string) error {
+	n, err := parseInt(s, strconv.IntSize)
+	if err != nil {
+		return err
+	}
+	*v.p = int(n)
+	return nil
+}
+
+func (intValue) Type() string { return "int" }
+
+// floatValue is a float64 flag.
+type floatValue struct{ p *float64 }
+
+func (v floatValue) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.FormatFloat(*v.p, 'g', -1, 64)
+}
+
+func (v floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("want a number")
+	}
+	*v.p = f
+	return nil
+}
+
+func (floatValue) Type() string { return "float" }
 
 // sqlName is what shardid accepts as a schema, table or column name.
 var sqlName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -193,7 +206,7 @@ func isTerminal(f any) bool {
 }
 
 // looksNegative reports whether s is a negative number, which the flag
-// package would take for a flag.
+// parser would take for a flag.
 func looksNegative(s string) bool {
 	return len(s) > 1 && s[0] == '-' && strings.IndexByte("0123456789", s[1]) >= 0
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +15,16 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
+
+// commandNames returns the names of shardid's commands.
+func commandNames() []string {
+	root, _ := newRoot(nil, io.Discard, io.Discard)
+	var names []string
+	for _, c := range root.Commands() {
+		names = append(names, c.Name())
+	}
+	return names
+}
 
 // shardidCmd runs the command line and returns its exit status and output.
 func shardidCmd(t *testing.T, stdin string, args ...string) (int, string, string) {
@@ -137,6 +148,7 @@ func TestSQL(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	want, _ := shardid.PostgresNextID(shardid.Instagram, "shard_0005", 5, 0)
+	want = "CREATE SCHEMA IF NOT EXISTS \"shard_0005\";\n" + want
 	def, _ := shardid.PostgresDefault("shard_0005", "photos", "id")
 	if out != want+def+"\n" {
 		t.Errorf("sql printed\n%s\nwant what the router installs\n%s%s", out, want, def)
@@ -156,9 +168,9 @@ func TestSQL(t *testing.T) {
 }
 
 func TestHelpAndUsage(t *testing.T) {
-	for _, c := range commands {
-		if code, _, errs := shardidCmd(t, "", c.name, "--help"); code != 0 || !strings.Contains(errs, "Usage: shardid "+c.name) {
-			t.Errorf("%s --help: exit %d, %q", c.name, code, errs)
+	for _, c := range commandNames() {
+		if code, out, errs := shardidCmd(t, "", c, "--help"); code != 0 || errs != "" || !strings.Contains(out, "Usage:\n  shardid "+c) {
+			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", c, code, out, errs)
 		}
 	}
 	if code, _, errs := shardidCmd(t, "", "frobnicate"); code != 2 || !strings.Contains(errs, "unknown command") {

@@ -4,36 +4,62 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
+	"github.com/spf13/cobra"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
 
-func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("move", "--catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME)", stderr)
-	catalogDSN := fs.String("catalog", "", "the DSN of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
-	table := fs.String("catalog-table", "", "the catalog table (default shardid_shard_map)")
-	var shard optInt
-	fs.Var(&shard, "shard", "the logical shard `N` to move (required)")
-	to := fs.String("to", "", "the name of the database to move it to")
-	dryRun := fs.Bool("dry-run", false, "check everything the move would check, print the plan, and change nothing")
-	abort := fs.Bool("abort", false, "lift the fence of a move that did not finish, so the shard takes writes again")
-	dropOn := fs.String("drop-copy-on", "", "drop the copy a finished move left on this database")
-	fenceFor := fs.Duration("fence-for", time.Minute, "how long the source stays fenced if the move dies")
-	batch := fs.Int("batch", 5000, "rows per copy statement")
-	if err := parse(fs, args); err != nil {
-		return err
+func newMoveCmd(s *streams) *cobra.Command {
+	var f moveFlagSet
+	cmd := &cobra.Command{
+		Use:   "move --catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME) [flags]",
+		Short: "move a logical shard to another database, every ID unchanged",
+		Long: "move copies a logical shard to another database of the catalog (shardid catalog init), checks\n" +
+			"the copy row by row, fences writes for a moment and flips the catalog, every ID unchanged.\n" +
+			"Ctrl-C stops it between two statements and cleans up; --dry-run shows the plan and any\n" +
+			"leftovers of earlier moves, --abort removes them.",
+		Example: "  shardid move --catalog \"$CATALOG\" --shard 1 --to pg2 --dry-run\n  shardid move --catalog \"$CATALOG\" --shard 1 --to pg2\n" +
+			"  shardid move --catalog \"$CATALOG\" --shard 1 --drop-copy-on pg1",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := noArgs(args); err != nil {
+				return err
+			}
+			return runMove(s, &f, cmd.Flags().Changed)
+		},
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.catalogDSN, "catalog", "", "the `DSN` of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
+	fs.StringVar(&f.table, "catalog-table", "", "the catalog table `T` (default shardid_shard_map)")
+	fs.Var(&f.shard, "shard", "the logical shard `N` to move (required)")
+	fs.StringVar(&f.to, "to", "", "the name of the database to move it to")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "check everything the move would check, print the plan, and change nothing")
+	fs.BoolVar(&f.abort, "abort", false, "lift the fence of a move that did not finish, so the shard takes writes again")
+	fs.StringVar(&f.dropOn, "drop-copy-on", "", "drop the copy a finished move left on this database")
+	fs.DurationVar(&f.fenceFor, "fence-for", time.Minute, "how long the source stays fenced if the move dies")
+	intFlag(fs, &f.batch, "batch", 5000, "rows per copy statement")
+	return cmd
+}
+
+// moveFlagSet holds move's flags.
+type moveFlagSet struct {
+	catalogDSN, table, to, dropOn string
+	shard                         optInt
+	dryRun, abort                 bool
+	fenceFor                      time.Duration
+	batch                         int
+}
+
+func runMove(ios *streams, f *moveFlagSet, changed func(string) bool) error {
+	stdout, stderr := ios.out, ios.err
+	catalogDSN, table, shard, to, dryRun, abort, dropOn, fenceFor, batch :=
+		&f.catalogDSN, &f.table, f.shard, &f.to, &f.dryRun, &f.abort, &f.dropOn, &f.fenceFor, &f.batch
 	if *catalogDSN == "" || !shard.set {
 		return badFlag("--catalog and --shard are required")
 	}
@@ -49,11 +75,10 @@ func runMove(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if actions != 1 {
 		return badFlag("give one of --to, --abort and --drop-copy-on")
 	}
-	set := given(fs)
 	if *dryRun && *to == "" {
 		return badFlag("--dry-run is for a move: give --to")
 	}
-	if *to == "" && (set["batch"] || set["fence-for"]) {
+	if *to == "" && (changed("batch") || changed("fence-for")) {
 		return badFlag("--batch and --fence-for are for a move: give --to")
 	}
 	if *batch < 1 {
@@ -302,6 +327,19 @@ func openDSN(dialect, dsn string) (*gorm.DB, error) {
 // catalogExists returns an error unless the catalog's tables exist. It only
 // reads.
 func catalogExists(ctx context.Context, db *gorm.DB, table string) error {
+	missing, err := missingCatalogTable(ctx, db, table)
+	if err != nil {
+		return err
+	}
+	if missing != "" {
+		return fmt.Errorf("--catalog: no catalog there: table %s does not exist (create it with shardid catalog init, or a program with reshard.Catalog.Save and SaveSetup)", missing)
+	}
+	return nil
+}
+
+// missingCatalogTable returns the first of the catalog's tables that does
+// not exist, or "". It only reads.
+func missingCatalogTable(ctx context.Context, db *gorm.DB, table string) (string, error) {
 	if table == "" {
 		table = "shardid_shard_map"
 	}
@@ -312,13 +350,13 @@ func catalogExists(ctx context.Context, db *gorm.DB, table string) error {
 			q = "SELECT count(*) FROM (SELECT to_regclass(?) AS t) r WHERE t IS NOT NULL"
 		}
 		if err := db.WithContext(ctx).Raw(q, t).Scan(&n).Error; err != nil {
-			return fmt.Errorf("--catalog: %w", err)
+			return "", fmt.Errorf("--catalog: %w", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("--catalog: no catalog there: table %s does not exist (a program writes it with reshard.Catalog.Save and SaveSetup)", t)
+			return t, nil
 		}
 	}
-	return nil
+	return "", nil
 }
 
 func closeGorm(db *gorm.DB) {

@@ -13,39 +13,69 @@ import (
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
+	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 )
 
-func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("rebalance", "--catalog DSN [--by bytes|rows] [--drain NAMES | --fill NAMES] [--save-plan FILE | --plan FILE] [--apply [--drop-copies]]", stderr)
-	catalogDSN := fs.String("catalog", "", "the DSN of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
-	table := fs.String("catalog-table", "", "the catalog table (default shardid_shard_map)")
-	by := fs.String("by", "bytes", "what to even out: bytes or rows")
-	exact := fs.Bool("exact", false, "count rows exactly (reads every table) instead of the databases' estimates")
-	maxMoves := fs.Int("max-moves", 0, "at most this many moves (0: no cap)")
-	tolerance := fs.Float64("tolerance", 0.05, "how uneven the databases may stay, as a fraction of the mean (0 to 1)")
-	drain := fs.String("drain", "", "comma-separated databases to empty (all their shards move away, none moves onto them)")
-	fill := fs.String("fill", "", "comma-separated databases that are the only ones shards move onto (a new, empty database)")
-	planIn := fs.String("plan", "", "carry out (with --apply) or print the plan saved in this JSON file, instead of planning")
-	planOut := fs.String("save-plan", "", "save the plan to this JSON file, to review it and --apply exactly it later")
-	apply := fs.Bool("apply", false, "carry the plan out, move by move (without it: print the plan and change nothing)")
-	batch := fs.Int("batch", 5000, "rows per copy statement (with --apply)")
-	fenceFor := fs.Duration("fence-for", time.Minute, "how long a source stays fenced if a move dies (with --apply)")
-	dropCopies := fs.Bool("drop-copies", false, "drop each moved shard's old copy, --drop-delay after its move (with --apply)")
-	dropDelay := fs.Duration("drop-delay", 10*time.Second, "how long routers get to follow the new map before an old copy is dropped (with --drop-copies)")
-	if err := parse(fs, args); err != nil {
-		return err
+func newRebalanceCmd(s *streams) *cobra.Command {
+	var f rebalanceFlagSet
+	cmd := &cobra.Command{
+		Use:   "rebalance --catalog DSN [--by bytes|rows] [--drain NAMES | --fill NAMES] [--save-plan FILE | --plan FILE] [--apply [--drop-copies]] [flags]",
+		Short: "plan (and --apply) the moves that even out the databases",
+		Long: "rebalance measures every logical shard of the catalog (shardid catalog init) and plans the moves\n" +
+			"that even out the databases, or that empty some (--drain) or fill new ones (--fill). It prints\n" +
+			"the plan and changes nothing, unless --apply, which makes the moves one by one as shardid move does.",
+		Example: "  shardid rebalance --catalog \"$CATALOG\" --fill pg3 --save-plan plan.json\n  shardid rebalance --catalog \"$CATALOG\" --plan plan.json --apply",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := noArgs(args); err != nil {
+				return err
+			}
+			return runRebalance(s, &f, cmd.Flags().Changed)
+		},
 	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	set := given(fs)
+	fs := cmd.Flags()
+	fs.StringVar(&f.catalogDSN, "catalog", "", "the `DSN` of the catalog database (PostgreSQL, or MySQL with user@tcp(...)/db) (required)")
+	fs.StringVar(&f.table, "catalog-table", "", "the catalog table `T` (default shardid_shard_map)")
+	fs.StringVar(&f.by, "by", "bytes", "what to even out: bytes or rows")
+	fs.BoolVar(&f.exact, "exact", false, "count rows exactly (reads every table) instead of the databases' estimates")
+	intFlag(fs, &f.maxMoves, "max-moves", 0, "at most this many moves (0: no cap)")
+	f.tolerance = 0.05
+	fs.Var(floatValue{&f.tolerance}, "tolerance", "how uneven the databases may stay, as a fraction of the mean (0 to 1)")
+	fs.StringVar(&f.drain, "drain", "", "comma-separated databases to empty (all their shards move away, none moves onto them)")
+	fs.StringVar(&f.fill, "fill", "", "comma-separated databases that are the only ones shards move onto (a new, empty database)")
+	fs.StringVar(&f.planIn, "plan", "", "carry out (with --apply) or print the plan saved in this JSON file, instead of planning")
+	fs.StringVar(&f.planOut, "save-plan", "", "save the plan to this JSON file, to review it and --apply exactly it later")
+	fs.BoolVar(&f.apply, "apply", false, "carry the plan out, move by move (without it: print the plan and change nothing)")
+	intFlag(fs, &f.batch, "batch", 5000, "rows per copy statement (with --apply)")
+	fs.DurationVar(&f.fenceFor, "fence-for", time.Minute, "how long a source stays fenced if a move dies (with --apply)")
+	fs.BoolVar(&f.dropCopies, "drop-copies", false, "drop each moved shard's old copy, --drop-delay after its move (with --apply)")
+	fs.DurationVar(&f.dropDelay, "drop-delay", 10*time.Second, "how long routers get to follow the new map before an old copy is dropped (with --drop-copies)")
+	completeWords(cmd, "by", "bytes", "rows")
+	cmd.MarkFlagFilename("plan", "json")
+	cmd.MarkFlagFilename("save-plan", "json")
+	return cmd
+}
+
+// rebalanceFlagSet holds rebalance's flags.
+type rebalanceFlagSet struct {
+	catalogDSN, table, by, drain, fill, planIn, planOut string
+	exact, apply, dropCopies                            bool
+	maxMoves, batch                                     int
+	tolerance                                           float64
+	fenceFor, dropDelay                                 time.Duration
+}
+
+func runRebalance(s *streams, f *rebalanceFlagSet, changed func(string) bool) error {
+	stdout := s.out
+	catalogDSN, table, by, exact, maxMoves, tolerance, drain, fill, planIn, planOut, apply, batch, fenceFor, dropCopies, dropDelay :=
+		&f.catalogDSN, &f.table, &f.by, &f.exact, &f.maxMoves, &f.tolerance, &f.drain, &f.fill, &f.planIn, &f.planOut, &f.apply, &f.batch,
+		&f.fenceFor, &f.dropCopies, &f.dropDelay
 	if *catalogDSN == "" {
 		return badFlag("--catalog is required")
 	}
 	if *planIn != "" {
 		for _, f := range []string{"by", "exact", "max-moves", "tolerance", "drain", "fill", "save-plan"} {
-			if set[f] {
+			if changed(f) {
 				return badFlag("--%s is for making a plan: --plan %s reads one made already", f, *planIn)
 			}
 		}
@@ -60,11 +90,11 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return badFlag("--tolerance %v: want a fraction above 0, at most 1", *tolerance)
 	}
 	for _, f := range []string{"batch", "fence-for", "drop-copies", "drop-delay"} {
-		if set[f] && !*apply {
+		if changed(f) && !*apply {
 			return badFlag("--%s is for carrying a plan out: give --apply", f)
 		}
 	}
-	if set["drop-delay"] && !*dropCopies {
+	if changed("drop-delay") && !*dropCopies {
 		return badFlag("--drop-delay is for --drop-copies")
 	}
 	if *batch < 1 {
@@ -98,7 +128,7 @@ func runRebalance(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	// Ctrl-C stops the run between two statements: the move under way
 	// leaves its shard where it was and drops the copy it was building, and
 	// the command can be run again.
-	in := onInterrupt(stderr)
+	in := onInterrupt(s.err)
 	defer in.stop()
 	ctx := in.ctx
 	cl, err := loadCatalog(ctx, *catalogDSN, *table)

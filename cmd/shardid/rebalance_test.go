@@ -43,7 +43,7 @@ func TestRebalanceBadArguments(t *testing.T) {
 		{[]string{"--catalog", "x", "now"}, `unexpected argument "now"`},
 		{[]string{"--catalog", "x", "--plan", "p.json", "--by", "rows"}, "--by is for making a plan: --plan p.json reads one made already"},
 		{[]string{"--catalog", "x", "--plan", "p.json", "--save-plan", "q.json"}, "--save-plan is for making a plan"},
-		{[]string{"--catalog", "x", "--max-moves", "many"}, `invalid value "many" for flag -max-moves`},
+		{[]string{"--catalog", "x", "--max-moves", "many"}, `invalid argument "many" for "--max-moves" flag: want an integer`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errs := shardidCmd(t, "", append([]string{"rebalance"}, tc.args...)...)
