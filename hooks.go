@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/shardid/shardid/internal/routesql"
 	"github.com/shardid/shardid/shardmap"
 	"gorm.io/gorm"
 )
@@ -13,12 +13,14 @@ import (
 // FenceMessage is the error message that the triggers fencing a logical
 // shard's tables for a move raise (package reshard installs them). A
 // routed write that fails with it fails with ErrShardMoving.
-const FenceMessage = "shardid: shard is fenced for a move"
+const FenceMessage = routesql.FenceMessage
 
 // markMoving turns the fence's error into ErrShardMoving. It is registered
-// after GORM's create, update and delete callbacks.
+// after GORM's create, update and delete callbacks. The fence's error is
+// told by its message (routesql.IsFence), as the database/sql and pgx
+// routers tell it.
 func markMoving(db *gorm.DB) {
-	if db.Error != nil && !errors.Is(db.Error, ErrShardMoving) && strings.Contains(db.Error.Error(), FenceMessage) {
+	if db.Error != nil && !errors.Is(db.Error, ErrShardMoving) && routesql.IsFence(db.Error) {
 		db.Error = errors.Join(ErrShardMoving, db.Error)
 	}
 }

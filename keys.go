@@ -25,10 +25,10 @@ import (
 //   - an ID: the shard it names, decoded with layout (the zero Layout means
 //     Instagram), so that a comment keyed by its photo's ID lands with the
 //     photo. A zero or negative ID is ErrInvalidShardKey.
-//   - a NullID: the same when it is Valid.
+//   - a NullID: the same when it is Valid and not zero.
 //   - a pointer to any of these.
 //
-// A nil pointer or a NULL NullID is no key: ErrNoShardKey (the plugin puts
+// A nil pointer or a NULL (or zero) NullID is no key: ErrNoShardKey (the plugin puts
 // such a row on PluginConfig.DefaultShard, or refuses it when Strict). A key
 // of another type ([]byte, a float, a struct) is ErrInvalidShardKey naming
 // the type. A string is always hashed, even "42": a key is given as a value
@@ -211,7 +211,7 @@ func shardOfKeyValue(kind keyKind, v reflect.Value, shards int64, layout Layout)
 	case keyString:
 		return shardOfString(v.String(), shards)
 	case keyNullID:
-		if !v.Field(1).Bool() { // NullID.Valid, read without boxing
+		if !v.Field(1).Bool() || v.Field(0).Int() == 0 { // NullID.Valid and .ID, read without boxing: 0 is NULL
 			return 0, false, nil
 		}
 		return shardOfIDKey(ID(v.Field(0).Int()), layout)

@@ -1,25 +1,19 @@
 package shardid
 
-import "errors"
+import (
+	"errors"
 
-// sqlStater is what a driver's error offers when it carries a SQLSTATE, as
-// pgx's *pgconn.PgError does; matching it spares the root package a driver
-// import.
-type sqlStater interface{ SQLState() string }
+	"github.com/shardid/shardid/internal/routesql"
+)
 
 // hintPooler returns err with ErrPooledPreparedStatement added when err is
 // PostgreSQL's "prepared statement already exists" (42P05) or "does not
 // exist" (26000), and err unchanged otherwise.
 func hintPooler(err error) error {
-	var s sqlStater
-	if !errors.As(err, &s) || errors.Is(err, ErrPooledPreparedStatement) {
+	if !routesql.IsPooledStatement(err) || errors.Is(err, ErrPooledPreparedStatement) {
 		return err
 	}
-	switch s.SQLState() {
-	case "42P05", "26000":
-		return &pooledStatementError{err}
-	}
-	return err
+	return &pooledStatementError{err}
 }
 
 // pooledStatementError is a driver's error that ErrPooledPreparedStatement

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/shardid/shardid/internal/routesql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -73,32 +73,22 @@ func (r *Router) Table(shard int, table string) string {
 
 // routeSQL puts the raw SQL of a routed statement in its shard: it replaces
 // SchemaPlaceholder, and refuses SQL that would not reach the shard's tables.
+// The rewrite and the check are the ones every router shares
+// (internal/routesql).
 func routeSQL(db *gorm.DB, rt route) {
-	text := db.Statement.SQL.String()
 	schema := rt.schema
-	if strings.Contains(text, SchemaPlaceholder) {
-		if schema == "" {
-			text = strings.ReplaceAll(text, SchemaPlaceholder+".", "")
-			if strings.Contains(text, SchemaPlaceholder) {
-				refuseSQL(db, rt, "the router has no SchemaPattern, so "+SchemaPlaceholder+
-					" names no schema: write "+SchemaPlaceholder+".table, which becomes table")
-				return
-			}
-		} else {
-			text = strings.ReplaceAll(text, SchemaPlaceholder, db.Statement.Quote(schema))
+	quote := func(name string) string { return db.Statement.Quote(name) }
+	text, why := routesql.Rewrite(db.Statement.SQL.String(), schema, "", quote, !unroutedAllowed(db.Statement))
+	if why != "" {
+		if schema != "" && !strings.Contains(db.Statement.SQL.String(), SchemaPlaceholder) {
+			why = "name the shard's tables " + SchemaPlaceholder + ".table (or with Router.Table), " +
+				"or run SQL that names no table of the shard through shardid.AllowUnroutedSQL"
 		}
-		db.Statement.SQL.Reset()
-		db.Statement.SQL.WriteString(text)
+		refuseSQL(db, rt, why)
 		return
 	}
-	if schema == "" || namesSchema(text, schema) {
-		return
-	}
-	if unroutedAllowed(db.Statement) {
-		return
-	}
-	refuseSQL(db, rt, "name the shard's tables "+SchemaPlaceholder+".table (or with Router.Table), "+
-		"or run SQL that names no table of the shard through shardid.AllowUnroutedSQL")
+	db.Statement.SQL.Reset()
+	db.Statement.SQL.WriteString(text)
 }
 
 // qualifyFrom is the clause builder of FROM on a router's databases: in a
@@ -170,52 +160,12 @@ func refuseSQL(db *gorm.DB, rt route, fix string) {
 }
 
 // sqlStart returns the first 80 bytes or so of text, for an error message.
-func sqlStart(text string) string {
-	const limit = 80
-	if len(text) <= limit {
-		return text
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(text[cut]) {
-		cut--
-	}
-	return text[:cut] + "…"
-}
+func sqlStart(text string) string { return routesql.Start(text) }
 
 // namesSchema reports whether text names schema as the qualifier of a name:
 // schema.x, "schema".x or `schema`.x, with schema not the tail of a longer
 // identifier (shard_5 in xshard_5.t) nor inside a string literal's quote.
-func namesSchema(text, schema string) bool {
-	for i := 0; i < len(text); {
-		j := strings.Index(text[i:], schema)
-		if j < 0 {
-			return false
-		}
-		start, end := i+j, i+j+len(schema)
-		i = start + 1
-		var before byte
-		if start > 0 {
-			before = text[start-1]
-		}
-		switch before {
-		case '"', '`':
-			if end+1 < len(text) && text[end] == before && text[end+1] == '.' {
-				return true
-			}
-		case '\'':
-		default:
-			if !identByte(before) && end < len(text) && text[end] == '.' {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// identByte reports whether c may be part of an unquoted identifier.
-func identByte(c byte) bool {
-	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
-}
+func namesSchema(text, schema string) bool { return routesql.NamesSchema(text, schema) }
 
 // nameShardRow is nameShard for Row and Rows. Row keeps its error in the
 // *sql.Row it returns, and GORM returns a nil *sql.Row for a statement that

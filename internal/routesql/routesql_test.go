@@ -1,0 +1,50 @@
+package routesql
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func pq(s string) string { return `"` + s + `"` }
+
+func TestRewrite(t *testing.T) {
+	for _, c := range []struct {
+		text, schema, alias string
+		check               bool
+		want                string
+		refused             bool
+	}{
+		{"SELECT * FROM {{schema}}.photos", "shard_0005", "", true, `SELECT * FROM "shard_0005".photos`, false},
+		{"SELECT * FROM {{schema}}.photos", "", "", true, "SELECT * FROM photos", false},
+		{"SELECT '{{schema}}'", "", "", true, "SELECT '{{schema}}'", true},
+		{"SELECT * FROM photos", "shard_0005", "", true, "SELECT * FROM photos", true},
+		{"SELECT * FROM photos", "shard_0005", "", false, "SELECT * FROM photos", false},
+		{"SELECT * FROM photos", "", "", true, "SELECT * FROM photos", false},
+		{"SELECT * FROM shard_0005.photos", "shard_0005", "", true, "SELECT * FROM shard_0005.photos", false},
+		{"SELECT * FROM app.photos JOIN app.users u ON true", "shard_0005", "app", true, `SELECT * FROM "shard_0005".photos JOIN "shard_0005".users u ON true`, false},
+		{`SELECT * FROM "app".photos, myapp.x, 'app.y'`, "shard_0005", "app", true, `SELECT * FROM "shard_0005".photos, myapp.x, 'app.y'`, false},
+		{"SELECT * FROM app.photos WHERE app.photos.id = 1", "", "app", true, "SELECT * FROM photos WHERE photos.id = 1", false},
+		{"SELECT * FROM `app`.photos", "", "app", true, "SELECT * FROM photos", false},
+		{"SELECT * FROM myapp.photos", "shard_0005", "app", true, "SELECT * FROM myapp.photos", true},
+	} {
+		got, why := Rewrite(c.text, c.schema, c.alias, pq, c.check)
+		if got != c.want || (why != "") != c.refused {
+			t.Errorf("Rewrite(%q, %q, %q) = %q, %q; want %q, refused %v", c.text, c.schema, c.alias, got, why, c.want, c.refused)
+		}
+	}
+}
+
+type stateErr string
+
+func (e stateErr) Error() string    { return "state " + string(e) }
+func (e stateErr) SQLState() string { return string(e) }
+
+func TestErrors(t *testing.T) {
+	if !IsFence(fmt.Errorf("ERROR: %s (SQLSTATE 55000)", FenceMessage)) || IsFence(errors.New("other")) || IsFence(nil) {
+		t.Error("IsFence")
+	}
+	if !IsPooledStatement(fmt.Errorf("x: %w", stateErr("42P05"))) || !IsPooledStatement(stateErr("26000")) || IsPooledStatement(stateErr("23505")) {
+		t.Error("IsPooledStatement")
+	}
+}

@@ -1,0 +1,563 @@
+// Package shardpgx routes native pgx (pgxpool) to logical shards, as
+// shardid.Router does for GORM and package shardsql for database/sql: by
+// ID, by key or by shard number to the pool of the database that holds the
+// shard, with its tables qualified by the shard's schema.
+//
+// A Router is built on a *shardmap.Map, the routing map that the other
+// routers and package reshard can share (see package shardgorm): every
+// route is read from the map when it is asked for, so a shard moved or a
+// catalog followed reaches this router at once.
+//
+// ForShard, ForID and ForKey return a Shard: the *pgxpool.Pool, the shard's
+// number, schema and database name. Its Exec, Query, QueryRow, CopyFrom and
+// SendBatch (the DBTX of sqlc's pgx/v5 code) run SQL in the shard:
+//
+//	sh := router.ForID(id)
+//	err := sh.QueryRow(ctx, "SELECT title FROM {{schema}}.photos WHERE id = $1", id).Scan(&title)
+//
+// Raw SQL names the shard's tables with shardid.SchemaPlaceholder
+// ({{schema}}.photos), with Config.SchemaAlias (app.photos, which sqlc can
+// parse), or as Shard.Table gives them. Nothing is set on the connection
+// (no search_path), so a transaction pooler (PgBouncer) serves it, with
+// the query execution mode it needs (see shardid.ErrPooledPreparedStatement).
+// SQL that names none of these on a map with a SchemaPattern is refused with
+// shardid.ErrUnroutedSQL; Shard.Unrouted lets through SQL that names no
+// table of the shard.
+//
+// Every error, those of Row.Scan, Rows.Scan and Rows.Err included, is a
+// *shardid.ShardError naming the logical shard and the database:
+// errors.Is finds shardid.ErrShardMoving when a move's fence refused a
+// write, and errors.As pgx's *pgconn.PgError through it.
+package shardpgx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/routesql"
+	"github.com/shardid/shardid/shardmap"
+)
+
+// Config configures a Router.
+type Config struct {
+	// Pools are the physical databases, one per name in the map's
+	// Databases, in that order. Required.
+	Pools []*pgxpool.Pool
+
+	// Map is the routing map. Required.
+	Map *shardmap.Map
+
+	// Layout decodes IDs for ForID. If it is the zero Layout, Instagram.
+	Layout shardid.Layout
+
+	// SchemaAlias, if not empty, is a schema name that queries may use for
+	// the shard's schema, as "app" in SELECT * FROM app.photos: each
+	// statement gets the shard's schema in its place. It must match
+	// [a-z_][a-z0-9_]* and be no shard's own schema.
+	SchemaAlias string
+}
+
+// Router routes pgx to logical shards. It is safe for concurrent use, and
+// follows changes of its map at once.
+type Router struct {
+	pools  []*pgxpool.Pool
+	m      *shardmap.Map
+	layout shardid.Layout
+	alias  string
+	routes atomic.Pointer[routes]       // of the map's version of the moment
+	tables atomic.Pointer[[]tableNames] // copy on write: a few fixed names, scanned
+}
+
+// routes is the route of every logical shard under one version of the map,
+// built once per version: ForShard is then an index.
+type routes struct {
+	v      *shardmap.Version
+	shards []Shard
+}
+
+// load returns the routes of the map's current version.
+func (r *Router) load() *routes {
+	v := r.m.Load()
+	if rt := r.routes.Load(); rt != nil && rt.v == v {
+		return rt
+	}
+	rt := &routes{v: v, shards: make([]Shard, v.LogicalShards())}
+	for s := range rt.shards {
+		rt.shards[s] = Shard{Pool: r.pools[v.DB(s)], Shard: s, Schema: v.Schema(s), Database: v.Database(s), r: r}
+	}
+	r.routes.Store(rt)
+	return rt
+}
+
+// New validates cfg and returns a router. A configuration that cannot work
+// gives an error matching shardid.ErrInvalidConfig.
+func New(cfg Config) (*Router, error) {
+	bad := func(format string, args ...any) (*Router, error) {
+		return nil, fmt.Errorf("%w: shardpgx: %s", shardid.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if cfg.Map == nil {
+		return bad("no Map")
+	}
+	if n := len(cfg.Map.Databases()); len(cfg.Pools) != n {
+		return bad("%d pools for a map of %d databases", len(cfg.Pools), n)
+	}
+	for i, p := range cfg.Pools {
+		if p == nil {
+			return bad("pool %d is nil", i)
+		}
+	}
+	r := &Router{pools: append([]*pgxpool.Pool(nil), cfg.Pools...), m: cfg.Map, layout: cfg.Layout, alias: cfg.SchemaAlias}
+	if r.layout == (shardid.Layout{}) {
+		r.layout = shardid.Instagram
+	}
+	if n := cfg.Map.LogicalShards(); n > r.layout.Shards() {
+		return bad("the map has %d logical shards, the layout %d", n, r.layout.Shards())
+	}
+	if a := cfg.SchemaAlias; a != "" {
+		if _, err := shardmap.Schemas(a+"%d", 1); err != nil || strings.Contains(a, "%") {
+			return bad("SchemaAlias %q: want a name matching [a-z_][a-z0-9_]*", a)
+		}
+		for s := range cfg.Map.LogicalShards() {
+			if cfg.Map.SchemaOf(s) == a {
+				return bad("SchemaAlias %q is the schema of shard %d", a, s)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Map returns the router's routing map.
+func (r *Router) Map() *shardmap.Map { return r.m }
+
+// Pools returns the physical databases, in the order of the map's
+// Databases.
+func (r *Router) Pools() []*pgxpool.Pool { return append([]*pgxpool.Pool(nil), r.pools...) }
+
+// Layout returns the layout ForID decodes IDs with.
+func (r *Router) Layout() shardid.Layout { return r.layout }
+
+// SchemaAlias returns Config.SchemaAlias.
+func (r *Router) SchemaAlias() string { return r.alias }
+
+// LogicalShards returns the number of logical shards.
+func (r *Router) LogicalShards() int { return r.m.LogicalShards() }
+
+// ForShard returns the route of logical shard n under the map of the
+// moment. For a shard out of range, the Shard carries an error matching
+// shardid.ErrShardRange, which each of its methods returns.
+func (r *Router) ForShard(n int) Shard {
+	rt := r.load()
+	if n < 0 || n >= len(rt.shards) {
+		return Shard{Shard: n, r: r, err: &shardid.ShardError{Shard: n, Database: "none",
+			Err: fmt.Errorf("%w: %d is not in [0, %d)", shardid.ErrShardRange, n, len(rt.shards))}}
+	}
+	return rt.shards[n]
+}
+
+// ForID returns the route of the shard that id names.
+func (r *Router) ForID(id shardid.ID) Shard { return r.ForShard(r.layout.Decompose(id).Shard) }
+
+// ForKey returns the route of the shard of an integer sharding key,
+// key % LogicalShards. A negative key gives a Shard that carries
+// shardid.ErrShardRange.
+func (r *Router) ForKey(key int64) Shard {
+	if key < 0 {
+		return r.ForShard(-1)
+	}
+	return r.ForShard(int(key % int64(r.m.LogicalShards())))
+}
+
+// ShardOf returns the logical shard id names.
+func (r *Router) ShardOf(id shardid.ID) int { return r.layout.Decompose(id).Shard }
+
+// Shard is the route of one logical shard, as the map had it when ForShard,
+// ForID or ForKey made it: take a new one for each unit of work rather
+// than keeping one across a move.
+type Shard struct {
+	// Pool is the pool of the database that holds the shard.
+	Pool *pgxpool.Pool
+	// Shard is the logical shard, or -1 for a route to a whole database
+	// (Gather without PerShard on a map without SchemaPattern).
+	Shard int
+	// Schema is the schema of the shard's tables, or "" when they are the
+	// database's own.
+	Schema string
+	// Database is the name of the database in the map.
+	Database string
+
+	r        *Router
+	err      error
+	unrouted bool
+}
+
+// Err returns the error the Shard carries (a shard out of range, or a
+// Shard that no Router made), or nil.
+func (s Shard) Err() error {
+	if s.err == nil && s.r == nil {
+		return errZeroShard
+	}
+	return s.err
+}
+
+// errZeroShard is the error of a Shard that no Router made.
+var errZeroShard = fmt.Errorf("%w: a Shard that no Router made: use Router.ForShard, ForID or ForKey", shardid.ErrInvalidConfig)
+
+// Table returns the name of table in the shard: schema.table, or table
+// alone when the shard's tables are the database's own.
+func (s Shard) Table(table string) string {
+	if s.Schema == "" {
+		return table
+	}
+	// The names are made once per table name and kept by the router, so a
+	// route and its table cost no allocation: pass the fixed names of the
+	// schema's tables, not names made up at run time.
+	return s.r.tableNames(table)[s.Shard]
+}
+
+// tableNames is a table's name in each shard's schema.
+type tableNames struct {
+	table string
+	names []string
+}
+
+// tableNames returns table's name in each shard's schema, made once.
+func (r *Router) tableNames(table string) []string {
+	for {
+		cur := r.tables.Load()
+		if cur != nil {
+			for _, t := range *cur {
+				if t.table == table {
+					return t.names
+				}
+			}
+		}
+		names := make([]string, r.m.LogicalShards())
+		for i := range names {
+			if schema := r.m.SchemaOf(i); schema != "" {
+				names[i] = schema + "." + table
+			}
+		}
+		var next []tableNames
+		if cur != nil {
+			next = append(next, *cur...)
+		}
+		next = append(next, tableNames{table, names})
+		if r.tables.CompareAndSwap(cur, &next) {
+			return names
+		}
+	}
+}
+
+// Unrouted returns s with the check of unrouted SQL turned off, for SQL
+// that names no table of the shard (SELECT now()).
+func (s Shard) Unrouted() Shard {
+	s.unrouted = true
+	return s
+}
+
+// SQL returns query as the shard runs it, or refuses unrouted SQL with
+// shardid.ErrUnroutedSQL in a *shardid.ShardError.
+func (s Shard) SQL(query string) (string, error) {
+	if err := s.Err(); err != nil {
+		return "", err
+	}
+	text, why := routesql.Rewrite(query, s.Schema, s.r.alias, quote, !s.unrouted && s.r.m.SchemaPattern() != "")
+	if why != "" {
+		return "", s.Wrap(fmt.Errorf("%w: %q: %s", shardid.ErrUnroutedSQL, routesql.Start(query), why))
+	}
+	return text, nil
+}
+
+func quote(name string) string { return routesql.Quote("postgres", name) }
+
+// Wrap returns err as a *shardid.ShardError of s (nil for nil, err itself
+// when it is one already), with shardid.ErrShardMoving joined when it is
+// the fence of a move and shardid.ErrPooledPreparedStatement when a
+// transaction pooler lost a prepared statement.
+func (s Shard) Wrap(err error) error { return wrap(s.Shard, s.Database, err) }
+
+func wrap(shard int, database string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if se, ok := err.(*shardid.ShardError); ok {
+		return se
+	}
+	return &shardid.ShardError{Shard: shard, Database: database, Err: Classify(err)}
+}
+
+// Classify returns err with shardid.ErrShardMoving joined when it is the
+// error a move's fence raised, with shardid.ErrPooledPreparedStatement
+// joined when PostgreSQL reports a prepared statement a transaction pooler
+// lost, and err unchanged otherwise.
+func Classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case routesql.IsFence(err) && !errors.Is(err, shardid.ErrShardMoving):
+		return &classified{kind: shardid.ErrShardMoving, err: err}
+	case routesql.IsPooledStatement(err) && !errors.Is(err, shardid.ErrPooledPreparedStatement):
+		return &classified{kind: shardid.ErrPooledPreparedStatement, err: err}
+	}
+	return err
+}
+
+type classified struct{ kind, err error }
+
+func (e *classified) Error() string   { return e.kind.Error() + ": " + e.err.Error() }
+func (e *classified) Unwrap() []error { return []error{e.kind, e.err} }
+
+// querier is what a pool and a transaction share.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
+}
+
+func (s Shard) exec(ctx context.Context, q querier, query string, args []any) (pgconn.CommandTag, error) {
+	text, err := s.SQL(query)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := q.Exec(ctx, text, args...)
+	return tag, s.Wrap(err)
+}
+
+func (s Shard) query(ctx context.Context, q querier, query string, args []any) (pgx.Rows, error) {
+	text, err := s.SQL(query)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, text, args...)
+	if err != nil {
+		return nil, s.Wrap(err)
+	}
+	return &shardRows{Rows: rows, sh: s}, nil
+}
+
+func (s Shard) queryRow(ctx context.Context, q querier, query string, args []any) pgx.Row {
+	text, err := s.SQL(query)
+	if err != nil {
+		return errRow{err}
+	}
+	return shardRow{row: q.QueryRow(ctx, text, args...), sh: s}
+}
+
+func (s Shard) copyFrom(ctx context.Context, q querier, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if len(table) == 1 && s.Schema != "" {
+		table = pgx.Identifier{s.Schema, table[0]}
+	} else if len(table) == 2 && s.r.alias != "" && table[0] == s.r.alias {
+		table = pgx.Identifier{table[1]}
+		if s.Schema != "" {
+			table = pgx.Identifier{s.Schema, table[0]}
+		}
+	} else if len(table) != 1 && !(len(table) == 2 && table[0] == s.Schema) {
+		return 0, s.Wrap(fmt.Errorf("%w: COPY into %s: name the table alone, or in the shard's schema", shardid.ErrUnroutedSQL, table.Sanitize()))
+	}
+	n, err := q.CopyFrom(ctx, table, columns, src)
+	return n, s.Wrap(err)
+}
+
+// Exec runs query in the shard.
+func (s Shard) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	if err := s.Err(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return s.exec(ctx, s.Pool, query, args)
+}
+
+// Query runs query in the shard. The errors of the rows' Scan, Values and
+// Err are *shardid.ShardError too.
+func (s Shard) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	return s.query(ctx, s.Pool, query, args)
+}
+
+// QueryRow runs query in the shard; the error of Scan is a
+// *shardid.ShardError (errors.Is(err, pgx.ErrNoRows) holds for no row).
+func (s Shard) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	if err := s.Err(); err != nil {
+		return errRow{err}
+	}
+	return s.queryRow(ctx, s.Pool, query, args)
+}
+
+// CopyFrom copies rows into table of the shard: a table named alone (as
+// sqlc's :copyfrom names it) or with the router's SchemaAlias is put in the
+// shard's schema.
+func (s Shard) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	return s.copyFrom(ctx, s.Pool, table, columns, src)
+}
+
+// BeginTx begins a transaction on the shard's database. It stays there; its
+// statements run in the shard as the Shard's do.
+func (s Shard) BeginTx(ctx context.Context, opts pgx.TxOptions) (*Tx, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	tx, err := s.Pool.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, s.Wrap(err)
+	}
+	return &Tx{Tx: tx, sh: s}, nil
+}
+
+// Begin is BeginTx with default options.
+func (s Shard) Begin(ctx context.Context) (*Tx, error) { return s.BeginTx(ctx, pgx.TxOptions{}) }
+
+// String describes the route: "shard 5 (shard_0005) on db0".
+func (s Shard) String() string {
+	var b strings.Builder
+	b.WriteString("shard " + strconv.Itoa(s.Shard))
+	if s.Schema != "" {
+		b.WriteString(" (" + s.Schema + ")")
+	}
+	b.WriteString(" on " + s.Database)
+	return b.String()
+}
+
+// Tx is a transaction in one shard: its Exec, Query, QueryRow and CopyFrom
+// run in the shard and wrap errors as Shard's do (sqlc: New(tx)). The
+// embedded pgx.Tx gives the rest; SQL run through its other methods is not
+// rewritten.
+type Tx struct {
+	pgx.Tx
+	sh Shard
+}
+
+// Shard returns the route the transaction was begun on.
+func (t *Tx) Shard() Shard { return t.sh }
+
+// Exec runs query in the transaction, in its shard.
+func (t *Tx) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	return t.sh.exec(ctx, t.Tx, query, args)
+}
+
+// Query runs query in the transaction, in its shard.
+func (t *Tx) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
+	return t.sh.query(ctx, t.Tx, query, args)
+}
+
+// QueryRow runs query in the transaction, in its shard.
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return t.sh.queryRow(ctx, t.Tx, query, args)
+}
+
+// CopyFrom copies rows into table of the shard, in the transaction.
+func (t *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	return t.sh.copyFrom(ctx, t.Tx, table, columns, src)
+}
+
+// Commit commits the transaction; its error is a *shardid.ShardError.
+func (t *Tx) Commit(ctx context.Context) error { return t.sh.Wrap(t.Tx.Commit(ctx)) }
+
+// Rollback aborts the transaction; its error is a *shardid.ShardError.
+func (t *Tx) Rollback(ctx context.Context) error { return t.sh.Wrap(t.Tx.Rollback(ctx)) }
+
+// shardRows wraps the errors of rows.
+type shardRows struct {
+	pgx.Rows
+	sh Shard
+}
+
+func (r *shardRows) Err() error { return r.sh.Wrap(r.Rows.Err()) }
+
+func (r *shardRows) Scan(dest ...any) error { return r.sh.Wrap(r.Rows.Scan(dest...)) }
+
+func (r *shardRows) Values() ([]any, error) {
+	v, err := r.Rows.Values()
+	return v, r.sh.Wrap(err)
+}
+
+// shardRow wraps the error of a row.
+type shardRow struct {
+	row pgx.Row
+	sh  Shard
+}
+
+func (r shardRow) Scan(dest ...any) error { return r.sh.Wrap(r.row.Scan(dest...)) }
+
+// errRow is a row whose Scan fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// SendBatch sends the queries of b in one round trip, each in the shard
+// (the DBTX of sqlc's :batch queries). b is left as it was: a copy of its
+// queries, rewritten, is sent. The errors of the results are
+// *shardid.ShardError.
+func (s Shard) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := s.Err(); err != nil {
+		return errBatch{err}
+	}
+	return s.sendBatch(ctx, s.Pool, b)
+}
+
+func (s Shard) sendBatch(ctx context.Context, q interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, b *pgx.Batch) pgx.BatchResults {
+	routed := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(b.QueuedQueries))}
+	for i, qq := range b.QueuedQueries {
+		text, err := s.SQL(qq.SQL)
+		if err != nil {
+			return errBatch{err}
+		}
+		c := *qq
+		c.SQL = text
+		routed.QueuedQueries[i] = &c
+	}
+	return shardBatch{br: q.SendBatch(ctx, routed), sh: s}
+}
+
+// SendBatch sends the queries of b in the transaction, in its shard.
+func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.sh.sendBatch(ctx, t.Tx, b)
+}
+
+// shardBatch wraps the errors of batch results.
+type shardBatch struct {
+	br pgx.BatchResults
+	sh Shard
+}
+
+func (b shardBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.br.Exec()
+	return tag, b.sh.Wrap(err)
+}
+
+func (b shardBatch) Query() (pgx.Rows, error) {
+	rows, err := b.br.Query()
+	if err != nil {
+		return rows, b.sh.Wrap(err)
+	}
+	return &shardRows{Rows: rows, sh: b.sh}, nil
+}
+
+func (b shardBatch) QueryRow() pgx.Row { return shardRow{row: b.br.QueryRow(), sh: b.sh} }
+
+func (b shardBatch) Close() error { return b.sh.Wrap(b.br.Close()) }
+
+// errBatch is batch results that fail with err.
+type errBatch struct{ err error }
+
+func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow{b.err} }
+func (b errBatch) Close() error                     { return b.err }

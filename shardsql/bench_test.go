@@ -1,0 +1,108 @@
+package shardsql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/shardmap"
+	"github.com/shardid/shardid/shardpgx"
+	"github.com/shardid/shardid/shardsql"
+	"gorm.io/gorm"
+)
+
+// tableSink keeps the table names the benchmark makes, so they are made.
+var tableSink string
+
+// BenchmarkForID is the route from an ID to a connection and the shard's
+// table name, by each router, in one run: the GORM router's ForID (the
+// floor), shardsql's and shardpgx's ForID, and theirs with Table. 2,000
+// logical shards in schemas over 4 databases, as BenchmarkRouterForID.
+func BenchmarkForID(b *testing.B) {
+	g, _ := shardid.NewGenerator(shardid.Instagram)
+	ids := make([]shardid.ID, 4096)
+	for i := range ids {
+		ids[i], _ = g.Next(i % 2000)
+	}
+	names := []string{"db0", "db1", "db2", "db3"}
+	m, err := shardmap.New(shardmap.Config{Databases: names, LogicalShards: 2000, SchemaPattern: "shard_%04d"})
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	b.Run("gorm", func(b *testing.B) {
+		var gdbs []*gorm.DB
+		for range names {
+			gdbs = append(gdbs, testdb.OpenSQLite(b))
+		}
+		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, Names: names, LogicalShards: 2000, SchemaPattern: "shard_%04d"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if r.ForID(ids[i&4095]) == nil {
+				b.Fatal("nil")
+			}
+			i++
+		}
+	})
+
+	var dbs []*sql.DB
+	for range names {
+		db, _ := sql.Open("pgx", "host=127.0.0.1 port=1 dbname=none") // never connects
+		b.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	sr, err := shardsql.New(shardsql.Config{Databases: dbs, Map: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("shardsql", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if sr.ForID(ids[i&4095]).DB == nil {
+				b.Fatal("nil")
+			}
+			i++
+		}
+	})
+	b.Run("shardsql+Table", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			sh := sr.ForID(ids[i&4095])
+			tableSink = sh.Table("photos")
+			if sh.DB == nil {
+				b.Fatal("nil")
+			}
+			i++
+		}
+	})
+
+	var pools []*pgxpool.Pool
+	for range names {
+		p, _ := pgxpool.New(context.Background(), "host=127.0.0.1 port=1 dbname=none") // never connects
+		b.Cleanup(p.Close)
+		pools = append(pools, p)
+	}
+	pr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("shardpgx", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if pr.ForID(ids[i&4095]).Pool == nil {
+				b.Fatal("nil")
+			}
+			i++
+		}
+	})
+}

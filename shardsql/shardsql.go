@@ -1,0 +1,547 @@
+// Package shardsql routes database/sql to logical shards, as shardid.Router
+// does for GORM: by ID, by key or by shard number to the database that holds
+// the shard, with its tables qualified by the shard's schema (PostgreSQL) or
+// database (MySQL). It serves pgx's stdlib driver, go-sql-driver/mysql,
+// sqlx and sqlc-generated code alike.
+//
+// A Router is built on a *shardmap.Map, the routing map that the GORM
+// router and package reshard can share (see package shardgorm): every
+// route is read from the map when it is asked for, so a shard moved or a
+// catalog followed reaches this router at once.
+//
+// ForShard, ForID and ForKey return a Shard: the *sql.DB, the shard's
+// number, schema and database name. Its ExecContext, QueryContext,
+// QueryRowContext and PrepareContext (sqlc's DBTX) run SQL in the shard:
+//
+//	sh := router.ForID(id)
+//	row := sh.QueryRowContext(ctx, "SELECT title FROM {{schema}}.photos WHERE id = $1", id)
+//
+// Raw SQL names the shard's tables with shardid.SchemaPlaceholder
+// ({{schema}}.photos), with Config.SchemaAlias (app.photos, which sqlc can
+// parse), or as Shard.Table gives them. Nothing is set on the connection:
+// no search_path, no USE, so a transaction pooler (PgBouncer) serves it.
+// SQL that names none of these on a map with a SchemaPattern is refused
+// with shardid.ErrUnroutedSQL, since its tables would resolve outside the
+// shard; Shard.Unrouted lets through SQL that names no table of the shard.
+//
+// Every error is a *shardid.ShardError naming the logical shard and the
+// database, including the errors that Row.Scan, Rows.Next and Rows.Err
+// report: errors.Is finds shardid.ErrShardMoving when a move's fence
+// refused a write, shardid.ErrPooledPreparedStatement when a transaction
+// pooler lost a prepared statement, and the driver's error (or
+// sql.ErrNoRows) through it.
+package shardsql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/routesql"
+	"github.com/shardid/shardid/shardmap"
+)
+
+// Config configures a Router.
+type Config struct {
+	// Databases are the physical databases, one per name in the map's
+	// Databases, in that order. Required.
+	Databases []*sql.DB
+
+	// Map is the routing map. Required; share it with the other routers
+	// and with package reshard (see package shardgorm).
+	Map *shardmap.Map
+
+	// Layout decodes IDs for ForID. If it is the zero Layout, Instagram.
+	Layout shardid.Layout
+
+	// Dialect is "postgres" or "mysql" (MariaDB too). If empty, it is
+	// told from the driver of the first database: pgx's stdlib, lib/pq
+	// and go-sql-driver/mysql are known.
+	Dialect string
+
+	// SchemaAlias, if not empty, is a schema name that queries may use for
+	// the shard's schema, as "app" in SELECT * FROM app.photos: each
+	// statement gets the shard's schema in its place. It lets a tool that
+	// parses SQL against a schema file (sqlc) see real table names. It
+	// must match [a-z_][a-z0-9_]* and be no shard's own schema.
+	SchemaAlias string
+}
+
+// Router routes database/sql to logical shards. It is safe for concurrent
+// use, and follows changes of its map at once.
+type Router struct {
+	dbs     []*sql.DB
+	m       *shardmap.Map
+	layout  shardid.Layout
+	dialect string
+	alias   string
+	routes  atomic.Pointer[routes]       // of the map's version of the moment
+	tables  atomic.Pointer[[]tableNames] // copy on write: a few fixed names, scanned
+}
+
+// routes is the route of every logical shard under one version of the map,
+// built once per version: ForShard is then an index.
+type routes struct {
+	v      *shardmap.Version
+	shards []Shard
+}
+
+// load returns the routes of the map's current version.
+func (r *Router) load() *routes {
+	v := r.m.Load()
+	if rt := r.routes.Load(); rt != nil && rt.v == v {
+		return rt
+	}
+	rt := &routes{v: v, shards: make([]Shard, v.LogicalShards())}
+	for s := range rt.shards {
+		rt.shards[s] = Shard{DB: r.dbs[v.DB(s)], Shard: s, Schema: v.Schema(s), Database: v.Database(s), r: r}
+	}
+	r.routes.Store(rt)
+	return rt
+}
+
+// New validates cfg and returns a router. A configuration that cannot work
+// gives an error matching shardid.ErrInvalidConfig.
+func New(cfg Config) (*Router, error) {
+	bad := func(format string, args ...any) (*Router, error) {
+		return nil, fmt.Errorf("%w: shardsql: %s", shardid.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if cfg.Map == nil {
+		return bad("no Map")
+	}
+	if n := len(cfg.Map.Databases()); len(cfg.Databases) != n {
+		return bad("%d databases for a map of %d", len(cfg.Databases), n)
+	}
+	for i, db := range cfg.Databases {
+		if db == nil {
+			return bad("database %d is nil", i)
+		}
+	}
+	r := &Router{dbs: append([]*sql.DB(nil), cfg.Databases...), m: cfg.Map, layout: cfg.Layout, dialect: cfg.Dialect, alias: cfg.SchemaAlias}
+	if r.layout == (shardid.Layout{}) {
+		r.layout = shardid.Instagram
+	}
+	if n := cfg.Map.LogicalShards(); n > r.layout.Shards() {
+		return bad("the map has %d logical shards, the layout %d", n, r.layout.Shards())
+	}
+	if r.dialect == "" {
+		r.dialect = DialectOf(cfg.Databases[0])
+	}
+	if r.dialect != "postgres" && r.dialect != "mysql" {
+		return bad("dialect %q: want postgres or mysql (set Config.Dialect)", r.dialect)
+	}
+	if err := checkAlias(cfg.Map, cfg.SchemaAlias); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// checkAlias checks a SchemaAlias against map m.
+func checkAlias(m *shardmap.Map, alias string) error {
+	if alias == "" {
+		return nil
+	}
+	if _, err := shardmap.Schemas(alias+"%d", 1); err != nil || strings.Contains(alias, "%") {
+		return fmt.Errorf("%w: SchemaAlias %q: want a name matching [a-z_][a-z0-9_]*", shardid.ErrInvalidConfig, alias)
+	}
+	for s := range m.LogicalShards() {
+		if m.SchemaOf(s) == alias {
+			return fmt.Errorf("%w: SchemaAlias %q is the schema of shard %d", shardid.ErrInvalidConfig, alias, s)
+		}
+	}
+	return nil
+}
+
+// DialectOf tells the dialect of db from its driver: "postgres" for pgx's
+// stdlib and lib/pq, "mysql" for go-sql-driver/mysql, "" otherwise.
+func DialectOf(db *sql.DB) string {
+	t := fmt.Sprintf("%T", db.Driver())
+	switch {
+	case strings.Contains(t, "mysql"):
+		return "mysql"
+	case strings.Contains(t, "stdlib"), strings.Contains(t, "pq."), strings.Contains(t, "pgx"):
+		return "postgres"
+	}
+	return ""
+}
+
+// Map returns the router's routing map.
+func (r *Router) Map() *shardmap.Map { return r.m }
+
+// Databases returns the physical databases, in the order of the map's
+// Databases.
+func (r *Router) Databases() []*sql.DB { return append([]*sql.DB(nil), r.dbs...) }
+
+// Dialect returns "postgres" or "mysql".
+func (r *Router) Dialect() string { return r.dialect }
+
+// Layout returns the layout ForID decodes IDs with.
+func (r *Router) Layout() shardid.Layout { return r.layout }
+
+// SchemaAlias returns Config.SchemaAlias.
+func (r *Router) SchemaAlias() string { return r.alias }
+
+// LogicalShards returns the number of logical shards.
+func (r *Router) LogicalShards() int { return r.m.LogicalShards() }
+
+// ForShard returns the route of logical shard n under the map of the
+// moment. For a shard out of range, the Shard carries an error matching
+// shardid.ErrShardRange, which each of its methods returns.
+func (r *Router) ForShard(n int) Shard {
+	rt := r.load()
+	if n < 0 || n >= len(rt.shards) {
+		return Shard{Shard: n, r: r, err: &shardid.ShardError{Shard: n, Database: "none",
+			Err: fmt.Errorf("%w: %d is not in [0, %d)", shardid.ErrShardRange, n, len(rt.shards))}}
+	}
+	return rt.shards[n]
+}
+
+// ForID returns the route of the shard that id names.
+func (r *Router) ForID(id shardid.ID) Shard { return r.ForShard(r.layout.Decompose(id).Shard) }
+
+// ForKey returns the route of the shard of an integer sharding key,
+// key % LogicalShards, as the GORM plugin computes it. A negative key gives
+// a Shard that carries shardid.ErrShardRange.
+func (r *Router) ForKey(key int64) Shard {
+	if key < 0 {
+		return r.ForShard(-1)
+	}
+	return r.ForShard(int(key % int64(r.m.LogicalShards())))
+}
+
+// ShardOf returns the logical shard id names.
+func (r *Router) ShardOf(id shardid.ID) int { return r.layout.Decompose(id).Shard }
+
+// Shard is the route of one logical shard, as the map had it when ForShard,
+// ForID or ForKey made it: a statement run through it goes to that
+// database, so take a new Shard for each unit of work rather than keeping
+// one across a move. Its methods satisfy sqlc's DBTX interface (with
+// database/sql) and run SQL as the package documentation says.
+type Shard struct {
+	// DB is the database that holds the shard.
+	DB *sql.DB
+	// Shard is the logical shard, or -1 for a route to a whole database
+	// (Gather without PerShard on a map without SchemaPattern).
+	Shard int
+	// Schema is the schema (MySQL: database) of the shard's tables, or ""
+	// when they are the database's own (a shared shard, or a map without
+	// SchemaPattern).
+	Schema string
+	// Database is the name of the database in the map.
+	Database string
+
+	r        *Router
+	err      error
+	unrouted bool
+}
+
+// Err returns the error the Shard carries (a shard out of range, or a
+// Shard that no Router made), or nil.
+func (s Shard) Err() error {
+	if s.err == nil && s.r == nil {
+		return errZeroShard
+	}
+	return s.err
+}
+
+// errZeroShard is the error of a Shard that no Router made.
+var errZeroShard = fmt.Errorf("%w: a Shard that no Router made: use Router.ForShard, ForID or ForKey", shardid.ErrInvalidConfig)
+
+// Table returns the name of table in the shard: schema.table, as
+// shard_0005.photos, or table alone when the shard's tables are the
+// database's own. SQL that names its tables with it passes the check of
+// unrouted SQL.
+func (s Shard) Table(table string) string {
+	if s.Schema == "" {
+		return table
+	}
+	// The names are made once per table name and kept by the router, so a
+	// route and its table cost no allocation: pass the fixed names of the
+	// schema's tables, not names made up at run time.
+	return s.r.tableNames(table)[s.Shard]
+}
+
+// tableNames is a table's name in each shard's schema.
+type tableNames struct {
+	table string
+	names []string
+}
+
+// tableNames returns table's name in each shard's schema, made once.
+func (r *Router) tableNames(table string) []string {
+	for {
+		cur := r.tables.Load()
+		if cur != nil {
+			for _, t := range *cur {
+				if t.table == table {
+					return t.names
+				}
+			}
+		}
+		names := make([]string, r.m.LogicalShards())
+		for i := range names {
+			if schema := r.m.SchemaOf(i); schema != "" {
+				names[i] = schema + "." + table
+			}
+		}
+		var next []tableNames
+		if cur != nil {
+			next = append(next, *cur...)
+		}
+		next = append(next, tableNames{table, names})
+		if r.tables.CompareAndSwap(cur, &next) {
+			return names
+		}
+	}
+}
+
+// Unrouted returns s with the check of unrouted SQL turned off, for SQL
+// that names no table of the shard (SELECT now()): such SQL runs as
+// written, with unqualified names resolved by the search_path
+// (PostgreSQL) or the connection's database (MySQL). Placeholders are
+// still replaced.
+func (s Shard) Unrouted() Shard {
+	s.unrouted = true
+	return s
+}
+
+// SQL returns query as the shard runs it: SchemaPlaceholder and the
+// router's SchemaAlias replaced by the shard's schema. It refuses unrouted
+// SQL with shardid.ErrUnroutedSQL, in a *shardid.ShardError. It is for
+// libraries that take SQL text and a *sql.DB of their own (sqlx's
+// GetContext on s.DB).
+func (s Shard) SQL(query string) (string, error) {
+	if err := s.Err(); err != nil {
+		return "", err
+	}
+	text, why := routesql.Rewrite(query, s.Schema, s.r.alias, s.quote, !s.unrouted && s.r.m.SchemaPattern() != "")
+	if why != "" {
+		return "", s.Wrap(fmt.Errorf("%w: %q: %s", shardid.ErrUnroutedSQL, routesql.Start(query), why))
+	}
+	return text, nil
+}
+
+func (s Shard) quote(name string) string { return routesql.Quote(s.r.dialect, name) }
+
+// Wrap returns err as a *shardid.ShardError of s (nil for nil, err itself
+// when it is one already), with shardid.ErrShardMoving added when it is
+// the fence of a move and shardid.ErrPooledPreparedStatement when a
+// transaction pooler lost a prepared statement. The methods of Shard wrap
+// their errors with it; it is for errors that reach the caller another way.
+func (s Shard) Wrap(err error) error {
+	return wrap(s.Shard, s.Database, err)
+}
+
+// wrap is Shard.Wrap, shared with Tx.
+func wrap(shard int, database string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if se, ok := err.(*shardid.ShardError); ok {
+		return se
+	}
+	return &shardid.ShardError{Shard: shard, Database: database, Err: Classify(err)}
+}
+
+// Classify returns err with shardid.ErrShardMoving joined when it is the
+// error a move's fence raised (any driver: the message is matched), with
+// shardid.ErrPooledPreparedStatement joined when PostgreSQL reports a
+// prepared statement a transaction pooler lost, and err unchanged
+// otherwise. errors.As still finds the driver's error in the result.
+func Classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case routesql.IsFence(err) && !errors.Is(err, shardid.ErrShardMoving):
+		return &classified{kind: shardid.ErrShardMoving, err: err}
+	case routesql.IsPooledStatement(err) && !errors.Is(err, shardid.ErrPooledPreparedStatement):
+		return &classified{kind: shardid.ErrPooledPreparedStatement, err: err}
+	}
+	return err
+}
+
+// classified is a driver's error that a shardid sentinel explains.
+type classified struct{ kind, err error }
+
+func (e *classified) Error() string   { return e.kind.Error() + ": " + e.err.Error() }
+func (e *classified) Unwrap() []error { return []error{e.kind, e.err} }
+
+// ExecContext runs query in the shard.
+func (s Shard) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	text, err := s.SQL(query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.DB.ExecContext(ctx, text, args...)
+	return res, s.Wrap(err)
+}
+
+// QueryContext runs query in the shard. Errors that Next, Scan and Err of
+// the rows report are *shardid.ShardError too.
+func (s Shard) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	text, err := s.SQL(query)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.DB.QueryContext(ctx, text, args...)
+	if err != nil {
+		return nil, s.Wrap(err)
+	}
+	return wrapRows(ctx, rows, s.Shard, s.Database)
+}
+
+// QueryRowContext runs query in the shard. Its error, as every error of
+// Scan, is a *shardid.ShardError (errors.Is(err, sql.ErrNoRows) holds for a
+// query without rows).
+func (s Shard) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	text, err := s.SQL(query)
+	if err != nil {
+		return errorRow(ctx, err)
+	}
+	rows, err := s.DB.QueryContext(ctx, text, args...)
+	if err != nil {
+		return errorRow(ctx, s.Wrap(err))
+	}
+	return wrapRow(ctx, rows, s.Shard, s.Database)
+}
+
+// PrepareContext prepares query, in the shard, on the database. database/sql
+// prepares it on each connection it runs on: a server-side prepared
+// statement, which a transaction pooler does not keep (see
+// shardid.ErrPooledPreparedStatement); sqlc calls it only with
+// emit_prepared_queries.
+func (s Shard) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	text, err := s.SQL(query)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.DB.PrepareContext(ctx, text)
+	return st, s.Wrap(err)
+}
+
+// Exec is ExecContext with context.Background.
+func (s Shard) Exec(query string, args ...any) (sql.Result, error) {
+	return s.ExecContext(context.Background(), query, args...)
+}
+
+// Query is QueryContext with context.Background.
+func (s Shard) Query(query string, args ...any) (*sql.Rows, error) {
+	return s.QueryContext(context.Background(), query, args...)
+}
+
+// QueryRow is QueryRowContext with context.Background.
+func (s Shard) QueryRow(query string, args ...any) *sql.Row {
+	return s.QueryRowContext(context.Background(), query, args...)
+}
+
+// BeginTx begins a transaction on the shard's database. The transaction
+// stays there; its statements run in the shard as the Shard's do.
+func (s Shard) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	tx, err := s.DB.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, s.Wrap(err)
+	}
+	return &Tx{Tx: tx, sh: s}, nil
+}
+
+// Begin is BeginTx with context.Background and default options.
+func (s Shard) Begin() (*Tx, error) { return s.BeginTx(context.Background(), nil) }
+
+// String describes the route: "shard 5 (shard_0005) on db0".
+func (s Shard) String() string {
+	var b strings.Builder
+	b.WriteString("shard ")
+	b.WriteString(strconv.Itoa(s.Shard))
+	if s.Schema != "" {
+		b.WriteString(" (" + s.Schema + ")")
+	}
+	b.WriteString(" on " + s.Database)
+	return b.String()
+}
+
+// Tx is a transaction in one shard. Its methods satisfy sqlc's DBTX
+// (sqlc's Queries.WithTx wants a *sql.Tx: use New(tx) instead), and wrap
+// errors as Shard's do. Tx.Tx is the database/sql transaction, for what Tx
+// does not offer; SQL run on it directly is not rewritten.
+type Tx struct {
+	*sql.Tx
+	sh Shard
+}
+
+// Shard returns the route the transaction was begun on.
+func (t *Tx) Shard() Shard { return t.sh }
+
+// ExecContext runs query in the transaction, in its shard.
+func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	text, err := t.sh.SQL(query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := t.Tx.ExecContext(ctx, text, args...)
+	return res, t.sh.Wrap(err)
+}
+
+// QueryContext runs query in the transaction, in its shard.
+func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	text, err := t.sh.SQL(query)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := t.Tx.QueryContext(ctx, text, args...)
+	if err != nil {
+		return nil, t.sh.Wrap(err)
+	}
+	return wrapRows(ctx, rows, t.sh.Shard, t.sh.Database)
+}
+
+// QueryRowContext runs query in the transaction, in its shard.
+func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	text, err := t.sh.SQL(query)
+	if err != nil {
+		return errorRow(ctx, err)
+	}
+	rows, err := t.Tx.QueryContext(ctx, text, args...)
+	if err != nil {
+		return errorRow(ctx, t.sh.Wrap(err))
+	}
+	return wrapRow(ctx, rows, t.sh.Shard, t.sh.Database)
+}
+
+// PrepareContext prepares query, in the shard, in the transaction.
+func (t *Tx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	text, err := t.sh.SQL(query)
+	if err != nil {
+		return nil, err
+	}
+	st, err := t.Tx.PrepareContext(ctx, text)
+	return st, t.sh.Wrap(err)
+}
+
+// Exec is ExecContext with context.Background.
+func (t *Tx) Exec(query string, args ...any) (sql.Result, error) {
+	return t.ExecContext(context.Background(), query, args...)
+}
+
+// Query is QueryContext with context.Background.
+func (t *Tx) Query(query string, args ...any) (*sql.Rows, error) {
+	return t.QueryContext(context.Background(), query, args...)
+}
+
+// QueryRow is QueryRowContext with context.Background.
+func (t *Tx) QueryRow(query string, args ...any) *sql.Row {
+	return t.QueryRowContext(context.Background(), query, args...)
+}
+
+// Commit commits the transaction; its error is a *shardid.ShardError.
+func (t *Tx) Commit() error { return t.sh.Wrap(t.Tx.Commit()) }
+
+// Rollback aborts the transaction; its error is a *shardid.ShardError.
+func (t *Tx) Rollback() error { return t.sh.Wrap(t.Tx.Rollback()) }
