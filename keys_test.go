@@ -138,10 +138,14 @@ func TestKeyShardAgreesWithPlugin(t *testing.T) {
 		func() (int, error) { return shardid.KeyShard((*int64)(nil), keyShards, shardid.Instagram) },
 		func() (int, error) { return shardid.KeyShard(nil, keyShards, shardid.Instagram) },
 		func() (int, error) { return r.ShardOfKey(shardid.NullID{}) },
+		func() (int, error) { return r.ShardOfKey(shardid.NullID{Valid: true}) }, // a zero NullID is NULL
 	} {
 		if s, err := noKey(); !errors.Is(err, shardid.ErrNoShardKey) {
 			t.Errorf("no key: %d, %v; want ErrNoShardKey", s, err)
 		}
+	}
+	if s, err := pluginShardOf(t, db, shardid.NullID{Valid: true}); err != nil || s != 0 {
+		t.Errorf("plugin, zero NullID key: shard %d, %v; want DefaultShard 0", s, err)
 	}
 	if s, err := pluginShardOf(t, db, shardid.NullID{}); err != nil || s != 0 {
 		t.Errorf("plugin, NULL NullID key: shard %d, %v; want DefaultShard 0", s, err)
