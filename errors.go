@@ -214,6 +214,12 @@ var (
 	// beyond 2^53, a string that is not a canonical decimal ID, a negative
 	// number, or a value of another type.
 	ErrInvalidIDValue = errors.New("shardid: invalid ID value in a map")
+
+	// ErrMixedShards is returned when rows given to a Router's ShardOfRow,
+	// ForRow, Create, Save or Delete belong to several shards: one statement
+	// runs on one shard. Router.CreateByShard writes such rows shard by
+	// shard.
+	ErrMixedShards = errors.New("shardid: the rows belong to several shards")
 )
 
 // These errors can be returned by AcquireLease, by a LeaseStore, and by the

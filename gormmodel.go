@@ -2,7 +2,6 @@ package shardid
 
 import (
 	"context"
-	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -168,20 +167,11 @@ func analyze(s *schema.Schema) *model {
 		}
 	}
 	if m.key != nil {
-		switch t := m.key.IndirectFieldType; {
-		case t == idType:
-			m.keyKind = keyID
-		case t == nullIDType:
-			m.keyKind = keyNullID
-		case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
-			m.keyKind = keyInt
-		case t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uint64:
-			m.keyKind = keyUint
-		case t.Kind() == reflect.String:
-			m.keyKind = keyString
-		default:
-			m.err = modelError(s, "sharding key "+m.key.Name+" is a "+t.String()+"; want an integer, a string or a shardid.ID")
+		kind, ok := keyKindOf(m.key.IndirectFieldType)
+		if !ok {
+			m.err = modelError(s, "sharding key "+m.key.Name+" is a "+m.key.IndirectFieldType.String()+"; want an integer, a string or a shardid.ID")
 		}
+		m.keyKind = kind
 	}
 	return m
 }
@@ -263,49 +253,17 @@ func (p *Plugin) keyOf(ctx context.Context, m *model, row reflect.Value) (shard 
 	return p.shardOfValue(m, v)
 }
 
-// shardOfValue turns a key value of m's key kind into a shard.
+// shardOfValue turns a key value of m's key kind into a shard, as
+// KeyShard does.
 func (p *Plugin) shardOfValue(m *model, v reflect.Value) (shard int, ok bool, err error) {
-	switch m.keyKind {
-	case keyInt:
-		return p.shardOfKey(v.Int())
-	case keyUint:
-		u := v.Uint()
-		if u > math.MaxInt64 {
-			return 0, false, withDetail(ErrInvalidShardKey, "key out of range")
-		}
-		return p.shardOfKey(int64(u))
-	case keyString:
-		s := v.String()
-		if s == "" {
-			return 0, false, withDetail(ErrInvalidShardKey, "empty string key")
-		}
-		return int(fnv1a(s) % uint64(p.shards)), true, nil
-	case keyNullID:
-		if !v.Field(1).Bool() || v.Field(0).Int() == 0 { // NullID.Valid and .ID, read without boxing: 0 is NULL
-			return 0, false, nil
-		}
-		return p.shardOfID(ID(v.Field(0).Int()))
-	case keyID:
-		return p.shardOfID(ID(v.Int()))
-	}
-	return 0, false, nil
+	return shardOfKeyValue(m.keyKind, v, p.shards, p.layout)
 }
 
-func (p *Plugin) shardOfKey(key int64) (int, bool, error) {
-	if key < 0 {
-		return 0, false, withDetail(ErrInvalidShardKey, "negative key")
-	}
-	return int(key % int64(p.shards)), true, nil
-}
+func (p *Plugin) shardOfKey(key int64) (int, bool, error) { return shardOfInt(key, p.shards) }
 
 // shardOfID returns the shard encoded in id: rows keyed by another row's ID
 // live on that row's shard.
-func (p *Plugin) shardOfID(id ID) (int, bool, error) {
-	if id <= 0 {
-		return 0, false, withDetail(ErrInvalidShardKey, "key is an unassigned (zero) ID")
-	}
-	return p.layout.Decompose(id).Shard, true, nil
-}
+func (p *Plugin) shardOfID(id ID) (int, bool, error) { return shardOfIDKey(id, p.layout) }
 
 // fnv1a is the 64-bit FNV-1a hash of s: the documented, stable hash of string
 // sharding keys. Written out so that hashing does not allocate.

@@ -470,7 +470,9 @@ func (r *Router) ForShard(n int) *gorm.DB {
 // RouterConfig.Legacy, a legacy ID goes to the shard its row was recorded on
 // (in whichever table; ForTableID names the table when two tables recorded
 // it on different shards), and an ID that is neither legacy nor the
-// layout's gives a *gorm.DB that carries ErrInvalidID.
+// layout's gives a *gorm.DB that carries ErrInvalidID. A negative ID, or
+// one whose shard is out of range, gives a *gorm.DB that carries an error
+// naming the ID (errors.Is(err, ErrShardRange) holds).
 func (r *Router) ForID(id ID) *gorm.DB {
 	if r.legacy != nil && id < r.legacy.floor {
 		s, _, err := r.legacy.ShardOfAny(id)
@@ -479,7 +481,7 @@ func (r *Router) ForID(id ID) *gorm.DB {
 		}
 		return r.ForShard(s)
 	}
-	return r.ForShard(r.ShardOf(id))
+	return r.forID(id)
 }
 
 // ForTableID returns a *gorm.DB for the shard of the row of table whose ID
@@ -517,13 +519,11 @@ func (r *Router) refused(err error) *gorm.DB {
 }
 
 // ForKey returns a *gorm.DB for the shard of an integer sharding key,
-// key % LogicalShards, as the plugin computes it.
-func (r *Router) ForKey(key int64) *gorm.DB {
-	if key < 0 {
-		return r.ForShard(-1)
-	}
-	return r.ForShard(int(key % int64(r.shards)))
-}
+// key % LogicalShards, as the plugin computes it. A negative key gives a
+// *gorm.DB that carries an error naming the key: errors.Is(err,
+// ErrInvalidShardKey) and errors.Is(err, ErrShardRange) hold. ForKeyOf
+// takes keys of any type the plugin accepts.
+func (r *Router) ForKey(key int64) *gorm.DB { return r.forKey(key) }
 
 // ShardOf returns the logical shard id names.
 func (r *Router) ShardOf(id ID) int { return r.layout.Decompose(id).Shard }
