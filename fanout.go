@@ -109,7 +109,12 @@ func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, id func(T
 		go func() {
 			defer wg.Done()
 			for tg := range next {
-				got, err := query(ctx, r.session(tg.db, tg.shard).WithContext(ctx))
+				// The query runs where the target was chosen, under the map
+				// Gather loaded, even if the map changes meanwhile: pinned to
+				// the database, with the placement the shard had there.
+				db := r.session(tg.db, tg.shard).WithContext(ctx)
+				db.Statement.ConnPool = r.pinnedPool(tg.db, tg.shard, t.Schema(tg.shard))
+				got, err := query(ctx, db)
 				mu.Lock()
 				if err != nil {
 					shard := tg.shard

@@ -1,6 +1,7 @@
 package shardid_test
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -203,5 +204,43 @@ func TestPlacementFlipWhileRouting(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestGatherUnderOneMap changes the map while Gather runs: each target was
+// chosen under one version, so it reads the database it was chosen for,
+// not where a later map puts the shard it is read through (which would
+// read that database twice and the first one never).
+func TestGatherUnderOneMap(t *testing.T) {
+	ctx := context.Background()
+	a, b := openSQLite(t), openSQLite(t)
+	r := twoDBRouter(t, a, b) // shards 0, 1 on main; 2, 3 on other
+	if err := r.ForShard(1).Create(&PlgGetPhoto{UserID: 1}).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForShard(2).Create(&PlgGetPhoto{UserID: 2}).Error; err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	rows, err := shardid.Gather(ctx, r, shardid.GatherOptions{Workers: 1}, func(p PlgGetPhoto) shardid.ID { return p.ID },
+		func(ctx context.Context, db *gorm.DB) ([]PlgGetPhoto, error) {
+			once.Do(func() {
+				if err := r.SetMap([]int{1, 0, 1, 1}); err != nil {
+					t.Error(err)
+				}
+			})
+			var out []PlgGetPhoto
+			return out, db.Find(&out).Error
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var users []int64
+	for _, p := range rows {
+		users = append(users, p.UserID)
+	}
+	slices.Sort(users)
+	if !slices.Equal(users, []int64{1, 2}) {
+		t.Errorf("Gather read the users %v, want 1 and 2 once each", users)
 	}
 }
