@@ -9,12 +9,15 @@ import (
 // and ID.Scan (and their NullID counterparts).
 var (
 	// ErrSyntax is returned when text is not a canonical decimal ID: empty,
-	// a sign, a space, a leading zero, an exponent, a fraction or any other
-	// character that is not a decimal digit.
+	// a plus sign, a space, a leading zero, "-0", an exponent, a fraction
+	// or any other character that is not a decimal digit.
 	ErrSyntax = errors.New("shardid: invalid syntax")
 
 	// ErrRange is returned when a value is negative or larger than the
-	// largest int64. A valid ID is never negative.
+	// largest int64 (the largest uint64, for a UUIDShort), however it
+	// arrives: a well-formed negative number in text ("-5", as Parse,
+	// UnmarshalText, UnmarshalJSON and Scan read it) is out of range as a
+	// negative int64 is. A valid ID is never negative.
 	ErrRange = errors.New("shardid: value out of range")
 
 	// ErrUnsupportedType is returned when Scan is given a source type it
@@ -80,6 +83,16 @@ var (
 	ErrSequenceExhausted = errors.New("shardid: sequence exhausted and the clock is not advancing")
 )
 
+// These errors can be returned by WorkerFromHostname, WorkerFromPodName and
+// WorkerFromFile, besides ErrWorkerRange.
+var (
+	// ErrNoOrdinal is returned when a pod's name, or the downward API file
+	// meant to carry its pod index, holds no StatefulSet ordinal: a name
+	// that does not end in -N, a missing file, an empty value (the label is
+	// not set) or a labels file without the pod-index label.
+	ErrNoOrdinal = errors.New("shardid: no StatefulSet pod ordinal")
+)
+
 // detailError adds context to a sentinel error while keeping errors.Is
 // working: "shardid: shard out of range: 9000 is not in [0, 8192)".
 type detailError struct {
@@ -94,12 +107,32 @@ func withDetail(err error, detail string) error {
 	return &detailError{err: err, detail: detail}
 }
 
+// configError is ErrInvalidConfig for one component's configuration:
+// "shardid: invalid router configuration: no databases".
+type configError struct {
+	component, detail string
+}
+
+func (e *configError) Error() string {
+	return "shardid: invalid " + e.component + " configuration: " + e.detail
+}
+func (e *configError) Unwrap() error { return ErrInvalidConfig }
+
+// invalidConfig returns ErrInvalidConfig for component ("router",
+// "plugin") with detail.
+func invalidConfig(component, detail string) error {
+	return &configError{component: component, detail: detail}
+}
+
 // These errors can be returned by NewPlugin and by creates through the
 // plugin (as the *gorm.DB's Error).
 var (
-	// ErrInvalidConfig is returned by NewPlugin when the configuration
-	// cannot work, such as more logical shards than the layout holds.
-	ErrInvalidConfig = errors.New("shardid: invalid plugin configuration")
+	// ErrInvalidConfig is returned when a configuration cannot work, such
+	// as more logical shards than the layout holds: by NewPlugin and
+	// NewRouter (their messages say "invalid plugin configuration" and
+	// "invalid router configuration"), AcquireLease, the allocators, and
+	// creates through a plugin that lacks the source a model asks for.
+	ErrInvalidConfig = errors.New("shardid: invalid configuration")
 
 	// ErrInvalidTag is returned when a model's shardid struct tags are
 	// wrong: an unknown value, two sharding keys, or a key or ID field of a

@@ -50,10 +50,13 @@ func ExampleParse() {
 	fmt.Println(id.Time().Format(time.RFC3339), id.Shard(), id.Seq())
 
 	_, err = shardid.Parse("-1")
-	fmt.Println(errors.Is(err, shardid.ErrSyntax))
+	fmt.Println(errors.Is(err, shardid.ErrRange), err)
+	_, err = shardid.Parse("1e3")
+	fmt.Println(errors.Is(err, shardid.ErrSyntax), err)
 	// Output:
 	// 2011-09-09T17:00:00Z 1341 905
-	// true
+	// true shardid: value out of range: parsing "-1"
+	// true shardid: invalid syntax: parsing "1e3"
 }
 
 func ExampleID_MarshalJSON() {

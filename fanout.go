@@ -3,10 +3,8 @@ package shardid
 import (
 	"cmp"
 	"context"
-	"errors"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -14,12 +12,13 @@ import (
 
 // GatherOptions configures Gather.
 type GatherOptions struct {
-	// PerShard runs the query once per logical shard. Without it, the query
-	// runs once per database, or once per logical shard when the router has
-	// a SchemaPattern (each shard is then its own set of tables).
+	// PerShard runs the query once per logical shard, each in a statement
+	// of its own. Without it, the query runs once per database: over all
+	// the shards the database holds at once when the router has a
+	// SchemaPattern (see Gather), on the database's own tables when not.
 	PerShard bool
 
-	// Workers is how many queries run at once. If 0, it is 8.
+	// Workers is how many statements run at once. If 0, it is 8.
 	Workers int
 
 	// Limit keeps only the first Limit rows of the merged result; 0 keeps
@@ -52,110 +51,50 @@ func (e *ShardError) Error() string {
 // Unwrap returns the query's error.
 func (e *ShardError) Unwrap() error { return e.Err }
 
-// Gather runs query on every database or logical shard of r concurrently,
-// and merges the rows in ID order: for example the 20 newest photos across
-// all shards, with query ordering by id descending and limited to 20 itself.
-// id returns a row's ID.
+// Gather runs query on every logical shard of r and merges the rows in ID
+// order: for example the 20 newest photos across all shards, with query
+// ordering by id descending and limited to 20 itself. id returns a row's
+// ID.
 //
-// query gets a *gorm.DB routed to its target and ctx; Gather stops starting
-// queries once ctx is done. Raw SQL in query names the target's tables with
-// SchemaPlaceholder ("SELECT * FROM {{schema}}.photos"): with a SchemaPattern,
-// raw SQL that does not is refused with ErrUnroutedSQL, since it would read
-// the same table, outside the shards, once per shard. Rows of the queries that succeeded are returned
-// even when others failed; the error then joins a *ShardError per failure.
+// query gets a *gorm.DB routed to its target and ctx. On PostgreSQL and
+// MySQL/MariaDB, with a SchemaPattern, Gather costs one statement per
+// database, not one per shard: it runs query once per database, and the
+// SELECT query sends becomes one UNION ALL of that SELECT over every shard
+// the database holds, each in its own schema (a few statements, run at
+// once, past 1,000 shards or 65,535 bind parameters). That holds for
+// ordinary GORM queries and for raw SQL that names its tables with
+// SchemaPlaceholder, when query reads every row it gets into the slice it
+// returns (Find or Scan into a slice), as a fan-out does. Any other query
+// runs once per logical shard, as with PerShard, exactly as before: one
+// that reads one row or a count (First, Count, Row), runs several
+// statements, writes, or begins a transaction. Without a SchemaPattern, the
+// query runs once per database, on its own tables.
+//
+// Gather stops starting queries once ctx is done. Raw SQL in query names
+// the target's tables with SchemaPlaceholder ("SELECT * FROM
+// {{schema}}.photos"): with a SchemaPattern, raw SQL that does not is
+// refused with ErrUnroutedSQL, since it would read the same table, outside
+// the shards, once per shard. Rows of the shards that answered are returned
+// even when others failed; the error then has a *ShardError per shard that
+// failed (its Unwrap() []error lists them; errors.As finds the first), and
+// its message says each cause once per database, with the shards it hit.
 func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, id func(T) ID,
 	query func(ctx context.Context, db *gorm.DB) ([]T, error)) ([]T, error) {
 	defer r.gathered(time.Now())
-	type target struct {
-		shard, db int
-		shared    bool // the query reads the shared tables of its database
+	rows, err := fanout(ctx, r, fanOptions{perShard: opts.PerShard, workers: opts.Workers}, query)
+	sortByID(rows, id, opts.Desc)
+	if opts.Limit > 0 && len(rows) > opts.Limit {
+		rows = rows[:opts.Limit]
 	}
-	var targets []target
-	t := r.smap.Load()
-	// A shard in a schema of its own is queried alone; the shared shards of
-	// a database (all of them, without a SchemaPattern) are queried once,
-	// through the first of them, in the database's own tables.
-	first := make(map[int]int)
-	for s := r.shards - 1; s >= 0; s-- {
-		if opts.PerShard || !t.Shared(s) {
-			continue
-		}
-		first[t.DB(s)] = s
-	}
-	for d := range r.dbs {
-		if s, ok := first[d]; ok {
-			targets = append(targets, target{shard: s, db: d, shared: true})
-		}
-	}
-	for s := range r.shards {
-		if opts.PerShard || !t.Shared(s) {
-			targets = append(targets, target{shard: s, db: t.DB(s)})
-		}
-	}
-	workers := opts.Workers
-	if workers <= 0 {
-		workers = 8
-	}
+	return rows, err
+}
 
-	var (
-		mu   sync.Mutex // protects rows and errs
-		rows []T
-		errs []error
-		wg   sync.WaitGroup
-		next = make(chan target)
-	)
-	for range min(workers, len(targets)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for tg := range next {
-				// The query runs where the target was chosen, under the map
-				// Gather loaded, even if the map changes meanwhile: pinned to
-				// the database, with the placement the shard had there.
-				db := r.session(tg.db, tg.shard).WithContext(ctx)
-				db.Statement.ConnPool = r.pinnedPool(tg.db, tg.shard, t.Schema(tg.shard))
-				got, err := query(ctx, db)
-				mu.Lock()
-				if err != nil {
-					shard := tg.shard
-					if tg.shared {
-						shard = -1
-					}
-					// The routed session named the shard already; Gather
-					// says which target failed, as documented.
-					if se, ok := err.(*ShardError); ok {
-						err = se.Err
-					}
-					errs = append(errs, &ShardError{Shard: shard, Database: r.names[tg.db], Err: err})
-				} else {
-					rows = append(rows, got...)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-dispatch:
-	for _, tg := range targets {
-		select {
-		case next <- tg:
-		case <-ctx.Done():
-			break dispatch
-		}
-	}
-	close(next)
-	wg.Wait()
-	if ctx.Err() != nil {
-		errs = append(errs, ctx.Err())
-	}
-
+// sortByID sorts rows by their ID, descending when desc is true.
+func sortByID[T any](rows []T, id func(T) ID, desc bool) {
 	slices.SortFunc(rows, func(a, b T) int {
-		if opts.Desc {
+		if desc {
 			return cmp.Compare(id(b), id(a))
 		}
 		return cmp.Compare(id(a), id(b))
 	})
-	if opts.Limit > 0 && len(rows) > opts.Limit {
-		rows = rows[:opts.Limit]
-	}
-	return rows, errors.Join(errs...)
 }

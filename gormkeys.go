@@ -18,7 +18,7 @@ func (p *Plugin) fillPinterest(stmt *gorm.Statement, m *model, row, idv reflect.
 	}
 	src, ok := p.cfg.Sources[m.source]
 	if !ok {
-		return withDetail(ErrInvalidConfig, stmt.Schema.Name+" asks for the ID source "+strconv.Quote(m.source)+", which PluginConfig.Sources lacks")
+		return invalidConfig("plugin", stmt.Schema.Name+" asks for the ID source "+strconv.Quote(m.source)+", which PluginConfig.Sources lacks")
 	}
 	shard, err := p.shardOfRow(stmt.Context, m, row)
 	if err != nil {
@@ -105,14 +105,14 @@ func (p *Plugin) fillOther(stmt *gorm.Statement, m *model, idv reflect.Value) er
 	}
 	if m.short {
 		if p.cfg.UUIDShort == nil {
-			return withDetail(ErrInvalidConfig, stmt.Schema.Name+" has a UUIDShort key and PluginConfig.UUIDShort is nil")
+			return invalidConfig("plugin", stmt.Schema.Name+" has a UUIDShort key and PluginConfig.UUIDShort is nil")
 		}
 		idv.SetUint(uint64(p.cfg.UUIDShort.Next()))
 		return nil
 	}
 	src, ok := p.cfg.Sources[m.source]
 	if !ok {
-		return withDetail(ErrInvalidConfig, stmt.Schema.Name+" asks for the ID source "+strconv.Quote(m.source)+", which PluginConfig.Sources lacks")
+		return invalidConfig("plugin", stmt.Schema.Name+" asks for the ID source "+strconv.Quote(m.source)+", which PluginConfig.Sources lacks")
 	}
 	id, err := src.Next(stmt.Context)
 	if err != nil {

@@ -281,7 +281,7 @@ func (p *Plugin) shardOfValue(m *model, v reflect.Value) (shard int, ok bool, er
 		}
 		return int(fnv1a(s) % uint64(p.shards)), true, nil
 	case keyNullID:
-		if !v.Field(1).Bool() { // NullID.Valid, read without boxing
+		if !v.Field(1).Bool() || v.Field(0).Int() == 0 { // NullID.Valid and .ID, read without boxing: 0 is NULL
 			return 0, false, nil
 		}
 		return p.shardOfID(ID(v.Field(0).Int()))

@@ -119,11 +119,11 @@ func NewPlugin(cfg PluginConfig) (*Plugin, error) {
 		p.shards = DefaultLogicalShards
 	}
 	if p.shards < 0 || p.shards > int64(p.layout.Shards()) {
-		return nil, withDetail(ErrInvalidConfig, "LogicalShards "+strconv.FormatInt(p.shards, 10)+
+		return nil, invalidConfig("plugin", "LogicalShards "+strconv.FormatInt(p.shards, 10)+
 			" not in [1, "+strconv.Itoa(p.layout.Shards())+"]")
 	}
 	if cfg.DefaultShard < 0 || int64(cfg.DefaultShard) >= p.shards {
-		return nil, withDetail(ErrInvalidConfig, "DefaultShard "+strconv.Itoa(cfg.DefaultShard)+
+		return nil, invalidConfig("plugin", "DefaultShard "+strconv.Itoa(cfg.DefaultShard)+
 			" not in [0, "+strconv.FormatInt(p.shards, 10)+")")
 	}
 	return p, nil

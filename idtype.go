@@ -43,8 +43,27 @@ func MustParse(s string) ID {
 }
 
 // parseDigits parses a canonical non-negative decimal int64 from s, which may
-// be a string or a []byte, without allocating.
+// be a string or a []byte, without allocating. A well-formed negative
+// number ("-5") is ErrRange, as a negative int64 from the database is:
+// only its sign is wrong. "-0" is ErrSyntax, as "+5" and "05" are.
 func parseDigits[T string | []byte](s T) (int64, error) {
+	if len(s) > 1 && s[0] == '-' {
+		return 0, negativeError(parseNonNegative(s[1:]))
+	}
+	return parseNonNegative(s)
+}
+
+// negativeError is the error for "-" followed by digits that parsed as v,
+// err: ErrRange for a well-formed number above zero, else ErrSyntax.
+func negativeError[V int64 | uint64](v V, err error) error {
+	if (err == nil && v != 0) || err == ErrRange {
+		return ErrRange
+	}
+	return ErrSyntax
+}
+
+// parseNonNegative is parseDigits without the sign.
+func parseNonNegative[T string | []byte](s T) (int64, error) {
 	n := len(s)
 	if n == 0 {
 		return 0, ErrSyntax
@@ -197,11 +216,6 @@ func unmarshalJSONInt(b []byte) (v int64, null bool, err error) {
 				}
 				return v, false, nil
 			}
-		}
-	} else if len(b) > 0 && b[0] == '-' {
-		// A negative JSON number is well-formed but never a valid ID.
-		if _, err := parseDigits(b[1:]); err == nil || err == ErrRange {
-			return 0, false, parseError(b, ErrRange)
 		}
 	}
 	v, err = parseDigits(digits)

@@ -20,7 +20,7 @@ var parseTests = []struct {
 	{"18446744073709551615", 0, ErrRange},
 	{"99999999999999999999999", 0, ErrRange},
 	{"", 0, ErrSyntax},
-	{"-1", 0, ErrSyntax},
+	{"-1", 0, ErrRange}, // well-formed, but negative
 	{"+1", 0, ErrSyntax},
 	{" 1", 0, ErrSyntax},
 	{"1 ", 0, ErrSyntax},
@@ -129,7 +129,7 @@ func TestUnmarshalJSON(t *testing.T) {
 		{`"0"`, 0, nil},
 		{`9223372036854775808`, 0, ErrRange},
 		{`-1`, 0, ErrRange},
-		{`"-1"`, 0, ErrSyntax},
+		{`"-1"`, 0, ErrRange},
 		{`2.2e18`, 0, ErrSyntax},
 		{`1.5`, 0, ErrSyntax},
 		{`1E3`, 0, ErrSyntax},
@@ -190,7 +190,7 @@ func TestJSONInStructs(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back[182432091342174089] != "a" || back[3] != "b" {
 		t.Errorf("json.Unmarshal(map) = %v, %v", back, err)
 	}
-	if err := json.Unmarshal([]byte(`{"-3":"x"}`), &back); !errors.Is(err, ErrSyntax) {
-		t.Errorf("a negative map key: %v, want ErrSyntax", err)
+	if err := json.Unmarshal([]byte(`{"-3":"x"}`), &back); !errors.Is(err, ErrRange) {
+		t.Errorf("a negative map key: %v, want ErrRange", err)
 	}
 }

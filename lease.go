@@ -381,11 +381,19 @@ func (l *Lease) reclaim(ctx context.Context) (Claim, error) {
 }
 
 // WorkerFromEnv reads a static worker id from the environment variable name
-// and checks that it fits l's worker bits.
+// and checks that it fits l's worker bits. A variable that is not set, or
+// is empty, is refused with ErrNoWorker; one that is not an integer, or out
+// of l's worker range, with ErrWorkerRange. Passing a StatefulSet pod's
+// PodIndexLabel through the downward API, as an env var, is one way to set
+// it: the variable is then empty in a pod without the label.
 func WorkerFromEnv(name string, l Layout) (int, error) {
 	v, ok := os.LookupEnv(name)
 	if !ok {
 		return 0, withDetail(ErrNoWorker, "$"+name+" is not set")
+	}
+	if v == "" {
+		// What the downward API gives for a label the pod does not have.
+		return 0, withDetail(ErrNoWorker, "$"+name+" is empty")
 	}
 	w, err := strconv.Atoi(v)
 	if err != nil {

@@ -153,7 +153,7 @@ var schemaName = sqlddl.Name
 // has another shardid plugin already makes it fail with ErrPluginConflict.
 func NewRouter(cfg RouterConfig) (*Router, error) {
 	bad := func(format string, args ...any) (*Router, error) {
-		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return nil, invalidConfig("router", fmt.Sprintf(format, args...))
 	}
 	if len(cfg.Databases) == 0 {
 		return bad("no databases")
@@ -250,7 +250,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 // that matches ErrInvalidConfig too.
 func mapConfigError(err error) error {
 	if errors.Is(err, shardmap.ErrInvalidMap) {
-		return withDetail(ErrInvalidConfig, strings.TrimPrefix(err.Error(), shardmap.ErrInvalidMap.Error()+": "))
+		return invalidConfig("router", strings.TrimPrefix(err.Error(), shardmap.ErrInvalidMap.Error()+": "))
 	}
 	return err
 }

@@ -34,7 +34,7 @@ var scanTests = []struct {
 	{"uint64 past int64", uint64(math.MaxInt64 + 1), 0, ErrRange},
 	{"uint past int64", uint(math.MaxUint64), 0, ErrRange},
 	{"bytes too big", []byte("9223372036854775808"), 0, ErrRange},
-	{"bytes negative", []byte("-5"), 0, ErrSyntax},
+	{"bytes negative", []byte("-5"), 0, ErrRange},
 	{"string with space", " 5", 0, ErrSyntax},
 	{"empty string", "", 0, ErrSyntax},
 	{"float64", float64(1), 0, ErrUnsupportedType},

@@ -34,8 +34,17 @@ func ParseUUIDShort(s string) (UUIDShort, error) {
 	return UUIDShort(v), nil
 }
 
-// parseUint parses a canonical decimal uint64: no sign, no leading zero.
+// parseUint parses a canonical decimal uint64: no sign, no leading zero. A
+// well-formed negative number is ErrRange, as for parseDigits.
 func parseUint[T string | []byte](s T) (uint64, error) {
+	if len(s) > 1 && s[0] == '-' {
+		return 0, negativeError(parseNonNegativeUint(s[1:]))
+	}
+	return parseNonNegativeUint(s)
+}
+
+// parseNonNegativeUint is parseUint without the sign.
+func parseNonNegativeUint[T string | []byte](s T) (uint64, error) {
 	if len(s) == 0 || (s[0] == '0' && len(s) > 1) {
 		return 0, ErrSyntax
 	}
@@ -102,10 +111,6 @@ func (u *UUIDShort) UnmarshalJSON(b []byte) error {
 	digits := b
 	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
 		digits = b[1 : len(b)-1]
-	} else if len(b) > 0 && b[0] == '-' {
-		if _, err := parseUint(b[1:]); err == nil || err == ErrRange {
-			return parseError(b, ErrRange)
-		}
 	}
 	v, err := parseUint(digits)
 	if err != nil {

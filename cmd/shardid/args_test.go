@@ -107,7 +107,7 @@ func TestHelpDefaults(t *testing.T) {
 func TestDecodeNegative(t *testing.T) {
 	code, out, errs := shardidCmd(t, "", "decode", "-5", "--json", "182432091342174089", "-77")
 	if code != 1 || !strings.Contains(out, `"shard":1341`) ||
-		!strings.Contains(errs, "-5: shardid: invalid syntax") || !strings.Contains(errs, "-77: shardid: invalid syntax") ||
+		!strings.Contains(errs, "-5: shardid: value out of range") || !strings.Contains(errs, "-77: shardid: value out of range") ||
 		strings.Contains(errs, "flag provided but not defined") {
 		t.Errorf("exit %d, %q, %q", code, out, errs)
 	}

@@ -100,7 +100,7 @@ func TestDecodeBadIDs(t *testing.T) {
 	if !strings.Contains(out, "shard=1341") {
 		t.Errorf("the good ID was not decoded: %q", out)
 	}
-	for _, bad := range []string{"abc: shardid: invalid syntax", "-5: shardid: invalid syntax", "99999999999999999999: shardid: value out of range"} {
+	for _, bad := range []string{"abc: shardid: invalid syntax", "-5: shardid: value out of range", "99999999999999999999: shardid: value out of range"} {
 		if !strings.Contains(errs, bad) {
 			t.Errorf("stderr lacks %q: %s", bad, errs)
 		}

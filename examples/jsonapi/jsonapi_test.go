@@ -18,11 +18,11 @@ func TestJavaScriptClientKeepsEveryDigit(t *testing.T) {
 		}
 		t.Skipf("SKIPPING: node not found: %v", err)
 	}
-	db, err := openDB(filepath.Join(t.TempDir(), "api.sqlite"))
+	db, plugin, err := openDB(filepath.Join(t.TempDir(), "api.sqlite"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newHandler(db))
+	srv := httptest.NewServer(newHandler(db, plugin))
 	defer srv.Close()
 
 	// An ID a float64 holds exactly (its low 10 bits zero: sequence 0, the

@@ -7,6 +7,10 @@
 //	POST /photos          {"user_id": "31341", "caption": "..."} creates one
 //	                      (user_id as a string or a number)
 //
+// A client may choose a photo's id only on the photo's own shard, the one
+// its user_id names (422 otherwise), and only once (409). Errors are the
+// API's own words: a database's error text is logged, never sent.
+//
 // It stores photos in an embedded SQLite file: by default one in a temporary
 // directory, removed when the server stops (Ctrl-C).
 package main
@@ -89,14 +93,14 @@ func serve(addr, file string) error {
 		defer os.RemoveAll(dir)
 		file = filepath.Join(dir, "photos.sqlite")
 	}
-	db, err := openDB(file)
+	db, plugin, err := openDB(file)
 	if err != nil {
 		return err
 	}
 	if sqlDB, err := db.DB(); err == nil {
 		defer sqlDB.Close()
 	}
-	srv := &http.Server{Addr: addr, Handler: newHandler(db)}
+	srv := &http.Server{Addr: addr, Handler: newHandler(db, plugin)}
 	go func() {
 		<-ctx.Done()
 		srv.Shutdown(context.Background())
@@ -108,27 +112,44 @@ func serve(addr, file string) error {
 	return nil
 }
 
-func openDB(path string) (*gorm.DB, error) {
-	db, err := gorm.Open(sqlite.Open(path), &gorm.Config{Logger: logger.Discard})
+func openDB(path string) (*gorm.DB, *shardid.Plugin, error) {
+	// TranslateError turns a duplicate key into gorm.ErrDuplicatedKey,
+	// whatever the driver's words for it.
+	db, err := gorm.Open(sqlite.Open(path), &gorm.Config{Logger: logger.Discard, TranslateError: true})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	plugin, err := shardid.NewPlugin(shardid.PluginConfig{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := db.Use(plugin); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return db, db.AutoMigrate(&Photo{})
+	return db, plugin, db.AutoMigrate(&Photo{})
 }
 
-func newHandler(db *gorm.DB) http.Handler {
+// checkClientID refuses an id the client chose for p on another shard than
+// the one p's user_id names: the plugin keeps an id that is set, and the
+// photo would be stored, and looked up, on the wrong shard.
+func checkClientID(p Photo, plugin *shardid.Plugin) error {
+	if p.ID == 0 || p.UserID < 0 { // no id chosen; a negative user_id is the plugin's to refuse
+		return nil
+	}
+	shard := int(int64(p.UserID) % int64(plugin.LogicalShards()))
+	if got := plugin.Generator().Layout().Decompose(p.ID).Shard; got != shard {
+		return fmt.Errorf("id %s is on shard %d, but user_id %d puts the photo on shard %d: leave id out and the server makes one",
+			p.ID, got, p.UserID, shard)
+	}
+	return nil
+}
+
+func newHandler(db *gorm.DB, plugin *shardid.Plugin) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /photos", func(w http.ResponseWriter, r *http.Request) {
 		var ps []Photo
 		if err := db.WithContext(r.Context()).Order("id DESC").Limit(20).Find(&ps).Error; err != nil {
-			fail(w, http.StatusInternalServerError, err)
+			internalError(w, r, err)
 			return
 		}
 		reply(w, http.StatusOK, ps)
@@ -141,11 +162,11 @@ func newHandler(db *gorm.DB) http.Handler {
 		}
 		var p Photo
 		if err := db.WithContext(r.Context()).First(&p, id).Error; err != nil {
-			status := http.StatusInternalServerError
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				status = http.StatusNotFound
+				fail(w, http.StatusNotFound, fmt.Errorf("no photo %s", id))
+				return
 			}
-			fail(w, status, err)
+			internalError(w, r, err)
 			return
 		}
 		reply(w, http.StatusOK, p)
@@ -156,8 +177,20 @@ func newHandler(db *gorm.DB) http.Handler {
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
+		if err := checkClientID(p, plugin); err != nil {
+			fail(w, http.StatusUnprocessableEntity, err)
+			return
+		}
 		if err := db.WithContext(r.Context()).Create(&p).Error; err != nil {
-			fail(w, http.StatusBadRequest, err)
+			switch {
+			case errors.Is(err, gorm.ErrDuplicatedKey):
+				fail(w, http.StatusConflict, fmt.Errorf("a photo with id %s exists", p.ID))
+			case errors.Is(err, shardid.ErrInvalidShardKey):
+				// shardid's own words, such as a negative user_id.
+				fail(w, http.StatusBadRequest, err)
+			default:
+				internalError(w, r, err)
+			}
 			return
 		}
 		reply(w, http.StatusCreated, p)
@@ -171,6 +204,15 @@ func reply(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// fail replies with err's text: only the API's and shardid's own errors.
 func fail(w http.ResponseWriter, status int, err error) {
 	reply(w, status, map[string]string{"error": err.Error()})
+}
+
+// internalError logs err, which may be the database's, and replies 500
+// without it: a driver's text tells a client about the schema, not about
+// its request.
+func internalError(w http.ResponseWriter, r *http.Request, err error) {
+	log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
+	fail(w, http.StatusInternalServerError, errors.New("internal error"))
 }

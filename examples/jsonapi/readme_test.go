@@ -15,14 +15,14 @@ import (
 // The README's curl session, run against the API: what README shows is what
 // the API answers, but for the IDs.
 func TestREADMECurlSession(t *testing.T) {
-	db, err := openDB(filepath.Join(t.TempDir(), "api.sqlite"))
+	db, plugin, err := openDB(filepath.Join(t.TempDir(), "api.sqlite"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sqlDB, err := db.DB(); err == nil {
 		defer sqlDB.Close()
 	}
-	srv := httptest.NewServer(newHandler(db))
+	srv := httptest.NewServer(newHandler(db, plugin))
 	defer srv.Close()
 	var out strings.Builder
 	for _, body := range []string{`{"user_id":"31341","caption":"sunset"}`, `{"user_id":31341,"caption":"a number works too"}`, ""} {
