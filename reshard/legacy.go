@@ -155,7 +155,7 @@ func (c *Catalog) SaveLegacy(ctx context.Context, l *shardid.LegacyIDs) error {
 	if err != nil {
 		return err
 	}
-	const part = 1 << 20 // below MySQL's default max_allowed_packet
+	const part = 256 << 10 // below every MySQL default max_allowed_packet (1 MiB in 5.5)
 	return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
 			return err
