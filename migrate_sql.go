@@ -99,6 +99,11 @@ func MigrateSQL(ctx context.Context, dbs []*sql.DB, m *shardmap.Map, opts Migrat
 	if len(ddl) == 0 {
 		return withDetail(ErrInvalidConfig, "MigrateSQL needs statements")
 	}
+	// Checked before anything connects; parsed again below for each
+	// database's dialect.
+	if _, err := newSQLSource("", ddl); err != nil {
+		return err
+	}
 	v := m.Load()
 	targets := make([]migrateTarget, len(dbs))
 	total := 0
