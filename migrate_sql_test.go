@@ -292,7 +292,9 @@ func TestMigrateSQLLock(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]error, 2)
 			for i := range errs {
-				wg.Go(func() { errs[i] = shardid.MigrateSQL(context.Background(), s.dbs, s.m, shardid.MigrateOptions{}, ddl...) })
+				wg.Go(func() {
+					errs[i] = shardid.MigrateSQL(context.Background(), s.dbs, s.m, shardid.MigrateOptions{}, ddl...)
+				})
 			}
 			wg.Wait()
 			if err := errors.Join(errs...); err != nil {
