@@ -783,6 +783,7 @@ type recordingPool struct {
 
 // ExecContext implements gorm.ConnPool.
 func (p *recordingPool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	query = dedupConstraints(query)
 	res, err := p.ConnPool.ExecContext(ctx, query, args...)
 	if err == nil {
 		p.stmts = append(p.stmts, query)
@@ -790,6 +791,101 @@ func (p *recordingPool) ExecContext(ctx context.Context, query string, args ...a
 
 	}
 	return res, err
+}
+
+// dedupConstraints returns a CREATE TABLE of GORM's without the
+// constraints it declares more than once, identically.
+//
+// GORM's schema cache gives a model a back-reference for every parent type
+// that has many (or one) of it, and CreateTable declares the foreign key of
+// each: two Go types of one table with the same has-many (a model and its
+// next release, FKPhoto and FKPhotoV2, both with Comments) make a CREATE
+// TABLE that declares the same constraint twice, which the server refuses
+// (PostgreSQL: constraint "fk_photos_comments" already exists). On existing
+// tables AutoMigrate checks each constraint before adding it, so that
+// AutoMigrate of the live tables succeeds while the template, always a
+// fresh schema, failed (issue #24).
+func dedupConstraints(q string) string {
+	if !strings.HasPrefix(q, "CREATE TABLE ") {
+		return q
+	}
+	open := strings.IndexByte(q, '(')
+	end := closingParen(q, open)
+	if open < 0 || end < 0 {
+		return q
+	}
+	items := splitTopLevel(q[open+1 : end])
+	seen := make(map[string]bool)
+	kept := items[:0]
+	for _, it := range items {
+		if strings.HasPrefix(it, "CONSTRAINT ") {
+			if seen[it] {
+				continue
+			}
+			seen[it] = true
+		}
+		kept = append(kept, it)
+	}
+	if len(kept) == len(items) {
+		return q
+	}
+	return q[:open+1] + strings.Join(kept, ",") + q[end:]
+}
+
+// closingParen returns the index of the parenthesis that closes the one at
+// open in s, outside quotes, or -1.
+func closingParen(s string, open int) int {
+	if open < 0 {
+		return -1
+	}
+	depth := 0
+	var quote byte
+	for i := open; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			} else if c == '\\' && quote == '\'' {
+				i++
+			}
+		case c == '\'' || c == '"' || c == '`':
+			quote = c
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// dedupPool returns pool with the CREATE TABLEs it executes passed through
+// dedupConstraints, keeping what GORM looks for in it: a transaction's
+// Commit and Rollback, a connection's BeginTx.
+func dedupPool(pool gorm.ConnPool) gorm.ConnPool {
+	switch p := pool.(type) {
+	case *sql.Tx:
+		return &dedupTx{p}
+	case *sql.Conn:
+		return &dedupConn{p}
+	}
+	return pool
+}
+
+type dedupTx struct{ *sql.Tx }
+
+func (p *dedupTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return p.Tx.ExecContext(ctx, dedupConstraints(query), args...)
+}
+
+type dedupConn struct{ *sql.Conn }
+
+func (p *dedupConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return p.Conn.ExecContext(ctx, dedupConstraints(query), args...)
 }
 
 // migrateShard creates schema on db and migrates models inside it with
@@ -838,6 +934,7 @@ func migrateIn(tx *gorm.DB, schema string, models []any) (err error) {
 			return err
 		}
 		defer stx.Rollback() // after Commit, sql.ErrTxDone
+		in.Statement.ConnPool = dedupPool(stx)
 		if err := in.AutoMigrate(models...); err != nil {
 			return err
 		}
@@ -865,7 +962,9 @@ func migrateIn(tx *gorm.DB, schema string, models []any) (err error) {
 			}
 		}()
 		// A new Session, so that nothing of the statements above carries over.
-		return tx.Session(&gorm.Session{NewDB: true, Context: ctx}).AutoMigrate(models...)
+		in := tx.Session(&gorm.Session{NewDB: true, Context: ctx})
+		in.Statement.ConnPool = dedupPool(tx.Statement.ConnPool)
+		return in.AutoMigrate(models...)
 	default:
 		return withDetail(ErrInvalidConfig, fmt.Sprintf("schemas per shard need PostgreSQL or MySQL, not %s", tx.Dialector.Name()))
 	}
