@@ -20,12 +20,22 @@ const callbackFollow = PluginName + ":follow"
 type routedPool struct {
 	r     *Router
 	shard int
+	// pinned is the index of the database every call goes to, or -1 to
+	// follow the map. followMap pins a statement's pool to the database it
+	// chose, so that the statements GORM starts inside it with a new
+	// Statement (an association's delete, a join table's rows), which keep
+	// the pool but lose the settings, run there too, and are known as
+	// routed by their pool.
+	pinned int
 }
 
-// current returns the pool of the database that holds the shard now, and
-// that database's index.
+// current returns the pool of the database that holds the shard now (or
+// the pinned one), and that database's index.
 func (p *routedPool) current() (gorm.ConnPool, int) {
-	d := p.r.table.Load().dbOf[p.shard]
+	d := p.pinned
+	if d < 0 {
+		d = p.r.smap.Load().DB(p.shard)
+	}
 	return p.r.dbs[d].Statement.ConnPool, d
 }
 
@@ -75,7 +85,7 @@ func (p *routedPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.Con
 	if err != nil {
 		return nil, err
 	}
-	return &routedTx{ConnPool: tx, r: p.r, db: d}, nil
+	return &routedTx{ConnPool: tx, r: p.r, db: d, shard: p.shard}, nil
 }
 
 // GetDBConn implements [gorm.GetDBConnector]: the *sql.DB of the database
@@ -88,8 +98,9 @@ func (p *routedPool) GetDBConn() (*sql.DB, error) {
 // routedTx is a transaction begun through a routedPool, on database db.
 type routedTx struct {
 	gorm.ConnPool
-	r  *Router
-	db int
+	r     *Router
+	db    int
+	shard int // the shard it was begun for
 }
 
 // Commit implements [gorm.TxCommitter].
@@ -114,26 +125,45 @@ func (t *routedTx) GetDBConn() (*sql.DB, error) { return t.r.dbs[t.db].DB() }
 // dbresolver (whose callbacks would send it back): there a statement
 // stays on the database it was made for, as before SetMap.
 func followMap(db *gorm.DB) {
-	v, ok := db.Statement.Settings.Load(settingRoute)
-	if !ok {
-		return
+	var rt route
+	if v, ok := db.Statement.Settings.Load(settingRoute); ok {
+		rt = v.(route)
+	} else {
+		// A statement that GORM began inside a routed one with a new
+		// Statement (the delete of a has-one or has-many association, the
+		// rows of a many-to-many join table) has lost the settings but kept
+		// the connection: it is routed as the connection is.
+		switch p := db.Statement.ConnPool.(type) {
+		case *routedPool:
+			_, d := p.current()
+			rt = route{r: p.r, shard: p.shard, db: d, schema: p.r.smap.Load().Schema(p.shard)}
+		case *routedTx:
+			rt = route{r: p.r, shard: p.shard, db: p.db, schema: p.r.smap.Load().Schema(p.shard)}
+		default:
+			return
+		}
+		db.Statement.Settings.Store(settingRoute, rt)
 	}
-	rt := v.(route)
 	var d int
+	cur := rt.r.smap.Load()
 	switch p := db.Statement.ConnPool.(type) {
 	case *routedPool:
-		d = rt.r.table.Load().dbOf[rt.shard]
-		if d != rt.db && !rt.r.canFollow(rt.db, d) {
-			d = rt.db
+		if d = p.pinned; d < 0 {
+			d = cur.DB(rt.shard)
+			if d != rt.db && !rt.r.canFollow(rt.db, d) {
+				d = rt.db
+			}
 		}
-		db.Statement.ConnPool = rt.r.dbs[d].Statement.ConnPool
+		db.Statement.ConnPool = rt.r.pinnedPool(d, rt.shard)
 	case *routedTx:
 		d = p.db
 	default:
 		return
 	}
-	if d != rt.db {
-		rt.db = d
+	// The statement's tables are where the map of this moment puts the
+	// shard: its schema, or the database's own tables for a shared shard.
+	if schema := cur.Schema(rt.shard); d != rt.db || schema != rt.schema {
+		rt.db, rt.schema = d, schema
 		db.Statement.Settings.Store(settingRoute, rt)
 	}
 }

@@ -117,52 +117,60 @@ func (r *Router) Migrate(ctx context.Context, models ...any) error {
 // driver reports a closed connection. Shards finished before stay migrated;
 // a shard's batch that was interrupted is rolled back on PostgreSQL.
 func (r *Router) MigrateWith(ctx context.Context, opts MigrateOptions, models ...any) error {
-	t := r.table.Load()
-	if r.schemas == nil {
-		work, cancel := context.WithCancel(ctx)
-		defer cancel()
-		rep := &migrateReporter{fn: opts.Progress, total: len(r.dbs)}
-		var (
-			wg    sync.WaitGroup
-			mu    sync.Mutex
-			first error
-		)
-		for d, db := range r.dbs {
-			wg.Go(func() {
-				if err := db.WithContext(work).AutoMigrate(models...); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = &ShardError{Shard: -1, Database: r.names[d], Err: withContextErr(work, err)}
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-				rep.add(r.names[d], 1, 0, 0)
-			})
+	t := r.smap.Load()
+	// ownTables migrates database d's own tables, unqualified, with GORM's
+	// AutoMigrate.
+	ownTables := func(d int) migrateJob {
+		return func(work context.Context, rep *migrateReporter) error {
+			if err := r.dbs[d].WithContext(work).AutoMigrate(models...); err != nil {
+				return &ShardError{Shard: -1, Database: r.names[d], Err: withContextErr(work, err)}
+			}
+			rep.add(r.names[d], 1, 0, 0)
+			return nil
 		}
-		wg.Wait()
-		return migrateResult(ctx, first)
 	}
+	var jobs []migrateJob
+	if r.schemas == nil {
+		for d := range r.dbs {
+			jobs = append(jobs, ownTables(d))
+		}
+		return runMigration(ctx, jobs, opts, len(r.dbs))
+	}
+	// A shard in a schema of its own gets its tables there; a database
+	// that holds shared shards (a database from before the shards) gets
+	// them in its own tables, once.
+	total := 0
 	targets := make([]migrateTarget, len(r.dbs))
+	shared := make([]bool, len(r.dbs))
 	for s := range r.schemas {
-		d := t.dbOf[s]
+		d := t.DB(s)
+		if t.Shared(s) {
+			if !shared[d] {
+				shared[d] = true
+				total++
+				jobs = append(jobs, ownTables(d))
+			}
+			continue
+		}
 		targets[d].shards = append(targets[d].shards, s)
 		targets[d].schemas = append(targets[d].schemas, r.schemas[s])
+		total++
 	}
 	for d, db := range r.dbs {
-		tg := &targets[d]
+		tg := targets[d]
+		if len(tg.shards) == 0 {
+			continue
+		}
 		tg.name, tg.pattern = r.names[d], r.pattern
 		tg.dialect = db.Dialector.Name()
 		tg.src = &gormSource{db: db, models: models}
-		if len(tg.shards) > 0 {
-			var err error
-			if tg.db, err = db.DB(); err != nil {
-				return &ShardError{Shard: -1, Database: tg.name, Err: err}
-			}
+		var err error
+		if tg.db, err = db.DB(); err != nil {
+			return &ShardError{Shard: -1, Database: tg.name, Err: err}
 		}
+		jobs = append(jobs, tg.job(opts))
 	}
-	return runMigration(ctx, targets, opts, r.shards)
+	return runMigration(ctx, jobs, opts, total)
 }
 
 // migrateResult returns first, the first error of a migration, wrapping
@@ -216,9 +224,19 @@ type migrateConn interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// runMigration migrates targets, the databases in parallel; total is the
-// number of units over all of them.
-func runMigration(ctx context.Context, targets []migrateTarget, opts MigrateOptions, total int) error {
+// migrateJob is one database's part of a migration: it reports its
+// units to rep, and returns an error that names the database.
+type migrateJob func(ctx context.Context, rep *migrateReporter) error
+
+// job returns the migration of tg.
+func (tg migrateTarget) job(opts MigrateOptions) migrateJob {
+	return func(ctx context.Context, rep *migrateReporter) error { return migrateDatabase(ctx, tg, opts, rep) }
+}
+
+// runMigration runs jobs in parallel, reporting to opts.Progress; total is
+// the number of units over all of them. The first error cancels the
+// others.
+func runMigration(ctx context.Context, jobs []migrateJob, opts MigrateOptions, total int) error {
 	work, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rep := &migrateReporter{fn: opts.Progress, total: total}
@@ -227,12 +245,9 @@ func runMigration(ctx context.Context, targets []migrateTarget, opts MigrateOpti
 		mu    sync.Mutex
 		first error
 	)
-	for _, tg := range targets {
-		if len(tg.shards) == 0 {
-			continue
-		}
+	for _, job := range jobs {
 		wg.Go(func() {
-			if err := migrateDatabase(work, tg, opts, rep); err != nil {
+			if err := job(work, rep); err != nil {
 				mu.Lock()
 				if first == nil {
 					first = err

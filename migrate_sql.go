@@ -143,7 +143,13 @@ func MigrateSQL(ctx context.Context, dbs []*sql.DB, m *shardmap.Map, opts Migrat
 		}
 		tg.dialect, tg.src = dialect, src
 	}
-	return runMigration(ctx, targets, opts, total)
+	var jobs []migrateJob
+	for _, tg := range targets {
+		if len(tg.shards) > 0 {
+			jobs = append(jobs, tg.job(opts))
+		}
+	}
+	return runMigration(ctx, jobs, opts, total)
 }
 
 // sqlDialect tells PostgreSQL ("postgres") from MySQL and MariaDB ("mysql")

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardid/shardid/internal/readme"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -19,8 +20,8 @@ func TestRuns(t *testing.T) {
 	if err := run(&out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "shard 1341") || !strings.Contains(out.String(), `read back "sunset" with 2 comments`) {
-		t.Errorf("the example printed\n%s", out.String())
+	if err := readme.SameOutput("README.md", "go run ./examples/gorm", out.String()); err != nil {
+		t.Error(err)
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("the example left %s in the temporary directory", left[0].Name())
@@ -71,8 +72,8 @@ func TestRunsOnPostgres(t *testing.T) {
 	if err := run(&out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), `read back "sunset" with 2 comments`) {
-		t.Errorf("the example printed\n%s", out.String())
+	if err := readme.SameOutput("README.md", "go run ./examples/gorm", out.String()); err != nil {
+		t.Error(err)
 	}
 	if after := count(); after["photos"] != before["photos"] || after["comments"] != before["comments"] {
 		t.Errorf("public's photos and comments went from %v to %v", before, after)

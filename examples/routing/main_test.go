@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/shardid/shardid/internal/readme"
 )
 
 // The example runs end to end and leaves no file behind.
@@ -14,8 +16,8 @@ func TestRuns(t *testing.T) {
 	if err := run(&out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "shard 1341  on west") {
-		t.Errorf("the example printed\n%s", out.String())
+	if err := readme.SameOutput("README.md", "go run ./examples/routing", out.String()); err != nil {
+		t.Error(err)
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("the example left %s in the temporary directory", left[0].Name())

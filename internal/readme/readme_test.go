@@ -2,6 +2,7 @@ package readme
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -327,7 +328,7 @@ func TestREADMESnippetsCompile(t *testing.T) {
 			t.Fatal(err)
 		}
 		blocks := goBlocks(string(text))
-		if name == "README.md" && len(blocks) < 5 {
+		if name == "README.md" && len(blocks) < 3 {
 			t.Fatalf("README.md has %d Go blocks: is this the right file?", len(blocks))
 		}
 		if len(blocks) == 0 {
@@ -344,7 +345,7 @@ func TestREADMESnippetsCompile(t *testing.T) {
 // test, with its output checked.
 func TestREADMEQuotesExamples(t *testing.T) {
 	root := moduleRoot(t)
-	quoted := 0
+	quoted := map[string]int{} // "README.md" and "docs/"
 	for _, name := range docs(t, root) {
 		text, err := os.ReadFile(filepath.Join(root, name))
 		if err != nil {
@@ -354,9 +355,7 @@ func TestREADMEQuotesExamples(t *testing.T) {
 			if b.source == "" {
 				continue
 			}
-			if name == "README.md" {
-				quoted++
-			}
+			quoted[strings.SplitAfter(name, "/")[0]]++
 			file, fn, _ := strings.Cut(b.source, " ")
 			body, err := funcBody(filepath.Join(root, file), fn)
 			if err != nil {
@@ -368,8 +367,11 @@ func TestREADMEQuotesExamples(t *testing.T) {
 			}
 		}
 	}
-	if quoted < 2 {
-		t.Errorf("README.md quotes %d examples, want at least 2 (Use, Moving a logical shard)", quoted)
+	if quoted["README.md"] < 2 {
+		t.Errorf("README.md quotes %d examples, want at least 2 (Use with GORM, IDs without a database)", quoted["README.md"])
+	}
+	if quoted["docs/"] < 4 {
+		t.Errorf("the guides quote %d examples, want at least 4 (Use, Growing safely, Moving a logical shard, Monitoring)", quoted["docs/"])
 	}
 }
 
@@ -424,5 +426,68 @@ func TestREADMECheckerFails(t *testing.T) {
 	os.WriteFile(file, buf.Bytes(), 0o600)
 	if body, err := funcBody(file, "F"); err != nil || body != "x := 1\n_ = x" {
 		t.Errorf("funcBody = %q, %v", body, err)
+	}
+}
+
+var outputMarker = regexp.MustCompile(`(?m)^<!-- output: (.+) -->$`)
+
+// Every example's README shows what the program prints, under an output
+// marker, and a test of the example compares it (readme.SameOutput with
+// that README and that name); every output marker of README.md and the
+// guides is followed by a block.
+func TestExamplesShowTheirOutput(t *testing.T) {
+	root := moduleRoot(t)
+	dirs, err := filepath.Glob(filepath.Join(root, "examples", "*", "README.md"))
+	if err != nil || len(dirs) < 4 {
+		t.Fatalf("examples with a README: %v, %v", dirs, err)
+	}
+	for _, path := range dirs {
+		dir := filepath.Dir(path)
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := outputMarker.FindAllStringSubmatch(string(text), -1)
+		if len(names) == 0 {
+			t.Errorf("%s shows no output (no line <!-- output: NAME -->)", path)
+		}
+		tests, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
+		var src strings.Builder
+		for _, f := range tests {
+			b, _ := os.ReadFile(f)
+			src.Write(b)
+		}
+		for _, m := range names {
+			if _, err := OutputBlock(path, m[1]); err != nil {
+				t.Error(err)
+			}
+			if call := fmt.Sprintf("readme.SameOutput(%q, %q,", "README.md", m[1]); !strings.Contains(src.String(), call) {
+				t.Errorf("%s shows the output %q, but no test in %s compares it (%s ...)", path, m[1], dir, call)
+			}
+		}
+	}
+	for _, name := range docs(t, root) {
+		path := filepath.Join(root, name)
+		text, _ := os.ReadFile(path)
+		for _, m := range outputMarker.FindAllStringSubmatch(string(text), -1) {
+			if _, err := OutputBlock(path, m[1]); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// SameOutput ignores IDs, clock times and durations, and nothing else.
+func TestSameOutput(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "R.md")
+	os.WriteFile(file, []byte("x\n\n<!-- output: run -->\n```text\nphoto 4209052497351078912 shard 1341 made 09:15:57.891 in 12ms\n```\n"), 0o600)
+	if err := SameOutput(file, "run", "photo 4209052497351078999 shard 1341 made 10:01:02.003 in 3.5s\n"); err != nil {
+		t.Errorf("IDs, times and durations differ only: %v", err)
+	}
+	if err := SameOutput(file, "run", "photo 4209052497351078999 shard 1342 made 10:01:02.003 in 3.5s\n"); err == nil {
+		t.Error("another shard passed")
+	}
+	if err := SameOutput(file, "other", ""); !errors.Is(err, ErrNoOutputBlock) {
+		t.Errorf("a missing block: %v", err)
 	}
 }
