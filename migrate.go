@@ -39,7 +39,8 @@ type MigrateProgress struct {
 	// AutoMigrated is the number of logical shards, over all databases,
 	// that the fast path could not bring up to date and that went through
 	// GORM's AutoMigrate instead (a changed column type, a missing
-	// constraint, ...). It is included in Altered.
+	// constraint, ...). It is included in Altered. For MigrateSQL, it is
+	// the number of shards whose statements were replayed one by one.
 	AutoMigrated int
 }
 
