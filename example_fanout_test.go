@@ -13,7 +13,7 @@ import (
 
 // exampleRouter returns a router over two in-memory SQLite databases and
 // 12 photos of users 0 to 11 (likes: the user's number modulo 3).
-func exampleRouter() *shardid.Router {
+func exampleFanoutRouter() *shardid.Router {
 	open := func() *gorm.DB {
 		db, err := gorm.Open(sqlite.Open("file::memory:"), &gorm.Config{Logger: logger.Discard})
 		if err != nil {
@@ -47,7 +47,7 @@ type ExPhoto struct {
 }
 
 func ExampleGatherPage() {
-	router := exampleRouter()
+	router := exampleFanoutRouter()
 	ctx := context.Background()
 	opts := shardid.PageOptions{Size: 3, Desc: true}
 	for {
@@ -77,7 +77,7 @@ func ExampleGatherPage() {
 }
 
 func ExampleAggregate() {
-	router := exampleRouter()
+	router := exampleFanoutRouter()
 	rows, err := shardid.Aggregate(context.Background(), router, shardid.AggregateOptions{
 		GroupBy: []string{"likes"},
 		Columns: []shardid.AggregateColumn{
@@ -99,7 +99,7 @@ func ExampleAggregate() {
 }
 
 func ExampleGatherCount() {
-	router := exampleRouter()
+	router := exampleFanoutRouter()
 	n, err := shardid.GatherCount(context.Background(), router, func(ctx context.Context, db *gorm.DB) *gorm.DB {
 		return db.Model(&ExPhoto{}).Where("likes = ?", 2)
 	})

@@ -137,7 +137,11 @@ func fanout[T any](ctx context.Context, r *Router, o fanOptions,
 	for range min(workers, len(targets)) {
 		wg.Go(func() {
 			for tg := range next {
-				db := r.ForShard(tg.shard).WithContext(ctx)
+				// The query runs where the target was chosen, under the map
+				// fanoutMap loaded, even if the map changes meanwhile: pinned
+				// to the database, with the placement the shard had there.
+				db := r.session(tg.db, tg.shard).WithContext(ctx)
+				db.Statement.ConnPool = r.pinnedPool(tg.db, tg.shard, schemaOf(tg.shard))
 				if o.prep != nil {
 					db = o.prep(db).Session(&gorm.Session{})
 				}

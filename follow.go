@@ -27,46 +27,53 @@ type routedPool struct {
 	// the pool but lose the settings, run there too, and are known as
 	// routed by their pool.
 	pinned int
+	// schema is, for a pinned pool, the schema of the shard on the pinned
+	// database when followMap chose it ("" for a shared shard): the
+	// statements run with that placement's table names even if the map
+	// changes the shard's placement meanwhile.
+	schema string
 }
 
 // current returns the pool of the database that holds the shard now (or
-// the pinned one), and that database's index.
-func (p *routedPool) current() (gorm.ConnPool, int) {
-	d := p.pinned
+// the pinned one), that database's index, and the shard's schema there,
+// all from one version of the map.
+func (p *routedPool) current() (gorm.ConnPool, int, string) {
+	d, schema := p.pinned, p.schema
 	if d < 0 {
-		d = p.r.smap.Load().DB(p.shard)
+		v := p.r.smap.Load()
+		d, schema = v.DB(p.shard), v.Schema(p.shard)
 	}
-	return p.r.dbs[d].Statement.ConnPool, d
+	return p.r.dbs[d].Statement.ConnPool, d, schema
 }
 
 // PrepareContext implements [gorm.ConnPool].
 func (p *routedPool) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	pool, _ := p.current()
+	pool, _, _ := p.current()
 	return pool.PrepareContext(ctx, query)
 }
 
 // ExecContext implements [gorm.ConnPool].
 func (p *routedPool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	pool, _ := p.current()
+	pool, _, _ := p.current()
 	return pool.ExecContext(ctx, query, args...)
 }
 
 // QueryContext implements [gorm.ConnPool].
 func (p *routedPool) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	pool, _ := p.current()
+	pool, _, _ := p.current()
 	return pool.QueryContext(ctx, query, args...)
 }
 
 // QueryRowContext implements [gorm.ConnPool].
 func (p *routedPool) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	pool, _ := p.current()
+	pool, _, _ := p.current()
 	return pool.QueryRowContext(ctx, query, args...)
 }
 
 // BeginTx implements [gorm.ConnPoolBeginner]: the transaction runs on the
 // database that holds the shard when it begins, and stays there.
 func (p *routedPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
-	pool, d := p.current()
+	pool, d, schema := p.current()
 	var (
 		tx  gorm.ConnPool
 		err error
@@ -85,13 +92,13 @@ func (p *routedPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.Con
 	if err != nil {
 		return nil, err
 	}
-	return &routedTx{ConnPool: tx, r: p.r, db: d, shard: p.shard}, nil
+	return &routedTx{ConnPool: tx, r: p.r, db: d, shard: p.shard, schema: schema}, nil
 }
 
 // GetDBConn implements [gorm.GetDBConnector]: the *sql.DB of the database
 // that holds the shard now.
 func (p *routedPool) GetDBConn() (*sql.DB, error) {
-	_, d := p.current()
+	_, d, _ := p.current()
 	return p.r.dbs[d].DB()
 }
 
@@ -101,6 +108,10 @@ type routedTx struct {
 	r     *Router
 	db    int
 	shard int // the shard it was begun for
+	// schema is the shard's schema on db when the transaction began ("" for
+	// a shared shard): its statements keep that placement's table names
+	// whatever the map says later, as they keep its database.
+	schema string
 }
 
 // Commit implements [gorm.TxCommitter].
@@ -135,34 +146,41 @@ func followMap(db *gorm.DB) {
 		// the connection: it is routed as the connection is.
 		switch p := db.Statement.ConnPool.(type) {
 		case *routedPool:
-			_, d := p.current()
-			rt = route{r: p.r, shard: p.shard, db: d, schema: p.r.smap.Load().Schema(p.shard)}
+			_, d, schema := p.current()
+			rt = route{r: p.r, shard: p.shard, db: d, schema: schema}
 		case *routedTx:
-			rt = route{r: p.r, shard: p.shard, db: p.db, schema: p.r.smap.Load().Schema(p.shard)}
+			rt = route{r: p.r, shard: p.shard, db: p.db, schema: p.schema}
 		default:
 			return
 		}
 		db.Statement.Settings.Store(settingRoute, rt)
 	}
-	var d int
-	cur := rt.r.smap.Load()
+	// The statement's database and table names come from one decision: the
+	// map of this moment for a statement that follows it (the shard's
+	// schema, or the database's own tables for a shared shard), and the
+	// placement the shard had where it stays otherwise (a transaction, a
+	// pinned pool, a session that cannot follow), never the database of one
+	// placement with the table names of another.
+	var (
+		d      int
+		schema string
+	)
 	switch p := db.Statement.ConnPool.(type) {
 	case *routedPool:
-		if d = p.pinned; d < 0 {
-			d = cur.DB(rt.shard)
+		if d, schema = p.pinned, p.schema; d < 0 {
+			cur := rt.r.smap.Load()
+			d, schema = cur.DB(rt.shard), cur.Schema(rt.shard)
 			if d != rt.db && !rt.r.canFollow(rt.db, d) {
-				d = rt.db
+				d, schema = rt.db, rt.schema
 			}
 		}
-		db.Statement.ConnPool = rt.r.pinnedPool(d, rt.shard)
+		db.Statement.ConnPool = rt.r.pinnedPool(d, rt.shard, schema)
 	case *routedTx:
-		d = p.db
+		d, schema = p.db, p.schema
 	default:
 		return
 	}
-	// The statement's tables are where the map of this moment puts the
-	// shard: its schema, or the database's own tables for a shared shard.
-	if schema := cur.Schema(rt.shard); d != rt.db || schema != rt.schema {
+	if d != rt.db || schema != rt.schema {
 		rt.db, rt.schema = d, schema
 		db.Statement.Settings.Store(settingRoute, rt)
 	}

@@ -263,7 +263,8 @@ func (x *LegacyIDs) UnmarshalBinary(data []byte) error {
 	if !ok1 || !ok2 || !ok3 || floor > 1<<63-1 || maxID >= floor || n > uint64(len(p)) {
 		return bad("corrupt header")
 	}
-	out := LegacyIDs{floor: ID(floor), tables: make(map[string]*legacyTable, n)}
+	// No capacity from n: a crafted count would allocate in its proportion.
+	out := LegacyIDs{floor: ID(floor), tables: map[string]*legacyTable{}}
 	for range n {
 		l, ok := next()
 		if !ok || l == 0 || l > uint64(len(p)) {

@@ -39,7 +39,8 @@ type MigrateProgress struct {
 	// AutoMigrated is the number of logical shards, over all databases,
 	// that the fast path could not bring up to date and that went through
 	// GORM's AutoMigrate instead (a changed column type, a missing
-	// constraint, ...). It is included in Altered.
+	// constraint, ...). It is included in Altered. For MigrateSQL, it is
+	// the number of shards whose statements were replayed one by one.
 	AutoMigrated int
 }
 
@@ -118,79 +119,147 @@ func (r *Router) Migrate(ctx context.Context, models ...any) error {
 // a shard's batch that was interrupted is rolled back on PostgreSQL.
 func (r *Router) MigrateWith(ctx context.Context, opts MigrateOptions, models ...any) error {
 	t := r.smap.Load()
+	// ownTables migrates database d's own tables, unqualified, with GORM's
+	// AutoMigrate.
+	ownTables := func(d int) migrateJob {
+		return func(work context.Context, rep *migrateReporter) error {
+			if err := r.dbs[d].WithContext(work).AutoMigrate(models...); err != nil {
+				return &ShardError{Shard: -1, Database: r.names[d], Err: withContextErr(work, err)}
+			}
+			rep.add(r.names[d], 1, 0, 0)
+			return nil
+		}
+	}
+	var jobs []migrateJob
+	if r.schemas == nil {
+		for d := range r.dbs {
+			jobs = append(jobs, ownTables(d))
+		}
+		return runMigration(ctx, jobs, opts, len(r.dbs))
+	}
+	// A shard in a schema of its own gets its tables there; a database
+	// that holds shared shards (a database from before the shards) gets
+	// them in its own tables, once.
+	total := 0
+	targets := make([]migrateTarget, len(r.dbs))
+	shared := make([]bool, len(r.dbs))
+	for s := range r.schemas {
+		d := t.DB(s)
+		if t.Shared(s) {
+			if !shared[d] {
+				shared[d] = true
+				total++
+				jobs = append(jobs, ownTables(d))
+			}
+			continue
+		}
+		targets[d].shards = append(targets[d].shards, s)
+		targets[d].schemas = append(targets[d].schemas, r.schemas[s])
+		total++
+	}
+	for d, db := range r.dbs {
+		tg := targets[d]
+		if len(tg.shards) == 0 {
+			continue
+		}
+		tg.name, tg.pattern = r.names[d], r.pattern
+		tg.dialect = db.Dialector.Name()
+		tg.src = &gormSource{db: db, models: models}
+		var err error
+		if tg.db, err = db.DB(); err != nil {
+			return &ShardError{Shard: -1, Database: tg.name, Err: err}
+		}
+		jobs = append(jobs, tg.job(opts))
+	}
+	return runMigration(ctx, jobs, opts, total)
+}
+
+// migrateResult returns first, the first error of a migration, wrapping
+// the caller's cancellation, which explains every failure that follows it.
+func migrateResult(ctx context.Context, first error) error {
+	if first == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(first, cerr) {
+		return fmt.Errorf("shardid: migrate interrupted: %w: %w", cerr, first)
+	}
+	return first
+}
+
+// migrateTarget is one physical database's part of a migration by
+// schemas: the engine that Router.MigrateWith and MigrateSQL share.
+type migrateTarget struct {
+	name    string  // the database's name, for errors and progress
+	db      *sql.DB // nil when the database has no units
+	dialect string  // "postgres" or "mysql"
+	pattern string  // SchemaPattern, for the template's name
+
+	// shards are the units to migrate, in step with schemas: a logical
+	// shard, or -1 for the database's own tables, whose schema is "" here
+	// (the connection's current schema, or database on MySQL).
+	shards  []int
+	schemas []string
+
+	src migrateSource
+}
+
+// migrateSource is what the shards are brought to: GORM models, or SQL
+// statements.
+type migrateSource interface {
+	// build makes the template in q's current schema, tmpl, and returns
+	// the statements to replay in the shards, usable false when they
+	// cannot be.
+	build(ctx context.Context, dl migrateDialect, q migrateConn, tmpl string) (recorded []recordedStmt, usable bool, err error)
+	// bind returns a recorded statement as it runs in schema.
+	bind(stmt, schema string) string
+	// slow brings schema, whose tables are have, to want on ctrl, when
+	// replaying additions cannot.
+	slow(ctx context.Context, dl migrateDialect, ctrl *sql.Conn, schema string, have, want catSchema, recorded []recordedStmt) error
+}
+
+// migrateConn is what statements run on: a *sql.Conn, or a *sql.Tx.
+type migrateConn interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// migrateJob is one database's part of a migration: it reports its
+// units to rep, and returns an error that names the database.
+type migrateJob func(ctx context.Context, rep *migrateReporter) error
+
+// job returns the migration of tg.
+func (tg migrateTarget) job(opts MigrateOptions) migrateJob {
+	return func(ctx context.Context, rep *migrateReporter) error { return migrateDatabase(ctx, tg, opts, rep) }
+}
+
+// runMigration runs jobs in parallel, reporting to opts.Progress; total is
+// the number of units over all of them. The first error cancels the
+// others.
+func runMigration(ctx context.Context, jobs []migrateJob, opts MigrateOptions, total int) error {
 	work, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	rep := &migrateReporter{fn: opts.Progress}
+	rep := &migrateReporter{fn: opts.Progress, total: total}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
 	)
-	fail := func(err error) {
-		mu.Lock()
-		if first == nil {
-			first = err
-		}
-		mu.Unlock()
-		cancel()
-	}
-	ownTables := func(d int, db *gorm.DB) {
+	for _, job := range jobs {
 		wg.Go(func() {
-			if err := db.WithContext(work).AutoMigrate(models...); err != nil {
-				fail(&ShardError{Shard: -1, Database: r.names[d], Err: withContextErr(work, err)})
-				return
+			if err := job(work, rep); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				cancel()
 			}
-			rep.add(r.names[d], 1, 0, 0)
 		})
 	}
-	if r.schemas == nil {
-		rep.total = len(r.dbs)
-		for d, db := range r.dbs {
-			ownTables(d, db)
-		}
-	} else {
-		// A shard in a schema of its own gets its tables there; a database
-		// that holds shared shards (a database from before the shards) gets
-		// them in its own tables, once.
-		perDB := make([][]int, len(r.dbs))
-		shared := make([]bool, len(r.dbs))
-		for s := range r.schemas {
-			if t.Shared(s) {
-				if !shared[t.DB(s)] {
-					shared[t.DB(s)] = true
-					rep.total++
-				}
-				continue
-			}
-			perDB[t.DB(s)] = append(perDB[t.DB(s)], s)
-			rep.total++
-		}
-		for d, own := range shared {
-			if own {
-				ownTables(d, r.dbs[d])
-			}
-		}
-		for d, shards := range perDB {
-			if len(shards) == 0 {
-				continue
-			}
-			wg.Go(func() {
-				if err := r.migrateDatabase(work, d, shards, models, opts, rep); err != nil {
-					fail(err)
-				}
-			})
-		}
-	}
 	wg.Wait()
-	if first == nil {
-		return nil
-	}
-	// The caller's cancellation explains every failure that follows it.
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(first, cerr) {
-		return fmt.Errorf("shardid: migrate interrupted: %w: %w", cerr, first)
-	}
-	return first
+	return migrateResult(ctx, first)
 }
 
 // migrateReporter serializes progress callbacks and keeps the counts.
@@ -239,12 +308,12 @@ const cleanupTimeout = 30 * time.Second
 
 // migrateDialect is what the fast path needs from a database.
 type migrateDialect interface {
-	// template creates the scratch template schema tmpl, runs migrate with
-	// db bound to a connection (PostgreSQL: a transaction) whose current
-	// schema is tmpl, reads the catalog of schemas and tmpl, and removes
-	// tmpl. pool is conn's database.
-	template(ctx context.Context, db *gorm.DB, conn *sql.Conn, pool *sql.DB, tmpl string, schemas []string,
-		migrate func(db *gorm.DB) error) (map[string]catSchema, error)
+	// template creates the scratch template schema tmpl, runs build on
+	// conn (PostgreSQL: a transaction on it) with tmpl as the current
+	// schema, reads the catalog of schemas and tmpl, and removes tmpl.
+	// pool is conn's database.
+	template(ctx context.Context, conn *sql.Conn, pool *sql.DB, tmpl string, schemas []string,
+		build func(q migrateConn) error) (map[string]catSchema, error)
 	// addColumn returns the statements adding column c, as the template has
 	// it, to table, or false when that is not a plain addition.
 	addColumn(table, name string, c catColumn) ([]string, bool)
@@ -254,6 +323,14 @@ type migrateDialect interface {
 	// it helps, other connections of db, calling held before each shard or
 	// batch and stopping at its error.
 	apply(ctx context.Context, conn *sql.Conn, db *sql.DB, acts []shardAction, held func() error, done func(n int)) error
+	// replay runs stmts one by one on conn with schema, created if
+	// missing, as the current schema, then reads schema's tables and
+	// passes them to check; on PostgreSQL it all runs in one transaction,
+	// committed only when check returns nil.
+	replay(ctx context.Context, conn *sql.Conn, schema string, stmts []string, check func(have catSchema) error) error
+	// currentSchema returns the schema (MySQL: database) that unqualified
+	// names on db resolve to.
+	currentSchema(ctx context.Context, db *sql.DB) (string, error)
 }
 
 // querier runs queries: a *sql.Conn, or a *sql.Tx.
@@ -363,28 +440,53 @@ type recordedStmt struct {
 	// declared inside its CREATE TABLE (MySQL): it serves an existing table
 	// that lacks the index, never a new one.
 	derived bool
+
+	// kind is what the statement creates, as far as MigrateSQL's replay
+	// needs to know, and name the column or constraint it adds.
+	kind stmtKind
+	name string
 }
 
-// migrateDatabase migrates shards, all of them on database d.
-func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, models []any, opts MigrateOptions, rep *migrateReporter) (rerr error) {
-	db := r.dbs[d].WithContext(ctx)
-	name := r.names[d]
+// stmtKind tells MigrateSQL's replay which statements a table that exists
+// may already reflect.
+type stmtKind uint8
+
+const (
+	kindOther         stmtKind = iota // run on every replay
+	kindCreateTable                   // done when the table exists
+	kindIndex                         // done when the index exists
+	kindAddColumn                     // done when the column exists
+	kindAddConstraint                 // done when the constraint exists
+)
+
+// newMigrateDialect returns the fast path of the dialect called name.
+func newMigrateDialect(name string) (migrateDialect, error) {
+	switch name {
+	case "postgres":
+		return migratePostgres{}, nil
+	case "mysql":
+		return &migrateMySQL{}, nil
+	}
+	return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("schemas per shard need PostgreSQL or MySQL, not %s", name))
+}
+
+// migrateDatabase migrates tg's units, all of them on one database.
+func migrateDatabase(ctx context.Context, tg migrateTarget, opts MigrateOptions, rep *migrateReporter) (rerr error) {
+	sqlDB, name := tg.db, tg.name
 	bad := func(shard int, err error) error {
 		return &ShardError{Shard: shard, Database: name, Err: withContextErr(ctx, err)}
 	}
-	var dl migrateDialect
-	switch db.Dialector.Name() {
-	case "postgres":
-		dl = migratePostgres{}
-	case "mysql":
-		dl = &migrateMySQL{}
-	default:
-		return bad(shards[0], withDetail(ErrInvalidConfig,
-			fmt.Sprintf("schemas per shard need PostgreSQL or MySQL, not %s", db.Dialector.Name())))
-	}
-	sqlDB, err := db.DB()
+	dl, err := newMigrateDialect(tg.dialect)
 	if err != nil {
-		return bad(-1, err)
+		return bad(tg.shards[0], err)
+	}
+	schemas := slices.Clone(tg.schemas)
+	for i, s := range schemas {
+		if s == "" {
+			if schemas[i], err = dl.currentSchema(ctx, sqlDB); err != nil {
+				return bad(-1, err)
+			}
+		}
 	}
 	// One connection holds the lock, another does the work: with a pool
 	// of one, the second would never come.
@@ -392,7 +494,7 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 		return bad(-1, withDetail(ErrMigratePoolTooSmall,
 			"its pool allows one open connection (SetMaxOpenConns(1)); one holds the migration lock, another does the work: allow two or more"))
 	}
-	lock, err := r.migrateLock(ctx, sqlDB, db.Dialector.Name(), shards[0], opts.LockWait)
+	lock, err := migrateLock(ctx, sqlDB, tg.dialect, schemas[0], opts.LockWait)
 	if err != nil {
 		return bad(-1, err)
 	}
@@ -431,45 +533,41 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 		// reset after USE.
 		reuse = m.current.Valid
 	}
-	tmpl, err := templateName(r.pattern)
+	tmpl, err := templateName(tg.pattern)
 	if err != nil {
 		return bad(-1, err)
-	}
-	schemas := make([]string, 0, len(shards))
-	for _, s := range shards {
-		schemas = append(schemas, r.schemas[s])
 	}
 	if err := held(); err != nil {
 		return bad(-1, err)
 	}
-	onCtrl := db.Session(&gorm.Session{NewDB: true, Context: ctx})
-	onCtrl.Statement.ConnPool = ctrl
-	var rec *recordingPool
-	cat, err := dl.template(ctx, onCtrl, ctrl, sqlDB, tmpl, schemas, func(tdb *gorm.DB) error {
-		rec = &recordingPool{ConnPool: tdb.Statement.ConnPool}
-		// A new Session has a Statement of its own.
-		mtx := tdb.Session(&gorm.Session{NewDB: true, Context: ctx})
-		mtx.Statement.ConnPool = rec
-		return mtx.AutoMigrate(models...)
+	var (
+		recorded []recordedStmt
+		usable   bool
+	)
+	cat, err := dl.template(ctx, ctrl, sqlDB, tmpl, schemas, func(q migrateConn) (err error) {
+		recorded, usable, err = tg.src.build(ctx, dl, q, tmpl)
+		return err
 	})
 	if err != nil {
 		return bad(-1, fmt.Errorf("shardid: migrating the template schema %s: %w", tmpl, err))
 	}
-	recorded, usable := recordedStmts(dl, tmpl, rec)
 	want := cat[tmpl]
 
 	var acts []shardAction
-	var slow []int
-	for _, s := range shards {
-		stmts, fast := planShard(dl, cat[r.schemas[s]], want, recorded, usable)
+	var slow []int // indexes in tg.shards
+	for i, s := range tg.shards {
+		stmts, fast := planShard(dl, cat[schemas[i]], want, recorded, usable)
 		switch {
 		case !fast:
-			slow = append(slow, s)
+			slow = append(slow, i)
 		case len(stmts) > 0:
-			acts = append(acts, shardAction{shard: s, schema: r.schemas[s], stmts: stmts})
+			for j, q := range stmts {
+				stmts[j] = tg.src.bind(q, schemas[i])
+			}
+			acts = append(acts, shardAction{shard: s, schema: schemas[i], stmts: stmts})
 		}
 	}
-	rep.add(name, len(shards)-len(acts)-len(slow), 0, 0)
+	rep.add(name, len(tg.shards)-len(acts)-len(slow), 0, 0)
 	if err := dl.apply(ctx, ctrl, sqlDB, acts, held, func(n int) { rep.add(name, n, n, 0) }); err != nil {
 		var se *ShardError
 		if errors.As(err, &se) {
@@ -479,14 +577,15 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 		}
 		return bad(-1, err)
 	}
-	for _, s := range slow {
+	for _, i := range slow {
+		s := tg.shards[i]
 		if err := ctx.Err(); err != nil {
 			return bad(s, err)
 		}
 		if err := held(); err != nil {
 			return bad(s, err)
 		}
-		if err := migrateIn(onCtrl, r.schemas[s], models); err != nil {
+		if err := tg.src.slow(ctx, dl, ctrl, schemas[i], cat[schemas[i]], want, recorded); err != nil {
 			return bad(s, err)
 		}
 		rep.add(name, 1, 1, 1)
@@ -494,15 +593,43 @@ func (r *Router) migrateDatabase(ctx context.Context, d int, shards []int, model
 	return nil
 }
 
-// migrateLock takes the migration lock of the database whose first shard
-// is first, waiting at most wait (see MigrateOptions.LockWait).
+// gormSource is a migration to GORM models.
+type gormSource struct {
+	db     *gorm.DB
+	models []any
+}
+
+// build runs AutoMigrate of the models on q, recording its DDL.
+func (g *gormSource) build(ctx context.Context, dl migrateDialect, q migrateConn, tmpl string) ([]recordedStmt, bool, error) {
+	rec := &recordingPool{ConnPool: q}
+	// A new Session has a Statement of its own.
+	mtx := g.db.Session(&gorm.Session{NewDB: true, Context: ctx})
+	mtx.Statement.ConnPool = rec
+	if err := mtx.AutoMigrate(g.models...); err != nil {
+		return nil, false, err
+	}
+	recorded, usable := recordedStmts(dl, tmpl, rec)
+	return recorded, usable, nil
+}
+
+func (*gormSource) bind(stmt, _ string) string { return stmt }
+
+// slow runs AutoMigrate of the models inside schema.
+func (g *gormSource) slow(ctx context.Context, _ migrateDialect, ctrl *sql.Conn, schema string, _, _ catSchema, _ []recordedStmt) error {
+	onCtrl := g.db.Session(&gorm.Session{NewDB: true, Context: ctx})
+	onCtrl.Statement.ConnPool = ctrl
+	return migrateIn(onCtrl, schema, g.models)
+}
+
+// migrateLock takes the migration lock of the database whose first shard's
+// schema is first, waiting at most wait (see MigrateOptions.LockWait).
 //
 // It tries once at a time, each try on a connection (on PostgreSQL, in a
 // transaction) that goes back to the pool when the lock is held: a waiting
 // Migrate holds no connection between tries, so that waiters cannot take,
 // from the pool or from a pooler behind it, the connection the holder
 // needs to finish.
-func (r *Router) migrateLock(ctx context.Context, db *sql.DB, dialect string, first int, wait time.Duration) (*sqllock.Lock, error) {
+func migrateLock(ctx context.Context, db *sql.DB, dialect, first string, wait time.Duration) (*sqllock.Lock, error) {
 	switch {
 	case wait == 0:
 		wait = DefaultMigrateLockWait
@@ -511,7 +638,7 @@ func (r *Router) migrateLock(ctx context.Context, db *sql.DB, dialect string, fi
 	}
 	// The key is the one the session-level pg_advisory_lock and GET_LOCK
 	// of older versions took: old and new processes exclude each other.
-	key := sqllock.Key{Name: migrateLockName(r.schemas[first])}
+	key := sqllock.Key{Name: migrateLockName(first)}
 	deadline := time.Now().Add(wait)
 	pause := 20 * time.Millisecond
 	for {
@@ -672,6 +799,7 @@ type recordingPool struct {
 
 // ExecContext implements gorm.ConnPool.
 func (p *recordingPool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	query = dedupConstraints(query)
 	res, err := p.ConnPool.ExecContext(ctx, query, args...)
 	if err == nil {
 		p.stmts = append(p.stmts, query)
@@ -679,6 +807,101 @@ func (p *recordingPool) ExecContext(ctx context.Context, query string, args ...a
 
 	}
 	return res, err
+}
+
+// dedupConstraints returns a CREATE TABLE of GORM's without the
+// constraints it declares more than once, identically.
+//
+// GORM's schema cache gives a model a back-reference for every parent type
+// that has many (or one) of it, and CreateTable declares the foreign key of
+// each: two Go types of one table with the same has-many (a model and its
+// next release, FKPhoto and FKPhotoV2, both with Comments) make a CREATE
+// TABLE that declares the same constraint twice, which the server refuses
+// (PostgreSQL: constraint "fk_photos_comments" already exists). On existing
+// tables AutoMigrate checks each constraint before adding it, so that
+// AutoMigrate of the live tables succeeds while the template, always a
+// fresh schema, failed (issue #24).
+func dedupConstraints(q string) string {
+	if !strings.HasPrefix(q, "CREATE TABLE ") {
+		return q
+	}
+	open := strings.IndexByte(q, '(')
+	end := closingParen(q, open)
+	if open < 0 || end < 0 {
+		return q
+	}
+	items := splitTopLevel(q[open+1 : end])
+	seen := make(map[string]bool)
+	kept := items[:0]
+	for _, it := range items {
+		if strings.HasPrefix(it, "CONSTRAINT ") {
+			if seen[it] {
+				continue
+			}
+			seen[it] = true
+		}
+		kept = append(kept, it)
+	}
+	if len(kept) == len(items) {
+		return q
+	}
+	return q[:open+1] + strings.Join(kept, ",") + q[end:]
+}
+
+// closingParen returns the index of the parenthesis that closes the one at
+// open in s, outside quotes, or -1.
+func closingParen(s string, open int) int {
+	if open < 0 {
+		return -1
+	}
+	depth := 0
+	var quote byte
+	for i := open; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			} else if c == '\\' && quote == '\'' {
+				i++
+			}
+		case c == '\'' || c == '"' || c == '`':
+			quote = c
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// dedupPool returns pool with the CREATE TABLEs it executes passed through
+// dedupConstraints, keeping what GORM looks for in it: a transaction's
+// Commit and Rollback, a connection's BeginTx.
+func dedupPool(pool gorm.ConnPool) gorm.ConnPool {
+	switch p := pool.(type) {
+	case *sql.Tx:
+		return &dedupTx{p}
+	case *sql.Conn:
+		return &dedupConn{p}
+	}
+	return pool
+}
+
+type dedupTx struct{ *sql.Tx }
+
+func (p *dedupTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return p.Tx.ExecContext(ctx, dedupConstraints(query), args...)
+}
+
+type dedupConn struct{ *sql.Conn }
+
+func (p *dedupConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return p.Conn.ExecContext(ctx, dedupConstraints(query), args...)
 }
 
 // migrateShard creates schema on db and migrates models inside it with
@@ -727,6 +950,7 @@ func migrateIn(tx *gorm.DB, schema string, models []any) (err error) {
 			return err
 		}
 		defer stx.Rollback() // after Commit, sql.ErrTxDone
+		in.Statement.ConnPool = dedupPool(stx)
 		if err := in.AutoMigrate(models...); err != nil {
 			return err
 		}
@@ -754,7 +978,9 @@ func migrateIn(tx *gorm.DB, schema string, models []any) (err error) {
 			}
 		}()
 		// A new Session, so that nothing of the statements above carries over.
-		return tx.Session(&gorm.Session{NewDB: true, Context: ctx}).AutoMigrate(models...)
+		in := tx.Session(&gorm.Session{NewDB: true, Context: ctx})
+		in.Statement.ConnPool = dedupPool(tx.Statement.ConnPool)
+		return in.AutoMigrate(models...)
 	default:
 		return withDetail(ErrInvalidConfig, fmt.Sprintf("schemas per shard need PostgreSQL or MySQL, not %s", tx.Dialector.Name()))
 	}

@@ -8,8 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-
-	"gorm.io/gorm"
 )
 
 // migrateMySQL is the fast path of Migrate on MySQL and MariaDB.
@@ -43,8 +41,8 @@ func (m *migrateMySQL) detect(ctx context.Context, conn *sql.Conn) error {
 // its default database, reads the catalog, and drops tmpl (even when ctx
 // is done; on pool when conn cannot). conn's default database is what it
 // was again afterwards, when it had one.
-func (m *migrateMySQL) template(ctx context.Context, db *gorm.DB, conn *sql.Conn, pool *sql.DB, tmpl string, schemas []string,
-	migrate func(db *gorm.DB) error) (cat map[string]catSchema, err error) {
+func (m *migrateMySQL) template(ctx context.Context, conn *sql.Conn, pool *sql.DB, tmpl string, schemas []string,
+	build func(q migrateConn) error) (cat map[string]catSchema, err error) {
 	// Not IF NOT EXISTS: what is dropped below must be what was created
 	// here.
 	if _, err := conn.ExecContext(ctx, "CREATE DATABASE "+mysqlIdent(tmpl)); err != nil {
@@ -73,12 +71,51 @@ func (m *migrateMySQL) template(ctx context.Context, db *gorm.DB, conn *sql.Conn
 				}
 			}
 		}()
-		return migrate(db)
+		return build(conn)
 	}()
 	if err != nil {
 		return nil, err
 	}
 	return m.catalog(ctx, conn, append(schemas[:len(schemas):len(schemas)], tmpl))
+}
+
+// replay runs stmts on conn with schema, created if missing, as its
+// default database, then passes what schema holds to check. conn's
+// default database is what it was again afterwards, when it had one.
+func (m *migrateMySQL) replay(ctx context.Context, conn *sql.Conn, schema string, stmts []string, check func(have catSchema) error) (err error) {
+	for _, q := range []string{m.createSchema(schema), "USE " + mysqlIdent(schema)} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if m.current.Valid {
+			if _, rerr := conn.ExecContext(ctx, "USE "+mysqlIdent(m.current.String)); err == nil {
+				err = rerr
+			}
+		}
+	}()
+	for _, q := range stmts {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return &stmtError{stmt: q, err: err}
+		}
+	}
+	cat, err := m.catalog(ctx, conn, []string{schema})
+	if err != nil {
+		return err
+	}
+	return check(cat[schema])
+}
+
+func (*migrateMySQL) currentSchema(ctx context.Context, db *sql.DB) (string, error) {
+	var s sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&s); err != nil {
+		return "", err
+	}
+	if !s.Valid {
+		return "", withDetail(ErrInvalidConfig, "the connection has no default database: unqualified tables have nowhere to go")
+	}
+	return s.String, nil
 }
 
 func (*migrateMySQL) createSchema(schema string) string {

@@ -17,18 +17,18 @@ type migratePostgres struct{}
 // whole server.
 const pgBatchStatements = 200
 
-// template creates tmpl, runs migrate in it and reads the catalog, all in
+// template creates tmpl, runs build in it and reads the catalog, all in
 // one transaction on conn that is then rolled back: the template never
 // exists for another session and needs no drop, whatever happens, and the
 // search_path set for it ends with the transaction.
-func (migratePostgres) template(ctx context.Context, db *gorm.DB, conn *sql.Conn, _ *sql.DB, tmpl string, schemas []string,
-	migrate func(db *gorm.DB) error) (map[string]catSchema, error) {
-	tx, in, err := pgBeginIn(ctx, db, conn, tmpl)
+func (migratePostgres) template(ctx context.Context, conn *sql.Conn, _ *sql.DB, tmpl string, schemas []string,
+	build func(q migrateConn) error) (map[string]catSchema, error) {
+	tx, err := pgBegin(ctx, conn, tmpl)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	if err := migrate(in); err != nil {
+	if err := build(tx); err != nil {
 		return nil, err
 	}
 	// The catalog names objects of the schemas on the search_path without
@@ -39,22 +39,67 @@ func (migratePostgres) template(ctx context.Context, db *gorm.DB, conn *sql.Conn
 	return pgCatalog(ctx, tx, append(schemas[:len(schemas):len(schemas)], tmpl))
 }
 
-// pgBeginIn begins a transaction on conn, creates schema there if it is
+// replay runs stmts in schema in one transaction on conn, and commits it
+// when check accepts what schema then holds.
+func (migratePostgres) replay(ctx context.Context, conn *sql.Conn, schema string, stmts []string, check func(have catSchema) error) error {
+	tx, err := pgBegin(ctx, conn, schema)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // after Commit, sql.ErrTxDone
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return &stmtError{stmt: q, err: err}
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "SET LOCAL search_path TO DEFAULT"); err != nil {
+		return err
+	}
+	cat, err := pgCatalog(ctx, tx, []string{schema})
+	if err != nil {
+		return err
+	}
+	if err := check(cat[schema]); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func (migratePostgres) currentSchema(ctx context.Context, db *sql.DB) (string, error) {
+	var s sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s); err != nil {
+		return "", err
+	}
+	if !s.Valid {
+		return "", withDetail(ErrInvalidConfig, "no schema of the search_path exists: unqualified tables have nowhere to go")
+	}
+	return s.String, nil
+}
+
+// pgBegin begins a transaction on conn, creates schema there if it is
 // missing and makes it the transaction's search_path (SET LOCAL, which
-// ends with the transaction), and returns the transaction and a session
-// of db bound to it.
-func pgBeginIn(ctx context.Context, db *gorm.DB, conn gorm.TxBeginner, schema string) (*sql.Tx, *gorm.DB, error) {
+// ends with the transaction).
+func pgBegin(ctx context.Context, conn gorm.TxBeginner, schema string) (*sql.Tx, error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// schema matched schemaName: it needs no escaping, and is quoted all
 	// the same.
 	for _, q := range []string{"CREATE SCHEMA IF NOT EXISTS " + pgIdent(schema), "SET LOCAL search_path TO " + pgIdent(schema)} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			_ = tx.Rollback()
-			return nil, nil, err
+			return nil, err
 		}
+	}
+	return tx, nil
+}
+
+// pgBeginIn is pgBegin, with a session of db bound to the transaction.
+func pgBeginIn(ctx context.Context, db *gorm.DB, conn gorm.TxBeginner, schema string) (*sql.Tx, *gorm.DB, error) {
+	tx, err := pgBegin(ctx, conn, schema)
+	if err != nil {
+		return nil, nil, err
 	}
 	in := db.Session(&gorm.Session{NewDB: true, Context: ctx})
 	in.Statement.ConnPool = tx

@@ -137,7 +137,8 @@ type Router struct {
 	smap    *shardmap.Map
 	legacy  *LegacyIDs
 	// sessions holds the prepared session of shard s on database d at
-	// d*shards+s, made when first asked for; pinned its pool pinned to d.
+	// d*shards+s, made when first asked for; pinned its pool pinned to d,
+	// at 2*(d*shards+s) in the shard's schema and one further when shared.
 	sessions []atomic.Pointer[gorm.DB]
 	pinned   []atomic.Pointer[routedPool]
 	stats    routerStats
@@ -231,7 +232,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		}
 	}
 	r.sessions = make([]atomic.Pointer[gorm.DB], len(r.dbs)*r.shards)
-	r.pinned = make([]atomic.Pointer[routedPool], len(r.dbs)*r.shards)
+	r.pinned = make([]atomic.Pointer[routedPool], 2*len(r.dbs)*r.shards)
 	for _, db := range r.dbs {
 		if err := r.register(db); err != nil {
 			return nil, err
@@ -409,13 +410,18 @@ func (r *Router) session(d, s int) *gorm.DB {
 	return p.Load()
 }
 
-// pinnedPool returns the pool of shard s pinned to database d.
-func (r *Router) pinnedPool(d, s int) *routedPool {
-	p := &r.pinned[d*r.shards+s]
+// pinnedPool returns the pool of shard s pinned to database d, in schema
+// ("" for a shared shard: a shard's schema is its SchemaPattern name or none).
+func (r *Router) pinnedPool(d, s int, schema string) *routedPool {
+	i := 2 * (d*r.shards + s)
+	if schema == "" {
+		i++
+	}
+	p := &r.pinned[i]
 	if pool := p.Load(); pool != nil {
 		return pool
 	}
-	p.CompareAndSwap(nil, &routedPool{r: r, shard: s, pinned: d})
+	p.CompareAndSwap(nil, &routedPool{r: r, shard: s, pinned: d, schema: schema})
 	return p.Load()
 }
 

@@ -155,7 +155,7 @@ func (c *Catalog) SaveLegacy(ctx context.Context, l *shardid.LegacyIDs) error {
 	if err != nil {
 		return err
 	}
-	const part = 1 << 20 // below MySQL's default max_allowed_packet
+	const part = 256 << 10 // below every MySQL default max_allowed_packet (1 MiB in 5.5)
 	return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
 			return err
@@ -179,10 +179,15 @@ func (c *Catalog) LoadLegacy(ctx context.Context) (*shardid.LegacyIDs, error) {
 	}
 	rows, err := c.DB.WithContext(ctx).Raw("SELECT part, data FROM " + t + " ORDER BY part").Rows()
 	if err != nil {
-		if eerr := sqlddl.Explain(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.SaveLegacy", []string{t}, err); errors.Is(eerr, shardid.ErrSetupRequired) {
-			return nil, nil // never saved
+		// Never saved: the table is missing. A role that may not read it
+		// is told so (MySQL hides such a table from information_schema
+		// too): a router built without the legacy IDs would look them up
+		// on the shards their bits name.
+		eerr := sqlddl.Explain(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.SaveLegacy", []string{t}, err)
+		if errors.Is(eerr, shardid.ErrSetupRequired) && noSuchTable(err) {
+			return nil, nil
 		}
-		return nil, err
+		return nil, fmt.Errorf("shardid: loading the legacy IDs from %s (it needs SELECT on it): %w", t, err)
 	}
 	defer rows.Close()
 	var data []byte
@@ -208,4 +213,15 @@ func (c *Catalog) LoadLegacy(ctx context.Context) (*shardid.LegacyIDs, error) {
 		return nil, withDetail(ErrInvalidCatalog, t+": "+err.Error())
 	}
 	return l, nil
+}
+
+// noSuchTable reports whether err is the server's "table does not exist"
+// (PostgreSQL 42P01, MySQL 1146, SQLite "no such table"), not a denial.
+func noSuchTable(err error) bool {
+	var s interface{ SQLState() string }
+	if errors.As(err, &s) {
+		return s.SQLState() == "42P01"
+	}
+	m := err.Error()
+	return strings.Contains(m, "Error 1146") || strings.Contains(m, "no such table")
 }

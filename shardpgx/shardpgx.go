@@ -58,6 +58,13 @@ type Config struct {
 	// Layout decodes IDs for ForID. If it is the zero Layout, Instagram.
 	Layout shardid.Layout
 
+	// Legacy, if not nil, records where the rows whose IDs were issued
+	// before the databases adopted shardid live, as for the GORM router
+	// (shardid.RouterConfig.Legacy): ForID and ForTableID route a legacy
+	// ID to its recorded shard, and refuse an ID that is neither legacy
+	// nor the layout's with shardid.ErrInvalidID.
+	Legacy *shardid.LegacyIDs
+
 	// SchemaAlias, if not empty, is a schema name that queries may use for
 	// the shard's schema, as "app" in SELECT * FROM app.photos: each
 	// statement gets the shard's schema in its place. It must match
@@ -71,6 +78,7 @@ type Router struct {
 	pools  []*pgxpool.Pool
 	m      *shardmap.Map
 	layout shardid.Layout
+	legacy *shardid.LegacyIDs
 	alias  string
 	routes atomic.Pointer[routes]       // of the map's version of the moment
 	tables atomic.Pointer[[]tableNames] // copy on write: a few fixed names, scanned
@@ -114,7 +122,7 @@ func New(cfg Config) (*Router, error) {
 			return bad("pool %d is nil", i)
 		}
 	}
-	r := &Router{pools: append([]*pgxpool.Pool(nil), cfg.Pools...), m: cfg.Map, layout: cfg.Layout, alias: cfg.SchemaAlias}
+	r := &Router{pools: append([]*pgxpool.Pool(nil), cfg.Pools...), m: cfg.Map, layout: cfg.Layout, legacy: cfg.Legacy, alias: cfg.SchemaAlias}
 	if r.layout == (shardid.Layout{}) {
 		r.layout = shardid.Instagram
 	}
@@ -162,8 +170,55 @@ func (r *Router) ForShard(n int) Shard {
 	return rt.shards[n]
 }
 
-// ForID returns the route of the shard that id names.
-func (r *Router) ForID(id shardid.ID) Shard { return r.ForShard(r.layout.Decompose(id).Shard) }
+// ForID returns the route of the shard that id names. With Config.Legacy,
+// a legacy ID goes to the shard its row was recorded on (in whichever table:
+// ForTableID names the table when two tables recorded it on different
+// shards), and an ID that is neither legacy nor the layout's gives a Shard
+// that carries shardid.ErrInvalidID.
+func (r *Router) ForID(id shardid.ID) Shard {
+	if r.legacy != nil && id < r.legacy.Floor() {
+		s, _, err := r.legacy.ShardOfAny(id)
+		if err != nil {
+			return r.refused(err)
+		}
+		return r.ForShard(s)
+	}
+	if id <= 0 {
+		return r.refused(fmt.Errorf("%w: ID %d is not positive", shardid.ErrInvalidID, int64(id)))
+	}
+	return r.ForShard(r.layout.Decompose(id).Shard)
+}
+
+// ForTableID returns the route of the row of table whose ID is id: ForID,
+// except that a legacy ID is looked up in table alone.
+func (r *Router) ForTableID(table string, id shardid.ID) Shard {
+	if r.legacy != nil {
+		s, ok, err := r.legacy.Shard(table, id)
+		if err != nil {
+			return r.refused(err)
+		}
+		if ok {
+			return r.ForShard(s)
+		}
+	}
+	return r.ForID(id)
+}
+
+// ForKeyOf returns the route of the shard of any sharding key the GORM
+// plugin accepts (integers, strings, IDs; see shardid.KeyShard), computed
+// as the plugin computes it.
+func (r *Router) ForKeyOf(key any) Shard {
+	s, err := shardid.KeyShard(key, r.m.LogicalShards(), r.layout)
+	if err != nil {
+		return r.refused(err)
+	}
+	return r.ForShard(s)
+}
+
+// refused returns a Shard on which every statement fails with err.
+func (r *Router) refused(err error) Shard {
+	return Shard{Shard: -1, r: r, err: &shardid.ShardError{Shard: -1, Database: "none", Err: err}}
+}
 
 // ForKey returns the route of the shard of an integer sharding key,
 // key % LogicalShards. A negative key gives a Shard that carries

@@ -11,8 +11,9 @@ import (
 // GatherOptions configures Gather.
 type GatherOptions struct {
 	// PerShard runs the query once per logical shard. Without it, the query
-	// runs once per database, or once per logical shard when the map has a
-	// SchemaPattern (each shard is then its own set of tables).
+	// runs once per logical shard in a schema of its own, and once per
+	// database for the shards shared in the database's own tables (every
+	// shard, on a map without SchemaPattern).
 	PerShard bool
 
 	// Workers is how many queries run at once. If 0, it is 8.
@@ -30,8 +31,18 @@ func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, query fun
 	v := r.m.Load()
 	var targets []Shard
 	if opts.PerShard || r.m.SchemaPattern() != "" {
+		// Without PerShard, the shared shards of a database (their rows
+		// in its own tables) are read once, where the first of them is.
+		seen := make([]bool, len(r.dbs))
 		for s := range v.LogicalShards() {
 			d := v.DB(s)
+			if !opts.PerShard && v.Shared(s) {
+				if !seen[d] {
+					seen[d] = true
+					targets = append(targets, Shard{DB: r.dbs[d], Shard: -1, Database: v.Database(s), r: r})
+				}
+				continue
+			}
 			targets = append(targets, Shard{DB: r.dbs[d], Shard: s, Schema: v.Schema(s), Database: v.Database(s), r: r})
 		}
 	} else {

@@ -59,6 +59,13 @@ type Config struct {
 	// Layout decodes IDs for ForID. If it is the zero Layout, Instagram.
 	Layout shardid.Layout
 
+	// Legacy, if not nil, records where the rows whose IDs were issued
+	// before the databases adopted shardid live, as for the GORM router
+	// (shardid.RouterConfig.Legacy): ForID and ForTableID route a legacy
+	// ID to its recorded shard, and refuse an ID that is neither legacy
+	// nor the layout's with shardid.ErrInvalidID.
+	Legacy *shardid.LegacyIDs
+
 	// Dialect is "postgres" or "mysql" (MariaDB too). If empty, it is
 	// told from the driver of the first database: pgx's stdlib, lib/pq
 	// and go-sql-driver/mysql are known.
@@ -78,6 +85,7 @@ type Router struct {
 	dbs     []*sql.DB
 	m       *shardmap.Map
 	layout  shardid.Layout
+	legacy  *shardid.LegacyIDs
 	dialect string
 	alias   string
 	routes  atomic.Pointer[routes]       // of the map's version of the moment
@@ -122,7 +130,7 @@ func New(cfg Config) (*Router, error) {
 			return bad("database %d is nil", i)
 		}
 	}
-	r := &Router{dbs: append([]*sql.DB(nil), cfg.Databases...), m: cfg.Map, layout: cfg.Layout, dialect: cfg.Dialect, alias: cfg.SchemaAlias}
+	r := &Router{dbs: append([]*sql.DB(nil), cfg.Databases...), m: cfg.Map, layout: cfg.Layout, legacy: cfg.Legacy, dialect: cfg.Dialect, alias: cfg.SchemaAlias}
 	if r.layout == (shardid.Layout{}) {
 		r.layout = shardid.Instagram
 	}
@@ -201,8 +209,55 @@ func (r *Router) ForShard(n int) Shard {
 	return rt.shards[n]
 }
 
-// ForID returns the route of the shard that id names.
-func (r *Router) ForID(id shardid.ID) Shard { return r.ForShard(r.layout.Decompose(id).Shard) }
+// ForID returns the route of the shard that id names. With Config.Legacy,
+// a legacy ID goes to the shard its row was recorded on (in whichever table:
+// ForTableID names the table when two tables recorded it on different
+// shards), and an ID that is neither legacy nor the layout's gives a Shard
+// that carries shardid.ErrInvalidID.
+func (r *Router) ForID(id shardid.ID) Shard {
+	if r.legacy != nil && id < r.legacy.Floor() {
+		s, _, err := r.legacy.ShardOfAny(id)
+		if err != nil {
+			return r.refused(err)
+		}
+		return r.ForShard(s)
+	}
+	if id <= 0 {
+		return r.refused(fmt.Errorf("%w: ID %d is not positive", shardid.ErrInvalidID, int64(id)))
+	}
+	return r.ForShard(r.layout.Decompose(id).Shard)
+}
+
+// ForTableID returns the route of the row of table whose ID is id: ForID,
+// except that a legacy ID is looked up in table alone.
+func (r *Router) ForTableID(table string, id shardid.ID) Shard {
+	if r.legacy != nil {
+		s, ok, err := r.legacy.Shard(table, id)
+		if err != nil {
+			return r.refused(err)
+		}
+		if ok {
+			return r.ForShard(s)
+		}
+	}
+	return r.ForID(id)
+}
+
+// ForKeyOf returns the route of the shard of any sharding key the GORM
+// plugin accepts (integers, strings, IDs; see shardid.KeyShard), computed
+// as the plugin computes it.
+func (r *Router) ForKeyOf(key any) Shard {
+	s, err := shardid.KeyShard(key, r.m.LogicalShards(), r.layout)
+	if err != nil {
+		return r.refused(err)
+	}
+	return r.ForShard(s)
+}
+
+// refused returns a Shard on which every statement fails with err.
+func (r *Router) refused(err error) Shard {
+	return Shard{Shard: -1, r: r, err: &shardid.ShardError{Shard: -1, Database: "none", Err: err}}
+}
 
 // ForKey returns the route of the shard of an integer sharding key,
 // key % LogicalShards, as the GORM plugin computes it. A negative key gives

@@ -92,47 +92,23 @@ func Rewrite(text, schema, alias string, quote func(string) string, check bool) 
 }
 
 // replaceQualifier replaces alias where it qualifies a name (alias.x,
-// "alias".x or `alias`.x, not the tail of a longer identifier nor after a
-// single quote) by quote(schema), or removes it with its dot when schema
-// is "", and reports whether it replaced any.
+// "alias".x or `alias`.x, not the tail of a longer identifier, nor inside a
+// string literal, a comment or another quoted identifier) by quote(schema),
+// or removes it with its dot when schema is "", and reports whether it
+// replaced any.
 func replaceQualifier(text, alias, schema string, quote func(string) string) (string, bool) {
 	var b strings.Builder
 	done := 0
-	for i := 0; i < len(text); {
-		j := strings.Index(text[i:], alias)
-		if j < 0 {
-			break
-		}
-		start, end := i+j, i+j+len(alias)
-		i = start + 1
-		var before byte
-		if start > 0 {
-			before = text[start-1]
-		}
-		from, to := -1, -1 // the span to replace, and its dot
-		switch before {
-		case '"', '`':
-			if end+1 < len(text) && text[end] == before && text[end+1] == '.' {
-				from, to = start-1, end+1
-			}
-		case '\'':
-		default:
-			if !identByte(before) && end < len(text) && text[end] == '.' {
-				from, to = start, end
-			}
-		}
-		if from < 0 {
-			continue
-		}
+	qualifiers(text, alias, quote != nil && strings.HasPrefix(quote("x"), "`"), func(from, dot int) bool {
 		b.WriteString(text[done:from])
 		if schema == "" {
-			done = to + 1
+			done = dot + 1
 		} else {
 			b.WriteString(quote(schema))
-			done = to
+			done = dot
 		}
-		i = to
-	}
+		return true
+	})
 	if done == 0 {
 		return text, false
 	}
@@ -142,33 +118,106 @@ func replaceQualifier(text, alias, schema string, quote func(string) string) (st
 
 // NamesSchema reports whether text names schema as the qualifier of a
 // name: schema.x, "schema".x or `schema`.x, with schema not the tail of a
-// longer identifier (shard_5 in xshard_5.t) nor inside a string literal's
-// quote.
+// longer identifier (shard_5 in xshard_5.t) nor inside a string literal or
+// a comment.
 func NamesSchema(text, schema string) bool {
+	found := false
+	qualifiers(text, schema, false, func(int, int) bool { found = true; return false })
+	return found
+}
+
+// qualifiers calls f, in order, with the span of each place where name
+// qualifies a name in the SQL text (name., "name". or `name`.): from is
+// where it begins (its quote, if quoted), dot the index of its dot. String
+// literals ('...', with ” or, for MySQL and E'...', a backslash escaping a
+// quote), PostgreSQL's dollar-quoted strings, comments (--, /* */, and # on
+// MySQL) and other quoted identifiers (MySQL: "..." strings) are skipped.
+// It stops when f returns false.
+func qualifiers(text, name string, mysql bool, f func(from, dot int) bool) {
 	for i := 0; i < len(text); {
-		j := strings.Index(text[i:], schema)
-		if j < 0 {
-			return false
-		}
-		start, end := i+j, i+j+len(schema)
-		i = start + 1
+		c := text[i]
 		var before byte
-		if start > 0 {
-			before = text[start-1]
+		if i > 0 {
+			before = text[i-1]
 		}
-		switch before {
-		case '"', '`':
-			if end+1 < len(text) && text[end] == before && text[end+1] == '.' {
-				return true
+		switch {
+		case c == '\'':
+			escapes := mysql || (before == 'E' || before == 'e') && (i < 2 || !identByte(text[i-2]))
+			i = endOfString(text, i, escapes)
+		case c == '"' || c == '`':
+			if strings.HasPrefix(text[i+1:], name) && strings.HasPrefix(text[i+1+len(name):], string(c)+".") {
+				dot := i + 2 + len(name)
+				if !f(i, dot) {
+					return
+				}
+				i = dot
+				continue
 			}
-		case '\'':
+			i = endOfString(text, i, mysql && c == '"')
+		case c == '-' && strings.HasPrefix(text[i:], "--"), mysql && c == '#':
+			if j := strings.IndexByte(text[i:], '\n'); j >= 0 {
+				i += j + 1
+			} else {
+				i = len(text)
+			}
+		case c == '/' && strings.HasPrefix(text[i:], "/*"):
+			if j := strings.Index(text[i+2:], "*/"); j >= 0 {
+				i += j + 4
+			} else {
+				i = len(text)
+			}
+		case c == '$' && !mysql && !identByte(before):
+			i = endOfDollar(text, i)
+		case !identByte(before) && strings.HasPrefix(text[i:], name) && i+len(name) < len(text) && text[i+len(name)] == '.':
+			dot := i + len(name)
+			if !f(i, dot) {
+				return
+			}
+			i = dot
 		default:
-			if !identByte(before) && end < len(text) && text[end] == '.' {
-				return true
-			}
+			i++
 		}
 	}
-	return false
+}
+
+// endOfString returns the index after the quoted string or identifier that
+// begins at text[i], quoted by text[i]; a doubled quote, or a backslash when
+// escapes is true, does not end it.
+func endOfString(text string, i int, escapes bool) int {
+	q := text[i]
+	for j := i + 1; j < len(text); j++ {
+		switch text[j] {
+		case '\\':
+			if escapes {
+				j++
+			}
+		case q:
+			if j+1 < len(text) && text[j+1] == q {
+				j++
+				continue
+			}
+			return j + 1
+		}
+	}
+	return len(text)
+}
+
+// endOfDollar returns the index after PostgreSQL's dollar-quoted string
+// ($$...$$ or $tag$...$tag$) that begins at text[i], or i+1 when text[i] is
+// a dollar that begins none (a parameter, $1).
+func endOfDollar(text string, i int) int {
+	j := i + 1
+	for j < len(text) && (text[j] == '_' || text[j] >= 'a' && text[j] <= 'z' || text[j] >= 'A' && text[j] <= 'Z' || j > i+1 && text[j] >= '0' && text[j] <= '9' || text[j] >= 0x80) {
+		j++
+	}
+	if j >= len(text) || text[j] != '$' {
+		return i + 1
+	}
+	tag := text[i : j+1]
+	if k := strings.Index(text[j+1:], tag); k >= 0 {
+		return j + 1 + k + len(tag)
+	}
+	return len(text)
 }
 
 // identByte reports whether c may be part of an unquoted identifier.
