@@ -1,0 +1,996 @@
+package reshard
+
+import (
+	"bytes"
+	"encoding/json"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
+)
+
+// splitBatch is one step of a split: shards moving out of the monolith's
+// shared tables into their schemas on their targets, copied as a move's
+// shardCopier copies one shard (capture, copy, converge, finish), with
+// every row told apart by its shard.
+type splitBatch struct {
+	sp     *splitter
+	shards []int       // ascending
+	to     map[int]int // shard -> index of its target database
+	cols   map[string]columns
+	// checks are the verification of each table of each shard
+	// (rowcheck.go), once both sides were compared.
+	checks   map[string]map[int]*rowCheck
+	progress func(table string, copied int64)
+}
+
+// schemaOf is the schema of shard on its target.
+func (b *splitBatch) schemaOf(s int) string { return b.sp.cfg.Map.SchemaOf(s) }
+
+// dst is shard's target database.
+func (b *splitBatch) dst(s int) *gorm.DB { return b.sp.cfg.DBs[b.to[s]] }
+
+// byTarget returns the batch's shards grouped by target, in ascending
+// order of target and shard.
+func (b *splitBatch) byTarget() (targets []int, shards map[int][]int) {
+	shards = map[int][]int{}
+	for _, s := range b.shards {
+		d := b.to[s]
+		if shards[d] == nil {
+			targets = append(targets, d)
+		}
+		shards[d] = append(shards[d], s)
+	}
+	slices.Sort(targets)
+	return targets, shards
+}
+
+func (b *splitBatch) tableNames() []string {
+	out := make([]string, len(b.sp.tables))
+	for i, t := range b.sp.tables {
+		out[i] = t.Name
+	}
+	return out
+}
+
+// readColumns reads the columns of the monolith's tables.
+func (b *splitBatch) readColumns(ctx context.Context) error {
+	b.cols = map[string]columns{}
+	for _, t := range b.sp.tables {
+		c, err := tableColumns(ctx, b.sp.mono, b.sp.schema, t.Name)
+		if err != nil {
+			return err
+		}
+		b.cols[t.Name] = c
+	}
+	return nil
+}
+
+// createTargets creates each shard's schema and tables on its target, as
+// the monolith's tables are (columns, primary key and, on PostgreSQL, the
+// other indexes), fenced for every writer but the mover (fenceForMover),
+// in transactions of up to 50 shards. A schema that exists is kept (a
+// batch run again: emptied before the copy); it must hold no table with
+// rows that is not a split's or move's (the plan refuses it, and so does
+// checkTargetsEmpty). It returns the target fences' tokens.
+func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
+	tables := b.tableNames()
+	defs := map[string]string{}
+	var indexes map[string][]string
+	for _, t := range tables {
+		d, err := tableDefinition(ctx, b.sp.mono, b.sp.schema, t, true)
+		if err != nil {
+			return nil, err
+		}
+		defs[t] = d
+	}
+	if !b.sp.mysql {
+		var err error
+		if indexes, err = secondaryIndexesPG(ctx, b.sp.mono, b.sp.schema, tables); err != nil {
+			return nil, err
+		}
+	}
+	tokens := map[int]int64{}
+	var mu sync.Mutex
+	targets, shards := b.byTarget()
+	errs := make(chan error, len(targets))
+	for _, d := range targets {
+		go func() {
+			db := b.sp.cfg.DBs[d]
+			for lo := 0; lo < len(shards[d]); lo += 50 {
+				chunk := shards[d][lo:min(lo+50, len(shards[d]))]
+				if b.sp.mysql {
+					for _, s := range chunk {
+						if err := copyDefinitions(ctx, b.sp.mono, db, b.sp.schema, b.schemaOf(s), tables); err != nil {
+							errs <- err
+							return
+						}
+						tok, err := fenceTarget(ctx, db, b.schemaOf(s), b.schemaOf(s), tables)
+						if err != nil {
+							errs <- err
+							return
+						}
+						mu.Lock()
+						tokens[s] = tok
+						mu.Unlock()
+					}
+					continue
+				}
+				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error {
+					for _, s := range chunk {
+						sc := b.schemaOf(s)
+						if err := tx.Exec(`CREATE SCHEMA IF NOT EXISTS "` + sc + `"`).Error; err != nil {
+							return err
+						}
+						for _, t := range tables {
+							if err := tx.Exec("CREATE TABLE IF NOT EXISTS " + quoteTable(db, sc, t) + defs[t]).Error; err != nil {
+								return err
+							}
+							for _, ix := range indexes[t] {
+								if err := tx.Exec(fmt.Sprintf(ix, `"`+sc+`"`)).Error; err != nil {
+									return err
+								}
+							}
+						}
+						if err := ensureFencePG(tx, sc, sc, tables); err != nil {
+							return err
+						}
+						tok, err := fenceForMoverTx(tx, sc, tables)
+						if err != nil {
+							return err
+						}
+						mu.Lock()
+						tokens[s] = tok
+						mu.Unlock()
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- fmt.Errorf("shardid: creating shards %d to %d on %s: %w", chunk[0], chunk[len(chunk)-1], b.sp.cfg.Map.Databases()[d], err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range targets {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return tokens, first
+}
+
+// secondaryIndexesPG returns the definitions of the indexes of tables of
+// schema, but their primary keys, as formats whose %s is the schema to
+// create them in (CREATE INDEX IF NOT EXISTS name ON %s.table ...).
+func secondaryIndexesPG(ctx context.Context, db *gorm.DB, schema string, tables []string) (map[string][]string, error) {
+	var found []struct{ Tbl, Def string }
+	err := db.WithContext(ctx).Raw(`SELECT c.relname AS tbl, pg_get_indexdef(i.indexrelid) AS def
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relname IN ? AND NOT i.indisprimary ORDER BY 1, 2`, schema, tables).Scan(&found).Error
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, f := range found {
+		// CREATE [UNIQUE] INDEX name ON [ONLY] schema.table USING ...
+		on := " ON " + quotePGName(schema) + "." + quotePGName(f.Tbl) + " "
+		i := strings.Index(f.Def, on)
+		if i < 0 {
+			continue // a definition of an unexpected form: left out
+		}
+		def := strings.Replace(f.Def[:i], " INDEX ", " INDEX IF NOT EXISTS ", 1) + " ON %s." + quotePGName(f.Tbl) + " " + strings.ReplaceAll(f.Def[i+len(on):], "%", "%%")
+		out[f.Tbl] = append(out[f.Tbl], def)
+	}
+	return out, nil
+}
+
+// quotePGName quotes name as pg_get_indexdef does: only when it must.
+func quotePGName(name string) string {
+	if sqlIdentPlain(name) {
+		return name
+	}
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+func sqlIdentPlain(name string) bool {
+	for i, r := range name {
+		if !(r >= 'a' && r <= 'z' || r == '_' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return name != ""
+}
+
+// checkTargetsEmpty returns ErrTargetHoldsData if a shard's schema on its
+// target holds a row in a table that is not a split's or move's own, and
+// the shard has no copy in progress of this split (its fence for the
+// mover, which a batch run again finds): data the split would overwrite.
+func (b *splitBatch) checkTargetsEmpty(ctx context.Context) error {
+	targets, shards := b.byTarget()
+	for _, d := range targets {
+		rows, err := targetRows(ctx, b.sp.cfg.DBs[d], shardSchemas(b, shards[d]))
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if r.moverFenced {
+				continue
+			}
+			return withDetail(ErrTargetHoldsData, fmt.Sprintf("%s.%s on %s holds %d row(s) (ids %s): a split writes only into empty schemas",
+				r.schema, r.table, b.sp.cfg.Map.Databases()[d], r.rows, joinIDs(r.ids)))
+		}
+	}
+	return nil
+}
+
+func shardSchemas(b *splitBatch, shards []int) []string {
+	out := make([]string, len(shards))
+	for i, s := range shards {
+		out[i] = b.schemaOf(s)
+	}
+	return out
+}
+
+// targetTable is a table with rows in a target's schema.
+type targetTable struct {
+	schema, table string
+	rows          int64
+	ids           []int64 // the first few
+	moverFenced   bool    // the schema is fenced for a mover: a copy under way
+}
+
+// targetRows returns the tables of schemas on db that hold rows, but the
+// split's and move's own.
+func targetRows(ctx context.Context, db *gorm.DB, schemas []string) ([]targetTable, error) {
+	if len(schemas) == 0 {
+		return nil, nil
+	}
+	var found []struct{ Schema, Table string }
+	q := `SELECT table_schema AS "schema", table_name AS "table" FROM information_schema.tables WHERE table_schema IN ? AND table_type = 'BASE TABLE' ORDER BY 1, 2`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT TABLE_SCHEMA AS `schema`, TABLE_NAME AS `table` FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2"
+	}
+	if err := db.WithContext(ctx).Raw(q, schemas).Scan(&found).Error; err != nil {
+		return nil, err
+	}
+	fenced := map[string]bool{}
+	var out []targetTable
+	for _, f := range found {
+		if f.Table == fenceTable {
+			st, err := readFence(ctx, db, f.Schema)
+			if err != nil {
+				return nil, err
+			}
+			fenced[f.Schema] = st.MoverOnly
+		}
+	}
+	for _, f := range found {
+		if isInternalSplitTable(f.Table) {
+			continue
+		}
+		var ids []int64
+		if err := db.WithContext(ctx).Raw("SELECT id FROM " + quoteTable(db, f.Schema, f.Table) + " ORDER BY id LIMIT 5").Scan(&ids).Error; err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		var n int64
+		if err := db.WithContext(ctx).Raw("SELECT count(*) FROM " + quoteTable(db, f.Schema, f.Table)).Scan(&n).Error; err != nil {
+			return nil, err
+		}
+		out = append(out, targetTable{schema: f.Schema, table: f.Table, rows: n, ids: ids, moverFenced: fenced[f.Schema]})
+	}
+	return out, nil
+}
+
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ", ")
+}
+
+// copy empties the batch's tables on their targets and copies every row
+// of the batch's shards into them, table by table: one read of each
+// monolith table (COPY on PostgreSQL) whose rows go to their shard's
+// schema. It returns the rows copied.
+func (b *splitBatch) copy(ctx context.Context) (int64, error) {
+	targets, shards := b.byTarget()
+	for _, d := range targets {
+		db := b.sp.cfg.DBs[d]
+		err := moverTx(ctx, db, func(tx *sql.Tx) error {
+			for _, s := range shards[d] {
+				var all []string
+				for _, t := range b.tableNames() {
+					all = append(all, quoteTable(db, b.schemaOf(s), t))
+				}
+				stmts := []string{"TRUNCATE TABLE " + strings.Join(all, ", ")}
+				if b.sp.mysql {
+					stmts = nil
+					for _, t := range all {
+						stmts = append(stmts, "DELETE FROM "+t)
+					}
+				}
+				for _, q := range stmts {
+					if _, err := tx.ExecContext(ctx, q); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("shardid: emptying the batch's shards on %s: %w", b.sp.cfg.Map.Databases()[d], err)
+		}
+	}
+	var total int64
+	for _, t := range b.sp.tables {
+		var progress func(int64)
+		if b.progress != nil {
+			progress = func(n int64) { b.progress(t.Name, n) }
+		}
+		var n int64
+		var err error
+		if b.sp.mysql {
+			n, err = b.copyTableBatches(ctx, t, progress)
+		} else {
+			n, err = b.copyTablePG(ctx, t, progress)
+		}
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// copyTablePG pipes COPY (rows of t in the batch, with their shard) TO
+// STDOUT from the monolith into a COPY FROM STDIN per shard into the
+// shard's table on its target, each target in one transaction of its own
+// let through the target's fence for the mover.
+func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
+	cols := b.cols[t.Name].write
+	list := columnList(b.sp.mono, cols)
+	from, shard := b.sp.from(t)
+	sel := make([]string, len(cols))
+	for i, c := range cols {
+		sel[i] = b.sp.col("x", c)
+	}
+	q := "COPY (SELECT " + shard + ", " + strings.Join(sel, ", ") + " FROM " + from + " WHERE " + shard + " " + inList(b.shards) + ") TO STDOUT"
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type chunk struct {
+		shard int
+		data  []byte
+	}
+	targets, _ := b.byTarget()
+	feeds := map[int]chan chunk{}
+	errs := make(chan error, len(targets)+1)
+	var copied sync.Map // target -> int64
+	for _, d := range targets {
+		feed := make(chan chunk, 16)
+		feeds[d] = feed
+		go func() {
+			err := withPgx(ctx, b.sp.cfg.DBs[d], func(dc *pgx.Conn) error {
+				tx, err := dc.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+				if _, err := tx.Exec(ctx, moverSettingsPG); err != nil {
+					return err
+				}
+				var n int64
+				for c := range feed {
+					tag, err := dc.PgConn().CopyFrom(ctx, bytes.NewReader(c.data),
+						"COPY "+quoteTable(b.sp.mono, b.schemaOf(c.shard), t.Name)+" ("+list+") FROM STDIN")
+					if err != nil {
+						return err
+					}
+					n += tag.RowsAffected()
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				copied.Store(d, n)
+				return tx.Commit(ctx)
+			})
+			if err != nil {
+				cancel()
+				for range feeds[d] { // let the reader finish
+				}
+			}
+			errs <- err
+		}()
+	}
+	// The reader: the monolith's rows, split by their first field, the
+	// shard, gathered per shard and passed on by the megabyte.
+	rerr := withPgx(ctx, b.sp.mono, func(sc *pgx.Conn) error {
+		stx, err := sc.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = stx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := stx.Exec(ctx, hashSettingsPG); err != nil {
+			return err
+		}
+		w := &shardDemux{bufs: map[int][]byte{}, send: func(s int, data []byte) error {
+			select {
+			case feeds[b.to[s]] <- chunk{s, data}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, progress: progress}
+		if _, ok := b.to[-1]; ok {
+			return errors.New("shardid: shard -1 in a batch")
+		}
+		w.valid = func(s int) bool { _, ok := b.to[s]; return ok }
+		if _, err := sc.PgConn().CopyTo(ctx, w, q); err != nil {
+			return err
+		}
+		return w.flush()
+	})
+	for _, f := range feeds {
+		close(f)
+	}
+	var first error
+	if rerr != nil {
+		first = fmt.Errorf("shardid: reading %s from the monolith: %w", t.Name, rerr)
+		cancel()
+	}
+	for range targets {
+		if err := <-errs; err != nil && first == nil {
+			first = fmt.Errorf("shardid: copying %s: %w", t.Name, err)
+		}
+	}
+	var total int64
+	copied.Range(func(_, v any) bool { total += v.(int64); return true })
+	return total, first
+}
+
+// shardDemux takes COPY's text rows whose first field is a shard and
+// gathers the rest of each row by shard, passing a shard's rows on (send)
+// once they reach a megabyte, and all of them, at most 64 MiB held, at
+// flush.
+type shardDemux struct {
+	bufs     map[int][]byte
+	held     int
+	rows     int64
+	partial  []byte
+	send     func(shard int, data []byte) error
+	valid    func(shard int) bool
+	progress func(int64)
+}
+
+func (w *shardDemux) Write(p []byte) (int, error) {
+	data := p
+	if len(w.partial) > 0 {
+		data = append(w.partial, p...)
+		w.partial = nil
+	}
+	for len(data) > 0 {
+		nl := bytes.IndexByte(data, '\n')
+		if nl < 0 {
+			w.partial = append([]byte(nil), data...)
+			break
+		}
+		line := data[:nl+1]
+		data = data[nl+1:]
+		tab := bytes.IndexByte(line, '\t')
+		if tab < 0 {
+			return 0, fmt.Errorf("shardid: a COPY row without fields: %.40q", line)
+		}
+		s, err := strconv.Atoi(string(line[:tab]))
+		if err != nil || !w.valid(s) {
+			return 0, fmt.Errorf("shardid: a COPY row of shard %q, not one of the batch", line[:tab])
+		}
+		w.bufs[s] = append(w.bufs[s], line[tab+1:]...)
+		w.held += len(line) - tab - 1
+		w.rows++
+		if len(w.bufs[s]) >= 1<<20 {
+			if err := w.pass(s); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if w.held >= 64<<20 {
+		if err := w.flush(); err != nil {
+			return 0, err
+		}
+	}
+	if w.progress != nil && w.rows%10000 == 0 {
+		w.progress(w.rows)
+	}
+	return len(p), nil
+}
+
+func (w *shardDemux) pass(s int) error {
+	data := w.bufs[s]
+	delete(w.bufs, s)
+	w.held -= len(data)
+	return w.send(s, data)
+}
+
+// flush passes on every shard's rows, in shard order.
+func (w *shardDemux) flush() error {
+	shards := make([]int, 0, len(w.bufs))
+	for s := range w.bufs {
+		shards = append(shards, s)
+	}
+	sort.Ints(shards)
+	for _, s := range shards {
+		if err := w.pass(s); err != nil {
+			return err
+		}
+	}
+	if w.progress != nil {
+		w.progress(w.rows)
+	}
+	return nil
+}
+
+// copyTableBatches copies the batch's rows of t in key order, a batch of
+// rows at a time read from the monolith and written to each shard's table
+// with multi-row INSERTs (MySQL/MariaDB).
+func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
+	cols := b.cols[t.Name].write
+	rel := b.sp.rel(t, b.shards)
+	sel := "SELECT shardid_s, " + columnList(b.sp.mono, cols) + " FROM " + rel
+	var after any
+	var copied int64
+	for {
+		q, args := sel+" ORDER BY id LIMIT 5000", []any(nil)
+		if after != nil {
+			q, args = sel+" WHERE id > ? ORDER BY id LIMIT 5000", []any{after}
+		}
+		var rows [][]any
+		err := readSession(ctx, b.sp.mono, func(qr querier) error {
+			rs, err := qr.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			rows, err = scanAll(rs, len(cols)+1)
+			return err
+		})
+		if err != nil {
+			return copied, fmt.Errorf("shardid: reading %s from the monolith: %w", t.Name, err)
+		}
+		if len(rows) == 0 {
+			return copied, nil
+		}
+		after = rows[len(rows)-1][1]
+		per := map[int][][]any{}
+		for _, r := range rows {
+			s, err := asInt64(r[0])
+			if err != nil {
+				return copied, err
+			}
+			per[int(s)] = append(per[int(s)], r[1:])
+		}
+		for s, rs := range per {
+			db := b.dst(s)
+			err := moverTx(ctx, db, func(tx *sql.Tx) error {
+				return insertRows(ctx, db, tx.ExecContext, quoteTable(db, b.schemaOf(s), t.Name), cols, rs, false)
+			})
+			if err != nil {
+				return copied, fmt.Errorf("shardid: writing %s of shard %d: %w", t.Name, s, err)
+			}
+		}
+		copied += int64(len(rows))
+		if progress != nil {
+			progress(copied)
+		}
+		if len(rows) < 5000 {
+			return copied, nil
+		}
+	}
+}
+
+// compare reads every table of the batch on both sides once (the
+// monolith's rows of the batch, each shard's table on its target) and
+// sets the verification up: each shard's row count and hash sum on its
+// target, and the keys that differ.
+func (b *splitBatch) compare(ctx context.Context) error {
+	b.checks = map[string]map[int]*rowCheck{}
+	for _, t := range b.sp.tables {
+		all := b.cols[t.Name].all
+		src := map[int]map[int64]uint64{}
+		err := readSession(ctx, b.sp.mono, func(q querier) error {
+			rows, err := q.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(b.sp.mono, all)+" FROM "+b.sp.rel(t, b.shards))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var s int
+				var h any
+				if err := rows.Scan(&id, &s, &h); err != nil {
+					return err
+				}
+				hv, err := hashOf(h)
+				if err != nil {
+					return err
+				}
+				if src[s] == nil {
+					src[s] = map[int64]uint64{}
+				}
+				src[s][id] = hv
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return fmt.Errorf("shardid: reading %s on the monolith: %w", t.Name, err)
+		}
+		checks := map[int]*rowCheck{}
+		for _, s := range b.shards {
+			db := b.dst(s)
+			checks[s] = &rowCheck{table: quoteTable(db, b.schemaOf(s), t.Name), src: b.sp.rel(t, []int{s}), suspect: map[int64]string{}}
+		}
+		targets, shards := b.byTarget()
+		for _, d := range targets {
+			db := b.sp.cfg.DBs[d]
+			err := readSession(ctx, db, func(q querier) error {
+				for _, s := range shards[d] {
+					rc := checks[s]
+					seen := map[int64]bool{}
+					rows, err := q.QueryContext(ctx, "SELECT id, "+rowHash(db, all)+" FROM "+rc.table)
+					if err != nil {
+						return err
+					}
+					for rows.Next() {
+						var id int64
+						var h any
+						if err := rows.Scan(&id, &h); err != nil {
+							rows.Close()
+							return err
+						}
+						hv, err := hashOf(h)
+						if err != nil {
+							rows.Close()
+							return err
+						}
+						rc.rows++
+						rc.sum += hv
+						seen[id] = true
+						switch sh, ok := src[s][id]; {
+						case !ok:
+							rc.suspect[id] = "only on the target"
+						case sh != hv:
+							rc.suspect[id] = "different on the target"
+						}
+					}
+					rows.Close()
+					if err := rows.Err(); err != nil {
+						return err
+					}
+					for id := range src[s] {
+						if !seen[id] {
+							rc.suspect[id] = "missing on the target"
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("shardid: reading %s on %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
+			}
+		}
+		b.checks[t.Name] = checks
+	}
+	return nil
+}
+
+// splitChange is an entry of the split's change log.
+type splitChange struct {
+	Seq   int64
+	Tbl   string
+	ID    int64
+	Shard int
+}
+
+// catchUp applies the split's change log until a read of it finds fewer
+// than changeBatchSize entries (or none, if all), and returns how many it
+// applied: each entry's row is applied to its shard's table on its target
+// (re-read from the monolith among that shard's rows: gone there, it is
+// deleted on the target), verified as it is written once the batch was
+// compared.
+func (b *splitBatch) catchUp(ctx context.Context, all bool) (int, error) {
+	applied := 0
+	for {
+		var log []splitChange
+		err := readSession(ctx, b.sp.mono, func(q querier) error {
+			rows, err := q.QueryContext(ctx, "SELECT seq, tbl, id, shard FROM "+b.sp.q(splitChangeTable)+" ORDER BY seq LIMIT "+strconv.Itoa(changeBatchSize))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var c splitChange
+				if err := rows.Scan(&c.Seq, &c.Tbl, &c.ID, &c.Shard); err != nil {
+					return err
+				}
+				log = append(log, c)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return applied, fmt.Errorf("shardid: reading the split's change log: %w", err)
+		}
+		if len(log) == 0 {
+			return applied, nil
+		}
+		if err := b.apply(ctx, log); err != nil {
+			return applied, err
+		}
+		seqs := make([]int64, len(log))
+		for i, c := range log {
+			seqs[i] = c.Seq
+		}
+		if err := forgetChangesIn(ctx, b.sp.mono, b.sp.schema, splitChangeTable, seqs); err != nil {
+			return applied, fmt.Errorf("shardid: trimming the split's change log: %w", err)
+		}
+		applied += len(log)
+		if !all && len(log) < changeBatchSize {
+			return applied, nil
+		}
+	}
+}
+
+// apply applies log entries, grouped by table and shard, a few groups at
+// once. An entry of an unknown shard (-1: a child row whose parent was
+// gone) is applied to every shard of the batch whose target holds its key,
+// and to the shard the monolith now gives it.
+func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
+	type group struct {
+		table string
+		shard int
+	}
+	keys := map[group][]int64{}
+	seen := map[group]map[int64]bool{}
+	add := func(g group, id int64) {
+		if seen[g] == nil {
+			seen[g] = map[int64]bool{}
+		}
+		if !seen[g][id] {
+			seen[g][id] = true
+			keys[g] = append(keys[g], id)
+		}
+	}
+	unknown := map[string][]int64{}
+	for _, c := range log {
+		if _, ok := b.cols[c.Tbl]; !ok {
+			return fmt.Errorf("shardid: the split's change log names table %q, not one of the split's", c.Tbl)
+		}
+		if _, ok := b.to[c.Shard]; ok {
+			add(group{c.Tbl, c.Shard}, c.ID)
+		} else if c.Shard == -1 {
+			unknown[c.Tbl] = append(unknown[c.Tbl], c.ID)
+		}
+		// A shard outside the batch: its rows stay in the monolith.
+	}
+	for tbl, ids := range unknown {
+		holders, err := b.whereIs(ctx, tbl, ids)
+		if err != nil {
+			return err
+		}
+		for id, shards := range holders {
+			for _, s := range shards {
+				add(group{tbl, s}, id)
+			}
+		}
+	}
+	groups := make([]group, 0, len(keys))
+	for g := range keys {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		if groups[i].table != groups[j].table {
+			return groups[i].table < groups[j].table
+		}
+		return groups[i].shard < groups[j].shard
+	})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, g := range groups {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var rc *rowCheck
+			if b.checks != nil {
+				rc = b.checks[g.table][g.shard]
+			}
+			t := b.sp.byName[g.table]
+			err := applyKeysFrom(ctx, b.sp.mono, b.dst(g.shard), b.sp.rel(t, []int{g.shard}), b.schemaOf(g.shard), g.table, b.cols[g.table], keys[g], rc)
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// whereIs returns, for keys of table, the batch's shards whose target
+// holds them, and the shard whose rows hold them on the monolith now.
+func (b *splitBatch) whereIs(ctx context.Context, table string, ids []int64) (map[int64][]int, error) {
+	out := map[int64][]int{}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	t := b.sp.byName[table]
+	var now []struct {
+		ID    int64
+		Shard int
+	}
+	err := b.sp.mono.WithContext(ctx).Raw("SELECT id, shardid_s AS shard FROM "+b.sp.rel(t, b.shards)+" WHERE id IN ?", ids).Scan(&now).Error
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range now {
+		out[n.ID] = append(out[n.ID], n.Shard)
+	}
+	targets, shards := b.byTarget()
+	for _, d := range targets {
+		db := b.sp.cfg.DBs[d]
+		for _, s := range shards[d] {
+			var have []int64
+			if err := db.WithContext(ctx).Raw("SELECT id FROM "+quoteTable(db, b.schemaOf(s), table)+" WHERE id IN ?", ids).Scan(&have).Error; err != nil {
+				return nil, err
+			}
+			for _, id := range have {
+				if !slices.Contains(out[id], s) {
+					out[id] = append(out[id], s)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// converge compares both sides, then applies the change log round after
+// round until little is left for the fence (as shardCopier.converge).
+func (b *splitBatch) converge(ctx context.Context) error {
+	if _, err := b.catchUp(ctx, false); err != nil {
+		return err
+	}
+	if err := b.compare(ctx); err != nil {
+		return err
+	}
+	prev := -1
+	for round := 0; ; round++ {
+		n, err := b.catchUp(ctx, false)
+		if err != nil {
+			return err
+		}
+		if round == 0 {
+			if err := b.recheck(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if n <= smallBacklog || round >= 20 || (round >= 4 && n >= prev) {
+			return b.unexplained(ctx)
+		}
+		prev = n
+	}
+}
+
+// recheck compares the keys in doubt again.
+func (b *splitBatch) recheck(ctx context.Context) error {
+	for _, t := range b.sp.tables {
+		for _, s := range b.shards {
+			rc := b.checks[t.Name][s]
+			if err := rc.recheck(ctx, b.sp.mono, b.dst(s), b.cols[t.Name].all); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// unexplained fails with ErrCopyDiffers if a key still differs with no
+// change of it waiting in the log, before the fence.
+func (b *splitBatch) unexplained(ctx context.Context) error {
+	if err := b.recheck(ctx); err != nil {
+		return err
+	}
+	var pending map[string]map[int64]bool
+	for _, t := range b.sp.tables {
+		for _, s := range b.shards {
+			rc := b.checks[t.Name][s]
+			if len(rc.suspect) == 0 {
+				continue
+			}
+			if pending == nil {
+				var err error
+				if pending, err = pendingKeysIn(ctx, b.sp.mono, b.sp.schema, splitChangeTable); err != nil {
+					return err
+				}
+			}
+			for id, why := range rc.suspect {
+				if !pending[t.Name][id] {
+					return fmt.Errorf("%w: table %s of shard %d, id %d (%s), before the fence", ErrCopyDiffers, t.Name, s, id, why)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// finish runs under the fence: the rest of the change log, the keys in
+// doubt compared again, and each table's rows and checksum over the
+// batch, equal on both sides.
+func (b *splitBatch) finish(ctx context.Context) ([]TableCheck, error) {
+	if _, err := b.catchUp(ctx, true); err != nil {
+		return nil, err
+	}
+	if err := b.recheck(ctx); err != nil {
+		return nil, err
+	}
+	var out []TableCheck
+	for _, t := range b.sp.tables {
+		tc := TableCheck{Table: t.Name}
+		for _, s := range b.shards {
+			rc := b.checks[t.Name][s]
+			if len(rc.suspect) > 0 {
+				id, why := rc.firstSuspect()
+				return nil, fmt.Errorf("%w: table %s of shard %d differs in %d row(s) after the copy, the first with id %d (%s)",
+					ErrCopyDiffers, t.Name, s, len(rc.suspect), id, why)
+			}
+			tc.Rows += rc.rows
+			tc.Checksum += rc.sum
+		}
+		out = append(out, tc)
+	}
+	return out, nil
+}
+
+
+// shardCheck is what finish verified of one table of one shard.
+type shardCheck struct {
+	Rows int64  `json:"rows"`
+	Sum  uint64 `json:"sum"`
+}
+
+// verified returns, per shard, what finish verified of each table, as
+// JSON: stored with the seal for deleteCopied.
+func (b *splitBatch) verified() map[int]string {
+	out := map[int]string{}
+	for _, s := range b.shards {
+		m := map[string]shardCheck{}
+		for _, t := range b.sp.tables {
+			rc := b.checks[t.Name][s]
+			m[t.Name] = shardCheck{Rows: rc.rows, Sum: rc.sum}
+		}
+		j, _ := json.Marshal(m)
+		out[s] = string(j)
+	}
+	return out
+}
