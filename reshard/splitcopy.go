@@ -2,9 +2,9 @@ package reshard
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -971,7 +971,6 @@ func (b *splitBatch) finish(ctx context.Context) ([]TableCheck, error) {
 	}
 	return out, nil
 }
-
 
 // shardCheck is what finish verified of one table of one shard.
 type shardCheck struct {

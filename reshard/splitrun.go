@@ -243,14 +243,18 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 	if err := lock.ensure(ctx, "flipping the catalog"); err != nil {
 		return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
 	}
-	if c := sp.cfg.Catalog; c != nil {
+	flipped, err := b.flippedInCatalog(ctx)
+	if err != nil {
+		return res, err
+	}
+	if c := sp.cfg.Catalog; c != nil && !flipped {
 		v, err := c.flipShared(ctx, sp.cfg.Monolith, moves)
 		if err != nil {
 			return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
 		}
 		res.Version = v
 	}
-	err := sp.cfg.Map.Update(func(p []shardmap.Placement) error {
+	err = sp.cfg.Map.Update(func(p []shardmap.Placement) error {
 		for s, d := range b.to {
 			p[s] = shardmap.Placement{DB: d}
 		}
@@ -279,6 +283,25 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 	}
 	stage("cleaned")
 	return res, nil
+}
+
+// flippedInCatalog reports whether the catalog (if any) places every shard
+// of the batch on its target already: a batch run again after its flip.
+func (b *splitBatch) flippedInCatalog(ctx context.Context) (bool, error) {
+	c := b.sp.cfg.Catalog
+	if c == nil {
+		return false, nil
+	}
+	p, _, err := c.loadPlacements(ctx, b.sp.cfg.Map.Databases(), b.sp.shards)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range b.shards {
+		if p[s].Shared || p[s].DB != b.to[s] {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // liftTargets lifts the mover's fences of the batch's targets: with tokens
