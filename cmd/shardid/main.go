@@ -8,6 +8,7 @@
 //	shardid demo   [--postgres DSN | --mysql DSN | --dir DIR] [--shards N] [--users N] [--photos N] [--keep]
 //	shardid move   --catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME)
 //	shardid rebalance --catalog DSN [--by bytes|rows] [--drain NAMES | --fill NAMES] [--apply [--drop-copies]]
+//	shardid split  (plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE | status | abort) --config FILE
 //
 // Run "shardid COMMAND --help" for each command's flags. A wrong flag or
 // argument exits with status 2 and a message that names it; a command that
@@ -44,6 +45,7 @@ var commands = []command{
 	{"demo", "write and read sharded rows end to end (no server needed)", runDemo},
 	{"move", "move a logical shard to another database, every ID unchanged", runMove},
 	{"rebalance", "plan (and --apply) the moves that even out the databases", runRebalance},
+	{"split", "split a monolith into logical shards on other databases, online", runSplit},
 }
 
 func main() {
