@@ -66,23 +66,30 @@ func (e *ShardError) Unwrap() error { return e.Err }
 func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, id func(T) ID,
 	query func(ctx context.Context, db *gorm.DB) ([]T, error)) ([]T, error) {
 	defer r.gathered(time.Now())
-	type target struct{ shard, db int }
+	type target struct {
+		shard, db int
+		shared    bool // the query reads the shared tables of its database
+	}
 	var targets []target
-	t := r.table.Load()
-	if opts.PerShard || r.schemas != nil {
-		for s := range r.shards {
-			targets = append(targets, target{shard: s, db: t.dbOf[s]})
+	t := r.smap.Load()
+	// A shard in a schema of its own is queried alone; the shared shards of
+	// a database (all of them, without a SchemaPattern) are queried once,
+	// through the first of them, in the database's own tables.
+	first := make(map[int]int)
+	for s := r.shards - 1; s >= 0; s-- {
+		if opts.PerShard || !t.Shared(s) {
+			continue
 		}
-	} else {
-		// One query per database, routed through its first shard.
-		first := make(map[int]int)
-		for s := r.shards - 1; s >= 0; s-- {
-			first[t.dbOf[s]] = s
+		first[t.DB(s)] = s
+	}
+	for d := range r.dbs {
+		if s, ok := first[d]; ok {
+			targets = append(targets, target{shard: s, db: d, shared: true})
 		}
-		for d := range r.dbs {
-			if s, ok := first[d]; ok {
-				targets = append(targets, target{shard: s, db: d})
-			}
+	}
+	for s := range r.shards {
+		if opts.PerShard || !t.Shared(s) {
+			targets = append(targets, target{shard: s, db: t.DB(s)})
 		}
 	}
 	workers := opts.Workers
@@ -102,11 +109,11 @@ func Gather[T any](ctx context.Context, r *Router, opts GatherOptions, id func(T
 		go func() {
 			defer wg.Done()
 			for tg := range next {
-				got, err := query(ctx, t.sessions[tg.shard].WithContext(ctx))
+				got, err := query(ctx, r.session(tg.db, tg.shard).WithContext(ctx))
 				mu.Lock()
 				if err != nil {
 					shard := tg.shard
-					if !opts.PerShard && r.schemas == nil {
+					if tg.shared {
 						shard = -1
 					}
 					// The routed session named the shard already; Gather

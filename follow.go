@@ -25,7 +25,7 @@ type routedPool struct {
 // current returns the pool of the database that holds the shard now, and
 // that database's index.
 func (p *routedPool) current() (gorm.ConnPool, int) {
-	d := p.r.table.Load().dbOf[p.shard]
+	d := p.r.smap.Load().DB(p.shard)
 	return p.r.dbs[d].Statement.ConnPool, d
 }
 
@@ -120,9 +120,10 @@ func followMap(db *gorm.DB) {
 	}
 	rt := v.(route)
 	var d int
+	cur := rt.r.smap.Load()
 	switch p := db.Statement.ConnPool.(type) {
 	case *routedPool:
-		d = rt.r.table.Load().dbOf[rt.shard]
+		d = cur.DB(rt.shard)
 		if d != rt.db && !rt.r.canFollow(rt.db, d) {
 			d = rt.db
 		}
@@ -132,8 +133,10 @@ func followMap(db *gorm.DB) {
 	default:
 		return
 	}
-	if d != rt.db {
-		rt.db = d
+	// The statement's tables are where the map of this moment puts the
+	// shard: its schema, or the database's own tables for a shared shard.
+	if schema := cur.Schema(rt.shard); d != rt.db || schema != rt.schema {
+		rt.db, rt.schema = d, schema
 		db.Statement.Settings.Store(settingRoute, rt)
 	}
 }

@@ -197,7 +197,7 @@ func (p *Plugin) checkRoute(rt *route, s int, stmt *gorm.Statement, i int) error
 	if rt == nil || rt.r.sameTarget(*rt, s) {
 		return nil
 	}
-	if rt.r.table.Load().dbOf[rt.shard] != rt.db {
+	if rt.r.smap.Load().DB(rt.shard) != rt.db {
 		return rowError(withDetail(ErrShardMoving, "shard "+strconv.Itoa(rt.shard)+" is now on "+rt.r.DatabaseName(rt.shard)+
 			"; this *gorm.DB was routed to "+rt.r.names[rt.db]+" before the map changed: route again"), stmt.Schema, i)
 	}
@@ -215,6 +215,15 @@ func (p *Plugin) checkPreset(rt *route, m *model, idv reflect.Value, stmt *gorm.
 		id = ID(idv.Uint())
 	} else {
 		id = ID(idv.Int())
+	}
+	if l := rt.r.legacy; l != nil && id < l.floor {
+		// A row the database had before it adopted shardid: its shard is
+		// the one the split recorded for its ID.
+		s, err := rt.r.ShardOfID(stmt.Table, id)
+		if err != nil {
+			return rowError(err, stmt.Schema, i)
+		}
+		return p.checkRoute(rt, s, stmt, i)
 	}
 	return p.checkRoute(rt, p.shardOfPreset(m, id), stmt, i)
 }

@@ -3,8 +3,10 @@ package shardid
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
+	"github.com/shardid/shardid/shardmap"
 	"gorm.io/gorm"
 )
 
@@ -30,21 +32,21 @@ func (r *Router) SwapShard(shard, from, to int) (bool, error) {
 	if shard < 0 || shard >= r.shards {
 		return false, withDetail(ErrShardRange, rangeDetail(shard, r.shards))
 	}
-	for {
-		old := r.table.Load()
-		if old.dbOf[shard] != from {
-			return false, nil // someone else put it there already, or moved it on
-		}
-		m := append([]int(nil), old.dbOf...)
-		m[shard] = to
-		nt, err := r.newRouteTable(m)
-		if err != nil {
-			return false, err
-		}
-		if r.table.CompareAndSwap(old, nt) {
-			return true, nil
-		}
+	if to < 0 || to >= len(r.dbs) {
+		return false, withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d maps to database %d of %d", shard, to, len(r.dbs)))
 	}
+	changed := false
+	err := r.smap.Update(func(p []shardmap.Placement) error {
+		if p[shard].DB != from {
+			return nil // someone else put it there already, or moved it on
+		}
+		p[shard].DB, changed = to, true
+		return nil
+	})
+	if err != nil {
+		return false, mapConfigError(err)
+	}
+	return changed, nil
 }
 
 // MigrateSchema creates schema (a PostgreSQL schema, or a MySQL database) on

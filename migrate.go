@@ -117,7 +117,7 @@ func (r *Router) Migrate(ctx context.Context, models ...any) error {
 // driver reports a closed connection. Shards finished before stay migrated;
 // a shard's batch that was interrupted is rolled back on PostgreSQL.
 func (r *Router) MigrateWith(ctx context.Context, opts MigrateOptions, models ...any) error {
-	t := r.table.Load()
+	t := r.smap.Load()
 	work, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -135,22 +135,41 @@ func (r *Router) MigrateWith(ctx context.Context, opts MigrateOptions, models ..
 		mu.Unlock()
 		cancel()
 	}
+	ownTables := func(d int, db *gorm.DB) {
+		wg.Go(func() {
+			if err := db.WithContext(work).AutoMigrate(models...); err != nil {
+				fail(&ShardError{Shard: -1, Database: r.names[d], Err: withContextErr(work, err)})
+				return
+			}
+			rep.add(r.names[d], 1, 0, 0)
+		})
+	}
 	if r.schemas == nil {
 		rep.total = len(r.dbs)
 		for d, db := range r.dbs {
-			wg.Go(func() {
-				if err := db.WithContext(work).AutoMigrate(models...); err != nil {
-					fail(&ShardError{Shard: -1, Database: r.names[d], Err: withContextErr(work, err)})
-					return
-				}
-				rep.add(r.names[d], 1, 0, 0)
-			})
+			ownTables(d, db)
 		}
 	} else {
-		rep.total = r.shards
+		// A shard in a schema of its own gets its tables there; a database
+		// that holds shared shards (a database from before the shards) gets
+		// them in its own tables, once.
 		perDB := make([][]int, len(r.dbs))
+		shared := make([]bool, len(r.dbs))
 		for s := range r.schemas {
-			perDB[t.dbOf[s]] = append(perDB[t.dbOf[s]], s)
+			if t.Shared(s) {
+				if !shared[t.DB(s)] {
+					shared[t.DB(s)] = true
+					rep.total++
+				}
+				continue
+			}
+			perDB[t.DB(s)] = append(perDB[t.DB(s)], s)
+			rep.total++
+		}
+		for d, own := range shared {
+			if own {
+				ownTables(d, r.dbs[d])
+			}
 		}
 		for d, shards := range perDB {
 			if len(shards) == 0 {

@@ -81,9 +81,9 @@ func (r *Router) InstallPostgresNextID(ctx context.Context, worker int, column s
 	if r.schemas == nil {
 		return withDetail(ErrInvalidConfig, "DB-side IDs need a SchemaPattern: one next_id() per logical shard")
 	}
-	t := r.table.Load()
+	t := r.smap.Load()
 	for s, schema := range r.schemas {
-		db := r.dbs[t.dbOf[s]]
+		db := r.dbs[t.DB(s)]
 		if db.Dialector.Name() != "postgres" {
 			continue
 		}
@@ -99,7 +99,7 @@ func (r *Router) InstallPostgresNextID(ctx context.Context, worker int, column s
 			sql += def + "\n"
 		}
 		if err := db.WithContext(ctx).Exec(sql).Error; err != nil {
-			return &ShardError{Shard: s, Database: r.names[t.dbOf[s]], Err: err}
+			return &ShardError{Shard: s, Database: r.names[t.DB(s)], Err: err}
 		}
 	}
 	return nil

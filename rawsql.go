@@ -61,12 +61,13 @@ func (r *Router) Table(shard int, table string) string {
 	if shard < 0 || shard >= r.shards {
 		return ""
 	}
+	v := r.smap.Load()
 	name := table
-	if r.schemas != nil {
-		name = r.schemas[shard] + "." + table
+	if schema := v.Schema(shard); schema != "" {
+		name = schema + "." + table
 	}
 	var b strings.Builder
-	r.dbs[r.table.Load().dbOf[shard]].Dialector.QuoteTo(&b, name)
+	r.dbs[v.DB(shard)].Dialector.QuoteTo(&b, name)
 	return b.String()
 }
 
@@ -74,10 +75,7 @@ func (r *Router) Table(shard int, table string) string {
 // SchemaPlaceholder, and refuses SQL that would not reach the shard's tables.
 func routeSQL(db *gorm.DB, rt route) {
 	text := db.Statement.SQL.String()
-	var schema string
-	if rt.r.schemas != nil {
-		schema = rt.r.schemas[rt.shard]
-	}
+	schema := rt.schema
 	if strings.Contains(text, SchemaPlaceholder) {
 		if schema == "" {
 			text = strings.ReplaceAll(text, SchemaPlaceholder+".", "")
@@ -129,10 +127,10 @@ func qualifyFrom(next clause.ClauseBuilder) clause.ClauseBuilder {
 
 // qualifyJoins returns from with its joins in the shard's schema.
 func qualifyJoins(stmt *gorm.Statement, rt route, from clause.From) clause.From {
-	if rt.r.schemas == nil {
+	if rt.schema == "" {
 		return from
 	}
-	schema := rt.r.schemas[rt.shard]
+	schema := rt.schema
 	joins := make([]clause.Join, len(from.Joins))
 	for i, j := range from.Joins {
 		switch e := j.Expression.(type) {
@@ -165,8 +163,8 @@ func unroutedAllowed(stmt *gorm.Statement) bool {
 // refuseSQL fails a routed raw statement with ErrUnroutedSQL.
 func refuseSQL(db *gorm.DB, rt route, fix string) {
 	where := "shard " + strconv.Itoa(rt.shard)
-	if rt.r.schemas != nil {
-		where += " (schema " + rt.r.schemas[rt.shard] + ")"
+	if rt.schema != "" {
+		where += " (schema " + rt.schema + ")"
 	}
 	_ = db.AddError(withDetail(ErrUnroutedSQL, fmt.Sprintf("%s: %q: %s", where, sqlStart(db.Statement.SQL.String()), fix)))
 }

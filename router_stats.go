@@ -141,7 +141,7 @@ func (r *Router) gathered(start time.Time) { r.stats.gather.observe(time.Since(s
 // Stats returns a snapshot of the router's counters.
 func (r *Router) Stats() RouterStats {
 	s := &r.stats
-	t := r.table.Load()
+	t := r.smap.Load()
 	out := RouterStats{
 		Databases:    make([]DatabaseStats, len(r.dbs)),
 		FencedWrites: s.fenced.Load(),
@@ -150,7 +150,7 @@ func (r *Router) Stats() RouterStats {
 	for d := range r.dbs {
 		out.Databases[d] = DatabaseStats{Name: r.names[d], Errors: s.dbErrs[d].Load()}
 	}
-	for shard, d := range t.dbOf {
+	for shard, d := range t.Assignment() {
 		out.Databases[d].Shards++
 		if n := s.shardErrs[shard].Load(); n > 0 {
 			out.FailingShards = append(out.FailingShards, ShardErrors{Shard: shard, Database: r.names[d], Errors: n})

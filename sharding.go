@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
 	"github.com/shardid/shardid/internal/sqlddl"
+	"github.com/shardid/shardid/shardmap"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -34,6 +36,10 @@ type route struct {
 	r     *Router
 	shard int
 	db    int // the index of the database the session runs on
+	// schema qualifies the statement's tables: the shard's schema, or ""
+	// when the shard is shared (its rows are in the database's own tables)
+	// or the router has no SchemaPattern.
+	schema string
 }
 
 // RouterConfig configures a Router.
@@ -53,8 +59,19 @@ type RouterConfig struct {
 
 	// Map gives, for each logical shard, the index of its database in
 	// Databases. If nil, the shards are split into contiguous ranges, one per
-	// database. Change it later with SetMap.
+	// database: adding a database then changes most routes, so a router
+	// that will grow should keep its map in a catalog (package reshard) and
+	// follow it. Change it later with SetMap.
 	Map []int
+
+	// ShardMap, if not nil, is the routing map the router routes by,
+	// shared with other routers built on it (package shardsql, package
+	// shardpgx, or another Router): a change made through any of them
+	// reaches all at once. Its databases are Databases, in order, and it
+	// gives the names, the number of logical shards and the SchemaPattern:
+	// Names, LogicalShards, SchemaPattern and Map must then be left unset or
+	// agree with it.
+	ShardMap *shardmap.Map
 
 	// SchemaPattern, if not empty, puts each logical shard in its own
 	// PostgreSQL schema, or MySQL database, named by formatting the shard
@@ -74,6 +91,12 @@ type RouterConfig struct {
 	// Layout decodes IDs for ForID. If it is the zero Layout, the plugin's
 	// layout is used, or Instagram.
 	Layout Layout
+
+	// Legacy, if not nil, records where the rows whose IDs were issued
+	// before the databases adopted shardid live (see LegacyIDs): ForID,
+	// ForTableID and Get find them, and refuse an ID that is neither legacy
+	// nor the layout's with ErrInvalidID.
+	Legacy *LegacyIDs
 
 	// Logger, if not nil, gets the router's events: fences set and lifted,
 	// moves done or failed, routed statements that failed (at most one
@@ -108,17 +131,15 @@ type Router struct {
 	names   []string
 	layout  Layout
 	shards  int
-	schemas []string // per logical shard; nil without SchemaPattern
+	schemas []string // per logical shard, as SchemaPattern names it; nil without one
 	pattern string   // SchemaPattern
 	plugin  *Plugin
-	table   atomic.Pointer[routeTable]
-	stats   routerStats
-}
-
-// routeTable is one immutable version of the shard map.
-type routeTable struct {
-	dbOf     []int      // logical shard → database index
-	sessions []*gorm.DB // logical shard → prepared session
+	smap    *shardmap.Map
+	legacy  *LegacyIDs
+	// sessions holds the prepared session of shard s on database d at
+	// d*shards+s, made when first asked for.
+	sessions []atomic.Pointer[gorm.DB]
+	stats    routerStats
 }
 
 // schemaName matches the names of schemas and tables shardid accepts.
@@ -135,30 +156,57 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if len(cfg.Databases) == 0 {
 		return bad("no databases")
 	}
-	r := &Router{dbs: cfg.Databases, shards: cfg.LogicalShards, plugin: cfg.Plugin, layout: cfg.Layout}
-	if r.shards == 0 {
-		r.shards = DefaultLogicalShards
-	}
+	r := &Router{dbs: cfg.Databases, plugin: cfg.Plugin, layout: cfg.Layout, legacy: cfg.Legacy}
 	if r.layout.unit == 0 {
 		r.layout = Instagram
 		if cfg.Plugin != nil {
 			r.layout = cfg.Plugin.layout
 		}
 	}
-	if r.shards < 1 || r.shards > r.layout.Shards() {
+	m := cfg.ShardMap
+	if m != nil {
+		switch {
+		case cfg.Names != nil && !slices.Equal(cfg.Names, m.Databases()):
+			return bad("Names %q differ from the ShardMap's databases %q", cfg.Names, m.Databases())
+		case cfg.LogicalShards != 0 && cfg.LogicalShards != m.LogicalShards():
+			return bad("LogicalShards %d differs from the ShardMap's %d", cfg.LogicalShards, m.LogicalShards())
+		case cfg.SchemaPattern != "" && cfg.SchemaPattern != m.SchemaPattern():
+			return bad("SchemaPattern %q differs from the ShardMap's %q", cfg.SchemaPattern, m.SchemaPattern())
+		case cfg.Map != nil && !slices.Equal(cfg.Map, m.Load().Assignment()):
+			return bad("Map differs from the ShardMap's assignment: set one of them")
+		case len(m.Databases()) != len(cfg.Databases):
+			return bad("%d databases for a ShardMap of %d", len(cfg.Databases), len(m.Databases()))
+		}
+	} else {
+		names := cfg.Names
+		if names == nil {
+			for i := range cfg.Databases {
+				names = append(names, "db"+strconv.Itoa(i))
+			}
+		}
+		if len(names) != len(cfg.Databases) {
+			return bad("%d names for %d databases", len(names), len(cfg.Databases))
+		}
+		shards := cfg.LogicalShards
+		if shards == 0 {
+			shards = DefaultLogicalShards
+		}
+		if shards < 1 || shards > r.layout.Shards() {
+			return bad("LogicalShards %d not in [1, %d]", shards, r.layout.Shards())
+		}
+		var err error
+		m, err = shardmap.New(shardmap.Config{Databases: names, LogicalShards: shards,
+			SchemaPattern: cfg.SchemaPattern, Assign: cfg.Map})
+		if err != nil {
+			return nil, mapConfigError(err)
+		}
+	}
+	r.smap, r.names, r.shards, r.pattern = m, m.Databases(), m.LogicalShards(), m.SchemaPattern()
+	if r.shards > r.layout.Shards() {
 		return bad("LogicalShards %d not in [1, %d]", r.shards, r.layout.Shards())
 	}
 	if cfg.Plugin != nil && cfg.Plugin.LogicalShards() != r.shards {
 		return bad("the router has %d logical shards, the plugin %d", r.shards, cfg.Plugin.LogicalShards())
-	}
-	r.names = cfg.Names
-	if r.names == nil {
-		for i := range r.dbs {
-			r.names = append(r.names, "db"+strconv.Itoa(i))
-		}
-	}
-	if len(r.names) != len(r.dbs) {
-		return bad("%d names for %d databases", len(r.names), len(r.dbs))
 	}
 	for i, db := range r.dbs {
 		if db == nil {
@@ -175,23 +223,13 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	r.stats.logger = cfg.Logger
 	r.stats.dbErrs = make([]atomic.Uint64, len(r.dbs))
 	r.stats.shardErrs = make([]atomic.Uint64, r.shards)
-	if cfg.SchemaPattern != "" {
-		if strings.Count(cfg.SchemaPattern, "%") != 1 || !strings.Contains(cfg.SchemaPattern, "%0") && !strings.Contains(cfg.SchemaPattern, "%d") {
-			return bad("SchemaPattern %q must have exactly one %%d verb", cfg.SchemaPattern)
-		}
+	if r.pattern != "" {
 		r.schemas = make([]string, r.shards)
-		r.pattern = cfg.SchemaPattern
-		seen := make(map[string]bool, r.shards)
 		for s := range r.schemas {
-			name := fmt.Sprintf(cfg.SchemaPattern, s)
-			if !schemaName.MatchString(name) || seen[name] {
-				return bad("SchemaPattern %q gives the schema name %q for shard %d: want distinct names matching %s",
-					cfg.SchemaPattern, name, s, schemaName)
-			}
-			seen[name] = true
-			r.schemas[s] = name
+			r.schemas[s] = m.SchemaOf(s)
 		}
 	}
+	r.sessions = make([]atomic.Pointer[gorm.DB], len(r.dbs)*r.shards)
 	for _, db := range r.dbs {
 		if err := r.register(db); err != nil {
 			return nil, err
@@ -202,17 +240,16 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 		}
 	}
-	m := cfg.Map
-	if m == nil {
-		m = make([]int, r.shards)
-		for s := range m {
-			m[s] = s * len(r.dbs) / r.shards
-		}
-	}
-	if err := r.SetMap(m); err != nil {
-		return nil, err
-	}
 	return r, nil
+}
+
+// mapConfigError returns err, an error of package shardmap, as an error
+// that matches ErrInvalidConfig too.
+func mapConfigError(err error) error {
+	if errors.Is(err, shardmap.ErrInvalidMap) {
+		return withDetail(ErrInvalidConfig, strings.TrimPrefix(err.Error(), shardmap.ErrInvalidMap.Error()+": "))
+	}
+	return err
 }
 
 // register adds the table-qualifying callback to every processor of db
@@ -313,13 +350,13 @@ func qualifyTable(db *gorm.DB) {
 		routeSQL(db, rt)
 		return
 	}
-	if rt.r.schemas == nil || db.Statement.Table == "" || strings.Contains(db.Statement.Table, ".") {
+	if rt.schema == "" || db.Statement.Table == "" || strings.Contains(db.Statement.Table, ".") {
 		return
 	}
 	if e := db.Statement.TableExpr; e != nil && strings.Contains(e.SQL, ".") {
 		return // qualified by the caller
 	}
-	db.Statement.TableExpr = &clause.Expr{SQL: db.Statement.Quote(rt.r.schemas[rt.shard] + "." + db.Statement.Table)}
+	db.Statement.TableExpr = &clause.Expr{SQL: db.Statement.Quote(rt.schema + "." + db.Statement.Table)}
 }
 
 // nameShard wraps the error of a routed statement in a *ShardError, once.
@@ -343,40 +380,35 @@ func nameShard(db *gorm.DB) {
 }
 
 // SetMap replaces the shard map: m[s] is the index of the database that
-// holds logical shard s. Callers routing at the same time see either the
-// old map or the new one, never a mix.
+// holds logical shard s. Callers routing at the same time, through this
+// router or any other built on its ShardMap, see either the old map or the
+// new one, never a mix. Which shards are shared does not change.
 func (r *Router) SetMap(m []int) error {
-	t, err := r.newRouteTable(m)
-	if err != nil {
-		return err
-	}
-	r.table.Store(t)
-	return nil
+	return mapConfigError(r.smap.Set(m))
 }
 
-// newRouteTable builds the route table of map m, without storing it.
-func (r *Router) newRouteTable(m []int) (*routeTable, error) {
-	if len(m) != r.shards {
-		return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("the map has %d shards, the router %d", len(m), r.shards))
+// ShardMap returns the routing map the router routes by. Routers built on
+// it (RouterConfig.ShardMap, package shardsql, package shardpgx) route the
+// same way, and see its changes at once.
+func (r *Router) ShardMap() *shardmap.Map { return r.smap }
+
+// session returns the prepared session of shard s on database d.
+func (r *Router) session(d, s int) *gorm.DB {
+	p := &r.sessions[d*r.shards+s]
+	if sess := p.Load(); sess != nil {
+		return sess
 	}
-	t := &routeTable{dbOf: make([]int, r.shards), sessions: make([]*gorm.DB, r.shards)}
-	for s, d := range m {
-		if d < 0 || d >= len(r.dbs) {
-			return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("shard %d maps to database %d of %d", s, d, len(r.dbs)))
-		}
-		t.dbOf[s] = d
-		// A Session is safe to reuse and to share between goroutines.
-		// Its pool stands for the database that holds s under the map of
-		// the moment: a session kept across SetMap follows (followMap).
-		sess := r.dbs[d].Set(settingRoute, route{r: r, shard: s, db: d}).Session(&gorm.Session{})
-		sess.Statement.ConnPool = &routedPool{r: r, shard: s}
-		t.sessions[s] = sess
-	}
-	return t, nil
+	// A Session is safe to reuse and to share between goroutines. Its
+	// pool stands for the database that holds s under the map of the
+	// moment: a session kept across a map change follows (followMap).
+	sess := r.dbs[d].Set(settingRoute, route{r: r, shard: s, db: d, schema: r.smap.Load().Schema(s)}).Session(&gorm.Session{})
+	sess.Statement.ConnPool = &routedPool{r: r, shard: s}
+	p.CompareAndSwap(nil, sess)
+	return p.Load()
 }
 
 // Map returns a copy of the current shard map.
-func (r *Router) Map() []int { return append([]int(nil), r.table.Load().dbOf...) }
+func (r *Router) Map() []int { return r.smap.Load().Assignment() }
 
 // LogicalShards returns the number of logical shards.
 func (r *Router) LogicalShards() int { return r.shards }
@@ -393,7 +425,7 @@ func (r *Router) DatabaseName(shard int) string {
 	if shard < 0 || shard >= r.shards {
 		return ""
 	}
-	return r.names[r.table.Load().dbOf[shard]]
+	return r.smap.Load().Database(shard)
 }
 
 // Schema returns the schema (or MySQL database) of shard, or "" when the
@@ -419,11 +451,58 @@ func (r *Router) ForShard(n int) *gorm.DB {
 		_ = tx.AddError(withDetail(ErrShardRange, rangeDetail(n, r.shards)))
 		return tx
 	}
-	return r.table.Load().sessions[n]
+	return r.session(r.smap.Load().DB(n), n)
 }
 
-// ForID returns a *gorm.DB for the shard that id names.
-func (r *Router) ForID(id ID) *gorm.DB { return r.ForShard(r.ShardOf(id)) }
+// ForID returns a *gorm.DB for the shard that id names. With
+// RouterConfig.Legacy, a legacy ID goes to the shard its row was recorded on
+// (in whichever table; ForTableID names the table when two tables recorded
+// it on different shards), and an ID that is neither legacy nor the
+// layout's gives a *gorm.DB that carries ErrInvalidID.
+func (r *Router) ForID(id ID) *gorm.DB {
+	if r.legacy != nil && id < r.legacy.floor {
+		s, _, err := r.legacy.ShardOfAny(id)
+		if err != nil {
+			return r.refused(err)
+		}
+		return r.ForShard(s)
+	}
+	return r.ForShard(r.ShardOf(id))
+}
+
+// ForTableID returns a *gorm.DB for the shard of the row of table whose ID
+// is id: ForID, except that a legacy ID is looked up in table alone.
+func (r *Router) ForTableID(table string, id ID) *gorm.DB {
+	s, err := r.ShardOfID(table, id)
+	if err != nil {
+		return r.refused(err)
+	}
+	return r.ForShard(s)
+}
+
+// ShardOfID returns the logical shard of the row of table whose ID is id:
+// the shard its bits name, or with RouterConfig.Legacy, for a legacy ID,
+// the shard its row was recorded on. It fails with ErrInvalidID for an ID
+// that is neither, and ErrNoLegacyRow for a legacy ID with no row in table.
+func (r *Router) ShardOfID(table string, id ID) (int, error) {
+	if r.legacy != nil {
+		s, ok, err := r.legacy.Shard(table, id)
+		if err != nil || ok {
+			return s, err
+		}
+	}
+	if id <= 0 {
+		return -1, withDetail(ErrInvalidID, "ID "+strconv.FormatInt(int64(id), 10)+" is not positive")
+	}
+	return r.ShardOf(id), nil
+}
+
+// refused returns a *gorm.DB on which every operation fails with err.
+func (r *Router) refused(err error) *gorm.DB {
+	tx := r.dbs[0].Session(&gorm.Session{NewDB: true})
+	_ = tx.AddError(err)
+	return tx
+}
 
 // ForKey returns a *gorm.DB for the shard of an integer sharding key,
 // key % LogicalShards, as the plugin computes it.
@@ -447,7 +526,23 @@ func (r *Router) ShardOf(id ID) int { return r.layout.Decompose(id).Shard }
 // for which errors.Is(err, gorm.ErrRecordNotFound) holds; any error is a
 // *ShardError naming the shard and its database.
 func (r *Router) Get(ctx context.Context, dest any, id ID, scopes ...func(*gorm.DB) *gorm.DB) error {
-	return r.ForID(id).WithContext(ctx).Scopes(scopes...).First(dest, id).Error
+	db := r.ForID(id)
+	if r.legacy != nil && id < r.legacy.floor {
+		// A legacy ID is looked up in the table of dest.
+		stmt := &gorm.Statement{DB: r.dbs[0]}
+		if err := stmt.Parse(dest); err != nil {
+			return err
+		}
+		s, err := r.ShardOfID(stmt.Table, id)
+		if errors.Is(err, ErrNoLegacyRow) {
+			return fmt.Errorf("%w (%w)", gorm.ErrRecordNotFound, err)
+		}
+		if err != nil {
+			return err
+		}
+		db = r.ForShard(s)
+	}
+	return db.WithContext(ctx).Scopes(scopes...).First(dest, id).Error
 }
 
 // sameTarget reports whether a row of shard s may be written through a
@@ -456,8 +551,15 @@ func (r *Router) Get(ctx context.Context, dest any, id ID, scopes ...func(*gorm.
 // runs on the database it was made for), and in the same schema when there
 // are schemas.
 func (r *Router) sameTarget(rt route, s int) bool {
-	if s < 0 || s >= r.shards || r.table.Load().dbOf[s] != rt.db {
+	if s < 0 || s >= r.shards {
 		return false
 	}
-	return r.schemas == nil || rt.shard == s
+	v := r.smap.Load()
+	if v.DB(s) != rt.db {
+		return false
+	}
+	return rt.shard == s || rt.schema == "" && v.Shared(s)
 }
+
+// Layout returns the layout the router decodes IDs with.
+func (r *Router) Layout() Layout { return r.layout }

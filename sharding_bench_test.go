@@ -3,6 +3,7 @@ package shardid_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/shardid/shardid"
 	"gorm.io/gorm"
@@ -92,5 +93,65 @@ func BenchmarkGather2000Postgres(b *testing.B) {
 		if err != nil || len(got) != 20 {
 			b.Fatal(len(got), err)
 		}
+	}
+}
+
+// BlPhoto is the table of BenchmarkGetLegacy.
+type BlPhoto struct {
+	ID      shardid.ID
+	UserID  int64 `shardid:"key"`
+	Caption string
+}
+
+// BenchmarkGetLegacy compares Router.Get of a row whose ID was issued
+// before adoption (its shard found in a LegacyIDs) with Get of a row whose
+// ID is the layout's, on the same PostgreSQL table.
+func BenchmarkGetLegacy(b *testing.B) {
+	db := openPostgres(b)
+	fresh(b, db, &BlPhoto{})
+	const rows = 1000
+	legacy, err := shardid.NewLegacyIDs(shardid.Instagram, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range rows {
+		id := shardid.ID(i + 1)
+		if err := db.Create(&BlPhoto{ID: id, UserID: int64(i), Caption: "legacy"}).Error; err != nil {
+			b.Fatal(err)
+		}
+		if err := legacy.Add("bl_photos", id, i%shardid.DefaultLogicalShards); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{})
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db}, Plugin: p, Legacy: legacy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var fresh []shardid.ID
+	for i := range rows {
+		ph := BlPhoto{UserID: int64(i), Caption: "new"}
+		if err := r.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+			b.Fatal(err)
+		}
+		fresh = append(fresh, ph.ID)
+	}
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		id   func(i int) shardid.ID
+	}{
+		{"layout", func(i int) shardid.ID { return fresh[i%rows] }},
+		{"legacy", func(i int) shardid.ID { return shardid.ID(1 + i%rows) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				var got BlPhoto
+				if err := r.Get(ctx, &got, bc.id(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,211 @@
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/sqlddl"
+	"gorm.io/gorm"
+)
+
+// LegacyTable describes a table of a database that adopts shardid: its rows
+// whose IDs were issued before (by bigserial or AUTO_INCREMENT), and how to
+// find the sharding key of each.
+type LegacyTable struct {
+	// Table is the table's name.
+	Table string
+
+	// ID is its primary key column. If empty, "id".
+	ID string
+
+	// Key is the column that holds the sharding key, for a table that has
+	// one (photos.user_id).
+	Key string
+
+	// Parent and ParentID describe a child table whose rows follow their
+	// parent's key (comments by their photo's user): Parent is the parent's
+	// LegacyTable name, ParentID the column of this table that holds the
+	// parent's ID. Key must then be empty. The parent must have a Key.
+	Parent, ParentID string
+}
+
+// ErrKeyMismatch is returned by ReadLegacyIDs for a row whose ID is the
+// layout's but names another shard than its sharding key does: on MySQL,
+// the sign of writers that kept using AUTO_INCREMENT after the plugin had
+// written an ID (AUTO_INCREMENT then continues after the largest ID, in the
+// layout's range). The error names the rows.
+var ErrKeyMismatch = errors.New("shardid: row ID names another shard than its sharding key")
+
+// ReadLegacyIDs reads, from db (the database that adopted shardid, through
+// whichever connection reads it), the shard of every row of tables whose ID
+// was issued before adopted, the time the plugin began issuing IDs (the
+// time of the first deploy with it; earlier is safe, later is not). A row's
+// shard is its sharding key's, as the plugin computes it for integer keys:
+// key % LogicalShards.
+//
+// Run it once every writer issues IDs through the plugin (no ID comes from
+// the sequence any more), before a split moves the first row; the IDs it
+// records never change. Rows whose IDs are the layout's are checked: one
+// whose ID names another shard than its key fails the read with
+// ErrKeyMismatch. Keep the result with Catalog.SaveLegacy.
+func ReadLegacyIDs(ctx context.Context, db *gorm.DB, r *shardid.Router, adopted time.Time, tables ...LegacyTable) (*shardid.LegacyIDs, error) {
+	l, err := shardid.NewLegacyIDs(routerLayout(r), adopted)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]LegacyTable, len(tables))
+	for _, t := range tables {
+		if t.ID == "" {
+			t.ID = "id"
+		}
+		for _, n := range []string{t.Table, t.ID, t.Key, t.Parent, t.ParentID} {
+			if n != "" && !sqlddl.Name.MatchString(n) {
+				return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("legacy table %s: name %q: want %s", t.Table, n, sqlddl.Name))
+			}
+		}
+		if (t.Key == "") == (t.Parent == "") || (t.Parent == "") != (t.ParentID == "") {
+			return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("legacy table %s: give Key, or Parent and ParentID", t.Table))
+		}
+		byName[t.Table] = t
+	}
+	shards := int64(r.LogicalShards())
+	for _, t := range byName {
+		var q string
+		if t.Key != "" {
+			q = fmt.Sprintf("SELECT %s, %s FROM %s", t.ID, t.Key, t.Table)
+		} else {
+			p, ok := byName[t.Parent]
+			if !ok || p.Key == "" {
+				return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("legacy table %s follows %s, which is not a listed table with a Key", t.Table, t.Parent))
+			}
+			q = fmt.Sprintf("SELECT c.%s, p.%s FROM %s c JOIN %s p ON p.%s = c.%s", t.ID, p.Key, t.Table, p.Table, p.ID, t.ParentID)
+		}
+		rows, err := db.WithContext(ctx).Raw(q).Rows()
+		if err != nil {
+			return nil, fmt.Errorf("shardid: reading the legacy IDs of %s: %w", t.Table, err)
+		}
+		var bad []string
+		err = func() error {
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var key sql.NullInt64
+				if err := rows.Scan(&id, &key); err != nil {
+					return err
+				}
+				if !key.Valid || key.Int64 < 0 {
+					return withDetail(shardid.ErrInvalidShardKey, fmt.Sprintf("%s %d has the sharding key %v: want a non-negative integer", t.Table, id, key))
+				}
+				shard := int(key.Int64 % shards)
+				if shardid.ID(id) >= l.Floor() {
+					if got := r.ShardOf(shardid.ID(id)); got != shard && len(bad) < 10 {
+						bad = append(bad, fmt.Sprintf("%s %d (names shard %d, its key %d is on shard %d)", t.Table, id, got, key.Int64, shard))
+					}
+					continue
+				}
+				if err := l.Add(t.Table, shardid.ID(id), shard); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}()
+		if err != nil {
+			return nil, fmt.Errorf("shardid: reading the legacy IDs of %s: %w", t.Table, err)
+		}
+		if len(bad) > 0 {
+			return nil, withDetail(ErrKeyMismatch, strings.Join(bad, "; "))
+		}
+	}
+	return l, nil
+}
+
+// routerLayout returns the layout r decodes IDs with.
+func routerLayout(r *shardid.Router) shardid.Layout { return r.Layout() }
+
+// legacyTable returns the name of the table that keeps the legacy IDs.
+func (c *Catalog) legacyTable() (string, error) {
+	t, err := c.table()
+	return t + "_legacy", err
+}
+
+// SaveLegacy stores l in the catalog, replacing what it held: a table
+// <catalog>_legacy, in chunks, created when missing (with the catalog's
+// Setup privileges). Routers load it with LoadLegacy and pass it as
+// RouterConfig.Legacy.
+func (c *Catalog) SaveLegacy(ctx context.Context, l *shardid.LegacyIDs) error {
+	t, err := c.legacyTable()
+	if err != nil {
+		return err
+	}
+	blob := "BYTEA"
+	if c.DB.Dialector.Name() == "mysql" {
+		blob = "LONGBLOB"
+	}
+	if err := sqlddl.Ensure(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.SaveLegacy", t, []string{t},
+		"CREATE TABLE IF NOT EXISTS "+t+" (part INT PRIMARY KEY, data "+blob+" NOT NULL)"); err != nil {
+		return err
+	}
+	data, err := l.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	const part = 1 << 20 // below MySQL's default max_allowed_packet
+	return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec("DELETE FROM " + t).Error; err != nil {
+			return err
+		}
+		for i := 0; i*part < len(data); i++ {
+			chunk := data[i*part : min(len(data), (i+1)*part)]
+			if err := tx.Exec("INSERT INTO "+t+" (part, data) VALUES (?, ?)", i, chunk).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// LoadLegacy returns the legacy IDs SaveLegacy stored, or nil when it never
+// ran. It needs SELECT on the table.
+func (c *Catalog) LoadLegacy(ctx context.Context) (*shardid.LegacyIDs, error) {
+	t, err := c.legacyTable()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.DB.WithContext(ctx).Raw("SELECT part, data FROM " + t + " ORDER BY part").Rows()
+	if err != nil {
+		if eerr := sqlddl.Explain(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.SaveLegacy", []string{t}, err); errors.Is(eerr, shardid.ErrSetupRequired) {
+			return nil, nil // never saved
+		}
+		return nil, err
+	}
+	defer rows.Close()
+	var data []byte
+	for want := 0; rows.Next(); want++ {
+		var part int
+		var b []byte
+		if err := rows.Scan(&part, &b); err != nil {
+			return nil, err
+		}
+		if part != want {
+			return nil, withDetail(ErrInvalidCatalog, t+": part "+strconv.Itoa(want)+" is missing")
+		}
+		data = append(data, b...)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if data == nil {
+		return nil, nil
+	}
+	l := new(shardid.LegacyIDs)
+	if err := l.UnmarshalBinary(data); err != nil {
+		return nil, withDetail(ErrInvalidCatalog, t+": "+err.Error())
+	}
+	return l, nil
+}
