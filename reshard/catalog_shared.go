@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/sqlddl"
 	"github.com/shardid/shardid/shardmap"
 	"gorm.io/gorm"
@@ -82,22 +83,8 @@ func (c *Catalog) SaveMap(ctx context.Context, m *shardmap.Map) (int64, error) {
 					return err
 				}
 			}
-			if err := tx.Exec("DELETE FROM " + sharedTable(t)).Error; err != nil {
+			if err := saveShared(tx, t, shared, true); err != nil {
 				return err
-			}
-			for lo := 0; lo < len(shared); lo += 500 {
-				args := []any{}
-				q := "INSERT INTO " + sharedTable(t) + " (shard) VALUES "
-				for i, s := range shared[lo:min(lo+500, len(shared))] {
-					if i > 0 {
-						q += ","
-					}
-					q += "(?)"
-					args = append(args, s)
-				}
-				if err := tx.Exec(q, args...).Error; err != nil {
-					return err
-				}
 			}
 			return nil
 		})
@@ -224,4 +211,60 @@ func (c *Catalog) flipShared(ctx context.Context, from string, moves map[int]str
 		return 0, c.explain(ctx, t, err)
 	}
 	return version, nil
+}
+
+// loadRouter loads the catalog's placements (which shards are shared too)
+// into r's map and returns the catalog's version: Follow's load, so that a
+// split's flip of a shared shard reaches every router.
+//
+// A catalog without a table of shared shards (an older one) changes only
+// the databases of r's shards, as Router.SetMap does: which are shared
+// stays as r's configuration says.
+func (c *Catalog) loadRouter(ctx context.Context, r *shardid.Router) (int64, error) {
+	t, err := c.table()
+	if err != nil {
+		return 0, err
+	}
+	missing, err := sqlddl.Missing(ctx, c.DB, sharedTable(t))
+	if err != nil {
+		return 0, err
+	}
+	p, version, err := c.loadPlacements(ctx, r.Names(), r.LogicalShards())
+	if err != nil {
+		return version, err
+	}
+	if len(missing) > 0 {
+		a := make([]int, len(p))
+		for s := range p {
+			a[s] = p[s].DB
+		}
+		return version, r.SetMap(a)
+	}
+	return version, r.ShardMap().SetPlacements(p)
+}
+
+// saveShared replaces the catalog's shared shards with shared, in tx, if
+// the catalog has a table for them.
+func saveShared(tx *gorm.DB, t string, shared []int, has bool) error {
+	if !has {
+		return nil
+	}
+	if err := tx.Exec("DELETE FROM " + sharedTable(t)).Error; err != nil {
+		return err
+	}
+	for lo := 0; lo < len(shared); lo += 500 {
+		args := []any{}
+		q := "INSERT INTO " + sharedTable(t) + " (shard) VALUES "
+		for i, s := range shared[lo:min(lo+500, len(shared))] {
+			if i > 0 {
+				q += ","
+			}
+			q += "(?)"
+			args = append(args, s)
+		}
+		if err := tx.Exec(q, args...).Error; err != nil {
+			return err
+		}
+	}
+	return nil
 }
