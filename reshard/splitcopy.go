@@ -1,12 +1,12 @@
 package reshard
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strconv"
@@ -125,10 +125,44 @@ func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 					continue
 				}
 				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error {
+					var have []string
+					if err := tx.Raw("SELECT nspname FROM pg_namespace WHERE nspname IN ?", shardSchemas(b, chunk)).Scan(&have).Error; err != nil {
+						return err
+					}
+					// New schemas: one script, one round trip.
+					var script []string
 					for _, s := range chunk {
 						sc := b.schemaOf(s)
-						if err := tx.Exec(`CREATE SCHEMA IF NOT EXISTS "` + sc + `"`).Error; err != nil {
+						if slices.Contains(have, sc) {
+							continue
+						}
+						script = append(script, `CREATE SCHEMA "`+sc+`"`)
+						for _, t := range tables {
+							script = append(script, "CREATE TABLE "+quoteTable(db, sc, t)+defs[t])
+							for _, ix := range indexes[t] {
+								script = append(script, fmt.Sprintf(ix, `"`+sc+`"`))
+							}
+						}
+						script = append(script, fenceStatementsPG(sc, sc)...)
+						for _, t := range tables {
+							script = append(script, fenceTriggerPG(sc, t))
+						}
+						// fenceForMover's fence, of a fresh state row.
+						script = append(script, `UPDATE "`+sc+`".`+fenceTable+` SET fenced_until = 'infinity', token = 1, sealed = FALSE, mover_only = TRUE WHERE id = 1`)
+						mu.Lock()
+						tokens[s] = 1
+						mu.Unlock()
+					}
+					if len(script) > 0 {
+						if err := tx.Exec(strings.Join(script, ";\n")).Error; err != nil {
 							return err
+						}
+					}
+					// Schemas found (a batch run again): as a move does.
+					for _, s := range chunk {
+						sc := b.schemaOf(s)
+						if !slices.Contains(have, sc) {
+							continue
 						}
 						for _, t := range tables {
 							if err := tx.Exec("CREATE TABLE IF NOT EXISTS " + quoteTable(db, sc, t) + defs[t]).Error; err != nil {
@@ -357,10 +391,14 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// copyTablePG pipes COPY (rows of t in the batch, with their shard) TO
-// STDOUT from the monolith into a COPY FROM STDIN per shard into the
-// shard's table on its target, each target in one transaction of its own
-// let through the target's fence for the mover.
+// copyTablePG copies the batch's rows of t to each target at once: COPY
+// (the rows of the target's shards, with their shard) TO STDOUT on the
+// monolith piped into COPY FROM STDIN of a temporary table on the target
+// (ON COMMIT DROP: nothing outlives the transaction), indexed by shard,
+// whose rows one script of INSERT ... SELECT, a statement per shard, puts
+// into each shard's table: a few round trips per table and target,
+// whatever the number of shards. Each target's copy is one transaction let
+// through its fence for the mover.
 func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
 	cols := b.cols[t.Name].write
 	list := columnList(b.sp.mono, cols)
@@ -369,93 +407,41 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 	for i, c := range cols {
 		sel[i] = b.sp.col("x", c)
 	}
-	q := "COPY (SELECT " + shard + ", " + strings.Join(sel, ", ") + " FROM " + from + " WHERE " + shard + " " + inList(b.shards) + ") TO STDOUT"
-
+	targets, shards := b.byTarget()
+	var mu sync.Mutex
+	counts := map[int]int64{}
+	report := func(d int, n int64) {
+		if progress == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		counts[d] = n
+		var sum int64
+		for _, v := range counts {
+			sum += v
+		}
+		progress(sum)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type chunk struct {
-		shard int
-		data  []byte
-	}
-	targets, _ := b.byTarget()
-	feeds := map[int]chan chunk{}
-	errs := make(chan error, len(targets)+1)
-	var copied sync.Map // target -> int64
+	errs := make(chan error, len(targets))
+	var copied sync.Map
 	for _, d := range targets {
-		feed := make(chan chunk, 16)
-		feeds[d] = feed
 		go func() {
-			err := withPgx(ctx, b.sp.cfg.DBs[d], func(dc *pgx.Conn) error {
-				tx, err := dc.Begin(ctx)
-				if err != nil {
-					return err
-				}
-				defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-				if _, err := tx.Exec(ctx, moverSettingsPG); err != nil {
-					return err
-				}
-				var n int64
-				for c := range feed {
-					tag, err := dc.PgConn().CopyFrom(ctx, bytes.NewReader(c.data),
-						"COPY "+quoteTable(b.sp.mono, b.schemaOf(c.shard), t.Name)+" ("+list+") FROM STDIN")
-					if err != nil {
-						return err
-					}
-					n += tag.RowsAffected()
-				}
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				copied.Store(d, n)
-				return tx.Commit(ctx)
-			})
+			q := "COPY (SELECT " + shard + ", " + strings.Join(sel, ", ") + " FROM " + from + " WHERE " + shard + " " + inList(shards[d]) + ") TO STDOUT"
+			n, err := b.copyToTarget(ctx, d, t, shards[d], q, list, func(n int64) { report(d, n) })
 			if err != nil {
 				cancel()
-				for range feeds[d] { // let the reader finish
-				}
 			}
+			copied.Store(d, n)
 			errs <- err
 		}()
 	}
-	// The reader: the monolith's rows, split by their first field, the
-	// shard, gathered per shard and passed on by the megabyte.
-	rerr := withPgx(ctx, b.sp.mono, func(sc *pgx.Conn) error {
-		stx, err := sc.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = stx.Rollback(context.WithoutCancel(ctx)) }()
-		if _, err := stx.Exec(ctx, hashSettingsPG); err != nil {
-			return err
-		}
-		w := &shardDemux{bufs: map[int][]byte{}, send: func(s int, data []byte) error {
-			select {
-			case feeds[b.to[s]] <- chunk{s, data}:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}, progress: progress}
-		if _, ok := b.to[-1]; ok {
-			return errors.New("shardid: shard -1 in a batch")
-		}
-		w.valid = func(s int) bool { _, ok := b.to[s]; return ok }
-		if _, err := sc.PgConn().CopyTo(ctx, w, q); err != nil {
-			return err
-		}
-		return w.flush()
-	})
-	for _, f := range feeds {
-		close(f)
-	}
 	var first error
-	if rerr != nil {
-		first = fmt.Errorf("shardid: reading %s from the monolith: %w", t.Name, rerr)
-		cancel()
-	}
 	for range targets {
-		if err := <-errs; err != nil && first == nil {
-			first = fmt.Errorf("shardid: copying %s: %w", t.Name, err)
+		if err := <-errs; err != nil && (first == nil || errors.Is(first, context.Canceled)) {
+			first = fmt.Errorf("shardid: copying %s to %s: %w", t.Name, "a target", err)
 		}
 	}
 	var total int64
@@ -463,85 +449,78 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 	return total, first
 }
 
-// shardDemux takes COPY's text rows whose first field is a shard and
-// gathers the rest of each row by shard, passing a shard's rows on (send)
-// once they reach a megabyte, and all of them, at most 64 MiB held, at
-// flush.
-type shardDemux struct {
-	bufs     map[int][]byte
-	held     int
-	rows     int64
-	partial  []byte
-	send     func(shard int, data []byte) error
-	valid    func(shard int) bool
-	progress func(int64)
-}
-
-func (w *shardDemux) Write(p []byte) (int, error) {
-	data := p
-	if len(w.partial) > 0 {
-		data = append(w.partial, p...)
-		w.partial = nil
-	}
-	for len(data) > 0 {
-		nl := bytes.IndexByte(data, '\n')
-		if nl < 0 {
-			w.partial = append([]byte(nil), data...)
-			break
-		}
-		line := data[:nl+1]
-		data = data[nl+1:]
-		tab := bytes.IndexByte(line, '\t')
-		if tab < 0 {
-			return 0, fmt.Errorf("shardid: a COPY row without fields: %.40q", line)
-		}
-		s, err := strconv.Atoi(string(line[:tab]))
-		if err != nil || !w.valid(s) {
-			return 0, fmt.Errorf("shardid: a COPY row of shard %q, not one of the batch", line[:tab])
-		}
-		w.bufs[s] = append(w.bufs[s], line[tab+1:]...)
-		w.held += len(line) - tab - 1
-		w.rows++
-		if len(w.bufs[s]) >= 1<<20 {
-			if err := w.pass(s); err != nil {
-				return 0, err
+// copyToTarget is copyTablePG's copy to target d of shards, by the COPY TO
+// statement q on the monolith.
+func (b *splitBatch) copyToTarget(ctx context.Context, d int, t SplitTable, shards []int, q, list string, progress func(int64)) (int64, error) {
+	db := b.sp.cfg.DBs[d]
+	stage := quoteIdent(db, "shardid_stage_"+t.Name)
+	var copied int64
+	err := withPgx(ctx, b.sp.mono, func(sc *pgx.Conn) error {
+		return withPgx(ctx, db, func(dc *pgx.Conn) error {
+			pr, pw := io.Pipe()
+			done := make(chan error, 1)
+			go func() {
+				stx, err := sc.Begin(ctx)
+				if err == nil {
+					if _, err = stx.Exec(ctx, hashSettingsPG); err == nil {
+						bw := &rowBuffer{w: pw, every: 1000}
+						if _, err = sc.PgConn().CopyTo(ctx, bw, q); err == nil {
+							err = bw.Flush()
+						}
+					}
+					_ = stx.Rollback(context.WithoutCancel(ctx))
+				}
+				pw.CloseWithError(err)
+				done <- err
+			}()
+			cr := &lineCounter{r: pr, progress: progress, every: 10000, next: 10000}
+			tx, err := dc.Begin(ctx)
+			if err != nil {
+				pr.CloseWithError(err)
+				<-done
+				return err
 			}
-		}
-	}
-	if w.held >= 64<<20 {
-		if err := w.flush(); err != nil {
-			return 0, err
-		}
-	}
-	if w.progress != nil && w.rows%10000 == 0 {
-		w.progress(w.rows)
-	}
-	return len(p), nil
-}
-
-func (w *shardDemux) pass(s int) error {
-	data := w.bufs[s]
-	delete(w.bufs, s)
-	w.held -= len(data)
-	return w.send(s, data)
-}
-
-// flush passes on every shard's rows, in shard order.
-func (w *shardDemux) flush() error {
-	shards := make([]int, 0, len(w.bufs))
-	for s := range w.bufs {
-		shards = append(shards, s)
-	}
-	sort.Ints(shards)
-	for _, s := range shards {
-		if err := w.pass(s); err != nil {
-			return err
-		}
-	}
-	if w.progress != nil {
-		w.progress(w.rows)
-	}
-	return nil
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			first := quoteTable(db, b.schemaOf(shards[0]), t.Name)
+			_, err = tx.Exec(ctx, moverSettingsPG)
+			if err == nil {
+				_, err = tx.Exec(ctx, "CREATE TEMPORARY TABLE "+stage+" ON COMMIT DROP AS SELECT 0::int AS shardid_s, "+list+" FROM "+first+" WITH NO DATA")
+			}
+			if err == nil {
+				_, err = dc.PgConn().CopyFrom(ctx, cr, "COPY "+stage+" (shardid_s, "+list+") FROM STDIN")
+			}
+			cr.stop()
+			pr.CloseWithError(io.ErrClosedPipe)
+			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
+				err = rerr
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "CREATE INDEX ON "+stage+" (shardid_s)"); err != nil {
+				return err
+			}
+			script := make([]string, 0, len(shards))
+			for _, s := range shards {
+				script = append(script, "INSERT INTO "+quoteTable(db, b.schemaOf(s), t.Name)+" ("+list+") OVERRIDING SYSTEM VALUE SELECT "+list+
+					" FROM "+stage+" WHERE shardid_s = "+strconv.Itoa(s))
+			}
+			if _, err := tx.Exec(ctx, strings.Join(script, ";\n")); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+stage).Scan(&copied); err != nil {
+				return err
+			}
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
+			if progress != nil {
+				progress(copied)
+			}
+			return nil
+		})
+	})
+	return copied, err
 }
 
 // copyTableBatches copies the batch's rows of t in key order, a batch of
@@ -646,17 +625,23 @@ func (b *splitBatch) compare(ctx context.Context) error {
 		for _, d := range targets {
 			db := b.sp.cfg.DBs[d]
 			err := readSession(ctx, db, func(q querier) error {
-				for _, s := range shards[d] {
-					rc := checks[s]
-					seen := map[int64]bool{}
-					rows, err := q.QueryContext(ctx, "SELECT id, "+rowHash(db, all)+" FROM "+rc.table)
+				seen := map[int]map[int64]bool{}
+				// Each shard's table, 200 shards to a query.
+				for lo := 0; lo < len(shards[d]); lo += 200 {
+					chunk := shards[d][lo:min(lo+200, len(shards[d]))]
+					parts := make([]string, len(chunk))
+					for i, s := range chunk {
+						parts[i] = "SELECT " + strconv.Itoa(s) + ", id, " + rowHash(db, all) + " FROM " + checks[s].table
+					}
+					rows, err := q.QueryContext(ctx, strings.Join(parts, " UNION ALL "))
 					if err != nil {
 						return err
 					}
 					for rows.Next() {
+						var s int
 						var id int64
 						var h any
-						if err := rows.Scan(&id, &h); err != nil {
+						if err := rows.Scan(&s, &id, &h); err != nil {
 							rows.Close()
 							return err
 						}
@@ -665,9 +650,13 @@ func (b *splitBatch) compare(ctx context.Context) error {
 							rows.Close()
 							return err
 						}
+						rc := checks[s]
 						rc.rows++
 						rc.sum += hv
-						seen[id] = true
+						if seen[s] == nil {
+							seen[s] = map[int64]bool{}
+						}
+						seen[s][id] = true
 						switch sh, ok := src[s][id]; {
 						case !ok:
 							rc.suspect[id] = "only on the target"
@@ -679,9 +668,11 @@ func (b *splitBatch) compare(ctx context.Context) error {
 					if err := rows.Err(); err != nil {
 						return err
 					}
+				}
+				for _, s := range shards[d] {
 					for id := range src[s] {
-						if !seen[id] {
-							rc.suspect[id] = "missing on the target"
+						if !seen[s][id] {
+							checks[s].suspect[id] = "missing on the target"
 						}
 					}
 				}

@@ -2,9 +2,12 @@ package reshard
 
 import (
 	"context"
+	"strconv"
+
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"gorm.io/gorm"
 	"slices"
 	"strings"
 	"time"
@@ -312,9 +315,31 @@ func (b *splitBatch) liftTargets(ctx context.Context, tokens map[int]int64) erro
 	for _, d := range targets {
 		go func() {
 			db := b.sp.cfg.DBs[d]
-			for _, s := range shards[d] {
-				if _, err := liftFence(ctx, db, b.schemaOf(s), b.tableNames(), tokens[s]); err != nil {
-					errs <- fmt.Errorf("lifting the fence of shard %d: %w", s, err)
+			if b.sp.mysql {
+				for _, s := range shards[d] {
+					if _, err := liftFence(ctx, db, b.schemaOf(s), b.tableNames(), tokens[s]); err != nil {
+						errs <- fmt.Errorf("lifting the fence of shard %d: %w", s, err)
+						return
+					}
+				}
+				errs <- nil
+				return
+			}
+			// PostgreSQL: liftFence's update of each shard's fence, in
+			// scripts of 200 shards.
+			for lo := 0; lo < len(shards[d]); lo += 200 {
+				chunk := shards[d][lo:min(lo+200, len(shards[d]))]
+				script := make([]string, len(chunk))
+				for i, s := range chunk {
+					cond := "NOT sealed"
+					if tok, ok := tokens[s]; ok {
+						cond = "token = " + strconv.FormatInt(tok, 10)
+					}
+					script[i] = `UPDATE "` + b.schemaOf(s) + `".` + fenceTable + " SET fenced_until = '-infinity', token = token + 1, mover_only = FALSE WHERE id = 1 AND " + cond
+				}
+				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error { return tx.Exec(strings.Join(script, ";\n")).Error })
+				if err != nil {
+					errs <- fmt.Errorf("lifting the fences of shards %d to %d: %w", chunk[0], chunk[len(chunk)-1], err)
 					return
 				}
 			}
@@ -440,15 +465,19 @@ func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch) (int64, err
 				delete(ids, s)
 			}
 		}
-		var del []any
+		// The rows of the shards that add up, in one statement: sealed,
+		// they are the rows just read.
+		var good []int
 		for _, s := range b.shards {
-			del = append(del, ids[s]...)
+			if _, ok := ids[s]; ok {
+				good = append(good, s)
+			}
 		}
-		for len(del) > 0 {
-			chunk := del[:min(len(del), 1000)]
-			del = del[len(chunk):]
+		if len(good) > 0 {
+			from, shard := sp.from(t)
+			q := "DELETE FROM " + sp.q(t.Name) + " WHERE id IN (SELECT id FROM (SELECT x.id FROM " + from + " WHERE " + shard + " " + inList(good) + ") AS d)"
 			err := moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
-				res, err := tx.ExecContext(ctx, "DELETE FROM "+sp.q(t.Name)+" WHERE id IN ("+placeholders(sp.mono, 0, len(chunk))+")", chunk...)
+				res, err := tx.ExecContext(ctx, q)
 				if err != nil {
 					return err
 				}
