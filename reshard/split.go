@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -263,7 +264,7 @@ func (sp *splitter) rel(t SplitTable, shards []int) string {
 // way on its table: once it exists every write checks its shard's state.
 func (sp *splitter) installTriggers(ctx context.Context) error {
 	if sp.mysql {
-		return withDetail(shardid.ErrInvalidConfig, "split: MySQL/MariaDB monoliths are not supported yet")
+		return sp.installTriggersMySQL(ctx)
 	}
 	st, log := sp.q(splitStateTable), sp.q(splitChangeTable)
 	check := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_split_check(t text, k bigint, s int) RETURNS void LANGUAGE plpgsql
@@ -549,4 +550,82 @@ func (sp *splitter) liftShards(ctx context.Context, shards []int, tokens map[int
 		}
 		return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET fenced_until = " + open + ", token = token + 1, sealed = FALSE, moving = FALSE WHERE shard " + inList(lift)).Error
 	})
+}
+
+// installTriggersMySQL is installTriggers on MySQL/MariaDB: AFTER row
+// triggers (a BEFORE INSERT trigger does not see the AUTO_INCREMENT id),
+// which fail the statement, rolled back with its row, when the row's shard
+// is fenced, and log it when it is moving. They are created under LOCK
+// TABLES, as the move's (withTablesLocked).
+func (sp *splitter) installTriggersMySQL(ctx context.Context) error {
+	st, log := sp.q(splitStateTable), sp.q(splitChangeTable)
+	db := sp.mono.WithContext(ctx)
+	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + st + " (shard INT PRIMARY KEY, moving BOOLEAN NOT NULL, fenced_until DATETIME(6) NOT NULL," +
+		" token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, verified TEXT) ENGINE=InnoDB").Error; err != nil {
+		return err
+	}
+	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + log + " (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL, shard INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
+		return err
+	}
+	for lo := -1; lo < sp.shards; lo += 1000 {
+		var vals []string
+		for s := lo; s < min(lo+1000, sp.shards); s++ {
+			vals = append(vals, "("+strconv.Itoa(s)+", FALSE, '1000-01-01', 0, FALSE)")
+		}
+		if err := db.Exec("INSERT IGNORE INTO " + st + " (shard, moving, fenced_until, token, sealed) VALUES " + strings.Join(vals, ", ")).Error; err != nil {
+			return err
+		}
+	}
+	var have []string
+	if err := db.Raw("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_split\\_%'", sp.schema).Scan(&have).Error; err != nil {
+		return err
+	}
+	check := func(t, ref, shard string) string {
+		return "SET s = " + shard + "; SET u = NULL, m = FALSE, sl = FALSE; " +
+			"SELECT fenced_until, moving, sealed INTO u, m, sl FROM " + st + " WHERE shard = COALESCE(s, -1) LOCK IN SHARE MODE; " +
+			"IF u > UTC_TIMESTAMP(6) AND NOT (sl AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + shardid.FenceMessage + "'; END IF; " +
+			"IF m THEN INSERT INTO " + log + " (tbl, id, shard) VALUES ('" + t + "', " + ref + ".id, COALESCE(s, -1)); END IF; "
+	}
+	var stmts []string
+	var tables []string
+	for _, t := range sp.tables {
+		decl := "DECLARE s INT; DECLARE u DATETIME(6); DECLARE m BOOLEAN; DECLARE sl BOOLEAN; "
+		body := map[string]string{
+			"i": check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
+			"d": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)),
+			"u": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)) + check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
+		}
+		for _, ev := range mysqlFenceEvents {
+			name := splitTriggerMySQL(ev.letter, t.Name)
+			if slices.Contains(have, name) {
+				continue
+			}
+			stmts = append(stmts, fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER %s ON %s FOR EACH ROW BEGIN %s%s END",
+				sp.schema, name, ev.event, sp.q(t.Name), decl, body[ev.letter]))
+			if !slices.Contains(tables, t.Name) {
+				tables = append(tables, t.Name)
+			}
+		}
+	}
+	if len(stmts) == 0 {
+		return nil
+	}
+	return withTablesLocked(ctx, sp.mono, sp.schema, append(tables, splitStateTable, splitChangeTable), func(conn *sql.Conn) error {
+		for _, q := range stmts {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// splitTriggerMySQL names the split's trigger of table for event (i, u,
+// d), within 64 characters.
+func splitTriggerMySQL(letter, table string) string {
+	name := "shardid_split_" + letter + "_" + table
+	if len(name) > 64 {
+		return captureTrigger("s"+letter, table)
+	}
+	return name
 }

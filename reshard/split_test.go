@@ -16,6 +16,7 @@ import (
 	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 	"github.com/shardid/shardid/shardmap"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -74,20 +75,27 @@ func newSplitEnvPG(t testing.TB, shards, users, photos, comments int) *splitEnv 
 			t.Fatal(err)
 		}
 	}
+	e.finish(t, shards, "shard_%04d")
+	return e
+}
+
+// finish makes the env's map, all shards shared on the monolith, with
+// SchemaPattern pattern, its catalog and its split's configuration.
+func (e *splitEnv) finish(t testing.TB, shards int, pattern string) {
+	t.Helper()
 	var err error
-	e.m, err = shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: shards, SchemaPattern: "shard_%04d",
+	e.m, err = shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: shards, SchemaPattern: pattern,
 		Assign: make([]int, shards), Shared: allShards(shards)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.cat = &reshard.Catalog{DB: mono}
+	e.cat = &reshard.Catalog{DB: e.dbs[0]}
 	if _, err := e.cat.SaveMap(context.Background(), e.m); err != nil {
 		t.Fatal(err)
 	}
 	e.cfg = reshard.SplitConfig{Map: e.m, DBs: e.dbs, Monolith: "mono", Catalog: e.cat,
 		Tables: []reshard.SplitTable{{Name: "users", Key: "id"}, {Name: "photos", Key: "user_id"}, {Name: "comments", Parent: "photos", Via: "photo_id"}},
-		Global: []string{"plans", "shardid_shard_map", "shardid_shard_map_version", "shardid_shard_map_setup", "shardid_shard_map_shared"}}
-	return e
+		Global: []string{"plans"}}
 }
 
 func allShards(n int) []int {
@@ -105,7 +113,15 @@ func (e *splitEnv) table(key int64, table string) (*gorm.DB, string) {
 	if v.Shared(s) {
 		return e.dbs[v.DB(s)], table
 	}
-	return e.dbs[v.DB(s)], `"` + v.Schema(s) + `"."` + table + `"`
+	return e.dbs[v.DB(s)], e.qt(v.Schema(s), table)
+}
+
+// qt quotes schema.table for the env's dialect.
+func (e *splitEnv) qt(schema, table string) string {
+	if e.dbs[0].Dialector.Name() == "mysql" {
+		return "`" + schema + "`.`" + table + "`"
+	}
+	return `"` + schema + `"."` + table + `"`
 }
 
 // isFenced reports whether err is the fence's refusal.
@@ -276,14 +292,14 @@ func (w *splitWriters) check(t *testing.T, wantRows map[string]int64) {
 		db := e.dbs[v.DB(s)]
 		for _, tbl := range []string{"users", "photos", "comments"} {
 			var n int64
-			if err := db.Raw(`SELECT count(*) FROM "` + v.Schema(s) + `".` + tbl).Scan(&n).Error; err != nil {
+			if err := db.Raw("SELECT count(*) FROM " + e.qt(v.Schema(s), tbl)).Scan(&n).Error; err != nil {
 				t.Fatal(err)
 			}
 			got[tbl] += n
 		}
 		// Every row of the shard belongs to it.
 		var wrong int64
-		db.Raw(fmt.Sprintf(`SELECT count(*) FROM "%s".photos WHERE user_id %% %d <> %d`, v.Schema(s), v.LogicalShards(), s)).Scan(&wrong)
+		db.Raw(fmt.Sprintf(`SELECT count(*) FROM %s WHERE user_id %% %d <> %d`, e.qt(v.Schema(s), "photos"), v.LogicalShards(), s)).Scan(&wrong)
 		if wrong != 0 {
 			t.Errorf("shard %d holds %d photos of other shards", s, wrong)
 		}
@@ -320,8 +336,16 @@ func newSplitWriters(e *splitEnv) *splitWriters {
 // TestSplitPostgresWithWriters splits a monolith of 16 logical shards onto
 // two databases in batches of 4 while writers write through the map.
 func TestSplitPostgresWithWriters(t *testing.T) {
+	testSplitWithWriters(t, newSplitEnvPG(t, 16, 200, 5, 4))
+}
+
+// TestSplitMariaDBWithWriters is TestSplitPostgresWithWriters on MariaDB.
+func TestSplitMariaDBWithWriters(t *testing.T) {
+	testSplitWithWriters(t, newSplitEnvMySQL(t, 16, 200, 5, 4))
+}
+
+func testSplitWithWriters(t *testing.T, e *splitEnv) {
 	const shards, users = 16, 200
-	e := newSplitEnvPG(t, shards, users, 5, 4)
 	ctx := context.Background()
 	w := newSplitWriters(e)
 	wctx, stop := context.WithCancel(ctx)
@@ -354,7 +378,7 @@ func TestSplitPostgresWithWriters(t *testing.T) {
 	}
 	t.Logf("writers: %d writes, longest stall %v", w.ops, w.stall)
 	// The catalog agrees with the map.
-	m2, _ := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: shards, SchemaPattern: "shard_%04d"})
+	m2, _ := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: shards, SchemaPattern: e.m.SchemaPattern()})
 	if _, err := e.cat.LoadMap(ctx, m2); err != nil {
 		t.Fatal(err)
 	}
@@ -374,4 +398,55 @@ func TestSplitPostgresWithWriters(t *testing.T) {
 	if w.stall > time.Second {
 		t.Errorf("a writer stalled %v", w.stall)
 	}
+}
+
+// newSplitEnvMySQL is newSplitEnvPG on the MariaDB (MySQL) server: three
+// databases of the test's own, and shard databases named s<n>_0005.
+func newSplitEnvMySQL(t testing.TB, shards, users, photos, comments int) *splitEnv {
+	t.Helper()
+	admin := testdb.OpenMySQL(t)
+	id := rand.IntN(1e9)
+	base := fmt.Sprintf("split_%d_%d", os.Getpid(), id)
+	e := &splitEnv{names: []string{"mono", "my_a", "my_b"}}
+	dsn := testdb.EnvOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN)
+	pattern := fmt.Sprintf("s%d_%%04d", id)
+	for _, n := range e.names {
+		name := base + "_" + n
+		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
+			t.Fatal(err)
+		}
+		db, err := gorm.Open(mysql.Open(strings.Replace(dsn, "/test?", "/"+name+"?", 1)), testdb.GormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if sqlDB, err := db.DB(); err == nil {
+				sqlDB.Close()
+			}
+			admin.Exec("DROP DATABASE IF EXISTS " + name)
+		})
+		e.dbs = append(e.dbs, db)
+	}
+	t.Cleanup(func() {
+		for s := range shards {
+			admin.Exec("DROP DATABASE IF EXISTS " + fmt.Sprintf(pattern, s))
+		}
+	})
+	mono := e.dbs[0]
+	for _, q := range []string{
+		"CREATE TABLE plans (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL)",
+		"CREATE TABLE users (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL, plan_id BIGINT)",
+		"CREATE TABLE photos (id BIGINT AUTO_INCREMENT PRIMARY KEY, user_id BIGINT NOT NULL, caption VARCHAR(100) NOT NULL, taken TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), FOREIGN KEY (user_id) REFERENCES users(id))",
+		"CREATE TABLE comments (id BIGINT AUTO_INCREMENT PRIMARY KEY, photo_id BIGINT NOT NULL, body VARCHAR(100) NOT NULL, FOREIGN KEY (photo_id) REFERENCES photos(id))",
+		"INSERT INTO plans (name) VALUES ('free'), ('pro')",
+		fmt.Sprintf("INSERT INTO users (name, plan_id) SELECT CONCAT('user ', seq), 1 + seq %% 2 FROM seq_1_to_%d", users),
+		fmt.Sprintf("INSERT INTO photos (user_id, caption) SELECT 1 + (seq %% %d), CONCAT('photo ', seq) FROM seq_1_to_%d", users, users*photos),
+		fmt.Sprintf("INSERT INTO comments (photo_id, body) SELECT 1 + (seq %% %d), CONCAT('comment ', seq) FROM seq_1_to_%d", users*photos, users*photos*comments),
+	} {
+		if err := mono.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.finish(t, shards, pattern)
+	return e
 }

@@ -315,18 +315,8 @@ func (b *splitBatch) liftTargets(ctx context.Context, tokens map[int]int64) erro
 	for _, d := range targets {
 		go func() {
 			db := b.sp.cfg.DBs[d]
-			if b.sp.mysql {
-				for _, s := range shards[d] {
-					if _, err := liftFence(ctx, db, b.schemaOf(s), b.tableNames(), tokens[s]); err != nil {
-						errs <- fmt.Errorf("lifting the fence of shard %d: %w", s, err)
-						return
-					}
-				}
-				errs <- nil
-				return
-			}
-			// PostgreSQL: liftFence's update of each shard's fence, in
-			// scripts of 200 shards.
+			// liftFence's update of each shard's fence, in scripts of 200
+			// shards (a statement each on MySQL, in one transaction).
 			for lo := 0; lo < len(shards[d]); lo += 200 {
 				chunk := shards[d][lo:min(lo+200, len(shards[d]))]
 				script := make([]string, len(chunk))
@@ -335,9 +325,23 @@ func (b *splitBatch) liftTargets(ctx context.Context, tokens map[int]int64) erro
 					if tok, ok := tokens[s]; ok {
 						cond = "token = " + strconv.FormatInt(tok, 10)
 					}
-					script[i] = `UPDATE "` + b.schemaOf(s) + `".` + fenceTable + " SET fenced_until = '-infinity', token = token + 1, mover_only = FALSE WHERE id = 1 AND " + cond
+					open := "'-infinity'"
+					if b.sp.mysql {
+						open = "'1000-01-01'"
+					}
+					script[i] = "UPDATE " + quoteTable(db, b.schemaOf(s), fenceTable) + " SET fenced_until = " + open + ", token = token + 1, mover_only = FALSE WHERE id = 1 AND " + cond
 				}
-				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error { return tx.Exec(strings.Join(script, ";\n")).Error })
+				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error {
+					if !b.sp.mysql {
+						return tx.Exec(strings.Join(script, ";\n")).Error
+					}
+					for _, q := range script {
+						if err := tx.Exec(q).Error; err != nil {
+							return err
+						}
+					}
+					return nil
+				})
 				if err != nil {
 					errs <- fmt.Errorf("lifting the fences of shards %d to %d: %w", chunk[0], chunk[len(chunk)-1], err)
 					return
