@@ -158,13 +158,23 @@ func TestSplitPlanRefusals(t *testing.T) {
 // and checks that no row is lost or left twice, and that the rows of the
 // batch take writes after an abort.
 func TestSplitStopResumeAbortPostgres(t *testing.T) {
+	testSplitStopResumeAbort(t, func(t *testing.T) *splitEnv { return newSplitEnvPG(t, 4, 20, 2, 2) })
+}
+
+// TestSplitStopResumeAbortMariaDB is TestSplitStopResumeAbortPostgres on
+// MariaDB.
+func TestSplitStopResumeAbortMariaDB(t *testing.T) {
+	testSplitStopResumeAbort(t, func(t *testing.T) *splitEnv { return newSplitEnvMySQL(t, 4, 20, 2, 2) })
+}
+
+func testSplitStopResumeAbort(t *testing.T, newEnv func(t *testing.T) *splitEnv) {
 	stages := []string{"created", "copied", "fenced", "verified", "sealed", "flipped"}
 	for _, stage := range stages {
 		for _, then := range []string{"resume", "abort"} {
 			t.Run(stage+"/"+then, func(t *testing.T) {
-				e := newSplitEnvPG(t, 4, 20, 2, 2)
+				e := newEnv(t)
 				ctx := context.Background()
-				batch, to := []int{0, 1}, []string{"pg_a", "pg_b"}
+				batch, to := []int{0, 1}, []string{e.names[1], e.names[2]}
 				sctx, stop := context.WithCancel(ctx)
 				_, err := reshard.SplitShards(sctx, e.cfg, batch, to, reshard.SplitOptions{OnStage: func(s string) {
 					if s == stage {
@@ -208,7 +218,7 @@ func TestSplitStopResumeAbortPostgres(t *testing.T) {
 						t.Errorf("a write after the abort: %v", err)
 					}
 					var n int64
-					e.dbs[1].Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'shard_0000'").Scan(&n)
+					e.dbs[1].Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", e.m.SchemaOf(0)).Scan(&n)
 					if n != 0 {
 						t.Error("the copy of shard 0 is still on its target")
 					}
@@ -229,12 +239,12 @@ func TestSplitStopResumeAbortPostgres(t *testing.T) {
 				}
 				var left, users int64
 				e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 IN (0, 1)").Scan(&left)
-				e.dbs[1].Raw("SELECT count(*) FROM shard_0000.users").Scan(&users)
+				e.dbs[1].Raw("SELECT count(*) FROM " + e.qt(e.m.SchemaOf(0), "users")).Scan(&users)
 				if left != 0 || users != 5 {
 					t.Errorf("%d users of the batch left in the monolith, %d in shard 0", left, users)
 				}
 				var name string
-				e.dbs[1].Raw("SELECT name FROM shard_0000.users WHERE id = 4").Scan(&name)
+				e.dbs[1].Raw("SELECT name FROM " + e.qt(e.m.SchemaOf(0), "users") + " WHERE id = 4").Scan(&name)
 				want := "user 4"
 				if then == "abort" {
 					want = "after abort"
