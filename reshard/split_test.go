@@ -25,6 +25,7 @@ import (
 // foreign keys, and a global table plans) and two empty targets, in
 // databases of the test's own.
 type splitEnv struct {
+	dsns  []string
 	names []string
 	dbs   []*gorm.DB
 	m     *shardmap.Map
@@ -45,7 +46,8 @@ func newSplitEnvPG(t testing.TB, shards, users, photos, comments int) *splitEnv 
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
 			t.Fatal(err)
 		}
-		db, err := gorm.Open(postgres.Open(strings.Replace(dsn, "dbname=test", "dbname="+name, 1)), testdb.GormConfig())
+		e.dsns = append(e.dsns, strings.Replace(dsn, "dbname=test", "dbname="+name, 1))
+		db, err := gorm.Open(postgres.Open(e.dsns[len(e.dsns)-1]), testdb.GormConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
