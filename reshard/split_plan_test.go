@@ -317,3 +317,79 @@ func TestSplitTwoOperatorsPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSplitPlanRefusalsMariaDB is TestSplitPlanRefusals on MariaDB.
+func TestSplitPlanRefusalsMariaDB(t *testing.T) {
+	e := newSplitEnvMySQL(t, 8, 40, 3, 2)
+	ctx := context.Background()
+	mono, a := e.dbs[0], e.dbs[1]
+	run := func(qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if err := mono.Exec(q).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run(
+		"CREATE TABLE stray (id BIGINT PRIMARY KEY)",
+		"CREATE TABLE tags (id BIGINT, user_id BIGINT)",
+		"CREATE TABLE likes (id BIGINT PRIMARY KEY, user_id BIGINT)",
+		"INSERT INTO likes VALUES (1, 1), (2, NULL), (3, -5)",
+		"CREATE TABLE notes (id BIGINT PRIMARY KEY, photo_id BIGINT)",
+		"INSERT INTO notes VALUES (10, 1), (11, 99999)",
+		"CREATE TABLE shares (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, photo_id BIGINT NOT NULL, FOREIGN KEY (photo_id) REFERENCES photos(id))",
+		"INSERT INTO shares VALUES (100, 2, 2), (101, 3, 2)",
+		"ALTER TABLE users ADD CONSTRAINT users_plan FOREIGN KEY (plan_id) REFERENCES plans(id)",
+	)
+	target := e.m.SchemaOf(1)
+	for _, q := range []string{"CREATE DATABASE " + target, "CREATE TABLE " + target + ".users (id BIGINT PRIMARY KEY)", "INSERT INTO " + target + ".users VALUES (41)"} {
+		if err := a.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := e.cfg
+	cfg.Tables = append(slices.Clone(cfg.Tables),
+		reshard.SplitTable{Name: "tags", Key: "user_id"},
+		reshard.SplitTable{Name: "likes", Key: "user_id"},
+		reshard.SplitTable{Name: "notes", Parent: "photos", Via: "photo_id"},
+		reshard.SplitTable{Name: "shares", Key: "user_id"})
+	p, err := reshard.PlanSplit(ctx, cfg, []string{"my_a", "my_b"}, 4)
+	if !errors.Is(err, reshard.ErrSplitRefused) || !errors.Is(err, reshard.ErrTargetHoldsData) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []reshard.SplitRefusal{
+		{Kind: "unlisted-table", Table: "stray"},
+		{Kind: "no-primary-key", Table: "tags"},
+		{Kind: "null-key", Table: "likes", IDs: []int64{2, 3}},
+		{Kind: "null-key", Table: "notes", IDs: []int64{11}},
+		{Kind: "cross-shard-key", Table: "shares", IDs: []int64{100}},
+		{Kind: "global-key", Table: "users"},
+		{Kind: "target-holds-data", Table: target + ".users", IDs: []int64{41}},
+	} {
+		if !slices.ContainsFunc(p.Refusals, func(r reshard.SplitRefusal) bool {
+			return r.Kind == want.Kind && r.Table == want.Table && slices.Equal(r.IDs, want.IDs)
+		}) {
+			t.Errorf("no refusal %s of %s with ids %v in %v", want.Kind, want.Table, want.IDs, p.Refusals)
+		}
+	}
+	if len(p.Refusals) != 7 {
+		t.Errorf("%d refusals: %v", len(p.Refusals), p.Refusals)
+	}
+	run("DROP TABLE stray", "ALTER TABLE tags ADD PRIMARY KEY (id)", "DELETE FROM likes WHERE id > 1", "DELETE FROM notes WHERE id = 11",
+		"DELETE FROM shares WHERE id = 100", "ALTER TABLE users DROP FOREIGN KEY users_plan")
+	if err := a.Exec("DROP DATABASE " + target).Error; err != nil {
+		t.Fatal(err)
+	}
+	if p, err = reshard.PlanSplit(ctx, cfg, []string{"my_a", "my_b"}, 4); err != nil {
+		t.Fatalf("fixed: %v (%v)", err, p.Refusals)
+	}
+	if err := reshard.RunSplit(ctx, cfg, p, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	a.Raw("SELECT count(*) FROM " + e.qt(e.m.SchemaOf(3), "shares")).Scan(&n)
+	if n != 1 {
+		t.Errorf("shard 3 has %d shares, want 1", n)
+	}
+}
