@@ -144,7 +144,12 @@ func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64, o
 	m, names := r.Map(), r.Names()
 	// Which shards are shared (see catalog_shared.go): stored when the
 	// router has some, or the catalog a table for them.
-	shared := r.ShardMap().Load().SharedShards()
+	// (A map without a SchemaPattern has every shard shared: nothing to
+	// store.)
+	var shared []int
+	if r.ShardMap().SchemaPattern() != "" {
+		shared = r.ShardMap().Load().SharedShards()
+	}
 	missing, err := sqlddl.Missing(ctx, c.DB, sharedTable(t))
 	if err != nil {
 		return 0, err

@@ -39,6 +39,9 @@ func (c *Catalog) SaveMap(ctx context.Context, m *shardmap.Map) (int64, error) {
 	}
 	v := m.Load()
 	names, assign, shared := m.Databases(), v.Assignment(), v.SharedShards()
+	if m.SchemaPattern() == "" {
+		shared = nil // every shard is shared: nothing to store
+	}
 	var version int64
 	err = c.withVersionRow(ctx, t, func() error {
 		return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
