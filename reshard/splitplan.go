@@ -69,12 +69,13 @@ func (r SplitRefusal) String() string {
 	return s
 }
 
-// Estimates of PlanSplit: rows per second of the copy and the cost of
-// each shard's schema, as measured on PostgreSQL 16 on a small machine
-// (see NOTES-split.md).
+// Estimates of PlanSplit: rows per second of a whole split (copy,
+// verification, change log, clean-up) and the cost of each shard's schema,
+// as measured on PostgreSQL with 4 writers running, on a small, loaded
+// machine (BenchmarkSplitPostgres, NOTES-split.md): a pessimistic figure.
 const (
-	splitRowsPerSecond = 150_000
-	splitPerShard      = 20 * time.Millisecond
+	splitRowsPerSecond = 2_000
+	splitPerShard      = 50 * time.Millisecond
 )
 
 // PlanSplit plans the split of the shards still shared on cfg.Monolith
