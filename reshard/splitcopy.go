@@ -796,23 +796,48 @@ func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
 		}
 		return groups[i].shard < groups[j].shard
 	})
+	// A unit is a table's groups on one target: applied in one
+	// transaction there (applyUnit), or, if that fails (a unique value two
+	// rows swapped, see applyChunk), group by group as a move does.
+	type unit struct {
+		table  string
+		target int
+	}
+	units := map[unit]map[int][]int64{}
+	var order []unit
+	for _, g := range groups {
+		u := unit{g.table, b.to[g.shard]}
+		if units[u] == nil {
+			units[u] = map[int][]int64{}
+			order = append(order, u)
+		}
+		units[u][g.shard] = keys[g]
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
-	for _, g := range groups {
+	for _, u := range order {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			var rc *rowCheck
-			if b.checks != nil {
-				rc = b.checks[g.table][g.shard]
+			err := b.applyUnit(ctx, u.table, u.target, units[u])
+			if err != nil && ctx.Err() == nil {
+				err = nil
+				t := b.sp.byName[u.table]
+				for _, s := range sortedKeys(units[u]) {
+					var rc *rowCheck
+					if b.checks != nil {
+						rc = b.checks[u.table][s]
+					}
+					if err = applyKeysFrom(ctx, b.sp.mono, b.dst(s), b.sp.rel(t, []int{s}), b.schemaOf(s), u.table, b.cols[u.table], units[u][s], rc); err != nil {
+						break
+					}
+				}
 			}
-			t := b.sp.byName[g.table]
-			err := applyKeysFrom(ctx, b.sp.mono, b.dst(g.shard), b.sp.rel(t, []int{g.shard}), b.schemaOf(g.shard), g.table, b.cols[g.table], keys[g], rc)
 			if err != nil {
 				mu.Lock()
 				if first == nil {
@@ -825,6 +850,158 @@ func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
 	}
 	wg.Wait()
 	return first
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// applyUnit applies the keys of table, by shard, of shards on target d in
+// one transaction there: what applyChunk does for one shard, for all of
+// them at once. The monolith's rows are re-read in one query (with their
+// shard now: a row gone from a shard, or gone, is deleted from the
+// shard's table), the target's hashes before and after the writes read
+// in one query each, and every row verified as it is written (rowCheck).
+// On an error it changes nothing, and the caller applies the keys group by
+// group (applyKeysFrom), which handles unique values two rows swapped.
+func (b *splitBatch) applyUnit(ctx context.Context, table string, d int, keys map[int][]int64) error {
+	t, c, db := b.sp.byName[table], b.cols[table], b.sp.cfg.DBs[d]
+	shards := sortedKeys(keys)
+	var all []int64
+	for _, s := range shards {
+		all = append(all, keys[s]...)
+	}
+	if len(all) > 5000 {
+		return errors.New("too many keys for one transaction")
+	}
+	type srcRow struct {
+		shard int
+		vals  []any
+		h     uint64
+	}
+	src := map[int64]srcRow{}
+	err := readSession(ctx, b.sp.mono, func(q querier) error {
+		for lo := 0; lo < len(all); lo += 1000 {
+			chunk := all[lo:min(lo+1000, len(all))]
+			args := make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
+			}
+			rs, err := q.QueryContext(ctx, "SELECT shardid_s, "+columnList(b.sp.mono, c.write)+", "+rowHash(b.sp.mono, c.all)+
+				" FROM "+b.sp.rel(t, shards)+" WHERE id IN ("+placeholders(b.sp.mono, 0, len(chunk))+")", args...)
+			if err != nil {
+				return err
+			}
+			rows, err := scanAll(rs, len(c.write)+2)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				s, err := asInt64(r[0])
+				if err != nil {
+					return err
+				}
+				id, err := asInt64(r[1])
+				if err != nil {
+					return err
+				}
+				h, err := hashOf(r[len(r)-1])
+				if err != nil {
+					return err
+				}
+				src[id] = srcRow{shard: int(s), vals: r[1 : len(r)-1], h: h}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	hashes := func(tx *sql.Tx) (map[int]map[int64]uint64, error) {
+		out := map[int]map[int64]uint64{}
+		var parts []string
+		var args []any
+		for _, s := range shards {
+			parts = append(parts, "SELECT "+strconv.Itoa(s)+", id, "+rowHash(db, c.all)+" FROM "+quoteTable(db, b.schemaOf(s), table)+
+				" WHERE id IN ("+placeholders(db, len(args), len(keys[s]))+")")
+			for _, id := range keys[s] {
+				args = append(args, id)
+			}
+			out[s] = map[int64]uint64{}
+		}
+		rows, err := tx.QueryContext(ctx, strings.Join(parts, " UNION ALL "), args...)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s int
+			var id int64
+			var h any
+			if err := rows.Scan(&s, &id, &h); err != nil {
+				return nil, err
+			}
+			if out[s][id], err = hashOf(h); err != nil {
+				return nil, err
+			}
+		}
+		return out, rows.Err()
+	}
+	upsert := !b.sp.mysql
+	var old, now map[int]map[int64]uint64
+	err = moverTx(ctx, db, func(tx *sql.Tx) (err error) {
+		if old, err = hashes(tx); err != nil {
+			return err
+		}
+		for _, s := range shards {
+			qt := quoteTable(db, b.schemaOf(s), table)
+			var del []any
+			var rows [][]any
+			for _, id := range keys[s] {
+				r, ok := src[id]
+				switch {
+				case !ok || r.shard != s:
+					del = append(del, id)
+				case upsert:
+					rows = append(rows, r.vals)
+				default:
+					del = append(del, id)
+					rows = append(rows, r.vals)
+				}
+			}
+			if len(del) > 0 {
+				if _, err := tx.ExecContext(ctx, "DELETE FROM "+qt+" WHERE id IN ("+placeholders(db, 0, len(del))+")", del...); err != nil {
+					return err
+				}
+			}
+			if err := insertRows(ctx, db, tx.ExecContext, qt, c.write, rows, upsert); err != nil {
+				return err
+			}
+		}
+		now, err = hashes(tx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if b.checks != nil {
+		for _, s := range shards {
+			srcH := map[int64]uint64{}
+			for _, id := range keys[s] {
+				if r, ok := src[id]; ok && r.shard == s {
+					srcH[id] = r.h
+				}
+			}
+			b.checks[table][s].applied(keys[s], srcH, old[s], now[s])
+		}
+	}
+	return nil
 }
 
 // whereIs returns, for keys of table, the batch's shards whose target
