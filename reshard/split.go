@@ -510,7 +510,8 @@ func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verifi
 				return err
 			}
 		}
-		return nil
+		// The rows of no shard are logged only while a batch moves.
+		return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE shard = -1").Error
 	})
 	if errors.Is(err, errFenceLapsed) {
 		return withDetail(ErrFenceLapsed, why)
