@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardid/shardid/internal/dbconn"
 	"github.com/shardid/shardid/internal/sqllock"
 	"gorm.io/gorm"
 )
@@ -521,7 +521,7 @@ func migrateDatabase(ctx context.Context, tg migrateTarget, opts MigrateOptions,
 			reuse = false // on MySQL, its default database may be a shard's
 		}
 		if !reuse {
-			_ = ctrl.Raw(func(any) error { return driver.ErrBadConn })
+			dbconn.Discard(ctrl)
 		}
 		ctrl.Close()
 	}()
@@ -918,7 +918,7 @@ func migrateShard(ctx context.Context, db *gorm.DB, schema string, models []any)
 				// does not return to the pool.
 				defer func() {
 					if conn, ok := tx.Statement.ConnPool.(*sql.Conn); ok {
-						_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+						dbconn.Discard(conn)
 					}
 				}()
 			}

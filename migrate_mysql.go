@@ -3,11 +3,12 @@ package shardid
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"regexp"
 	"strings"
 	"sync"
+
+	"github.com/shardid/shardid/internal/dbconn"
 )
 
 // migrateMySQL is the fast path of Migrate on MySQL and MariaDB.
@@ -306,7 +307,7 @@ func (m *migrateMySQL) apply(ctx context.Context, conn *sql.Conn, db *sql.DB, ac
 			if err != nil || !m.current.Valid {
 				// A connection in doubt, or without a database to go
 				// back to, does not return to the pool.
-				_ = extra.Raw(func(any) error { return driver.ErrBadConn })
+				dbconn.Discard(extra)
 			}
 			extra.Close()
 			if err != nil {

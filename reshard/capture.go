@@ -243,9 +243,14 @@ func (b *changeBatch) scan(rows *sql.Rows) error {
 // pendingKeys returns the keys, by table, that the change log of schema
 // holds.
 func pendingKeys(ctx context.Context, db *gorm.DB, schema string) (map[string]map[int64]bool, error) {
+	return pendingKeysIn(ctx, db, schema, changeTable)
+}
+
+// pendingKeysIn is pendingKeys of the change log table of schema.
+func pendingKeysIn(ctx context.Context, db *gorm.DB, schema, table string) (map[string]map[int64]bool, error) {
 	out := map[string]map[int64]bool{}
 	err := readSession(ctx, db, func(q querier) error {
-		rows, err := q.QueryContext(ctx, "SELECT DISTINCT tbl, id FROM "+quoteTable(db, schema, changeTable))
+		rows, err := q.QueryContext(ctx, "SELECT DISTINCT tbl, id FROM "+quoteTable(db, schema, table))
 		if err != nil {
 			return err
 		}
@@ -268,6 +273,11 @@ func pendingKeys(ctx context.Context, db *gorm.DB, schema string) (map[string]ma
 
 // forgetChanges deletes the entries seqs from the change log of schema.
 func forgetChanges(ctx context.Context, db *gorm.DB, schema string, seqs []int64) error {
+	return forgetChangesIn(ctx, db, schema, changeTable, seqs)
+}
+
+// forgetChangesIn is forgetChanges of the change log table of schema.
+func forgetChangesIn(ctx context.Context, db *gorm.DB, schema, table string, seqs []int64) error {
 	pool, err := sqlDB(db)
 	if err != nil {
 		return err
@@ -278,7 +288,7 @@ func forgetChanges(ctx context.Context, db *gorm.DB, schema string, seqs []int64
 		for i, s := range seqs[:n] {
 			args[i] = s
 		}
-		q := "DELETE FROM " + quoteTable(db, schema, changeTable) + " WHERE seq IN (" + placeholders(db, 0, n) + ")"
+		q := "DELETE FROM " + quoteTable(db, schema, table) + " WHERE seq IN (" + placeholders(db, 0, n) + ")"
 		if db.Dialector.Name() == "mysql" {
 			// Key by key: given a list that covers most of a small change
 			// log, InnoDB scans the whole table, and waits for the entry
@@ -289,7 +299,7 @@ func forgetChanges(ctx context.Context, db *gorm.DB, schema string, seqs []int64
 				sel[i] = "SELECT ? AS s"
 			}
 			q = "DELETE c FROM (" + strings.Join(sel, " UNION ALL ") + ") AS v STRAIGHT_JOIN " +
-				quoteTable(db, schema, changeTable) + " AS c ON c.seq = v.s"
+				quoteTable(db, schema, table) + " AS c ON c.seq = v.s"
 		}
 		// READ COMMITTED: InnoDB's REPEATABLE READ may lock the gaps of a
 		// range of keys, and so wait for a writer's entry not yet
@@ -454,10 +464,17 @@ func isUniqueViolation(err error) bool {
 // transaction, its hash on dst after the write must equal its hash on src
 // when it was re-read (rowCheck.applied); rc keeps the target's totals.
 func applyKeys(ctx context.Context, src, dst *gorm.DB, schema, table string, c columns, ids []int64, rc *rowCheck) error {
+	return applyKeysFrom(ctx, src, dst, "", schema, table, c, ids, rc)
+}
+
+// applyKeysFrom is applyKeys reading the source's rows from srcTable, a
+// table or a derived table (a split reads a shard's rows of a monolith's
+// table), or, if it is empty, from the target's table name on src.
+func applyKeysFrom(ctx context.Context, src, dst *gorm.DB, srcTable, schema, table string, c columns, ids []int64, rc *rowCheck) error {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 1000)]
 		ids = ids[len(chunk):]
-		if err := applyChunk(ctx, src, dst, schema, table, c, chunk, rc); err != nil {
+		if err := applyChunk(ctx, src, dst, srcTable, schema, table, c, chunk, rc); err != nil {
 			return fmt.Errorf("shardid: applying changed rows of %s: %w", quoteTable(dst, schema, table), err)
 		}
 	}
@@ -472,8 +489,11 @@ func applyKeys(ctx context.Context, src, dst *gorm.DB, schema, table string, c c
 // It is evicted (deleted on the target in the same transaction, and in
 // doubt until its change is applied, see rowCheck.evicted), which frees
 // the value for the chunk however long the chain of such rows.
-func applyChunk(ctx context.Context, src, dst *gorm.DB, schema, table string, c columns, chunk []int64, rc *rowCheck) error {
+func applyChunk(ctx context.Context, src, dst *gorm.DB, srcTable, schema, table string, c columns, chunk []int64, rc *rowCheck) error {
 	cols, qt := c.write, quoteTable(dst, schema, table)
+	if srcTable == "" {
+		srcTable = qt
+	}
 	upsert := dst.Dialector.Name() != "mysql"
 	var evict []int64
 	for round := 0; ; round++ {
@@ -482,7 +502,7 @@ func applyChunk(ctx context.Context, src, dst *gorm.DB, schema, table string, c 
 			srcH, old, now map[int64]uint64
 		)
 		err := readSession(ctx, src, func(q querier) (err error) {
-			rows, srcH, err = readRowsHashed(ctx, q, src, qt, c, chunk)
+			rows, srcH, err = readRowsHashed(ctx, q, src, srcTable, c, chunk)
 			return err
 		})
 		if err != nil {

@@ -142,6 +142,25 @@ func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64, o
 		return 0, err
 	}
 	m, names := r.Map(), r.Names()
+	// Which shards are shared (see catalog_shared.go): stored when the
+	// router has some, or the catalog a table for them.
+	// (A map without a SchemaPattern has every shard shared: nothing to
+	// store.)
+	var shared []int
+	if r.ShardMap().SchemaPattern() != "" {
+		shared = r.ShardMap().Load().SharedShards()
+	}
+	missing, err := sqlddl.Missing(ctx, c.DB, sharedTable(t))
+	if err != nil {
+		return 0, err
+	}
+	hasShared := len(missing) == 0
+	if len(shared) > 0 && !hasShared {
+		if err := c.ensureShared(ctx, t); err != nil {
+			return 0, err
+		}
+		hasShared = true
+	}
 	var version int64
 	err = c.withVersionRow(ctx, t, func() error {
 		return c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -187,7 +206,7 @@ func (c *Catalog) save(ctx context.Context, r *shardid.Router, expected int64, o
 					return err
 				}
 			}
-			return nil
+			return saveShared(tx, t, shared, hasShared)
 		})
 	})
 	if err != nil {

@@ -29,6 +29,16 @@
 // carries a plan out move by move, with progress, and can be run again
 // after an interruption. The shardid rebalance command does all three.
 //
+// # Splitting a monolith
+//
+// [PlanSplit] is the dry run of a split of a monolith (one database whose
+// shards are shardmap.Placement.Shared in its own tables) into a schema
+// per shard on other databases, and refuses what cannot be split safely
+// ([ErrSplitRefused]); [RunSplit] carries the plan out a batch at a time
+// ([SplitShards]) while the application writes; [AbortSplit],
+// [CleanSplit] and [ReadSplitStatus] are the other steps. The shardid
+// split command does all of them.
+//
 // # Privileges
 //
 // Setting up runs DDL; running does not. [Catalog.Setup] creates the

@@ -228,3 +228,27 @@ var (
 	// drop.
 	ErrNoCopy = errors.New("shardid: no copy of the shard there")
 )
+
+// These errors can be returned by PlanSplit, SplitShards, RunSplit and
+// AbortSplit.
+var (
+	// ErrSplitRefused is returned by PlanSplit (and by a split that
+	// checks again before it starts) when the monolith cannot be split
+	// safely: a sharded table without a primary key on id, rows whose
+	// sharding key is NULL or negative (or whose parent is missing), a
+	// foreign key whose rows cross shards or reach a global table, a
+	// table that no rule covers, a target that holds data. The error
+	// names the tables and the first rows; SplitPlan.Refusals lists them
+	// all.
+	ErrSplitRefused = errors.New("shardid: the monolith cannot be split safely")
+
+	// ErrTargetHoldsData is returned when a shard's schema on its target
+	// holds rows that no split of this monolith copied there.
+	// errors.Is(err, ErrSplitRefused) also holds.
+	ErrTargetHoldsData error = &kindError{"shardid: a split's target holds data", ErrSplitRefused}
+
+	// ErrNotShared is returned when a split is asked to move a shard that
+	// the map (or the catalog) does not place in the monolith's shared
+	// tables: split already, or never in this monolith.
+	ErrNotShared = errors.New("shardid: the shard is not in the monolith's shared tables")
+)

@@ -45,24 +45,7 @@ func ensureFenceIn(ctx context.Context, db *gorm.DB, in, final string, tables []
 // ensureFencePG is ensureFenceIn on PostgreSQL, in transaction tx.
 func ensureFencePG(tx *gorm.DB, in, final string, tables []string) error {
 	schema := in
-	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
-	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE u timestamptz; m boolean;
-BEGIN
-	SELECT fenced_until, mover_only INTO u, m FROM "%[4]s".%[2]s WHERE id = 1 FOR SHARE;
-	IF u > clock_timestamp() AND NOT (m AND coalesce(current_setting('shardid.mover', true), '') = 'on') THEN
-		RAISE EXCEPTION '%[3]s' USING ERRCODE = '55000';
-	END IF;
-	RETURN NULL;
-END $$`, schema, fenceTable, shardid.FenceMessage, final)
-	stmts := []string{
-		"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
-		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
-		fmt.Sprintf(`ALTER TABLE "%s".%s ADD COLUMN IF NOT EXISTS mover_only BOOLEAN NOT NULL DEFAULT FALSE`, schema, fenceTable),
-		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
-		fn,
-	}
-	for _, q := range stmts {
+	for _, q := range fenceStatementsPG(in, final) {
 		if err := tx.Exec(q).Error; err != nil {
 			return err
 		}
@@ -79,12 +62,42 @@ END $$`, schema, fenceTable, shardid.FenceMessage, final)
 		if n > 0 {
 			continue
 		}
-		if err := tx.Exec(fmt.Sprintf(`CREATE TRIGGER shardid_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
-			FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_fence()`, q, schema)).Error; err != nil {
+		if err := tx.Exec(fenceTriggerPG(schema, t)).Error; err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fenceStatementsPG are the statements that create the fence's state row
+// (unfenced) and trigger function of schema in, to be renamed final, where
+// missing: ensureFencePG's, before the triggers.
+func fenceStatementsPG(in, final string) []string {
+	schema := in
+	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE u timestamptz; m boolean;
+BEGIN
+	SELECT fenced_until, mover_only INTO u, m FROM "%[4]s".%[2]s WHERE id = 1 FOR SHARE;
+	IF u > clock_timestamp() AND NOT (m AND coalesce(current_setting('shardid.mover', true), '') = 'on') THEN
+		RAISE EXCEPTION '%[3]s' USING ERRCODE = '55000';
+	END IF;
+	RETURN NULL;
+END $$`, schema, fenceTable, shardid.FenceMessage, final)
+	return []string{
+		"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
+		fmt.Sprintf(`ALTER TABLE "%s".%s ADD COLUMN IF NOT EXISTS mover_only BOOLEAN NOT NULL DEFAULT FALSE`, schema, fenceTable),
+		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
+		fn,
+	}
+}
+
+// fenceTriggerPG is the statement that creates the fence's trigger on
+// table of schema.
+func fenceTriggerPG(schema, table string) string {
+	return fmt.Sprintf(`CREATE TRIGGER shardid_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON "%s"."%s"
+			FOR EACH STATEMENT EXECUTE FUNCTION "%s".shardid_fence()`, schema, table, schema)
 }
 
 // fenceOwnedBySchemaOwner gives the fence's state table and trigger

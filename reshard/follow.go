@@ -71,12 +71,9 @@ func FollowWith(ctx context.Context, r *shardid.Router, c *Catalog, opts FollowO
 	if interval <= 0 {
 		interval = time.Second
 	}
-	m, version, err := c.Load(ctx, r)
+	version, err := c.loadRouter(ctx, r)
 	if err != nil {
 		return hintPooler(err)
-	}
-	if err := r.SetMap(m); err != nil {
-		return err
 	}
 	wake := make(chan struct{}, 1)
 	reports := make(chan error, 1)
@@ -101,10 +98,7 @@ func FollowWith(ctx context.Context, r *shardid.Router, c *Catalog, opts FollowO
 			}
 			v, err := c.Version(ctx)
 			if err == nil && v != version {
-				m, v, err = c.Load(ctx, r)
-				if err == nil {
-					err = r.SetMap(m)
-				}
+				v, err = c.loadRouter(ctx, r)
 				if err == nil {
 					version = v
 				}

@@ -54,6 +54,9 @@ func TestHelperProcess(t *testing.T) {
 	case "movemutator":
 		helperMoveMutator(t)
 		os.Exit(0)
+	case "splitmover":
+		helperSplitMover(t)
+		os.Exit(0)
 	}
 }
 

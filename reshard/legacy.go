@@ -14,27 +14,6 @@ import (
 	"gorm.io/gorm"
 )
 
-// LegacyTable describes a table of a database that adopts shardid: its rows
-// whose IDs were issued before (by bigserial or AUTO_INCREMENT), and how to
-// find the sharding key of each.
-type LegacyTable struct {
-	// Table is the table's name.
-	Table string
-
-	// ID is its primary key column. If empty, "id".
-	ID string
-
-	// Key is the column that holds the sharding key, for a table that has
-	// one (photos.user_id).
-	Key string
-
-	// Parent and ParentID describe a child table whose rows follow their
-	// parent's key (comments by their photo's user): Parent is the parent's
-	// LegacyTable name, ParentID the column of this table that holds the
-	// parent's ID. Key must then be empty. The parent must have a Key.
-	Parent, ParentID string
-}
-
 // ErrKeyMismatch is returned by ReadLegacyIDs for a row whose ID is the
 // layout's but names another shard than its sharding key does: on MySQL,
 // the sign of writers that kept using AUTO_INCREMENT after the plugin had
@@ -54,23 +33,22 @@ var ErrKeyMismatch = errors.New("shardid: row ID names another shard than its sh
 // records never change. Rows whose IDs are the layout's are checked: one
 // whose ID names another shard than its key fails the read with
 // ErrKeyMismatch. Keep the result with Catalog.SaveLegacy.
-func ReadLegacyIDs(ctx context.Context, db *gorm.DB, r *shardid.Router, adopted time.Time, tables ...LegacyTable) (*shardid.LegacyIDs, error) {
+func ReadLegacyIDs(ctx context.Context, db *gorm.DB, r *shardid.Router, adopted time.Time, tables ...SplitTable) (*shardid.LegacyIDs, error) {
 	l, err := shardid.NewLegacyIDs(routerLayout(r), adopted)
 	if err != nil {
 		return nil, err
 	}
-	byName := make(map[string]LegacyTable, len(tables))
-	for _, t := range tables {
-		if t.ID == "" {
-			t.ID = "id"
-		}
-		for _, n := range []string{t.Table, t.ID, t.Key, t.Parent, t.ParentID} {
+	type legacyTable struct{ Table, ID, Key, Parent, ParentID string }
+	byName := make(map[string]legacyTable, len(tables))
+	for _, st := range tables {
+		t := legacyTable{Table: st.Name, ID: "id", Key: st.Key, Parent: st.Parent, ParentID: st.Via}
+		for _, n := range []string{t.Table, t.Key, t.Parent, t.ParentID} {
 			if n != "" && !sqlddl.Name.MatchString(n) {
 				return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("legacy table %s: name %q: want %s", t.Table, n, sqlddl.Name))
 			}
 		}
-		if (t.Key == "") == (t.Parent == "") || (t.Parent == "") != (t.ParentID == "") {
-			return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("legacy table %s: give Key, or Parent and ParentID", t.Table))
+		if t.Table == "" || (t.Key == "") == (t.Parent == "") || (t.Parent == "") != (t.ParentID == "") {
+			return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("legacy table %q: give Key, or Parent and Via", t.Table))
 		}
 		byName[t.Table] = t
 	}

@@ -184,9 +184,9 @@ func testAdoptMonolith(t *testing.T, kind string) {
 		}
 	}
 
-	tables := []reshard.LegacyTable{
-		{Table: "lg_photos", Key: "user_id"},
-		{Table: "lg_comments", Parent: "lg_photos", ParentID: "photo_id"},
+	tables := []reshard.SplitTable{
+		{Name: "lg_photos", Key: "user_id"},
+		{Name: "lg_comments", Parent: "lg_photos", Via: "photo_id"},
 	}
 	legacy, err := reshard.ReadLegacyIDs(ctx, mono, r, adopted, tables...)
 	if err != nil {
@@ -333,7 +333,7 @@ func TestLegacyKeyMismatch(t *testing.T) {
 	if shardid.ID(stray.ID) != p.ID+1 {
 		t.Fatalf("AUTO_INCREMENT gave %d after the plugin's %d", stray.ID, p.ID)
 	}
-	_, err = reshard.ReadLegacyIDs(ctx, mono, r, adopted, reshard.LegacyTable{Table: "lg_photos", Key: "user_id"})
+	_, err = reshard.ReadLegacyIDs(ctx, mono, r, adopted, reshard.SplitTable{Name: "lg_photos", Key: "user_id"})
 	if !errors.Is(err, reshard.ErrKeyMismatch) {
 		t.Fatalf("ReadLegacyIDs: %v, want ErrKeyMismatch", err)
 	}

@@ -3,7 +3,6 @@ package reshard
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/shardid/shardid/internal/dbconn"
 	"gorm.io/gorm"
 )
 
@@ -67,7 +67,7 @@ func lockedTx(ctx context.Context, db *gorm.DB, schema string, f func(tx *gorm.D
 // dropConn makes conn's session leave the pool when it is given back:
 // one whose state (variables, locks) could not be put back.
 func dropConn(conn *sql.Conn) {
-	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	dbconn.Discard(conn)
 }
 
 // withSessionVars runs f on conn (MySQL) after set, which changes session

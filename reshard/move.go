@@ -677,59 +677,73 @@ func dropTarget(ctx context.Context, db *gorm.DB, schema string) error {
 // srcSchema's are on src: on MySQL with SHOW CREATE TABLE, on PostgreSQL
 // from the columns and the "id" primary key.
 func copyDefinitions(ctx context.Context, src, dst *gorm.DB, srcSchema, dstSchema string, tables []string) error {
+	create := `CREATE SCHEMA IF NOT EXISTS "` + dstSchema + `"`
 	if dst.Dialector.Name() == "mysql" {
-		if err := dst.WithContext(ctx).Exec("CREATE DATABASE IF NOT EXISTS `" + dstSchema + "`").Error; err != nil {
-			return err
-		}
-		for _, t := range tables {
-			var row struct {
-				Table       string `gorm:"column:Table"`
-				CreateTable string `gorm:"column:Create Table"`
-			}
-			if err := src.WithContext(ctx).Raw("SHOW CREATE TABLE `" + srcSchema + "`.`" + t + "`").Scan(&row).Error; err != nil {
-				return err
-			}
-			ddl, ok := strings.CutPrefix(row.CreateTable, "CREATE TABLE `"+t+"`")
-			if !ok {
-				return fmt.Errorf("shardid: unexpected definition of %s.%s: %.60q", srcSchema, t, row.CreateTable)
-			}
-			if err := dst.WithContext(ctx).Exec("CREATE TABLE IF NOT EXISTS `" + dstSchema + "`.`" + t + "`" + ddl).Error; err != nil {
-				return err
-			}
-		}
-		return nil
+		create = "CREATE DATABASE IF NOT EXISTS `" + dstSchema + "`"
 	}
-	if err := dst.WithContext(ctx).Exec(`CREATE SCHEMA IF NOT EXISTS "` + dstSchema + `"`).Error; err != nil {
+	if err := dst.WithContext(ctx).Exec(create).Error; err != nil {
 		return err
 	}
 	for _, t := range tables {
-		var cols []struct {
-			Name    string
-			Type    string
-			NotNull bool
-		}
-		err := src.WithContext(ctx).Raw(`SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null
-			FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
-			WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, srcSchema, t).Scan(&cols).Error
+		def, err := tableDefinition(ctx, src, srcSchema, t, false)
 		if err != nil {
 			return err
 		}
-		if len(cols) == 0 {
-			return fmt.Errorf("shardid: %s.%s has no columns on the source", srcSchema, t)
-		}
-		var defs []string
-		for _, c := range cols {
-			d := `"` + c.Name + `" ` + c.Type
-			if c.NotNull {
-				d += " NOT NULL"
-			}
-			defs = append(defs, d)
-		}
-		defs = append(defs, `PRIMARY KEY ("id")`)
-		q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s"."%s" (%s)`, dstSchema, t, strings.Join(defs, ", "))
-		if err := dst.WithContext(ctx).Exec(q).Error; err != nil {
+		if err := dst.WithContext(ctx).Exec("CREATE TABLE IF NOT EXISTS " + quoteTable(dst, dstSchema, t) + def).Error; err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// tableDefinition returns the definition of schema.table on src, as it
+// follows "CREATE TABLE name" (copyDefinitions): on MySQL from SHOW CREATE
+// TABLE, on PostgreSQL the columns and the "id" primary key, and, with
+// defaults, the columns' defaults but those that draw from a sequence
+// (which stays on src).
+func tableDefinition(ctx context.Context, src *gorm.DB, schema, t string, defaults bool) (string, error) {
+	if src.Dialector.Name() == "mysql" {
+		var row struct {
+			Table       string `gorm:"column:Table"`
+			CreateTable string `gorm:"column:Create Table"`
+		}
+		if err := src.WithContext(ctx).Raw("SHOW CREATE TABLE `" + schema + "`.`" + t + "`").Scan(&row).Error; err != nil {
+			return "", err
+		}
+		ddl, ok := strings.CutPrefix(row.CreateTable, "CREATE TABLE `"+t+"`")
+		if !ok {
+			return "", fmt.Errorf("shardid: unexpected definition of %s.%s: %.60q", schema, t, row.CreateTable)
+		}
+		return ddl, nil
+	}
+	var cols []struct {
+		Name    string
+		Type    string
+		NotNull bool
+		Def     string
+	}
+	err := src.WithContext(ctx).Raw(`SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null,
+		coalesce(pg_get_expr(d.adbin, d.adrelid), '') AS def
+		FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum AND a.attgenerated = ''
+		WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, schema, t).Scan(&cols).Error
+	if err != nil {
+		return "", err
+	}
+	if len(cols) == 0 {
+		return "", fmt.Errorf("shardid: %s.%s has no columns on the source", schema, t)
+	}
+	var defs []string
+	for _, c := range cols {
+		d := `"` + c.Name + `" ` + c.Type
+		if defaults && c.Def != "" && !strings.Contains(c.Def, "nextval(") {
+			d += " DEFAULT " + c.Def
+		}
+		if c.NotNull {
+			d += " NOT NULL"
+		}
+		defs = append(defs, d)
+	}
+	defs = append(defs, `PRIMARY KEY ("id")`)
+	return " (" + strings.Join(defs, ", ") + ")", nil
 }

@@ -33,6 +33,7 @@ import (
 // rowCheck is what the verification knows of one table.
 type rowCheck struct {
 	table   string           // quoted
+	src     string           // the source's table or derived table, if not table
 	rows    int64            // the target's rows, since the scan
 	sum     uint64           // the sum of the hashes of the target's rows
 	suspect map[int64]string // keys not known equal on both sides, with why
@@ -285,10 +286,14 @@ func (rc *rowCheck) recheck(ctx context.Context, src, dst *gorm.DB, cols []strin
 	errs := make(chan error, 2)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // an error on one side stops the other
+	tables := [2]string{rc.table, rc.table}
+	if rc.src != "" {
+		tables[0] = rc.src
+	}
 	for side, db := range []*gorm.DB{src, dst} {
 		go func() {
 			errs <- readSession(ctx, db, func(q querier) (err error) {
-				hs[side], err = keyHashes(ctx, q, db, rc.table, cols, ids)
+				hs[side], err = keyHashes(ctx, q, db, tables[side], cols, ids)
 				return err
 			})
 		}()

@@ -1,6 +1,7 @@
 // Command shardid decodes and makes sharded IDs, prints the SQL that makes
 // them inside PostgreSQL, runs a demo of the whole library, keeps the
-// catalog of a sharded setup, and moves logical shards.
+// catalog of a sharded setup, moves logical shards, and splits a monolith
+// into logical shards.
 //
 //	shardid decode [--layout L] [--epoch E] [--json] [ID...]
 //	shardid new    [--layout L] [--shard N | --key K [--shards S]] [--worker W] [-n COUNT]
@@ -9,6 +10,7 @@
 //	shardid catalog init|show|set --catalog DSN ...
 //	shardid move   --catalog DSN --shard N (--to NAME [--dry-run] | --abort | --drop-copy-on NAME)
 //	shardid rebalance --catalog DSN [--by bytes|rows] [--drain NAMES | --fill NAMES] [--apply [--drop-copies]]
+//	shardid split  (plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE | status | abort) --config FILE
 //	shardid completion bash|zsh|fish|powershell
 //	shardid version
 //

@@ -68,6 +68,7 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *bool) 
 		newCatalogCmd(s),
 		newMoveCmd(s),
 		newRebalanceCmd(s),
+		newSplitCmd(s),
 		&cobra.Command{
 			Use:   "version",
 			Short: "print the version of shardid",

@@ -32,13 +32,14 @@ package sqllock
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shardid/shardid/internal/dbconn"
 )
 
 // ErrHeld is the error of Acquire when another session holds the lock for
@@ -412,7 +413,7 @@ func (l *Lock) drop() {
 		}
 	}
 	if !clean {
-		_ = l.conn.Raw(func(any) error { return driver.ErrBadConn })
+		dbconn.Discard(l.conn)
 	}
 	l.conn.Close()
 }

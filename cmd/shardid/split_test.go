@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardid/shardid/internal/testdb"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// TestSplitCommandPostgres takes a small monolith through the split
+// command: plan (refused, then fixed), run, status, abort.
+func TestSplitCommandPostgres(t *testing.T) {
+	admin := testdb.OpenPostgres(t)
+	base := fmt.Sprintf("splitcmd_%d_%d", os.Getpid(), rand.IntN(1e9))
+	dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
+	var dbs []*gorm.DB
+	var conf []string
+	for _, n := range []string{"mono", "pg_a", "pg_b"} {
+		name := base + "_" + n
+		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
+			t.Fatal(err)
+		}
+		d := strings.Replace(dsn, "dbname=test", "dbname="+name, 1)
+		db, err := gorm.Open(postgres.Open(d), testdb.GormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			closeGorm(db)
+			admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+		})
+		dbs = append(dbs, db)
+		conf = append(conf, fmt.Sprintf(`{"Name": %q, "Dialect": "postgres", "DSN": %q}`, n, d))
+	}
+	for _, q := range []string{
+		"CREATE TABLE countries (id BIGSERIAL PRIMARY KEY, name TEXT)",
+		"CREATE TABLE users (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
+		"CREATE TABLE photos (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id), caption TEXT)",
+		"CREATE TABLE comments (id BIGSERIAL PRIMARY KEY, photo_id BIGINT NOT NULL REFERENCES photos(id), body TEXT)",
+		"CREATE TABLE audit (id BIGSERIAL PRIMARY KEY, what TEXT)",
+		"INSERT INTO users (name) SELECT 'u' || g FROM generate_series(1, 64) g",
+		"INSERT INTO photos (user_id, caption) SELECT 1 + g % 64, 'p' FROM generate_series(1, 256) g",
+		"INSERT INTO comments (photo_id, body) SELECT 1 + g % 256, 'c' FROM generate_series(1, 512) g",
+	} {
+		if err := dbs[0].Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	config := filepath.Join(dir, "split.json")
+	writeConfig := func(global string) {
+		t.Helper()
+		c := `{"Databases": [` + strings.Join(conf, ", ") + `], "Monolith": "mono", "LogicalShards": 16, "SchemaPattern": "shard_%04d",
+			"Tables": [{"Name": "users", "Key": "id"}, {"Name": "photos", "Key": "user_id"}, {"Name": "comments", "Parent": "photos", "Via": "photo_id"}],
+			"Global": [` + global + `]}`
+		if err := os.WriteFile(config, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := func(want int, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if got := run(args, nil, &out, &errb); got != want {
+			t.Fatalf("shardid %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, want, out.String(), errb.String())
+		}
+		return out.String() + errb.String()
+	}
+	writeConfig(`"countries"`)
+	plan := filepath.Join(dir, "plan.json")
+	out := sh(1, "split", "plan", "--config", config, "--batch", "5", "--out", plan)
+	if !strings.Contains(out, "REFUSED") || !strings.Contains(out, "unlisted-table") || !strings.Contains(out, "audit") {
+		t.Errorf("plan with a table no rule covers:\n%s", out)
+	}
+	if _, err := os.Stat(plan); err == nil {
+		t.Error("a refused plan was written")
+	}
+	writeConfig(`"countries", "audit"`)
+	out = sh(0, "split", "plan", "--config", config, "--batch", "5", "--out", plan)
+	for _, want := range []string{"16 shard(s) to split in 4 batch(es)", "users", "64", "photos", "256", "comments", "512", "pg_a", "pg_b", "plan written to"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Log("\n" + out)
+	out = sh(0, "split", "run", "--config", config, "--plan", plan)
+	if !strings.Contains(out, "batch 4/4") || !strings.Contains(out, "split done") {
+		t.Errorf("run output:\n%s", out)
+	}
+	t.Log("\n" + out)
+	out = sh(0, "split", "status", "--config", config)
+	if !strings.Contains(out, "0 shard(s) in mono, 16 split") {
+		t.Errorf("status output:\n%s", out)
+	}
+	t.Log("\n" + out)
+	var n int64
+	dbs[1].Raw("SELECT count(*) FROM shard_0003.comments").Scan(&n)
+	var m int64
+	dbs[0].Raw("SELECT count(*) FROM comments").Scan(&m)
+	if n == 0 || m != 0 {
+		t.Errorf("shard 3 has %d comments on pg_a, the monolith %d", n, m)
+	}
+	out = sh(0, "split", "abort", "--config", config)
+	if !strings.Contains(out, "aborted: 0 shard(s)") {
+		t.Errorf("abort output:\n%s", out)
+	}
+	sh(2, "split", "run", "--config", config)
+	sh(2, "split", "status", "--config", config, "--batch", "3")
+	sh(2, "split")
+}

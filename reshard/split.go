@@ -1,0 +1,632 @@
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/sqlddl"
+	"github.com/shardid/shardid/shardmap"
+	"gorm.io/gorm"
+)
+
+// Splitting a monolith. A monolith is a placement in which the logical
+// shards share one set of tables (shardmap.Placement.Shared): a shard's
+// rows are those whose sharding key maps to it (key % LogicalShards), or,
+// for a child table, those whose parent row's key does. A split moves
+// shards out of it, a batch at a time, into their own schema (PostgreSQL)
+// or database (MySQL) on a target database, with what a move does: a
+// change log, a first copy, a comparison, the change log applied, a short
+// fence, the last changes and a verification under it, a seal, and the
+// flip of the map. The fence and the change log of the monolith work row by
+// row, by the row's shard: a batch fences only its own rows.
+//
+// On the monolith one trigger per table (shardid_split) checks every
+// written row against a state row per shard (shardid_split_state): the
+// shard's fence, judged by the database's clock, and whether it is moving
+// (its changes are logged in shardid_split_changes, with the shard). A
+// writer reads its shard's state row under a shared lock held to its
+// commit, so changing a shard's state (moving, fenced, sealed) waits for the
+// writers of that shard under way, and for no other.
+
+// SplitTable declares one sharded table of a monolith.
+type SplitTable struct {
+	// Name is the table's name. It must have a primary key on one integer
+	// column, "id".
+	Name string
+
+	// Key is the column that holds the sharding key: a row belongs to
+	// logical shard Key % LogicalShards, as Router.ForKey computes it.
+	// Key or Parent is required.
+	Key string `json:",omitempty"`
+
+	// Parent, for a child table, is the table whose row a row of this
+	// one follows ("comments" follow their "photos"): the row whose id
+	// is the value of the column Via. The parent is declared too, before
+	// its children. A parent's key must not change while it has children.
+	Parent string `json:",omitempty"`
+	Via    string `json:",omitempty"`
+}
+
+// SplitConfig describes a monolith, the map its shards are split by, and
+// where they go.
+type SplitConfig struct {
+	// Map is the routing map. It needs a SchemaPattern (the schema, or
+	// MySQL database, of each shard on its target); the shards still in
+	// the monolith are Shared on the database Monolith. A split updates
+	// it at each flip, as it does the catalog.
+	Map *shardmap.Map
+
+	// DBs are the databases, in the order of Map.Databases(). All of one
+	// kind: PostgreSQL, or MySQL/MariaDB.
+	DBs []*gorm.DB
+
+	// Monolith names the database, in Map, whose shared tables hold the
+	// shards still to split.
+	Monolith string
+
+	// Tables are the monolith's sharded tables, parents before their
+	// children.
+	Tables []SplitTable
+
+	// Global names the monolith's tables that no shard owns (plans,
+	// countries): they stay where they are. Every other table of the
+	// monolith must be in Tables or Global: a split leaves nothing behind
+	// silently.
+	Global []string
+
+	// Catalog, if not nil, holds the map (SaveMap); every flip updates it
+	// (only the batch's shards, on the condition that they are still
+	// shared on the monolith).
+	Catalog *Catalog
+}
+
+// splitter is a checked SplitConfig.
+type splitter struct {
+	cfg     SplitConfig
+	mono    *gorm.DB
+	monoIdx int
+	schema  string // the monolith's schema (PostgreSQL) or database (MySQL)
+	shards  int
+	tables  []SplitTable
+	byName  map[string]SplitTable
+	mysql   bool
+}
+
+// newSplitter checks cfg and reads the monolith's schema.
+func newSplitter(ctx context.Context, cfg SplitConfig) (*splitter, error) {
+	bad := func(format string, a ...any) error {
+		return withDetail(shardid.ErrInvalidConfig, "split: "+fmt.Sprintf(format, a...))
+	}
+	if cfg.Map == nil {
+		return nil, bad("no Map")
+	}
+	if cfg.Map.SchemaPattern() == "" {
+		return nil, bad("the map has no SchemaPattern: a split moves each shard into a schema of its own")
+	}
+	names := cfg.Map.Databases()
+	if len(cfg.DBs) != len(names) {
+		return nil, bad("%d DBs for the map's %d databases", len(cfg.DBs), len(names))
+	}
+	sp := &splitter{cfg: cfg, monoIdx: cfg.Map.DatabaseIndex(cfg.Monolith), shards: cfg.Map.LogicalShards(), byName: map[string]SplitTable{}}
+	if sp.monoIdx < 0 {
+		return nil, bad("the monolith %q is not a database of the map %q", cfg.Monolith, names)
+	}
+	for i, db := range cfg.DBs {
+		if db == nil {
+			return nil, bad("DBs[%d] is nil", i)
+		}
+		if d := db.Dialector.Name(); d != "postgres" && d != "mysql" || d != cfg.DBs[0].Dialector.Name() {
+			return nil, bad("splitting needs PostgreSQL or MySQL/MariaDB everywhere, not %s and %s", cfg.DBs[0].Dialector.Name(), d)
+		}
+	}
+	sp.mono, sp.mysql = cfg.DBs[sp.monoIdx], cfg.DBs[0].Dialector.Name() == "mysql"
+	if len(cfg.Tables) == 0 {
+		return nil, bad("no Tables")
+	}
+	for _, t := range cfg.Tables {
+		for _, n := range []string{t.Name, t.Key, t.Parent, t.Via} {
+			if n != "" && !sqlddl.Name.MatchString(n) {
+				return nil, bad("name %q: want %s", n, sqlddl.Name)
+			}
+		}
+		switch {
+		case t.Name == "":
+			return nil, bad("a table without a Name")
+		case isInternalSplitTable(t.Name):
+			return nil, bad("table %s is one of the split's own", t.Name)
+		case sp.byName[t.Name].Name != "":
+			return nil, bad("table %s is declared twice", t.Name)
+		case (t.Key == "") == (t.Parent == ""):
+			return nil, bad("table %s: give it a Key, or a Parent and Via (not both)", t.Name)
+		case t.Parent != "" && t.Via == "":
+			return nil, bad("table %s: a Parent without Via, the column that holds the parent's id", t.Name)
+		case t.Parent != "" && sp.byName[t.Parent].Name == "":
+			return nil, bad("table %s follows %s, which is not declared before it", t.Name, t.Parent)
+		}
+		sp.byName[t.Name] = t
+		sp.tables = append(sp.tables, t)
+	}
+	for _, g := range cfg.Global {
+		if !sqlddl.Name.MatchString(g) {
+			return nil, bad("global table %q: want %s", g, sqlddl.Name)
+		}
+		if sp.byName[g].Name != "" {
+			return nil, bad("table %s is both sharded and global", g)
+		}
+	}
+	q := "SELECT current_schema()"
+	if sp.mysql {
+		q = "SELECT DATABASE()"
+	}
+	if err := sp.mono.WithContext(ctx).Raw(q).Scan(&sp.schema).Error; err != nil {
+		return nil, err
+	}
+	if !sqlddl.Name.MatchString(sp.schema) {
+		return nil, bad("the monolith's schema %q: want %s", sp.schema, sqlddl.Name)
+	}
+	return sp, nil
+}
+
+// splitStateTable, splitChangeTable: the split's own tables, in the
+// monolith's schema.
+const (
+	splitStateTable  = "shardid_split_state"
+	splitChangeTable = "shardid_split_changes"
+)
+
+// isInternalSplitTable reports whether table is one of the split's or a
+// move's own.
+func isInternalSplitTable(table string) bool {
+	return table == splitStateTable || table == splitChangeTable || isInternalTable(table)
+}
+
+// q quotes a table of the monolith.
+func (sp *splitter) q(table string) string { return quoteTable(sp.mono, sp.schema, table) }
+
+// col quotes alias.column.
+func (sp *splitter) col(alias, column string) string {
+	if alias == "NEW" || alias == "OLD" {
+		return alias + "." + quoteIdent(sp.mono, column)
+	}
+	return quoteIdent(sp.mono, alias) + "." + quoteIdent(sp.mono, column)
+}
+
+// modExpr is the shard of an integer key expression: NULL for a NULL or
+// negative key (which no shard holds).
+func (sp *splitter) modExpr(key string) string {
+	n := strconv.Itoa(sp.shards)
+	if sp.mysql {
+		return "(CASE WHEN " + key + " >= 0 THEN CAST(MOD(" + key + ", " + n + ") AS SIGNED) END)"
+	}
+	return "(CASE WHEN " + key + " >= 0 THEN (" + key + " % " + n + ")::int END)"
+}
+
+// rowShard is the SQL expression of the shard of the row of table t that
+// ref names (an alias, or NEW or OLD in a trigger), with correlated
+// lookups of its ancestors: NULL when the key is NULL or the parent
+// missing.
+func (sp *splitter) rowShard(t SplitTable, ref string, depth int) string {
+	if t.Key != "" {
+		return sp.modExpr(sp.col(ref, t.Key))
+	}
+	p := sp.byName[t.Parent]
+	alias := "shardid_p" + strconv.Itoa(depth)
+	return "(SELECT " + sp.rowShard(p, alias, depth+1) + " FROM " + sp.q(p.Name) + " AS " + quoteIdent(sp.mono, alias) +
+		" WHERE " + sp.col(alias, "id") + " = " + sp.col(ref, t.Via) + ")"
+}
+
+// from is the FROM clause of table t (alias x) joined to its ancestors,
+// and the expression of its rows' shard.
+func (sp *splitter) from(t SplitTable) (from, shard string) {
+	from = sp.q(t.Name) + " AS x"
+	ref, cur := "x", t
+	for i := 0; cur.Key == ""; i++ {
+		p := sp.byName[cur.Parent]
+		alias := "shardid_j" + strconv.Itoa(i)
+		from += " JOIN " + sp.q(p.Name) + " AS " + quoteIdent(sp.mono, alias) + " ON " + sp.col(alias, "id") + " = " + sp.col(ref, cur.Via)
+		ref, cur = alias, p
+	}
+	return from, sp.modExpr(sp.col(ref, cur.Key))
+}
+
+// inList is "IN (a, b, ...)" of shards, which are never empty.
+func inList(shards []int) string {
+	var b strings.Builder
+	b.WriteString("IN (")
+	for i, s := range shards {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(s))
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// rel is a derived table of the rows of t in shards, with all of t's
+// columns and their shard (shardid_s): the source of a split's reads,
+// which look rows up by id in it.
+func (sp *splitter) rel(t SplitTable, shards []int) string {
+	from, shard := sp.from(t)
+	return "(SELECT x.*, " + shard + " AS shardid_s FROM " + from + " WHERE " + shard + " " + inList(shards) + ") AS shardid_src"
+}
+
+// installTriggers creates the split's state table (a row per shard of the
+// map, unfenced and not moving, and row -1 for the rows whose shard is
+// unknown), its change log and its triggers on the sharded tables of the
+// monolith, where missing. Creating a trigger waits for the writers under
+// way on its table: once it exists every write checks its shard's state.
+func (sp *splitter) installTriggers(ctx context.Context) error {
+	if sp.mysql {
+		return sp.installTriggersMySQL(ctx)
+	}
+	st, log := sp.q(splitStateTable), sp.q(splitChangeTable)
+	check := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_split_check(t text, k bigint, s int) RETURNS void LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE u timestamptz; m boolean; sealed boolean;
+BEGIN
+	SELECT fenced_until, moving, st.sealed INTO u, m, sealed FROM %[2]s st WHERE shard = coalesce(s, -1) FOR SHARE;
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
+	IF u > clock_timestamp() AND NOT (sealed AND coalesce(current_setting('shardid.mover', true), '') = 'on') THEN
+		RAISE EXCEPTION '%[4]s' USING ERRCODE = '55000';
+	END IF;
+	IF m THEN
+		INSERT INTO %[3]s (tbl, id, shard) VALUES (t, k, coalesce(s, -1));
+	END IF;
+END $$`, sp.schema, st, log, shardid.FenceMessage)
+	stmts := []string{
+		"SELECT pg_advisory_xact_lock(hashtext('shardid:split:" + sp.schema + "'))",
+		"CREATE TABLE IF NOT EXISTS " + st + " (shard INT PRIMARY KEY, moving BOOLEAN NOT NULL, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, verified TEXT)",
+		"INSERT INTO " + st + " (shard, moving, fenced_until, token, sealed) SELECT g, FALSE, '-infinity', 0, FALSE FROM generate_series(-1, " +
+			strconv.Itoa(sp.shards-1) + ") AS g ON CONFLICT (shard) DO NOTHING",
+		"CREATE TABLE IF NOT EXISTS " + log + " (seq BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, id BIGINT NOT NULL, shard INT NOT NULL)",
+		check,
+	}
+	for _, t := range sp.tables {
+		fn := fmt.Sprintf(`"%s".%s`, sp.schema, splitFunction(t.Name))
+		oldS, newS := sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0)
+		stmts = append(stmts, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE so int; sn int;
+BEGIN
+	IF TG_OP = 'TRUNCATE' THEN
+		RAISE EXCEPTION 'shardid: table %% cannot be truncated while its monolith is split: the split cannot record it', TG_TABLE_NAME
+			USING ERRCODE = '0A000';
+	END IF;
+	IF TG_OP <> 'INSERT' THEN
+		so := %[2]s;
+		PERFORM "%[4]s".shardid_split_check(TG_TABLE_NAME, OLD.id, so);
+	END IF;
+	IF TG_OP = 'DELETE' THEN
+		RETURN OLD;
+	END IF;
+	sn := %[3]s;
+	IF TG_OP = 'INSERT' OR NEW.id IS DISTINCT FROM OLD.id OR sn IS DISTINCT FROM so THEN
+		PERFORM "%[4]s".shardid_split_check(TG_TABLE_NAME, NEW.id, sn);
+	END IF;
+	RETURN NEW;
+END $$`, fn, oldS, newS, sp.schema))
+	}
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		for _, q := range stmts {
+			if err := tx.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		for _, t := range sp.tables {
+			var n int64
+			if err := tx.Raw("SELECT count(*) FROM pg_trigger WHERE tgrelid = ?::regclass AND tgname = 'shardid_split'", sp.q(t.Name)).Scan(&n).Error; err != nil {
+				return err
+			}
+			if n > 0 {
+				continue
+			}
+			fn := fmt.Sprintf(`"%s".%s`, sp.schema, splitFunction(t.Name))
+			for _, q := range []string{
+				"CREATE TRIGGER shardid_split BEFORE INSERT OR UPDATE OR DELETE ON " + sp.q(t.Name) + " FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
+				"CREATE TRIGGER shardid_split_truncate BEFORE TRUNCATE ON " + sp.q(t.Name) + " FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "()",
+			} {
+				if err := tx.Exec(q).Error; err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// splitFunction names the split's trigger function (PostgreSQL) of table.
+func splitFunction(table string) string {
+	name := "shardid_split_" + table
+	if len(name) > 63 {
+		return captureTrigger("split", table)
+	}
+	return name
+}
+
+// splitState is one shard's row of the split's state table.
+type splitState struct {
+	Shard       int
+	Moving      bool
+	Live        bool // fenced now, by the database's clock
+	Token       int64
+	Sealed      bool
+	FencedUntil string
+}
+
+// readSplitState returns the state rows of shards (all of them if nil),
+// or nil when the split's tables do not exist.
+func (sp *splitter) readSplitState(ctx context.Context, shards []int) (map[int]splitState, error) {
+	var n int64
+	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	if err := sp.mono.WithContext(ctx).Raw(q, sp.schema, splitStateTable).Scan(&n).Error; err != nil || n == 0 {
+		return nil, err
+	}
+	now := "clock_timestamp()"
+	if sp.mysql {
+		now = "UTC_TIMESTAMP(6)"
+	}
+	sel := "SELECT shard, moving, fenced_until > " + now + " AS live, token, sealed, CAST(fenced_until AS CHAR(40)) AS fenced_until FROM " + sp.q(splitStateTable)
+	if !sp.mysql {
+		sel = strings.Replace(sel, "CHAR(40)", "TEXT", 1)
+	}
+	if shards != nil {
+		sel += " WHERE shard " + inList(shards)
+	}
+	var rows []splitState
+	if err := sp.mono.WithContext(ctx).Raw(sel).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[int]splitState, len(rows))
+	for _, r := range rows {
+		out[r.Shard] = r
+	}
+	return out, nil
+}
+
+// setMoving marks shards (with nil, every shard that is) as moving (their
+// changes are logged from the commit on) or not. It waits for the writers
+// of those shards under way.
+func (sp *splitter) setMoving(ctx context.Context, shards []int, moving bool) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		q := "UPDATE " + sp.q(splitStateTable) + " SET moving = ? WHERE shard " + inList(append([]int{-1}, shards...))
+		if shards == nil {
+			q = "UPDATE " + sp.q(splitStateTable) + " SET moving = ? WHERE moving"
+		}
+		return tx.Exec(q, moving).Error
+	})
+}
+
+// fenceShards fences shards for d from now by the monolith's clock and
+// returns each shard's token. It waits for the writers of those shards
+// under way (their shared locks on the state rows), and no other. A
+// sealed shard is refused with ErrShardMoved.
+func (sp *splitter) fenceShards(ctx context.Context, shards []int, d int64) (map[int]int64, error) {
+	tokens := map[int]int64{}
+	err := lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		var cur []struct {
+			Shard  int
+			Token  int64
+			Sealed bool
+		}
+		if err := tx.Raw("SELECT shard, token, sealed FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " ORDER BY shard FOR UPDATE").Scan(&cur).Error; err != nil {
+			return err
+		}
+		if len(cur) != len(shards) {
+			return fmt.Errorf("shardid: the split's state has %d of the %d shards to fence", len(cur), len(shards))
+		}
+		for _, c := range cur {
+			if c.Sealed {
+				return withDetail(ErrShardMoved, fmt.Sprintf("shard %d was split out of the monolith", c.Shard))
+			}
+			tokens[c.Shard] = c.Token + 1
+		}
+		until := "clock_timestamp() + " + strconv.FormatInt(d, 10) + " * interval '1 microsecond'"
+		if sp.mysql {
+			until = "UTC_TIMESTAMP(6) + INTERVAL " + strconv.FormatInt(d, 10) + " MICROSECOND"
+		}
+		return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET fenced_until = " + until + ", token = token + 1 WHERE shard " + inList(shards)).Error
+	})
+	return tokens, err
+}
+
+// sealShards fences shards for good (their rows on the monolith are an old
+// copy) if each one's fence has held without a break since fenceShards
+// returned tokens: unchanged and not run out by the database's clock.
+// Otherwise it changes nothing and returns ErrFenceLapsed.
+//
+// verified holds, per shard, what finish verified of it (each table's rows
+// and checksum, equal on both sides), stored with the seal: the rows of a
+// sealed shard are deleted from the monolith only when they still add up
+// to it (deleteCopied).
+func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verified map[int]string) error {
+	shards := make([]int, 0, len(tokens))
+	for s := range tokens {
+		shards = append(shards, s)
+	}
+	slices.Sort(shards)
+	now, forever := "clock_timestamp()", "'infinity'"
+	if sp.mysql {
+		now, forever = "UTC_TIMESTAMP(6)", "'9999-12-31 23:59:59'"
+	}
+	var why string
+	err := lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		var cur []struct {
+			Shard int
+			Token int64
+			Live  bool
+		}
+		q := "SELECT shard, token, fenced_until > " + now + " AS live FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " ORDER BY shard FOR UPDATE"
+		if err := tx.Raw(q).Scan(&cur).Error; err != nil {
+			return err
+		}
+		if sp.mysql { // the first read waited for the locks; this one judges the time
+			if err := tx.Raw(q).Scan(&cur).Error; err != nil {
+				return err
+			}
+		}
+		for _, c := range cur {
+			switch {
+			case c.Token != tokens[c.Shard]:
+				why = fmt.Sprintf("the fence of shard %d was lifted or replaced (abort, or another operator)", c.Shard)
+			case !c.Live:
+				why = fmt.Sprintf("the fence of shard %d ran out by the database's clock", c.Shard)
+			}
+			if why != "" {
+				return errFenceLapsed
+			}
+		}
+		if len(cur) != len(shards) {
+			why = "a shard's state row is missing"
+			return errFenceLapsed
+		}
+		for lo := 0; lo < len(shards); lo += 500 {
+			chunk := shards[lo:min(lo+500, len(shards))]
+			var vals []string
+			var args []any
+			for _, s := range chunk {
+				if sp.mysql {
+					vals = append(vals, "SELECT CAST(? AS SIGNED) AS s, CAST(? AS CHAR) AS v")
+				} else {
+					vals = append(vals, "SELECT CAST(? AS INT) AS s, CAST(? AS TEXT) AS v")
+				}
+				args = append(args, s, verified[s])
+			}
+			q := "UPDATE " + sp.q(splitStateTable) + " AS st SET fenced_until = " + forever + ", token = token + 1, sealed = TRUE, moving = FALSE, verified = v.v FROM (" +
+				strings.Join(vals, " UNION ALL ") + ") AS v WHERE st.shard = v.s"
+			if sp.mysql {
+				q = "UPDATE " + sp.q(splitStateTable) + " AS st JOIN (" + strings.Join(vals, " UNION ALL ") + ") AS v ON st.shard = v.s SET st.fenced_until = " + forever +
+					", st.token = st.token + 1, st.sealed = TRUE, st.moving = FALSE, st.verified = v.v"
+			}
+			if err := tx.Exec(q, args...).Error; err != nil {
+				return err
+			}
+		}
+		// The rows of no shard are logged only while a batch moves.
+		return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE shard = -1").Error
+	})
+	if errors.Is(err, errFenceLapsed) {
+		return withDetail(ErrFenceLapsed, why)
+	}
+	return err
+}
+
+// liftShards lifts the fences of shards on the monolith: with tokens, only
+// those fences (a batch lifting its own); without, any fence but a seal,
+// and with unseal a seal too (an abort before the flip, which the caller
+// checked). Moving is cleared.
+func (sp *splitter) liftShards(ctx context.Context, shards []int, tokens map[int]int64, unseal bool) error {
+	open := "'-infinity'"
+	if sp.mysql {
+		open = "'1000-01-01'"
+	}
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		var cur []struct {
+			Shard  int
+			Token  int64
+			Sealed bool
+		}
+		if err := tx.Raw("SELECT shard, token, sealed FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " ORDER BY shard FOR UPDATE").Scan(&cur).Error; err != nil {
+			return err
+		}
+		var lift []int
+		for _, c := range cur {
+			switch {
+			case tokens != nil && tokens[c.Shard] != c.Token:
+			case c.Sealed && !unseal:
+			default:
+				lift = append(lift, c.Shard)
+			}
+		}
+		if len(lift) == 0 {
+			return nil
+		}
+		return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET fenced_until = " + open + ", token = token + 1, sealed = FALSE, moving = FALSE WHERE shard " + inList(lift)).Error
+	})
+}
+
+// installTriggersMySQL is installTriggers on MySQL/MariaDB: AFTER row
+// triggers (a BEFORE INSERT trigger does not see the AUTO_INCREMENT id),
+// which fail the statement, rolled back with its row, when the row's shard
+// is fenced, and log it when it is moving. They are created under LOCK
+// TABLES, as the move's (withTablesLocked).
+func (sp *splitter) installTriggersMySQL(ctx context.Context) error {
+	st, log := sp.q(splitStateTable), sp.q(splitChangeTable)
+	db := sp.mono.WithContext(ctx)
+	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + st + " (shard INT PRIMARY KEY, moving BOOLEAN NOT NULL, fenced_until DATETIME(6) NOT NULL," +
+		" token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, verified TEXT) ENGINE=InnoDB").Error; err != nil {
+		return err
+	}
+	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + log + " (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL, shard INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
+		return err
+	}
+	for lo := -1; lo < sp.shards; lo += 1000 {
+		var vals []string
+		for s := lo; s < min(lo+1000, sp.shards); s++ {
+			vals = append(vals, "("+strconv.Itoa(s)+", FALSE, '1000-01-01', 0, FALSE)")
+		}
+		if err := db.Exec("INSERT IGNORE INTO " + st + " (shard, moving, fenced_until, token, sealed) VALUES " + strings.Join(vals, ", ")).Error; err != nil {
+			return err
+		}
+	}
+	var have []string
+	if err := db.Raw("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_split\\_%'", sp.schema).Scan(&have).Error; err != nil {
+		return err
+	}
+	check := func(t, ref, shard string) string {
+		return "SET s = " + shard + "; SET u = NULL, m = FALSE, sl = FALSE; " +
+			"SELECT fenced_until, moving, sealed INTO u, m, sl FROM " + st + " WHERE shard = COALESCE(s, -1) LOCK IN SHARE MODE; " +
+			"IF u > UTC_TIMESTAMP(6) AND NOT (sl AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + shardid.FenceMessage + "'; END IF; " +
+			"IF m THEN INSERT INTO " + log + " (tbl, id, shard) VALUES ('" + t + "', " + ref + ".id, COALESCE(s, -1)); END IF; "
+	}
+	var stmts []string
+	var tables []string
+	for _, t := range sp.tables {
+		decl := "DECLARE s INT; DECLARE u DATETIME(6); DECLARE m BOOLEAN; DECLARE sl BOOLEAN; "
+		body := map[string]string{
+			"i": check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
+			"d": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)),
+			"u": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)) + check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
+		}
+		for _, ev := range mysqlFenceEvents {
+			name := splitTriggerMySQL(ev.letter, t.Name)
+			if slices.Contains(have, name) {
+				continue
+			}
+			stmts = append(stmts, fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER %s ON %s FOR EACH ROW BEGIN %s%s END",
+				sp.schema, name, ev.event, sp.q(t.Name), decl, body[ev.letter]))
+			if !slices.Contains(tables, t.Name) {
+				tables = append(tables, t.Name)
+			}
+		}
+	}
+	if len(stmts) == 0 {
+		return nil
+	}
+	return withTablesLocked(ctx, sp.mono, sp.schema, append(tables, splitStateTable, splitChangeTable), func(conn *sql.Conn) error {
+		for _, q := range stmts {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// splitTriggerMySQL names the split's trigger of table for event (i, u,
+// d), within 64 characters.
+func splitTriggerMySQL(letter, table string) string {
+	name := "shardid_split_" + letter + "_" + table
+	if len(name) > 64 {
+		return captureTrigger("s"+letter, table)
+	}
+	return name
+}

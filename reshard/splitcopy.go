@@ -1,0 +1,1163 @@
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
+)
+
+// splitBatch is one step of a split: shards moving out of the monolith's
+// shared tables into their schemas on their targets, copied as a move's
+// shardCopier copies one shard (capture, copy, converge, finish), with
+// every row told apart by its shard.
+type splitBatch struct {
+	sp     *splitter
+	shards []int       // ascending
+	to     map[int]int // shard -> index of its target database
+	cols   map[string]columns
+	// checks are the verification of each table of each shard
+	// (rowcheck.go), once both sides were compared.
+	checks   map[string]map[int]*rowCheck
+	progress func(table string, copied int64)
+}
+
+// schemaOf is the schema of shard on its target.
+func (b *splitBatch) schemaOf(s int) string { return b.sp.cfg.Map.SchemaOf(s) }
+
+// dst is shard's target database.
+func (b *splitBatch) dst(s int) *gorm.DB { return b.sp.cfg.DBs[b.to[s]] }
+
+// byTarget returns the batch's shards grouped by target, in ascending
+// order of target and shard.
+func (b *splitBatch) byTarget() (targets []int, shards map[int][]int) {
+	shards = map[int][]int{}
+	for _, s := range b.shards {
+		d := b.to[s]
+		if shards[d] == nil {
+			targets = append(targets, d)
+		}
+		shards[d] = append(shards[d], s)
+	}
+	slices.Sort(targets)
+	return targets, shards
+}
+
+func (b *splitBatch) tableNames() []string {
+	out := make([]string, len(b.sp.tables))
+	for i, t := range b.sp.tables {
+		out[i] = t.Name
+	}
+	return out
+}
+
+// readColumns reads the columns of the monolith's tables.
+func (b *splitBatch) readColumns(ctx context.Context) error {
+	b.cols = map[string]columns{}
+	for _, t := range b.sp.tables {
+		c, err := tableColumns(ctx, b.sp.mono, b.sp.schema, t.Name)
+		if err != nil {
+			return err
+		}
+		b.cols[t.Name] = c
+	}
+	return nil
+}
+
+// createTargets creates each shard's schema and tables on its target, as
+// the monolith's tables are (columns, primary key and, on PostgreSQL, the
+// other indexes), fenced for every writer but the mover (fenceForMover),
+// in transactions of up to 50 shards. A schema that exists is kept (a
+// batch run again: emptied before the copy); it must hold no table with
+// rows that is not a split's or move's (the plan refuses it, and so does
+// checkTargetsEmpty). It returns the target fences' tokens.
+func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
+	tables := b.tableNames()
+	defs := map[string]string{}
+	var indexes map[string][]string
+	for _, t := range tables {
+		d, err := tableDefinition(ctx, b.sp.mono, b.sp.schema, t, true)
+		if err != nil {
+			return nil, err
+		}
+		defs[t] = d
+	}
+	if !b.sp.mysql {
+		var err error
+		if indexes, err = secondaryIndexesPG(ctx, b.sp.mono, b.sp.schema, tables); err != nil {
+			return nil, err
+		}
+	}
+	tokens := map[int]int64{}
+	var mu sync.Mutex
+	targets, shards := b.byTarget()
+	errs := make(chan error, len(targets))
+	for _, d := range targets {
+		go func() {
+			db := b.sp.cfg.DBs[d]
+			for lo := 0; lo < len(shards[d]); lo += 50 {
+				chunk := shards[d][lo:min(lo+50, len(shards[d]))]
+				if b.sp.mysql {
+					for _, s := range chunk {
+						if err := copyDefinitions(ctx, b.sp.mono, db, b.sp.schema, b.schemaOf(s), tables); err != nil {
+							errs <- err
+							return
+						}
+						tok, err := fenceTarget(ctx, db, b.schemaOf(s), b.schemaOf(s), tables)
+						if err != nil {
+							errs <- err
+							return
+						}
+						mu.Lock()
+						tokens[s] = tok
+						mu.Unlock()
+					}
+					continue
+				}
+				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error {
+					var have []string
+					if err := tx.Raw("SELECT nspname FROM pg_namespace WHERE nspname IN ?", shardSchemas(b, chunk)).Scan(&have).Error; err != nil {
+						return err
+					}
+					// New schemas: one script, one round trip.
+					var script []string
+					for _, s := range chunk {
+						sc := b.schemaOf(s)
+						if slices.Contains(have, sc) {
+							continue
+						}
+						script = append(script, `CREATE SCHEMA "`+sc+`"`)
+						for _, t := range tables {
+							script = append(script, "CREATE TABLE "+quoteTable(db, sc, t)+defs[t])
+							for _, ix := range indexes[t] {
+								script = append(script, fmt.Sprintf(ix, `"`+sc+`"`))
+							}
+						}
+						script = append(script, fenceStatementsPG(sc, sc)...)
+						for _, t := range tables {
+							script = append(script, fenceTriggerPG(sc, t))
+						}
+						// fenceForMover's fence, of a fresh state row.
+						script = append(script, `UPDATE "`+sc+`".`+fenceTable+` SET fenced_until = 'infinity', token = 1, sealed = FALSE, mover_only = TRUE WHERE id = 1`)
+						mu.Lock()
+						tokens[s] = 1
+						mu.Unlock()
+					}
+					if len(script) > 0 {
+						if err := tx.Exec(strings.Join(script, ";\n")).Error; err != nil {
+							return err
+						}
+					}
+					// Schemas found (a batch run again): as a move does.
+					for _, s := range chunk {
+						sc := b.schemaOf(s)
+						if !slices.Contains(have, sc) {
+							continue
+						}
+						for _, t := range tables {
+							if err := tx.Exec("CREATE TABLE IF NOT EXISTS " + quoteTable(db, sc, t) + defs[t]).Error; err != nil {
+								return err
+							}
+							for _, ix := range indexes[t] {
+								if err := tx.Exec(fmt.Sprintf(ix, `"`+sc+`"`)).Error; err != nil {
+									return err
+								}
+							}
+						}
+						if err := ensureFencePG(tx, sc, sc, tables); err != nil {
+							return err
+						}
+						tok, err := fenceForMoverTx(tx, sc, tables)
+						if err != nil {
+							return err
+						}
+						mu.Lock()
+						tokens[s] = tok
+						mu.Unlock()
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- fmt.Errorf("shardid: creating shards %d to %d on %s: %w", chunk[0], chunk[len(chunk)-1], b.sp.cfg.Map.Databases()[d], err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range targets {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return tokens, first
+}
+
+// secondaryIndexesPG returns the definitions of the indexes of tables of
+// schema, but their primary keys, as formats whose %s is the schema to
+// create them in (CREATE INDEX IF NOT EXISTS name ON %s.table ...).
+func secondaryIndexesPG(ctx context.Context, db *gorm.DB, schema string, tables []string) (map[string][]string, error) {
+	var found []struct{ Tbl, Def string }
+	err := db.WithContext(ctx).Raw(`SELECT c.relname AS tbl, pg_get_indexdef(i.indexrelid) AS def
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relname IN ? AND NOT i.indisprimary ORDER BY 1, 2`, schema, tables).Scan(&found).Error
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, f := range found {
+		// CREATE [UNIQUE] INDEX name ON [ONLY] schema.table USING ...
+		on := " ON " + quotePGName(schema) + "." + quotePGName(f.Tbl) + " "
+		i := strings.Index(f.Def, on)
+		if i < 0 {
+			continue // a definition of an unexpected form: left out
+		}
+		def := strings.Replace(f.Def[:i], " INDEX ", " INDEX IF NOT EXISTS ", 1) + " ON %s." + quotePGName(f.Tbl) + " " + strings.ReplaceAll(f.Def[i+len(on):], "%", "%%")
+		out[f.Tbl] = append(out[f.Tbl], def)
+	}
+	return out, nil
+}
+
+// quotePGName quotes name as pg_get_indexdef does: only when it must.
+func quotePGName(name string) string {
+	if sqlIdentPlain(name) {
+		return name
+	}
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+func sqlIdentPlain(name string) bool {
+	for i, r := range name {
+		if !(r >= 'a' && r <= 'z' || r == '_' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return name != ""
+}
+
+// checkTargetsEmpty returns ErrTargetHoldsData if a shard's schema on its
+// target holds a row in a table that is not a split's or move's own, and
+// the shard has no copy in progress of this split (its fence for the
+// mover, which a batch run again finds): data the split would overwrite.
+func (b *splitBatch) checkTargetsEmpty(ctx context.Context) error {
+	targets, shards := b.byTarget()
+	for _, d := range targets {
+		rows, err := targetRows(ctx, b.sp.cfg.DBs[d], shardSchemas(b, shards[d]))
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if r.moverFenced {
+				continue
+			}
+			return withDetail(ErrTargetHoldsData, fmt.Sprintf("%s.%s on %s holds %d row(s) (ids %s): a split writes only into empty schemas",
+				r.schema, r.table, b.sp.cfg.Map.Databases()[d], r.rows, joinIDs(r.ids)))
+		}
+	}
+	return nil
+}
+
+func shardSchemas(b *splitBatch, shards []int) []string {
+	out := make([]string, len(shards))
+	for i, s := range shards {
+		out[i] = b.schemaOf(s)
+	}
+	return out
+}
+
+// targetTable is a table with rows in a target's schema.
+type targetTable struct {
+	schema, table string
+	rows          int64
+	ids           []int64 // the first few
+	moverFenced   bool    // the schema is fenced for a mover: a copy under way
+}
+
+// targetRows returns the tables of schemas on db that hold rows, but the
+// split's and move's own.
+func targetRows(ctx context.Context, db *gorm.DB, schemas []string) ([]targetTable, error) {
+	if len(schemas) == 0 {
+		return nil, nil
+	}
+	var found []struct{ Schema, Table string }
+	q := `SELECT table_schema AS "schema", table_name AS "table" FROM information_schema.tables WHERE table_schema IN ? AND table_type = 'BASE TABLE' ORDER BY 1, 2`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT TABLE_SCHEMA AS `schema`, TABLE_NAME AS `table` FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2"
+	}
+	if err := db.WithContext(ctx).Raw(q, schemas).Scan(&found).Error; err != nil {
+		return nil, err
+	}
+	fenced := map[string]bool{}
+	var out []targetTable
+	for _, f := range found {
+		if f.Table == fenceTable {
+			st, err := readFence(ctx, db, f.Schema)
+			if err != nil {
+				return nil, err
+			}
+			fenced[f.Schema] = st.MoverOnly
+		}
+	}
+	for _, f := range found {
+		if isInternalSplitTable(f.Table) {
+			continue
+		}
+		var ids []int64
+		if err := db.WithContext(ctx).Raw("SELECT id FROM " + quoteTable(db, f.Schema, f.Table) + " ORDER BY id LIMIT 5").Scan(&ids).Error; err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		var n int64
+		if err := db.WithContext(ctx).Raw("SELECT count(*) FROM " + quoteTable(db, f.Schema, f.Table)).Scan(&n).Error; err != nil {
+			return nil, err
+		}
+		out = append(out, targetTable{schema: f.Schema, table: f.Table, rows: n, ids: ids, moverFenced: fenced[f.Schema]})
+	}
+	return out, nil
+}
+
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ", ")
+}
+
+// copy empties the batch's tables on their targets and copies every row
+// of the batch's shards into them, table by table: one read of each
+// monolith table (COPY on PostgreSQL) whose rows go to their shard's
+// schema. It returns the rows copied.
+func (b *splitBatch) copy(ctx context.Context) (int64, error) {
+	targets, shards := b.byTarget()
+	for _, d := range targets {
+		db := b.sp.cfg.DBs[d]
+		err := moverTx(ctx, db, func(tx *sql.Tx) error {
+			for _, s := range shards[d] {
+				var all []string
+				for _, t := range b.tableNames() {
+					all = append(all, quoteTable(db, b.schemaOf(s), t))
+				}
+				stmts := []string{"TRUNCATE TABLE " + strings.Join(all, ", ")}
+				if b.sp.mysql {
+					stmts = nil
+					for _, t := range all {
+						stmts = append(stmts, "DELETE FROM "+t)
+					}
+				}
+				for _, q := range stmts {
+					if _, err := tx.ExecContext(ctx, q); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("shardid: emptying the batch's shards on %s: %w", b.sp.cfg.Map.Databases()[d], err)
+		}
+	}
+	var total int64
+	for _, t := range b.sp.tables {
+		var progress func(int64)
+		if b.progress != nil {
+			progress = func(n int64) { b.progress(t.Name, n) }
+		}
+		var n int64
+		var err error
+		if b.sp.mysql {
+			n, err = b.copyTableBatches(ctx, t, progress)
+		} else {
+			n, err = b.copyTablePG(ctx, t, progress)
+		}
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// copyTablePG copies the batch's rows of t to each target at once: COPY
+// (the rows of the target's shards, with their shard) TO STDOUT on the
+// monolith piped into COPY FROM STDIN of a temporary table on the target
+// (ON COMMIT DROP: nothing outlives the transaction), indexed by shard,
+// whose rows one script of INSERT ... SELECT, a statement per shard, puts
+// into each shard's table: a few round trips per table and target,
+// whatever the number of shards. Each target's copy is one transaction let
+// through its fence for the mover.
+func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
+	cols := b.cols[t.Name].write
+	list := columnList(b.sp.mono, cols)
+	from, shard := b.sp.from(t)
+	sel := make([]string, len(cols))
+	for i, c := range cols {
+		sel[i] = b.sp.col("x", c)
+	}
+	targets, shards := b.byTarget()
+	var mu sync.Mutex
+	counts := map[int]int64{}
+	report := func(d int, n int64) {
+		if progress == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		counts[d] = n
+		var sum int64
+		for _, v := range counts {
+			sum += v
+		}
+		progress(sum)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(targets))
+	var copied sync.Map
+	for _, d := range targets {
+		go func() {
+			q := "COPY (SELECT " + shard + ", " + strings.Join(sel, ", ") + " FROM " + from + " WHERE " + shard + " " + inList(shards[d]) + ") TO STDOUT"
+			n, err := b.copyToTarget(ctx, d, t, shards[d], q, list, func(n int64) { report(d, n) })
+			if err != nil {
+				cancel()
+			}
+			copied.Store(d, n)
+			errs <- err
+		}()
+	}
+	var first error
+	for range targets {
+		if err := <-errs; err != nil && (first == nil || errors.Is(first, context.Canceled)) {
+			first = fmt.Errorf("shardid: copying %s to %s: %w", t.Name, "a target", err)
+		}
+	}
+	var total int64
+	copied.Range(func(_, v any) bool { total += v.(int64); return true })
+	return total, first
+}
+
+// copyToTarget is copyTablePG's copy to target d of shards, by the COPY TO
+// statement q on the monolith.
+func (b *splitBatch) copyToTarget(ctx context.Context, d int, t SplitTable, shards []int, q, list string, progress func(int64)) (int64, error) {
+	db := b.sp.cfg.DBs[d]
+	stage := quoteIdent(db, "shardid_stage_"+t.Name)
+	var copied int64
+	err := withPgx(ctx, b.sp.mono, func(sc *pgx.Conn) error {
+		return withPgx(ctx, db, func(dc *pgx.Conn) error {
+			pr, pw := io.Pipe()
+			done := make(chan error, 1)
+			go func() {
+				stx, err := sc.Begin(ctx)
+				if err == nil {
+					if _, err = stx.Exec(ctx, hashSettingsPG); err == nil {
+						bw := &rowBuffer{w: pw, every: 1000}
+						if _, err = sc.PgConn().CopyTo(ctx, bw, q); err == nil {
+							err = bw.Flush()
+						}
+					}
+					_ = stx.Rollback(context.WithoutCancel(ctx))
+				}
+				pw.CloseWithError(err)
+				done <- err
+			}()
+			cr := &lineCounter{r: pr, progress: progress, every: 10000, next: 10000}
+			tx, err := dc.Begin(ctx)
+			if err != nil {
+				pr.CloseWithError(err)
+				<-done
+				return err
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			first := quoteTable(db, b.schemaOf(shards[0]), t.Name)
+			_, err = tx.Exec(ctx, moverSettingsPG)
+			if err == nil {
+				_, err = tx.Exec(ctx, "CREATE TEMPORARY TABLE "+stage+" ON COMMIT DROP AS SELECT 0::int AS shardid_s, "+list+" FROM "+first+" WITH NO DATA")
+			}
+			if err == nil {
+				_, err = dc.PgConn().CopyFrom(ctx, cr, "COPY "+stage+" (shardid_s, "+list+") FROM STDIN")
+			}
+			cr.stop()
+			pr.CloseWithError(io.ErrClosedPipe)
+			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
+				err = rerr
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "CREATE INDEX ON "+stage+" (shardid_s)"); err != nil {
+				return err
+			}
+			script := make([]string, 0, len(shards))
+			for _, s := range shards {
+				script = append(script, "INSERT INTO "+quoteTable(db, b.schemaOf(s), t.Name)+" ("+list+") OVERRIDING SYSTEM VALUE SELECT "+list+
+					" FROM "+stage+" WHERE shardid_s = "+strconv.Itoa(s))
+			}
+			if _, err := tx.Exec(ctx, strings.Join(script, ";\n")); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+stage).Scan(&copied); err != nil {
+				return err
+			}
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
+			if progress != nil {
+				progress(copied)
+			}
+			return nil
+		})
+	})
+	return copied, err
+}
+
+// copyTableBatches copies the batch's rows of t in key order, a batch of
+// rows at a time read from the monolith and written to each shard's table
+// with multi-row INSERTs (MySQL/MariaDB).
+func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
+	cols := b.cols[t.Name].write
+	rel := b.sp.rel(t, b.shards)
+	sel := "SELECT shardid_s, " + columnList(b.sp.mono, cols) + " FROM " + rel
+	var after any
+	var copied int64
+	for {
+		q, args := sel+" ORDER BY id LIMIT 5000", []any(nil)
+		if after != nil {
+			q, args = sel+" WHERE id > ? ORDER BY id LIMIT 5000", []any{after}
+		}
+		var rows [][]any
+		err := readSession(ctx, b.sp.mono, func(qr querier) error {
+			rs, err := qr.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			rows, err = scanAll(rs, len(cols)+1)
+			return err
+		})
+		if err != nil {
+			return copied, fmt.Errorf("shardid: reading %s from the monolith: %w", t.Name, err)
+		}
+		if len(rows) == 0 {
+			return copied, nil
+		}
+		after = rows[len(rows)-1][1]
+		per := map[int][][]any{}
+		for _, r := range rows {
+			s, err := asInt64(r[0])
+			if err != nil {
+				return copied, err
+			}
+			per[int(s)] = append(per[int(s)], r[1:])
+		}
+		for s, rs := range per {
+			db := b.dst(s)
+			err := moverTx(ctx, db, func(tx *sql.Tx) error {
+				return insertRows(ctx, db, tx.ExecContext, quoteTable(db, b.schemaOf(s), t.Name), cols, rs, false)
+			})
+			if err != nil {
+				return copied, fmt.Errorf("shardid: writing %s of shard %d: %w", t.Name, s, err)
+			}
+		}
+		copied += int64(len(rows))
+		if progress != nil {
+			progress(copied)
+		}
+		if len(rows) < 5000 {
+			return copied, nil
+		}
+	}
+}
+
+// compare reads every table of the batch on both sides once (the
+// monolith's rows of the batch, each shard's table on its target) and
+// sets the verification up: each shard's row count and hash sum on its
+// target, and the keys that differ.
+func (b *splitBatch) compare(ctx context.Context) error {
+	b.checks = map[string]map[int]*rowCheck{}
+	for _, t := range b.sp.tables {
+		all := b.cols[t.Name].all
+		src := map[int]map[int64]uint64{}
+		err := readSession(ctx, b.sp.mono, func(q querier) error {
+			rows, err := q.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(b.sp.mono, all)+" FROM "+b.sp.rel(t, b.shards))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var s int
+				var h any
+				if err := rows.Scan(&id, &s, &h); err != nil {
+					return err
+				}
+				hv, err := hashOf(h)
+				if err != nil {
+					return err
+				}
+				if src[s] == nil {
+					src[s] = map[int64]uint64{}
+				}
+				src[s][id] = hv
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return fmt.Errorf("shardid: reading %s on the monolith: %w", t.Name, err)
+		}
+		checks := map[int]*rowCheck{}
+		for _, s := range b.shards {
+			db := b.dst(s)
+			checks[s] = &rowCheck{table: quoteTable(db, b.schemaOf(s), t.Name), src: b.sp.rel(t, []int{s}), suspect: map[int64]string{}}
+		}
+		targets, shards := b.byTarget()
+		for _, d := range targets {
+			db := b.sp.cfg.DBs[d]
+			err := readSession(ctx, db, func(q querier) error {
+				seen := map[int]map[int64]bool{}
+				// Each shard's table, 200 shards to a query.
+				for lo := 0; lo < len(shards[d]); lo += 200 {
+					chunk := shards[d][lo:min(lo+200, len(shards[d]))]
+					parts := make([]string, len(chunk))
+					for i, s := range chunk {
+						parts[i] = "SELECT " + strconv.Itoa(s) + ", id, " + rowHash(db, all) + " FROM " + checks[s].table
+					}
+					rows, err := q.QueryContext(ctx, strings.Join(parts, " UNION ALL "))
+					if err != nil {
+						return err
+					}
+					for rows.Next() {
+						var s int
+						var id int64
+						var h any
+						if err := rows.Scan(&s, &id, &h); err != nil {
+							rows.Close()
+							return err
+						}
+						hv, err := hashOf(h)
+						if err != nil {
+							rows.Close()
+							return err
+						}
+						rc := checks[s]
+						rc.rows++
+						rc.sum += hv
+						if seen[s] == nil {
+							seen[s] = map[int64]bool{}
+						}
+						seen[s][id] = true
+						switch sh, ok := src[s][id]; {
+						case !ok:
+							rc.suspect[id] = "only on the target"
+						case sh != hv:
+							rc.suspect[id] = "different on the target"
+						}
+					}
+					rows.Close()
+					if err := rows.Err(); err != nil {
+						return err
+					}
+				}
+				for _, s := range shards[d] {
+					for id := range src[s] {
+						if !seen[s][id] {
+							checks[s].suspect[id] = "missing on the target"
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("shardid: reading %s on %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
+			}
+		}
+		b.checks[t.Name] = checks
+	}
+	return nil
+}
+
+// splitChange is an entry of the split's change log.
+type splitChange struct {
+	Seq   int64
+	Tbl   string
+	ID    int64
+	Shard int
+}
+
+// catchUp applies the split's change log until a read of it finds fewer
+// than changeBatchSize entries (or none, if all), and returns how many it
+// applied: each entry's row is applied to its shard's table on its target
+// (re-read from the monolith among that shard's rows: gone there, it is
+// deleted on the target), verified as it is written once the batch was
+// compared.
+func (b *splitBatch) catchUp(ctx context.Context, all bool) (int, error) {
+	applied := 0
+	for {
+		var log []splitChange
+		err := readSession(ctx, b.sp.mono, func(q querier) error {
+			rows, err := q.QueryContext(ctx, "SELECT seq, tbl, id, shard FROM "+b.sp.q(splitChangeTable)+" ORDER BY seq LIMIT "+strconv.Itoa(changeBatchSize))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var c splitChange
+				if err := rows.Scan(&c.Seq, &c.Tbl, &c.ID, &c.Shard); err != nil {
+					return err
+				}
+				log = append(log, c)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return applied, fmt.Errorf("shardid: reading the split's change log: %w", err)
+		}
+		if len(log) == 0 {
+			return applied, nil
+		}
+		if err := b.apply(ctx, log); err != nil {
+			return applied, err
+		}
+		seqs := make([]int64, len(log))
+		for i, c := range log {
+			seqs[i] = c.Seq
+		}
+		if err := forgetChangesIn(ctx, b.sp.mono, b.sp.schema, splitChangeTable, seqs); err != nil {
+			return applied, fmt.Errorf("shardid: trimming the split's change log: %w", err)
+		}
+		applied += len(log)
+		if !all && len(log) < changeBatchSize {
+			return applied, nil
+		}
+	}
+}
+
+// apply applies log entries, grouped by table and shard, a few groups at
+// once. An entry of an unknown shard (-1: a child row whose parent was
+// gone) is applied to every shard of the batch whose target holds its key,
+// and to the shard the monolith now gives it.
+func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
+	type group struct {
+		table string
+		shard int
+	}
+	keys := map[group][]int64{}
+	seen := map[group]map[int64]bool{}
+	add := func(g group, id int64) {
+		if seen[g] == nil {
+			seen[g] = map[int64]bool{}
+		}
+		if !seen[g][id] {
+			seen[g][id] = true
+			keys[g] = append(keys[g], id)
+		}
+	}
+	unknown := map[string][]int64{}
+	for _, c := range log {
+		if _, ok := b.cols[c.Tbl]; !ok {
+			return fmt.Errorf("shardid: the split's change log names table %q, not one of the split's", c.Tbl)
+		}
+		if _, ok := b.to[c.Shard]; ok {
+			add(group{c.Tbl, c.Shard}, c.ID)
+		} else if c.Shard == -1 {
+			unknown[c.Tbl] = append(unknown[c.Tbl], c.ID)
+		}
+		// A shard outside the batch: its rows stay in the monolith.
+	}
+	for tbl, ids := range unknown {
+		holders, err := b.whereIs(ctx, tbl, ids)
+		if err != nil {
+			return err
+		}
+		for id, shards := range holders {
+			for _, s := range shards {
+				add(group{tbl, s}, id)
+			}
+		}
+	}
+	groups := make([]group, 0, len(keys))
+	for g := range keys {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		if groups[i].table != groups[j].table {
+			return groups[i].table < groups[j].table
+		}
+		return groups[i].shard < groups[j].shard
+	})
+	// A unit is a table's groups on one target: applied in one
+	// transaction there (applyUnit), or, if that fails (a unique value two
+	// rows swapped, see applyChunk), group by group as a move does.
+	type unit struct {
+		table  string
+		target int
+	}
+	units := map[unit]map[int][]int64{}
+	var order []unit
+	for _, g := range groups {
+		u := unit{g.table, b.to[g.shard]}
+		if units[u] == nil {
+			units[u] = map[int][]int64{}
+			order = append(order, u)
+		}
+		units[u][g.shard] = keys[g]
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, u := range order {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := b.applyUnit(ctx, u.table, u.target, units[u])
+			if err != nil && ctx.Err() == nil {
+				err = nil
+				t := b.sp.byName[u.table]
+				for _, s := range sortedKeys(units[u]) {
+					var rc *rowCheck
+					if b.checks != nil {
+						rc = b.checks[u.table][s]
+					}
+					if err = applyKeysFrom(ctx, b.sp.mono, b.dst(s), b.sp.rel(t, []int{s}), b.schemaOf(s), u.table, b.cols[u.table], units[u][s], rc); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// applyUnit applies the keys of table, by shard, of shards on target d in
+// one transaction there: what applyChunk does for one shard, for all of
+// them at once. The monolith's rows are re-read in one query (with their
+// shard now: a row gone from a shard, or gone, is deleted from the
+// shard's table), the target's hashes before and after the writes read
+// in one query each, and every row verified as it is written (rowCheck).
+// On an error it changes nothing, and the caller applies the keys group by
+// group (applyKeysFrom), which handles unique values two rows swapped.
+func (b *splitBatch) applyUnit(ctx context.Context, table string, d int, keys map[int][]int64) error {
+	t, c, db := b.sp.byName[table], b.cols[table], b.sp.cfg.DBs[d]
+	shards := sortedKeys(keys)
+	var all []int64
+	for _, s := range shards {
+		all = append(all, keys[s]...)
+	}
+	if len(all) > 5000 {
+		return errors.New("too many keys for one transaction")
+	}
+	type srcRow struct {
+		shard int
+		vals  []any
+		h     uint64
+	}
+	src := map[int64]srcRow{}
+	err := readSession(ctx, b.sp.mono, func(q querier) error {
+		for lo := 0; lo < len(all); lo += 1000 {
+			chunk := all[lo:min(lo+1000, len(all))]
+			args := make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
+			}
+			rs, err := q.QueryContext(ctx, "SELECT shardid_s, "+columnList(b.sp.mono, c.write)+", "+rowHash(b.sp.mono, c.all)+
+				" FROM "+b.sp.rel(t, shards)+" WHERE id IN ("+placeholders(b.sp.mono, 0, len(chunk))+")", args...)
+			if err != nil {
+				return err
+			}
+			rows, err := scanAll(rs, len(c.write)+2)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				s, err := asInt64(r[0])
+				if err != nil {
+					return err
+				}
+				id, err := asInt64(r[1])
+				if err != nil {
+					return err
+				}
+				h, err := hashOf(r[len(r)-1])
+				if err != nil {
+					return err
+				}
+				src[id] = srcRow{shard: int(s), vals: r[1 : len(r)-1], h: h}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	hashes := func(tx *sql.Tx) (map[int]map[int64]uint64, error) {
+		out := map[int]map[int64]uint64{}
+		var parts []string
+		var args []any
+		for _, s := range shards {
+			parts = append(parts, "SELECT "+strconv.Itoa(s)+", id, "+rowHash(db, c.all)+" FROM "+quoteTable(db, b.schemaOf(s), table)+
+				" WHERE id IN ("+placeholders(db, len(args), len(keys[s]))+")")
+			for _, id := range keys[s] {
+				args = append(args, id)
+			}
+			out[s] = map[int64]uint64{}
+		}
+		rows, err := tx.QueryContext(ctx, strings.Join(parts, " UNION ALL "), args...)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s int
+			var id int64
+			var h any
+			if err := rows.Scan(&s, &id, &h); err != nil {
+				return nil, err
+			}
+			if out[s][id], err = hashOf(h); err != nil {
+				return nil, err
+			}
+		}
+		return out, rows.Err()
+	}
+	upsert := !b.sp.mysql
+	var old, now map[int]map[int64]uint64
+	err = moverTx(ctx, db, func(tx *sql.Tx) (err error) {
+		if old, err = hashes(tx); err != nil {
+			return err
+		}
+		for _, s := range shards {
+			qt := quoteTable(db, b.schemaOf(s), table)
+			var del []any
+			var rows [][]any
+			for _, id := range keys[s] {
+				r, ok := src[id]
+				switch {
+				case !ok || r.shard != s:
+					del = append(del, id)
+				case upsert:
+					rows = append(rows, r.vals)
+				default:
+					del = append(del, id)
+					rows = append(rows, r.vals)
+				}
+			}
+			if len(del) > 0 {
+				if _, err := tx.ExecContext(ctx, "DELETE FROM "+qt+" WHERE id IN ("+placeholders(db, 0, len(del))+")", del...); err != nil {
+					return err
+				}
+			}
+			if err := insertRows(ctx, db, tx.ExecContext, qt, c.write, rows, upsert); err != nil {
+				return err
+			}
+		}
+		now, err = hashes(tx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if b.checks != nil {
+		for _, s := range shards {
+			srcH := map[int64]uint64{}
+			for _, id := range keys[s] {
+				if r, ok := src[id]; ok && r.shard == s {
+					srcH[id] = r.h
+				}
+			}
+			b.checks[table][s].applied(keys[s], srcH, old[s], now[s])
+		}
+	}
+	return nil
+}
+
+// whereIs returns, for keys of table, the batch's shards whose target
+// holds them, and the shard whose rows hold them on the monolith now.
+func (b *splitBatch) whereIs(ctx context.Context, table string, ids []int64) (map[int64][]int, error) {
+	out := map[int64][]int{}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	t := b.sp.byName[table]
+	var now []struct {
+		ID    int64
+		Shard int
+	}
+	err := b.sp.mono.WithContext(ctx).Raw("SELECT id, shardid_s AS shard FROM "+b.sp.rel(t, b.shards)+" WHERE id IN ?", ids).Scan(&now).Error
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range now {
+		out[n.ID] = append(out[n.ID], n.Shard)
+	}
+	targets, shards := b.byTarget()
+	for _, d := range targets {
+		db := b.sp.cfg.DBs[d]
+		for _, s := range shards[d] {
+			var have []int64
+			if err := db.WithContext(ctx).Raw("SELECT id FROM "+quoteTable(db, b.schemaOf(s), table)+" WHERE id IN ?", ids).Scan(&have).Error; err != nil {
+				return nil, err
+			}
+			for _, id := range have {
+				if !slices.Contains(out[id], s) {
+					out[id] = append(out[id], s)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// converge compares both sides, then applies the change log round after
+// round until little is left for the fence (as shardCopier.converge).
+func (b *splitBatch) converge(ctx context.Context) error {
+	if _, err := b.catchUp(ctx, false); err != nil {
+		return err
+	}
+	if err := b.compare(ctx); err != nil {
+		return err
+	}
+	prev := -1
+	for round := 0; ; round++ {
+		n, err := b.catchUp(ctx, false)
+		if err != nil {
+			return err
+		}
+		if round == 0 {
+			if err := b.recheck(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if n <= smallBacklog || round >= 20 || (round >= 4 && n >= prev) {
+			return b.unexplained(ctx)
+		}
+		prev = n
+	}
+}
+
+// recheck compares the keys in doubt again.
+func (b *splitBatch) recheck(ctx context.Context) error {
+	for _, t := range b.sp.tables {
+		for _, s := range b.shards {
+			rc := b.checks[t.Name][s]
+			if err := rc.recheck(ctx, b.sp.mono, b.dst(s), b.cols[t.Name].all); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// unexplained fails with ErrCopyDiffers if a key still differs with no
+// change of it waiting in the log, before the fence.
+func (b *splitBatch) unexplained(ctx context.Context) error {
+	if err := b.recheck(ctx); err != nil {
+		return err
+	}
+	var pending map[string]map[int64]bool
+	for _, t := range b.sp.tables {
+		for _, s := range b.shards {
+			rc := b.checks[t.Name][s]
+			if len(rc.suspect) == 0 {
+				continue
+			}
+			if pending == nil {
+				var err error
+				if pending, err = pendingKeysIn(ctx, b.sp.mono, b.sp.schema, splitChangeTable); err != nil {
+					return err
+				}
+			}
+			for id, why := range rc.suspect {
+				if !pending[t.Name][id] {
+					return fmt.Errorf("%w: table %s of shard %d, id %d (%s), before the fence", ErrCopyDiffers, t.Name, s, id, why)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// finish runs under the fence: the rest of the change log, the keys in
+// doubt compared again, and each table's rows and checksum over the
+// batch, equal on both sides.
+func (b *splitBatch) finish(ctx context.Context) ([]TableCheck, error) {
+	if _, err := b.catchUp(ctx, true); err != nil {
+		return nil, err
+	}
+	if err := b.recheck(ctx); err != nil {
+		return nil, err
+	}
+	var out []TableCheck
+	for _, t := range b.sp.tables {
+		tc := TableCheck{Table: t.Name}
+		for _, s := range b.shards {
+			rc := b.checks[t.Name][s]
+			if len(rc.suspect) > 0 {
+				id, why := rc.firstSuspect()
+				return nil, fmt.Errorf("%w: table %s of shard %d differs in %d row(s) after the copy, the first with id %d (%s)",
+					ErrCopyDiffers, t.Name, s, len(rc.suspect), id, why)
+			}
+			tc.Rows += rc.rows
+			tc.Checksum += rc.sum
+		}
+		out = append(out, tc)
+	}
+	return out, nil
+}
+
+// shardCheck is what finish verified of one table of one shard.
+type shardCheck struct {
+	Rows int64  `json:"rows"`
+	Sum  uint64 `json:"sum"`
+}
+
+// verified returns, per shard, what finish verified of each table, as
+// JSON: stored with the seal for deleteCopied.
+func (b *splitBatch) verified() map[int]string {
+	out := map[int]string{}
+	for _, s := range b.shards {
+		m := map[string]shardCheck{}
+		for _, t := range b.sp.tables {
+			rc := b.checks[t.Name][s]
+			m[t.Name] = shardCheck{Rows: rc.rows, Sum: rc.sum}
+		}
+		j, _ := json.Marshal(m)
+		out[s] = string(j)
+	}
+	return out
+}

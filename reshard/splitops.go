@@ -1,0 +1,291 @@
+package reshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// RunSplit carries plan out, batch by batch (SplitShards), after
+// CleanSplit: it can be run again after it was stopped or failed, and
+// goes on where it stopped (the batches whose shards are split already
+// are skipped; a batch sealed but not flipped is finished). cfg.Map must
+// be the catalog's (Catalog.LoadMap). onBatch, if not nil, hears each
+// batch's result.
+func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitOptions, onBatch func(batch int, res SplitResult)) error {
+	if err := plan.check(cfg); err != nil {
+		return err
+	}
+	if _, err := CleanSplit(ctx, cfg); err != nil {
+		return err
+	}
+	mono := cfg.Map.DatabaseIndex(cfg.Monolith)
+	for i, batch := range plan.Batches {
+		v := cfg.Map.Load()
+		var shards []int
+		var to []string
+		for _, s := range batch {
+			if v.Shared(s) && v.DB(s) == mono || !v.Shared(s) && v.Database(s) == plan.To[s] {
+				shards = append(shards, s)
+				to = append(to, plan.To[s])
+			} else {
+				return withDetail(ErrStalePlan, fmt.Sprintf("shard %d is on %s (shared: %v), neither in the monolith nor on %s", s, v.Database(s), v.Shared(s), plan.To[s]))
+			}
+		}
+		// Split already, unless sealed and not flipped (SplitShards
+		// finishes it).
+		done := true
+		for _, s := range shards {
+			if v.Shared(s) {
+				done = false
+			}
+		}
+		if done {
+			continue
+		}
+		var pending []int
+		var pto []string
+		for j, s := range shards {
+			if v.Shared(s) {
+				pending, pto = append(pending, s), append(pto, to[j])
+			}
+		}
+		res, err := SplitShards(ctx, cfg, pending, pto, opts)
+		if err != nil {
+			return fmt.Errorf("batch %d of %d (shards %d to %d): %w", i+1, len(plan.Batches), pending[0], pending[len(pending)-1], err)
+		}
+		if onBatch != nil {
+			onBatch(i, res)
+		}
+	}
+	return nil
+}
+
+// CleanSplit deletes from the monolith the rows of the shards a split
+// flipped (sealed on the monolith, on their targets in cfg.Map) that are
+// still there, as a batch does after its flip (deleteCopied: only rows that
+// add up to what the batch verified), and returns how many. A split whose
+// mover died after a flip leaves them; RunSplit calls it first.
+func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
+	sp, err := newSplitter(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	lock, err := lockMove(ctx, sp.mono, sp.schema, DefaultLockWait, nil)
+	if err != nil {
+		return 0, fmt.Errorf("shardid: split: %w", err)
+	}
+	defer lock.release()
+	state, err := sp.readSplitState(ctx, nil)
+	if err != nil || state == nil {
+		return 0, err
+	}
+	v := cfg.Map.Load()
+	b := &splitBatch{sp: sp, to: map[int]int{}}
+	for s, st := range state {
+		if s >= 0 && st.Sealed && !v.Shared(s) {
+			b.to[s] = v.DB(s)
+			b.shards = append(b.shards, s)
+		}
+	}
+	if len(b.shards) == 0 {
+		return 0, nil
+	}
+	slices.Sort(b.shards)
+	if err := b.readColumns(ctx); err != nil {
+		return 0, err
+	}
+	if err := lock.ensure(ctx, "deleting the split's rows from the monolith"); err != nil {
+		return 0, err
+	}
+	return sp.deleteCopied(ctx, b)
+}
+
+// AbortResult says what AbortSplit undid.
+type AbortResult struct {
+	Unfenced []int // shards whose state on the monolith was reset (moving, fenced or sealed before a flip)
+	Dropped  []int // shards whose copy on a target was dropped
+}
+
+// AbortSplit undoes the batch of a split that was stopped or failed before
+// its flip: the monolith stays the home of every shard it still holds
+// (the catalog's, if cfg has one, or cfg.Map's), its rows take writes again
+// (their fences and seals lifted), the change log stops, and the copies of
+// those shards on the targets, never flipped (still fenced for the mover),
+// are dropped. Shards already flipped stay split. It waits for the split's
+// lock (a split under way must be stopped first: ErrMoveInProgress).
+func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
+	var res AbortResult
+	sp, err := newSplitter(ctx, cfg)
+	if err != nil {
+		return res, err
+	}
+	lock, err := lockMove(ctx, sp.mono, sp.schema, DefaultLockWait, nil)
+	if err != nil {
+		return res, fmt.Errorf("shardid: split: %w", err)
+	}
+	defer lock.release()
+	p := cfg.Map.Load().Placements()
+	if cfg.Catalog != nil {
+		if p, _, err = cfg.Catalog.loadPlacements(ctx, cfg.Map.Databases(), sp.shards); err != nil {
+			return res, err
+		}
+	}
+	var home []int // shards the monolith still holds
+	for s, pl := range p {
+		if pl.Shared && pl.DB == sp.monoIdx {
+			home = append(home, s)
+		}
+	}
+	state, err := sp.readSplitState(ctx, nil)
+	if err != nil {
+		return res, err
+	}
+	var reset []int
+	for _, s := range home {
+		if st, ok := state[s]; ok && (st.Moving || st.Live || st.Sealed) {
+			reset = append(reset, s)
+		}
+	}
+	if len(reset) > 0 {
+		if err := lock.ensure(ctx, "lifting the split's fences"); err != nil {
+			return res, err
+		}
+		if err := sp.liftShards(ctx, reset, nil, true); err != nil {
+			return res, err
+		}
+		res.Unfenced = reset
+	}
+	if state != nil {
+		if err := sp.setMoving(ctx, nil, false); err != nil {
+			return res, err
+		}
+		if err := sp.clearChanges(ctx); err != nil {
+			return res, err
+		}
+	}
+	// The copies left on the targets, fenced for the mover: never live.
+	schemas := map[string]int{}
+	var names []string
+	for _, s := range home {
+		schemas[cfg.Map.SchemaOf(s)] = s
+		names = append(names, cfg.Map.SchemaOf(s))
+	}
+	for d, db := range cfg.DBs {
+		if d == sp.monoIdx || len(names) == 0 {
+			continue
+		}
+		var found []string
+		q := "SELECT table_schema FROM information_schema.tables WHERE table_name = ? AND table_schema IN ?"
+		if err := db.WithContext(ctx).Raw(q, fenceTable, names).Scan(&found).Error; err != nil {
+			return res, err
+		}
+		for _, sc := range found {
+			st, err := readFence(ctx, db, sc)
+			if err != nil {
+				return res, err
+			}
+			if !st.MoverOnly || st.Sealed {
+				continue // not a copy under way: left alone
+			}
+			if err := lock.ensure(ctx, "dropping a split's copy"); err != nil {
+				return res, err
+			}
+			if err := dropTarget(ctx, db, sc); err != nil {
+				return res, err
+			}
+			res.Dropped = append(res.Dropped, schemas[sc])
+		}
+	}
+	slices.Sort(res.Dropped)
+	return res, nil
+}
+
+// SplitStatus is where a split stands.
+type SplitStatus struct {
+	Shared  int // shards still in the monolith
+	Split   int // shards on their targets
+	Moving  []int
+	Fenced  []int // fenced now on the monolith, not sealed
+	Sealed  []int // sealed on the monolith (split, or flip pending)
+	Pending []int // sealed but still shared in the map: the flip is left to do
+	Backlog int64 // entries in the split's change log
+	// RowsLeft counts the rows of each sharded table still in the
+	// monolith (those of shards split but not deleted yet included).
+	RowsLeft map[string]int64
+	// Running is set while a split (or abort, or clean-up) holds the
+	// split's lock, with who holds it.
+	Running string
+}
+
+// ReadSplitStatus reports where the split of cfg's monolith stands, by
+// cfg.Map, the split's state on the monolith and its change log. It only
+// reads (and tries the split's lock once, to tell whether a split runs).
+func ReadSplitStatus(ctx context.Context, cfg SplitConfig) (SplitStatus, error) {
+	st := SplitStatus{RowsLeft: map[string]int64{}}
+	sp, err := newSplitter(ctx, cfg)
+	if err != nil {
+		return st, err
+	}
+	v := cfg.Map.Load()
+	for s := range sp.shards {
+		if v.Shared(s) && v.DB(s) == sp.monoIdx {
+			st.Shared++
+		} else {
+			st.Split++
+		}
+	}
+	state, err := sp.readSplitState(ctx, nil)
+	if err != nil {
+		return st, err
+	}
+	for _, s := range sortedShards(state) {
+		if s < 0 {
+			continue
+		}
+		x := state[s]
+		switch {
+		case x.Sealed:
+			st.Sealed = append(st.Sealed, s)
+			if v.Shared(s) {
+				st.Pending = append(st.Pending, s)
+			}
+		case x.Live:
+			st.Fenced = append(st.Fenced, s)
+		}
+		if x.Moving {
+			st.Moving = append(st.Moving, s)
+		}
+	}
+	if state != nil {
+		if err := sp.mono.WithContext(ctx).Raw("SELECT count(*) FROM " + sp.q(splitChangeTable)).Scan(&st.Backlog).Error; err != nil {
+			return st, err
+		}
+	}
+	for _, t := range sp.tables {
+		var n int64
+		if err := sp.mono.WithContext(ctx).Raw("SELECT count(*) FROM " + sp.q(t.Name)).Scan(&n).Error; err != nil {
+			return st, err
+		}
+		st.RowsLeft[t.Name] = n
+	}
+	lock, err := lockMove(ctx, sp.mono, sp.schema, -1, nil)
+	if errors.Is(err, ErrMoveInProgress) {
+		st.Running = err.Error()
+	} else if err != nil {
+		return st, err
+	} else {
+		lock.release()
+	}
+	return st, nil
+}
+
+func sortedShards(m map[int]splitState) []int {
+	out := make([]int, 0, len(m))
+	for s := range m {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}

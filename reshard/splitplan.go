@@ -1,0 +1,421 @@
+package reshard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardid/shardid"
+	"gorm.io/gorm"
+)
+
+// SplitPlan is what PlanSplit found: where each shard still in the
+// monolith goes, in which batches, what will move, and what cannot be
+// split safely. It changes nothing; RunSplit carries it out. It is stored
+// as JSON for review (ParseSplitPlan reads it back).
+type SplitPlan struct {
+	Monolith      string
+	Schema        string // the monolith's schema (MySQL: database)
+	Databases     []string
+	LogicalShards int
+	SchemaPattern string
+	Tables        []SplitTable
+	Global        []string
+
+	// To gives, for each shard to split, the database it goes to; the
+	// shards not in it are split already.
+	To map[int]string
+	// Batches are the steps, in order: each fences only its own shards.
+	Batches [][]int
+
+	// Rows counts the rows to move: per table, per target database, and
+	// per shard (all tables).
+	Rows      map[string]int64
+	RowsPerDB map[string]int64
+	ShardRows map[int]int64
+	// Estimate is the time the split should take at RowsPerSecond rows
+	// per second plus PerShard for each shard's schema.
+	Estimate      time.Duration
+	RowsPerSecond int64
+	PerShard      time.Duration
+
+	// Refusals are what cannot be split safely. A plan with refusals
+	// cannot be run.
+	Refusals []SplitRefusal `json:",omitempty"`
+}
+
+// SplitRefusal is one reason a monolith cannot be split safely.
+type SplitRefusal struct {
+	// Kind is one of "no-primary-key", "null-key", "cross-shard-key",
+	// "global-key", "unlisted-table", "target-holds-data", "bad-table".
+	Kind   string
+	Table  string
+	Detail string
+	// IDs are the first rows (primary keys) concerned, if rows are.
+	IDs []int64 `json:",omitempty"`
+}
+
+func (r SplitRefusal) String() string {
+	s := r.Kind + ": " + r.Table + ": " + r.Detail
+	if len(r.IDs) > 0 {
+		s += " (ids " + joinIDs(r.IDs) + ")"
+	}
+	return s
+}
+
+// Estimates of PlanSplit: rows per second of a whole split (copy,
+// verification, change log, clean-up) and the cost of each shard's schema,
+// as measured on PostgreSQL with 4 writers running, on a small, loaded
+// machine (BenchmarkSplitPostgres, NOTES-split.md): a pessimistic figure.
+const (
+	splitRowsPerSecond = 2_000
+	splitPerShard      = 50 * time.Millisecond
+)
+
+// PlanSplit plans the split of the shards still shared on cfg.Monolith
+// onto targets (contiguous ranges of shards, one per target, in order),
+// batch shards per step (if 0, 100), and checks, changing nothing, that it
+// can be done safely. It refuses, naming the tables and the first rows:
+// a sharded table without a primary key on id alone; rows whose key is
+// NULL or negative, or whose parent is missing; a foreign key whose rows
+// cross shards, or that joins a sharded table and a global one (it
+// cannot hold once they are apart); a table of the monolith that neither
+// Tables nor Global lists (shardid's own tables, shardid_*, aside); a
+// shard's schema on its target that holds rows. With refusals it returns
+// the plan and an error matching ErrSplitRefused listing them.
+func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int) (*SplitPlan, error) {
+	sp, err := newSplitter(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if batch <= 0 {
+		batch = 100
+	}
+	if len(targets) == 0 {
+		return nil, withDetail(shardid.ErrInvalidConfig, "split: no target databases")
+	}
+	for _, t := range targets {
+		if d := cfg.Map.DatabaseIndex(t); d < 0 || d == sp.monoIdx {
+			return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: target %q: not another database of the map", t))
+		}
+	}
+	p := &SplitPlan{Monolith: cfg.Monolith, Schema: sp.schema, Databases: cfg.Map.Databases(), LogicalShards: sp.shards,
+		SchemaPattern: cfg.Map.SchemaPattern(), Tables: sp.tables, Global: cfg.Global, To: map[int]string{},
+		Rows: map[string]int64{}, RowsPerDB: map[string]int64{}, ShardRows: map[int]int64{},
+		RowsPerSecond: splitRowsPerSecond, PerShard: splitPerShard}
+	v := cfg.Map.Load()
+	var todo []int
+	for s := range sp.shards {
+		if v.Shared(s) && v.DB(s) == sp.monoIdx {
+			todo = append(todo, s)
+		}
+	}
+	for i, s := range todo {
+		p.To[s] = targets[i*len(targets)/len(todo)]
+	}
+	for lo := 0; lo < len(todo); lo += batch {
+		p.Batches = append(p.Batches, todo[lo:min(lo+batch, len(todo))])
+	}
+	refuse := func(kind, table, detail string, ids []int64) {
+		p.Refusals = append(p.Refusals, SplitRefusal{Kind: kind, Table: table, Detail: detail, IDs: ids})
+	}
+	ok, err := sp.checkTables(ctx, refuse)
+	if err != nil {
+		return nil, err
+	}
+	if len(todo) > 0 {
+		if err := sp.countRows(ctx, p, todo, ok); err != nil {
+			return nil, err
+		}
+		b := &splitBatch{sp: sp, to: map[int]int{}}
+		for _, s := range todo {
+			b.to[s] = cfg.Map.DatabaseIndex(p.To[s])
+			b.shards = append(b.shards, s)
+		}
+		targetsIdx, shards := b.byTarget()
+		for _, d := range targetsIdx {
+			rows, err := targetRows(ctx, cfg.DBs[d], shardSchemas(b, shards[d]))
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range rows {
+				if !r.moverFenced {
+					refuse("target-holds-data", r.schema+"."+r.table, fmt.Sprintf("%s holds %d row(s): a split writes only into empty schemas", p.Databases[d], r.rows), r.ids)
+				}
+			}
+		}
+	}
+	var total int64
+	for _, n := range p.Rows {
+		total += n
+	}
+	p.Estimate = time.Duration(float64(total)/float64(p.RowsPerSecond)*float64(time.Second)) + time.Duration(len(todo))*p.PerShard
+	if len(p.Refusals) > 0 {
+		return p, p.refused()
+	}
+	return p, nil
+}
+
+// refused is the error of a plan with refusals.
+func (p *SplitPlan) refused() error {
+	lines := make([]string, len(p.Refusals))
+	for i, r := range p.Refusals {
+		lines[i] = r.String()
+	}
+	err := ErrSplitRefused
+	for _, r := range p.Refusals {
+		if r.Kind == "target-holds-data" {
+			err = ErrTargetHoldsData
+		}
+	}
+	return withDetail(err, strings.Join(lines, "; "))
+}
+
+// checkTables finds what cannot be split safely in the monolith's tables.
+//
+// It returns the tables that can be read as declared.
+func (sp *splitter) checkTables(ctx context.Context, refuse func(kind, table, detail string, ids []int64)) (map[string]bool, error) {
+	db := sp.mono.WithContext(ctx)
+	have, err := baseTables(ctx, sp.mono, sp.schema)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range have {
+		if !slices.Contains(sp.cfg.Global, t) && sp.byName[t].Name == "" && !strings.HasPrefix(t, "shardid_") {
+			refuse("unlisted-table", t, "no rule covers it: declare it a sharded table (Tables) or a global one (Global)", nil)
+		}
+	}
+	for _, g := range sp.cfg.Global {
+		if !slices.Contains(have, g) {
+			refuse("bad-table", g, "a global table the monolith does not have", nil)
+		}
+	}
+	ok := map[string]bool{}
+	for _, t := range sp.tables {
+		if !slices.Contains(have, t.Name) {
+			refuse("bad-table", t.Name, "a sharded table the monolith does not have", nil)
+			continue
+		}
+		cols, err := sourceColumns(ctx, sp.mono, sp.schema, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		pk, err := primaryKey(ctx, sp.mono, sp.schema, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case len(pk) == 0:
+			refuse("no-primary-key", t.Name, "a sharded table needs a primary key on id: its rows cannot be told apart", nil)
+			continue
+		case !slices.Equal(pk, []string{"id"}):
+			refuse("no-primary-key", t.Name, fmt.Sprintf("its primary key is (%s): a split needs one on id alone", strings.Join(pk, ", ")), nil)
+			continue
+		case slices.Contains(cols, "shardid_s"):
+			refuse("bad-table", t.Name, "a column is called shardid_s, which the split uses", nil)
+			continue
+		}
+		for _, c := range []string{t.Key, t.Via} {
+			if c != "" && !slices.Contains(cols, c) {
+				refuse("bad-table", t.Name, "it has no column "+c, nil)
+			}
+		}
+		ok[t.Name] = true
+	}
+	// Rows no shard holds.
+	for _, t := range sp.tables {
+		if !ok[t.Name] || t.Parent != "" && !ok[t.Parent] {
+			continue
+		}
+		var q, why string
+		if t.Key != "" {
+			k := quoteIdent(sp.mono, t.Key)
+			q = "SELECT id FROM " + sp.q(t.Name) + " WHERE " + k + " IS NULL OR " + k + " < 0"
+			why = "its sharding key " + t.Key + " is NULL or negative: no shard holds them"
+		} else {
+			q = "SELECT x.id FROM " + sp.q(t.Name) + " AS x LEFT JOIN " + sp.q(t.Parent) + " AS p ON p.id = x." + quoteIdent(sp.mono, t.Via) + " WHERE p.id IS NULL"
+			why = "their parent row in " + t.Parent + " (by " + t.Via + ") is missing: no shard holds them"
+		}
+		ids, n, err := firstIDs(ctx, db, q)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			refuse("null-key", t.Name, fmt.Sprintf("%d row(s): %s", n, why), ids)
+		}
+	}
+	// Foreign keys.
+	fks, err := foreignKeys(ctx, sp.mono, sp.schema)
+	if err != nil {
+		return nil, err
+	}
+	for _, fk := range fks {
+		from, to := sp.byName[fk.Table], sp.byName[fk.RefTable]
+		fs, ts := from.Name != "", to.Name != ""
+		switch {
+		case !fs && !ts:
+			continue
+		case fs != ts:
+			refuse("global-key", fk.Table, fmt.Sprintf("foreign key %s references %s: one is sharded, the other not, and they will be on different databases; drop the key first",
+				fk.Name, fk.RefTable), nil)
+			continue
+		case !ok[fk.Table] || !ok[fk.RefTable]:
+			continue
+		}
+		fromSQL, fromShard := sp.from(from)
+		toSQL, toShard := sp.from(to)
+		var on []string
+		for i := range fk.Cols {
+			on = append(on, "b."+quoteIdent(sp.mono, fk.RefCols[i])+" = a."+quoteIdent(sp.mono, fk.Cols[i]))
+		}
+		q := "SELECT a.id FROM (SELECT x.*, " + fromShard + " AS shardid_s FROM " + fromSQL + ") AS a JOIN (SELECT x.*, " + toShard + " AS shardid_s FROM " + toSQL +
+			") AS b ON " + strings.Join(on, " AND ") + " WHERE a.shardid_s <> b.shardid_s"
+		ids, n, err := firstIDs(ctx, db, q)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			refuse("cross-shard-key", fk.Table, fmt.Sprintf("%d row(s) reference, by foreign key %s, rows of %s in another shard: they would be on different databases", n, fk.Name, fk.RefTable), ids)
+		}
+	}
+	return ok, nil
+}
+
+// firstIDs runs q (SELECT id ...) and returns its first 5 ids in order and
+// how many rows it gives.
+func firstIDs(ctx context.Context, db *gorm.DB, q string) ([]int64, int64, error) {
+	var n int64
+	if err := db.Raw("SELECT count(*) FROM (" + q + ") AS c").Scan(&n).Error; err != nil || n == 0 {
+		return nil, n, err
+	}
+	var ids []int64
+	err := db.Raw("SELECT id FROM (" + q + ") AS c ORDER BY id LIMIT 5").Scan(&ids).Error
+	return ids, n, err
+}
+
+// primaryKey returns the columns of the primary key of schema.table.
+func primaryKey(ctx context.Context, db *gorm.DB, schema, table string) ([]string, error) {
+	q := `SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+		WHERE n.nspname = ? AND c.relname = ? AND i.indisprimary ORDER BY k.ord`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX"
+	}
+	var cols []string
+	err := db.WithContext(ctx).Raw(q, schema, table).Scan(&cols).Error
+	return cols, err
+}
+
+// foreignKey is a foreign key of the monolith.
+type foreignKey struct {
+	Name, Table, RefTable string
+	Cols, RefCols         []string
+}
+
+// foreignKeys returns the foreign keys between tables of schema.
+func foreignKeys(ctx context.Context, db *gorm.DB, schema string) ([]foreignKey, error) {
+	var rows []struct {
+		Name, Tbl, RefTbl, Col, RefCol string
+	}
+	q := `SELECT con.conname AS name, c.relname AS tbl, rc.relname AS ref_tbl, a.attname AS col, ra.attname AS ref_col
+		FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_class rc ON rc.oid = con.confrelid JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+		CROSS JOIN LATERAL unnest(con.conkey, con.confkey) WITH ORDINALITY AS k(attnum, refnum, ord)
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+		JOIN pg_attribute ra ON ra.attrelid = rc.oid AND ra.attnum = k.refnum
+		WHERE con.contype = 'f' AND (n.nspname = ? OR rn.nspname = ?) ORDER BY 2, 1, k.ord`
+	args := []any{schema, schema}
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT CONSTRAINT_NAME AS name, TABLE_NAME AS tbl, REFERENCED_TABLE_NAME AS ref_tbl, COLUMN_NAME AS col, REFERENCED_COLUMN_NAME AS ref_col" +
+			" FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = ? AND REFERENCED_TABLE_NAME IS NOT NULL ORDER BY 2, 1, ORDINAL_POSITION"
+		args = args[:1]
+	}
+	if err := db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	var out []foreignKey
+	for _, r := range rows {
+		if n := len(out); n == 0 || out[n-1].Name != r.Name || out[n-1].Table != r.Tbl {
+			out = append(out, foreignKey{Name: r.Name, Table: r.Tbl, RefTable: r.RefTbl})
+		}
+		fk := &out[len(out)-1]
+		fk.Cols = append(fk.Cols, r.Col)
+		fk.RefCols = append(fk.RefCols, r.RefCol)
+	}
+	return out, nil
+}
+
+// countRows counts the rows to move, per table and shard, with one read of
+// each table.
+func (sp *splitter) countRows(ctx context.Context, p *SplitPlan, todo []int, ok map[string]bool) error {
+	for _, t := range sp.tables {
+		if !ok[t.Name] || t.Parent != "" && !ok[t.Parent] {
+			continue
+		}
+		from, shard := sp.from(t)
+		var rows []struct {
+			S int
+			N int64
+		}
+		q := "SELECT " + shard + " AS s, count(*) AS n FROM " + from + " WHERE " + shard + " " + inList(todo) + " GROUP BY 1"
+		if err := sp.mono.WithContext(ctx).Raw(q).Scan(&rows).Error; err != nil {
+			return err
+		}
+		for _, r := range rows {
+			p.Rows[t.Name] += r.N
+			p.RowsPerDB[p.To[r.S]] += r.N
+			p.ShardRows[r.S] += r.N
+		}
+	}
+	return nil
+}
+
+// ParseSplitPlan reads a plan stored as JSON, strictly: an unknown field
+// or trailing data give an error matching ErrInvalidPlan.
+func ParseSplitPlan(data []byte) (*SplitPlan, error) {
+	var p SplitPlan
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, withDetail(ErrInvalidPlan, err.Error())
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, withDetail(ErrInvalidPlan, "data after the plan")
+	}
+	if p.Monolith == "" || p.LogicalShards <= 0 || len(p.Batches) == 0 && len(p.To) > 0 {
+		return nil, withDetail(ErrInvalidPlan, "not a split plan")
+	}
+	seen := map[int]bool{}
+	for _, b := range p.Batches {
+		for _, s := range b {
+			if _, ok := p.To[s]; !ok || seen[s] {
+				return nil, withDetail(ErrInvalidPlan, fmt.Sprintf("shard %d is in no target, or in two batches", s))
+			}
+			seen[s] = true
+		}
+	}
+	if len(seen) != len(p.To) {
+		return nil, withDetail(ErrInvalidPlan, "a shard with a target is in no batch")
+	}
+	return &p, nil
+}
+
+// check returns ErrInvalidPlan unless p was made for cfg's monolith and
+// map.
+func (p *SplitPlan) check(cfg SplitConfig) error {
+	if p.Monolith != cfg.Monolith || p.LogicalShards != cfg.Map.LogicalShards() || p.SchemaPattern != cfg.Map.SchemaPattern() ||
+		!slices.Equal(p.Databases, cfg.Map.Databases()) {
+		return withDetail(ErrInvalidPlan, "the plan was made for another monolith or map")
+	}
+	if len(p.Refusals) > 0 {
+		return p.refused()
+	}
+	return nil
+}

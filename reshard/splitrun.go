@@ -1,0 +1,526 @@
+package reshard
+
+import (
+	"context"
+	"strconv"
+
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"gorm.io/gorm"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/shardmap"
+)
+
+// SplitOptions configures SplitShards and RunSplit.
+type SplitOptions struct {
+	// FenceFor is how long a batch's rows on the monolith stay fenced if
+	// the mover dies before it seals them, by the monolith's clock; the
+	// last changes and the verification must finish within it, or the
+	// batch fails with ErrFenceLapsed. If 0, 1m.
+	FenceFor time.Duration
+
+	// LockWait is how long to wait for the split's lock on the monolith
+	// while another session holds it (another operator, or a mover that
+	// was killed). If 0, DefaultLockWait; if negative, try once.
+	LockWait time.Duration
+
+	// Progress, if not nil, hears the rows copied so far of each table.
+	Progress func(table string, copied int64)
+
+	// OnStage, if not nil, is called as a batch reaches each stage:
+	// "created", "copied", "fenced", "verified", "sealed", "flipped",
+	// "cleaned" (the batch's rows deleted from the monolith).
+	OnStage func(stage string)
+}
+
+// SplitResult says what SplitShards did.
+type SplitResult struct {
+	Shards   []int
+	Tables   []TableCheck // over the batch, equal on both sides
+	Copied   int64        // rows of the first copy
+	CopyTime time.Duration
+	Fenced   time.Duration // from the fence on the monolith to the targets taking writes
+	Version  int64         // the catalog's version after the flip
+	Deleted  int64         // rows deleted from the monolith once verified
+}
+
+// SplitShards moves shards, a batch, out of the shared tables of the
+// monolith into their schemas on the databases to names (to[i] for
+// shards[i]), while writers keep writing: it creates the schemas and
+// tables (fenced for all but the mover), marks the shards moving (a
+// trigger of each monolith table logs the writes of their rows), copies
+// their rows (one read of each table, COPY on PostgreSQL), compares both
+// sides and applies the change log, verifying every row it writes; then
+// fences the batch's rows on the monolith (writes to them fail with
+// shardid.ErrShardMoving, writes to the other shards go on), applies the
+// last changes, compares the keys still in doubt, seals the batch's rows
+// (fenced for good), flips the catalog and cfg.Map, lets writes through to
+// the targets, and deletes the batch's rows from the monolith, each only
+// once its copy on the target is found equal.
+//
+// A second split of the same monolith waits for the first (LockWait) and
+// then fails with ErrMoveInProgress. A batch that fails before its seal
+// leaves the monolith the shards' home, unfenced (or fenced until
+// FenceFor runs out, if the mover died), and its copies on the targets
+// fenced for the mover: run it again, or AbortSplit. A batch that fails
+// after the seal is finished by running it again.
+func SplitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, opts SplitOptions) (SplitResult, error) {
+	res, err := splitShards(ctx, cfg, shards, to, opts)
+	return res, canceled(ctx, err)
+}
+
+func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, opts SplitOptions) (res SplitResult, err error) {
+	sp, err := newSplitter(ctx, cfg)
+	if err != nil {
+		return res, err
+	}
+	if len(shards) == 0 || len(shards) != len(to) {
+		return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: %d shards for %d targets", len(shards), len(to)))
+	}
+	if opts.FenceFor <= 0 {
+		opts.FenceFor = time.Minute
+	}
+	if opts.LockWait == 0 {
+		opts.LockWait = DefaultLockWait
+	}
+	b := &splitBatch{sp: sp, to: map[int]int{}, progress: opts.Progress}
+	for i, s := range shards {
+		if s < 0 || s >= sp.shards {
+			return res, withDetail(shardid.ErrShardRange, fmt.Sprintf("%d is not in [0, %d)", s, sp.shards))
+		}
+		if _, dup := b.to[s]; dup {
+			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: shard %d given twice", s))
+		}
+		d := cfg.Map.DatabaseIndex(to[i])
+		if d < 0 || d == sp.monoIdx {
+			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: shard %d to %q: not another database of the map", s, to[i]))
+		}
+		b.to[s] = d
+		b.shards = append(b.shards, s)
+	}
+	slices.Sort(b.shards)
+	res.Shards = b.shards
+	stage := func(s string) {
+		if opts.OnStage != nil {
+			opts.OnStage(s)
+		}
+	}
+	lock, err := lockMove(ctx, sp.mono, sp.schema, opts.LockWait, nil)
+	if err != nil {
+		return res, fmt.Errorf("shardid: split: %w", err)
+	}
+	defer lock.release()
+	ctx, unwatch := lock.watch(ctx)
+	defer unwatch()
+
+	// Where the shards are: shared on the monolith in the map and the
+	// catalog, or sealed there by this batch run before (its flip is
+	// what is left to do).
+	if err := sp.installTriggers(ctx); err != nil {
+		return res, fmt.Errorf("shardid: split: installing its triggers on the monolith: %w", err)
+	}
+	state, err := sp.readSplitState(ctx, b.shards)
+	if err != nil {
+		return res, err
+	}
+	sealedN := 0
+	for _, s := range b.shards {
+		if state[s].Sealed {
+			sealedN++
+		}
+	}
+	if sealedN > 0 && sealedN < len(b.shards) {
+		return res, withDetail(ErrShardMoved, "some of the batch's shards were split by another batch: give the batch as it ran")
+	}
+	if err := b.checkPlaced(ctx, sealedN > 0); err != nil {
+		return res, err
+	}
+	if err := b.readColumns(ctx); err != nil {
+		return res, err
+	}
+	if sealedN > 0 {
+		// Sealed before a flip that failed: the targets hold the
+		// verified copies, fenced for the mover.
+		if err := b.checkTargetsSealedCopy(ctx); err != nil {
+			return res, err
+		}
+		return b.flipAndClean(ctx, lock, res, nil, time.Time{}, stage)
+	}
+
+	// 1. The targets, fenced for all but the mover.
+	if err := b.checkTargetsEmpty(ctx); err != nil {
+		return res, err
+	}
+	if err := lock.ensure(ctx, "creating the targets"); err != nil {
+		return res, err
+	}
+	dstTokens, err := b.createTargets(ctx)
+	if err != nil {
+		return res, err
+	}
+	stage("created")
+	// 2. The change log, then the copy while the monolith takes writes.
+	sealed := false
+	defer func() {
+		if err != nil && !sealed {
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			if lock.reclaim(cctx) {
+				_ = sp.setMoving(cctx, b.shards, false)
+				_ = sp.clearChanges(cctx)
+			}
+		}
+	}()
+	if err := sp.clearChanges(ctx); err != nil {
+		return res, err
+	}
+	if err := lock.ensure(ctx, "starting the change log"); err != nil {
+		return res, err
+	}
+	if err := sp.setMoving(ctx, b.shards, true); err != nil {
+		return res, fmt.Errorf("shardid: split: starting the change log: %w", err)
+	}
+	copyStart := timeNow()
+	if res.Copied, err = b.copy(ctx); err != nil {
+		return res, err
+	}
+	res.CopyTime = timeNow().Sub(copyStart)
+	stage("copied")
+	if err := lock.ensure(ctx, "applying changes"); err != nil {
+		return res, err
+	}
+	if err := b.converge(ctx); err != nil {
+		return res, err
+	}
+	// 3. The fence of the batch's rows on the monolith.
+	if err := lock.ensure(ctx, "fencing the monolith's rows"); err != nil {
+		return res, err
+	}
+	fenced := timeNow()
+	tokens, err := sp.fenceShards(ctx, b.shards, opts.FenceFor.Microseconds())
+	if err != nil {
+		return res, fmt.Errorf("shardid: split: fencing the batch on the monolith: %w", err)
+	}
+	stage("fenced")
+	defer func() {
+		if err != nil && !sealed {
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			_ = sp.liftShards(cctx, b.shards, tokens, false)
+		}
+	}()
+	// 4. The last changes, and the keys in doubt compared again.
+	if err := lock.ensure(ctx, "applying the last changes"); err != nil {
+		return res, err
+	}
+	if res.Tables, err = b.finish(ctx); err != nil {
+		return res, fmt.Errorf("shardid: split: %w", err)
+	}
+	stage("verified")
+	// 5. The seal: the batch's rows on the monolith are an old copy.
+	if err := lock.ensure(ctx, "sealing the monolith's rows"); err != nil {
+		return res, fmt.Errorf("%w; the map is not flipped", err)
+	}
+	if err := sp.sealShards(ctx, tokens, b.verified()); err != nil {
+		return res, fmt.Errorf("shardid: split: %w; the map is not flipped", err)
+	}
+	sealed = true
+	stage("sealed")
+	return b.flipAndClean(ctx, lock, res, dstTokens, fenced, stage)
+}
+
+// flipAndClean flips the catalog and the map, lets writes through to the
+// targets and deletes the batch's verified rows from the monolith.
+func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res SplitResult, dstTokens map[int]int64, fenced time.Time, stage func(string)) (SplitResult, error) {
+	sp := b.sp
+	names := sp.cfg.Map.Databases()
+	moves := map[int]string{}
+	for _, s := range b.shards {
+		moves[s] = names[b.to[s]]
+	}
+	if err := lock.ensure(ctx, "flipping the catalog"); err != nil {
+		return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
+	}
+	flipped, err := b.flippedInCatalog(ctx)
+	if err != nil {
+		return res, err
+	}
+	if c := sp.cfg.Catalog; c != nil && !flipped {
+		v, err := c.flipShared(ctx, sp.cfg.Monolith, moves)
+		if err != nil {
+			return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
+		}
+		res.Version = v
+	}
+	err = sp.cfg.Map.Update(func(p []shardmap.Placement) error {
+		for s, d := range b.to {
+			p[s] = shardmap.Placement{DB: d}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	// The targets take writes.
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if !lock.reclaim(cctx) {
+		return res, fmt.Errorf("shardid: split: the batch is flipped, but its targets still refuse writes (run the batch again): %w", ErrMoveLockLost)
+	}
+	if err := b.liftTargets(cctx, dstTokens); err != nil {
+		return res, fmt.Errorf("shardid: split: the batch is flipped, but its targets still refuse writes (run the batch again): %w", err)
+	}
+	if !fenced.IsZero() {
+		res.Fenced = timeNow().Sub(fenced)
+	}
+	stage("flipped")
+	n, err := sp.deleteCopied(ctx, b)
+	res.Deleted = n
+	if err != nil {
+		return res, fmt.Errorf("shardid: split: the batch is flipped; deleting its rows from the monolith (run CleanSplit to finish): %w", err)
+	}
+	stage("cleaned")
+	return res, nil
+}
+
+// flippedInCatalog reports whether the catalog (if any) places every shard
+// of the batch on its target already: a batch run again after its flip.
+func (b *splitBatch) flippedInCatalog(ctx context.Context) (bool, error) {
+	c := b.sp.cfg.Catalog
+	if c == nil {
+		return false, nil
+	}
+	p, _, err := c.loadPlacements(ctx, b.sp.cfg.Map.Databases(), b.sp.shards)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range b.shards {
+		if p[s].Shared || p[s].DB != b.to[s] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// liftTargets lifts the mover's fences of the batch's targets: with tokens
+// those fences only, without any but a seal.
+func (b *splitBatch) liftTargets(ctx context.Context, tokens map[int]int64) error {
+	targets, shards := b.byTarget()
+	errs := make(chan error, len(targets))
+	for _, d := range targets {
+		go func() {
+			db := b.sp.cfg.DBs[d]
+			// liftFence's update of each shard's fence, in scripts of 200
+			// shards (a statement each on MySQL, in one transaction).
+			for lo := 0; lo < len(shards[d]); lo += 200 {
+				chunk := shards[d][lo:min(lo+200, len(shards[d]))]
+				script := make([]string, len(chunk))
+				for i, s := range chunk {
+					cond := "NOT sealed"
+					if tok, ok := tokens[s]; ok {
+						cond = "token = " + strconv.FormatInt(tok, 10)
+					}
+					open := "'-infinity'"
+					if b.sp.mysql {
+						open = "'1000-01-01'"
+					}
+					script[i] = "UPDATE " + quoteTable(db, b.schemaOf(s), fenceTable) + " SET fenced_until = " + open + ", token = token + 1, mover_only = FALSE WHERE id = 1 AND " + cond
+				}
+				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error {
+					if !b.sp.mysql {
+						return tx.Exec(strings.Join(script, ";\n")).Error
+					}
+					for _, q := range script {
+						if err := tx.Exec(q).Error; err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- fmt.Errorf("lifting the fences of shards %d to %d: %w", chunk[0], chunk[len(chunk)-1], err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range targets {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// checkPlaced checks that the map (and the catalog) place every shard of
+// the batch in the monolith's shared tables, or, after, where the batch
+// flips it (a batch run again after its flip).
+func (b *splitBatch) checkPlaced(ctx context.Context, sealed bool) error {
+	v := b.sp.cfg.Map.Load()
+	check := func(where string, p []shardmap.Placement) error {
+		for _, s := range b.shards {
+			if p[s].Shared && p[s].DB == b.sp.monoIdx {
+				continue
+			}
+			if sealed && !p[s].Shared && p[s].DB == b.to[s] {
+				continue
+			}
+			return withDetail(ErrNotShared, fmt.Sprintf("%s places shard %d on %s (shared: %v), not in the shared tables of %s",
+				where, s, b.sp.cfg.Map.Databases()[p[s].DB], p[s].Shared, b.sp.cfg.Monolith))
+		}
+		return nil
+	}
+	if err := check("the map", v.Placements()); err != nil {
+		return err
+	}
+	if c := b.sp.cfg.Catalog; c != nil {
+		p, _, err := c.loadPlacements(ctx, b.sp.cfg.Map.Databases(), b.sp.shards)
+		if err != nil {
+			return err
+		}
+		if err := check("the catalog", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTargetsSealedCopy checks, for a batch run again after its seal,
+// that each target still holds the copy, fenced for the mover or
+// already taking writes (a flip done, the run died after).
+func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) error {
+	for _, s := range b.shards {
+		ok, err := tableExists(ctx, b.dst(s), b.schemaOf(s), fenceTable)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return withDetail(ErrNoCopy, fmt.Sprintf("shard %d is sealed on the monolith but %s has no copy of it", s, b.sp.cfg.Map.Databases()[b.to[s]]))
+		}
+	}
+	return nil
+}
+
+// clearChanges empties the split's change log.
+func (sp *splitter) clearChanges(ctx context.Context) error {
+	return sp.mono.WithContext(ctx).Exec("DELETE FROM " + sp.q(splitChangeTable)).Error
+}
+
+// deleteCopied deletes the rows of the batch's shards, sealed, from the
+// monolith, table by table, children first: a shard's rows of a table only
+// when they add up, row count and sum of the rows' hashes, to what the
+// batch verified equal on both sides under its fence and stored with the
+// seal (a sealed shard's rows on the monolith cannot change since; its
+// copy on the target can, as it takes writes). A shard whose rows do not
+// add up keeps them, and the function fails naming it.
+func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch) (int64, error) {
+	state, err := sp.readVerified(ctx, b.shards)
+	if err != nil {
+		return 0, err
+	}
+	var deleted int64
+	var kept []string
+	for i := len(sp.tables) - 1; i >= 0; i-- {
+		t := sp.tables[i]
+		all := b.cols[t.Name].all
+		ids := map[int][]any{}
+		have := map[int]shardCheck{}
+		err := readSession(ctx, sp.mono, func(qr querier) error {
+			rows, err := qr.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(sp.mono, all)+" FROM "+sp.rel(t, b.shards))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var s int
+				var h any
+				if err := rows.Scan(&id, &s, &h); err != nil {
+					return err
+				}
+				hv, err := hashOf(h)
+				if err != nil {
+					return err
+				}
+				ids[s] = append(ids[s], id)
+				c := have[s]
+				c.Rows++
+				c.Sum += hv
+				have[s] = c
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return deleted, err
+		}
+		for _, s := range b.shards {
+			want, ok := state[s][t.Name]
+			if !ok || want != have[s] {
+				if have[s].Rows > 0 || !ok {
+					kept = append(kept, fmt.Sprintf("shard %d of %s (%d rows, verified %d)", s, t.Name, have[s].Rows, want.Rows))
+				}
+				delete(ids, s)
+			}
+		}
+		// The rows of the shards that add up, in one statement: sealed,
+		// they are the rows just read.
+		var good []int
+		for _, s := range b.shards {
+			if _, ok := ids[s]; ok {
+				good = append(good, s)
+			}
+		}
+		if len(good) > 0 {
+			from, shard := sp.from(t)
+			q := "DELETE FROM " + sp.q(t.Name) + " WHERE id IN (SELECT id FROM (SELECT x.id FROM " + from + " WHERE " + shard + " " + inList(good) + ") AS d)"
+			err := moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
+				res, err := tx.ExecContext(ctx, q)
+				if err != nil {
+					return err
+				}
+				n, _ := res.RowsAffected()
+				deleted += n
+				return nil
+			})
+			if err != nil {
+				return deleted, err
+			}
+		}
+	}
+	if len(kept) > 0 {
+		return deleted, fmt.Errorf("%w: rows kept on the monolith, not as verified under the fence: %s", ErrCopyDiffers, strings.Join(kept, "; "))
+	}
+	return deleted, nil
+}
+
+// readVerified returns what the seal of each of shards stored: its tables'
+// verified rows and checksums.
+func (sp *splitter) readVerified(ctx context.Context, shards []int) (map[int]map[string]shardCheck, error) {
+	var rows []struct {
+		Shard    int
+		Sealed   bool
+		Verified *string
+	}
+	if err := sp.mono.WithContext(ctx).Raw("SELECT shard, sealed, verified FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards)).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := map[int]map[string]shardCheck{}
+	for _, r := range rows {
+		if !r.Sealed || r.Verified == nil {
+			continue // never deleted: not sealed by a split
+		}
+		m := map[string]shardCheck{}
+		if err := json.Unmarshal([]byte(*r.Verified), &m); err != nil {
+			return nil, fmt.Errorf("shardid: the split's state of shard %d: %w", r.Shard, err)
+		}
+		out[r.Shard] = m
+	}
+	return out, nil
+}
