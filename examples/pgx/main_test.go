@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardid/shardid/internal/readme"
 	"github.com/shardid/shardid/internal/testdb"
 )
 
@@ -20,6 +21,13 @@ func TestRuns(t *testing.T) {
 	}
 	if err := run(context.Background(), &out, testdb.SQLDSN("postgres", dbs[0]), testdb.SQLDSN("postgres", dbs[1])); err != nil {
 		t.Fatal(err)
+	}
+	shown := strings.ReplaceAll(out.String(), fmt.Sprintf("_%d_", os.Getpid()), "_<pid>_")
+	if os.Getenv("SHARDID_SHOW_OUTPUT") != "" {
+		t.Logf("output:\n%s", shown)
+	}
+	if err := readme.SameOutput("README.md", "go run ./examples/pgx", shown); err != nil {
+		t.Error(err)
 	}
 	for _, want := range []string{"user 7: 3 photos in ex_pgx_", "photos per shard: [0 0 0 0 0 0 0 3]", "moved shard 7 from west to east (3 rows)", `reads "sunset!" on east`} {
 		if !strings.Contains(out.String(), want) {

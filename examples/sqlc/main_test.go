@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardid/shardid/internal/readme"
 	"github.com/shardid/shardid/internal/testdb"
 )
 
@@ -24,6 +25,13 @@ func TestRuns(t *testing.T) {
 			var out strings.Builder
 			if err := run(context.Background(), &out, kind, dsn); err != nil {
 				t.Fatal(err)
+			}
+			shown := strings.ReplaceAll(out.String(), fmt.Sprintf("_%d_", os.Getpid()), "_<pid>_")
+			if os.Getenv("SHARDID_SHOW_OUTPUT") != "" {
+				t.Logf("output:\n%s", shown)
+			}
+			if err := readme.SameOutput("README.md", "go run ./examples/sqlc", shown); err != nil {
+				t.Error(err)
 			}
 			for _, want := range []string{`"by user 31341" in ex_sqlc_`, "user 7 has 1 photo(s)", "photos per shard: [0 0 0 0 1 1 0 1]"} {
 				if !strings.Contains(out.String(), want) {

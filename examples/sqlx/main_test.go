@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardid/shardid/internal/readme"
 	"github.com/shardid/shardid/internal/testdb"
 )
 
@@ -19,6 +20,13 @@ func TestRuns(t *testing.T) {
 			var out strings.Builder
 			if err := run(context.Background(), &out, kind, testdb.SQLDSN(kind, "test")); err != nil {
 				t.Fatal(err)
+			}
+			shown := strings.ReplaceAll(out.String(), fmt.Sprintf("_%d_", os.Getpid()), "_<pid>_")
+			if os.Getenv("SHARDID_SHOW_OUTPUT") != "" {
+				t.Logf("output:\n%s", shown)
+			}
+			if err := readme.SameOutput("README.md", "go run ./examples/sqlx", shown); err != nil {
+				t.Error(err)
 			}
 			for _, want := range []string{"user 7 has 2 photos in ex_sqlx_", "found 2 of 2 by ID", `"by user 12" on west`} {
 				if !strings.Contains(out.String(), want) {
