@@ -22,13 +22,20 @@ import (
 // logical shards (2,000) on two databases, in batches of
 // SHARDID_SPLIT_BATCH (250), while 4 writers insert, update and delete
 // through the map, after a bare COPY of the same tables from the monolith
-// to one of the targets, the floor. Run it once:
+// to one of the targets, the floor (under CI=true: 20,000 rows, 100 shards,
+// batches of 50, unless the variables say otherwise). Run it once:
 //
 //	flock /tmp/shardid-db.lock go test -run '^$' -bench BenchmarkSplitPostgres -benchtime 1x ./reshard
 func BenchmarkSplitPostgres(b *testing.B) {
-	rows := envInt("SHARDID_SPLIT_ROWS", 1_000_000)
-	shards := envInt("SHARDID_SPLIT_SHARDS", 2000)
-	batch := envInt("SHARDID_SPLIT_BATCH", 250)
+	rows, shards, batch := 1_000_000, 2000, 250
+	if os.Getenv("CI") == "true" {
+		// CI runs every benchmark once, to see that it works: a small
+		// monolith, not the measured one.
+		rows, shards, batch = 20_000, 100, 50
+	}
+	rows = envInt("SHARDID_SPLIT_ROWS", rows)
+	shards = envInt("SHARDID_SPLIT_SHARDS", shards)
+	batch = envInt("SHARDID_SPLIT_BATCH", batch)
 	users := rows / 50
 	e := newSplitEnvPG(b, shards, users, 9, 4) // 2% + 18% + 72%: comments topped up below
 	ctx := context.Background()
