@@ -216,28 +216,40 @@ func checkSealedSource(ctx context.Context, src, dst *gorm.DB, schema string, sh
 
 // restoreSeal fences the tables of schema on db for good again, as a move
 // had sealed them before a move run again replaced the seal with its own
-// fence and then failed: the old copy must never take writes again.
-func restoreSeal(ctx context.Context, db *gorm.DB, schema string) error {
+// fence and then failed: the old copy must never take writes again. It
+// does so only while the fence is still the one of token, the failed
+// move's: not over a fence set since by another mover.
+func restoreSeal(ctx context.Context, db *gorm.DB, schema string, token int64) error {
 	st, until := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'infinity'"
 	if db.Dialector.Name() == "mysql" {
 		st, until = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'9999-12-31 23:59:59'"
 	}
-	return db.WithContext(ctx).Exec("UPDATE " + st + " SET fenced_until = " + until + ", token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
+	return db.WithContext(ctx).Exec("UPDATE "+st+" SET fenced_until = "+until+", token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1 AND token = ?", token).Error
 }
 
 // dropCreatedTarget drops what a failed move created on its target: the
 // schema (a database on MySQL), which did not exist before the move, if it
 // holds nothing but the move's tables, and the staging schema of
-// PostgreSQL.
-func dropCreatedTarget(ctx context.Context, dst *gorm.DB, schema string, tables []string) error {
-	drop := func(s string) error {
-		if dst.Dialector.Name() == "mysql" {
-			return dst.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + s + "`").Error
+// PostgreSQL. The caller holds the move lock.
+//
+// The copy is dropped only while it is still the failed move's own: fenced
+// for that mover alone, with token, the token its fence was given when the
+// move created it. A move that lost its lock may find the lock free again
+// once a rival mover took over the copy and finished the move: the copy is
+// then the shard's live home (its fence lifted, a token moved on), and
+// dropping it would lose every row. With token 0 (the move failed before
+// it fenced its copy) the copy is dropped only if the lock was held all
+// along (held).
+func dropCreatedTarget(ctx context.Context, dst *gorm.DB, schema string, tables []string, token int64, held bool) error {
+	mysql := dst.Dialector.Name() == "mysql"
+	drop := func(tx *gorm.DB, s string) error {
+		if mysql {
+			return tx.Exec("DROP DATABASE IF EXISTS `" + s + "`").Error
 		}
-		return dst.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + s + `" CASCADE`).Error
+		return tx.Exec(`DROP SCHEMA IF EXISTS "` + s + `" CASCADE`).Error
 	}
-	if dst.Dialector.Name() != "mysql" {
-		if err := drop(stagingSchema(schema)); err != nil {
+	if !mysql {
+		if err := drop(dst.WithContext(ctx), stagingSchema(schema)); err != nil {
 			return err
 		}
 	}
@@ -250,7 +262,42 @@ func dropCreatedTarget(ctx context.Context, dst *gorm.DB, schema string, tables 
 			return nil // someone else's: keep all
 		}
 	}
-	return drop(schema)
+	dropOwn := func(tx *gorm.DB) error {
+		ok, err := tableExists(ctx, tx, schema, fenceTable)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if !held || token != 0 {
+				return nil // not the copy this move fenced: keep it
+			}
+			return drop(tx, schema)
+		}
+		st := fmt.Sprintf(`"%s".%s`, schema, fenceTable)
+		if mysql {
+			st = fmt.Sprintf("`%s`.`%s`", schema, fenceTable)
+		}
+		var cur struct {
+			Token     int64 `gorm:"column:token"`
+			MoverOnly bool  `gorm:"column:mover_only"`
+			Sealed    bool  `gorm:"column:sealed"`
+		}
+		if err := tx.Raw("SELECT token, mover_only, sealed FROM " + st + " WHERE id = 1 FOR UPDATE").Scan(&cur).Error; err != nil {
+			return err
+		}
+		if token == 0 || cur.Token != token || !cur.MoverOnly || cur.Sealed {
+			return nil // taken over, lifted or sealed since: not ours any more
+		}
+		return drop(tx, schema)
+	}
+	if mysql {
+		// DROP DATABASE commits on its own; the move lock, held, keeps
+		// every other mover from changing the fence in between.
+		return dropOwn(dst.WithContext(ctx))
+	}
+	// PostgreSQL: the check and the drop in one transaction, the fence's
+	// row locked.
+	return dst.WithContext(ctx).Transaction(dropOwn)
 }
 
 // checkCopyHeld returns ErrCopyNotMoved unless the copy of schema on db is

@@ -278,21 +278,24 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		return res, err
 	}
 	sealed := false
+	var dstToken int64 // the token of the copy's fence, for this mover alone
 	defer func() {
 		// Only while it holds the lock: another mover may be filling the
-		// copy otherwise.
+		// copy otherwise. And only if the copy is still this move's own:
+		// a rival that took the lock while this move had lost it may have
+		// taken the copy over and finished the move.
 		if err != nil && !existed && !sealed {
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
 			if lock.reclaim(cctx) {
-				_ = dropCreatedTarget(cctx, dst, schema, tables)
+				_ = dropCreatedTarget(cctx, dst, schema, tables, dstToken, lock.lost() == nil)
 			}
 		}
 	}()
 	if err := lock.ensure(ctx, "creating the target"); err != nil {
 		return res, err
 	}
-	dstToken, err := createTarget(ctx, src, dst, schema, tables, opts.Models)
+	dstToken, err = createTarget(ctx, src, dst, schema, tables, opts.Models)
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
@@ -357,7 +360,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 			defer cancel()
 			if overSeal {
 				// Our fence replaced a seal: the old copy stays sealed.
-				_ = restoreSeal(cctx, src, schema)
+				_ = restoreSeal(cctx, src, schema, token)
 				return
 			}
 			// The source is still the shard's home: let writes through at

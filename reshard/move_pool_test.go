@@ -460,3 +460,70 @@ func pgbouncerPort(b *testdb.PgBouncer) string {
 	}
 	return ""
 }
+
+// A move whose lock is lost at a stage, while a second operator runs the
+// same move to the end (it takes the lock the first one lost, takes over
+// its copy and flips the shard), as TestChaos once did: the first mover,
+// failing, must not undo what the rival finished. Its clean-up takes the
+// lock again (the rival is done), and must then find that the copy it
+// created is no longer its own: the shard's new home, with every row.
+func TestMoveLockLostToARivalMove(t *testing.T) {
+	for _, stage := range []string{"created", "copied", "fenced", "verified"} {
+		t.Run(stage, func(t *testing.T) {
+			direct, r, c, p, b := pooledMoveSetup(t, 3)
+			checkRivalMove(t, r, loaded(t, pooledRouter(t, b, p), c), func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+				c, direct.Databases()[0], 3, "pg2", stage, reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+		})
+	}
+}
+
+// The same on MariaDB, where dropping the copy is DROP DATABASE.
+func TestMoveLockLostToARivalMoveMariaDB(t *testing.T) {
+	for _, stage := range []string{"created", "fenced"} {
+		t.Run(stage, func(t *testing.T) {
+			newRouter, c := mariaMoveSetup(t, "shardid_mr")
+			r := loaded(t, newRouter(), c)
+			checkRivalMove(t, r, loaded(t, newRouter(), c), func() *shardid.Router { return loaded(t, newRouter(), c) },
+				c, r.Databases()[0], 1, "my2", stage, reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+		})
+	}
+}
+
+// checkRivalMove moves shard from r's database to target and, at stage,
+// ends the session of the move lock (killMoveLock on direct) and has other
+// run the same move to the end. The first move must fail with
+// ErrMoveLockLost and leave the rival's work alone: the shard on target,
+// with every row, writable, as a fresh router (fresh) sees it.
+func checkRivalMove(t *testing.T, r, other *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target, stage string, opts reshard.MoveOptions) {
+	t.Helper()
+	ctx := context.Background()
+	seeded := seedShard(t, r, shard, 100)
+	schema := r.Schema(shard)
+	first := opts
+	first.OnStage = func(s string) {
+		if s != stage {
+			return
+		}
+		killMoveLock(t, direct, schema)
+		if _, err := reshard.MoveShard(ctx, other, c, shard, target, opts); err != nil {
+			t.Errorf("the rival move, once the first mover's lock is gone: %v", err)
+		}
+	}
+	if _, err := reshard.MoveShard(ctx, r, c, shard, target, first); !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Fatalf("the first move, its lock lost at %s: %v, want ErrMoveLockLost", stage, err)
+	}
+	f := fresh()
+	if got := f.DatabaseName(shard); got != target {
+		t.Fatalf("the catalog maps shard %d to %s after the rival's move, want %s", shard, got, target)
+	}
+	ph := RPhoto{UserID: int64(shard), Caption: "after the rival's move"}
+	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+		t.Errorf("a write to shard %d on its new home: %v", shard, err)
+	}
+	for _, s := range append(seeded, ph) {
+		var got RPhoto
+		if err := f.Get(ctx, &got, s.ID); err != nil {
+			t.Errorf("photo %v on the shard's new home: %v", s.ID, err)
+		}
+	}
+}

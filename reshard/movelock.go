@@ -110,9 +110,12 @@ func (l *moveLock) ensure(ctx context.Context, step string) error {
 }
 
 // reclaim is ensure for clean-up: when the lock was lost, it tries once to
-// take it again (nobody else took it meanwhile), and reports whether the
-// lock is held. Clean-up that could undo another mover's work (dropping a
-// change log, a copy) runs only then.
+// take it again, and reports whether the lock is held. Clean-up that could
+// undo another mover's work (dropping a change log, a copy) runs only then.
+// A lock taken again does not mean that nobody held it meanwhile: a rival
+// may have taken it, finished the move and let it go. Clean-up after a
+// reclaim (lost then reports the loss) must check that what it undoes is
+// still its own, as dropCreatedTarget does by the copy's fence token.
 func (l *moveLock) reclaim(ctx context.Context) bool {
 	if l.ensure(ctx, "") == nil {
 		return true
