@@ -91,9 +91,25 @@ func (s *SQLLeaseStore) addWorkers(ctx context.Context, t string, workers int) e
 	return s.DB.WithContext(ctx).Exec(sqlddl.InsertIgnore(s.DB, t+" (worker) VALUES "+b.String(), "worker")).Error
 }
 
-// Claim implements LeaseStore. It locks the first free row with
-// SELECT ... FOR UPDATE SKIP LOCKED, so concurrent claims take different ids.
-// The claim's token is the row's new version.
+// claimCandidates is how many free rows one pass of Claim reads.
+const claimCandidates = 16
+
+// claimPasses bounds the passes of Claim: each pass that ends without a
+// claim saw every row it read change under it (claimed, renewed or
+// released by others).
+const claimPasses = 50
+
+// Claim implements LeaseStore. It reads free rows (the preferred id first)
+// without locking them, and claims the first it can with a compare-and-set
+// on the row's version and last_tick: the UPDATE matches only if nobody
+// claimed, renewed or released the row since it was read, so the claim's
+// last_tick is the row's, and concurrent claims take different ids. No row
+// is locked beyond its own UPDATE: a claim never hides a free id from
+// another (SELECT ... FOR UPDATE SKIP LOCKED did, on MySQL/MariaDB, where it
+// locks every row it scans, and a rival then found no free id). It returns
+// ErrNoFreeWorker when a read finds no free row (or, after claimPasses
+// reads, when others claimed every free row each time). The claim's token
+// is the row's new version.
 func (s *SQLLeaseStore) Claim(ctx context.Context, workers, prefer int, owner string, ttl time.Duration) (Claim, error) {
 	if workers < 1 {
 		return Claim{}, withDetail(ErrWorkerRange, "no worker ids to claim from")
@@ -105,28 +121,37 @@ func (s *SQLLeaseStore) Claim(ctx context.Context, workers, prefer int, owner st
 	if err := s.addWorkers(ctx, t, workers); err != nil {
 		return Claim{}, err
 	}
-	var row struct {
-		Worker   int
-		LastTick int64
-		Version  int64
-	}
-	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Raw("SELECT worker, last_tick, version FROM "+t+" WHERE worker < ? AND expires_at < "+s.nowMs()+
-			" ORDER BY CASE WHEN worker = ? THEN 0 ELSE 1 END, worker LIMIT 1 FOR UPDATE SKIP LOCKED",
-			workers, prefer).Scan(&row)
-		if res.Error != nil {
-			return res.Error
+	db := s.DB.WithContext(ctx)
+	for range claimPasses {
+		var rows []struct {
+			Worker   int
+			LastTick int64
+			Version  int64
 		}
-		if res.RowsAffected == 0 {
-			return ErrNoFreeWorker
+		if err := db.Raw("SELECT worker, last_tick, version FROM "+t+" WHERE worker < ? AND expires_at < "+s.nowMs()+
+			" ORDER BY CASE WHEN worker = ? THEN 0 ELSE 1 END, worker LIMIT ?", workers, prefer, claimCandidates).Scan(&rows).Error; err != nil {
+			return Claim{}, err
 		}
-		return tx.Exec("UPDATE "+t+" SET owner = ?, expires_at = "+s.nowMs()+" + ?, version = ? WHERE worker = ?",
-			owner, ttl.Milliseconds(), row.Version+1, row.Worker).Error
-	})
-	if err != nil {
-		return Claim{}, err
+		if len(rows) == 0 {
+			return Claim{}, ErrNoFreeWorker
+		}
+		for _, row := range rows {
+			res := db.Exec("UPDATE "+t+" SET owner = ?, expires_at = "+s.nowMs()+" + ?, version = ?"+
+				" WHERE worker = ? AND version = ? AND last_tick = ? AND expires_at < "+s.nowMs(),
+				owner, ttl.Milliseconds(), row.Version+1, row.Worker, row.Version, row.LastTick)
+			if res.Error != nil {
+				return Claim{}, res.Error
+			}
+			if res.RowsAffected == 1 {
+				return Claim{Worker: row.Worker, Last: row.LastTick, Token: row.Version + 1}, nil
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return Claim{}, err
+		}
 	}
-	return Claim{Worker: row.Worker, Last: row.LastTick, Token: row.Version + 1}, nil
+	// Others took every free id as it was read, pass after pass.
+	return Claim{}, withDetail(ErrNoFreeWorker, fmt.Sprintf("every free row of %s was claimed by others as it was read, %d times", t, claimPasses))
 }
 
 // Renew implements LeaseStore. The row's version must still be c's token: a
