@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,11 +79,24 @@ func BenchmarkSplitPostgres(b *testing.B) {
 		wg := w.run(wctx, 4, int64(users))
 		var copied int64
 		var copyTime, maxFence time.Duration
+		// Where the time goes: each stage's time since the one before,
+		// summed over the batches ("begun": from the batch's start).
+		stages := map[string]time.Duration{}
+		var order []string
+		last := time.Now()
+		onStage := func(s string) {
+			if _, ok := stages[s]; !ok {
+				order = append(order, s)
+			}
+			stages[s] += time.Since(last)
+			last = time.Now()
+		}
 		start = time.Now()
-		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, func(i int, res reshard.SplitResult) {
+		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: onStage}, func(i int, res reshard.SplitResult) {
 			copied += res.Copied
 			copyTime += res.CopyTime
 			maxFence = max(maxFence, res.Fenced)
+			last = time.Now()
 		})
 		split := time.Since(start)
 		stop()
@@ -104,6 +118,11 @@ func BenchmarkSplitPostgres(b *testing.B) {
 		b.ReportMetric(float64(w.ops), "writes")
 		b.Logf("%d rows, %d shards in batches of %d: floor %v, split %v (copy %v), longest stall %v, longest fence %v, %d writes",
 			total, shards, batch, floor, split, copyTime, w.stall, maxFence, w.ops)
+		var spent []string
+		for _, s := range order {
+			spent = append(spent, fmt.Sprintf("%s %v", s, stages[s].Round(time.Millisecond)))
+		}
+		b.Logf("time to each stage, over all batches: %s", strings.Join(spent, ", "))
 	}
 }
 
