@@ -24,7 +24,8 @@ import (
 //     every batch of IDs the process was given with what became of it
 //     (acknowledged, refused, failed, duplicate key);
 //   - the rows: every row of every shard table on every physical database,
-//     the live copies and the leftovers of moves alike;
+//     the live copies and the leftovers of moves and splits alike (in the
+//     monolith, a row's shard is its key's, or its parent's for a child);
 //   - the final shard map, from the catalog.
 //
 // It checks, and reports each breach as a violation:
@@ -61,17 +62,38 @@ import (
 // terms of what the processes did: two holders of one worker id at once can
 // only show as IDs of both in overlapping units.
 
-// chaosLayout is the layout of the fault test: 8 logical shards written,
+// chaosLayout is the layout of the fault test: 16 logical shards written,
 // 32 worker ids, 32 IDs per shard per millisecond per worker.
 var chaosLayout, _ = shardid.Instagram.WithWorkerBits(5)
 
 const (
-	chaosShards = 8
-	chaosTTL    = 1500 * time.Millisecond
+	// chaosShards are the logical shards: the first chaosSchemaShards in
+	// schemas of their own on pg1 and pg2 from the start, the others shared
+	// in the monolith's tables until a split takes them out.
+	chaosShards       = 16
+	chaosSchemaShards = 8
+	chaosTTL          = 1500 * time.Millisecond
 )
 
-// chaosTables are the tables every logical shard has.
-var chaosTables = []string{"chaos_as", "chaos_bs"}
+// chaosNames are the databases of the map, by index: two PostgreSQL
+// servers, and the monolith (a database of pg1's server).
+var chaosNames = []string{"pg1", "pg2", "mono"}
+
+// chaosMono is the index of the monolith in chaosNames.
+const chaosMono = 2
+
+// chaosTables are the tables every logical shard has: chaos_cs is a child
+// of chaos_as (its a_id is the id of its parent row, whose shard it takes).
+var chaosTables = []string{"chaos_as", "chaos_bs", "chaos_cs"}
+
+// chaosKeyColumn is the column of table that holds a row's key: the
+// sharding key, or for a child its parent's id.
+func chaosKeyColumn(table string) string {
+	if table == "chaos_cs" {
+		return "a_id"
+	}
+	return "user_id"
+}
 
 // chaosClaim is one claim of a worker id, as a process logged it.
 type chaosClaim struct {
@@ -104,8 +126,8 @@ type chaosRowRef struct {
 
 // chaosRow is a row as stored.
 type chaosRow struct {
-	DB      int // index of the physical database
-	Shard   int // the logical shard whose schema holds it
+	DB      int // index of the physical database, in chaosNames
+	Shard   int // the logical shard whose schema holds it (in the monolith: its key's, -1 for an orphan)
 	Table   string
 	ID      shardid.ID
 	Key     int64
@@ -223,7 +245,7 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 		if len(rs) > 1 {
 			var at []string
 			for _, r := range rs {
-				at = append(at, fmt.Sprintf("pg%d/shard %d/%s (process %d attempt %d)", r.DB+1, r.Shard, r.Table, r.Proc, r.Attempt))
+				at = append(at, fmt.Sprintf("%s/shard %d/%s (process %d attempt %d)", chaosNames[r.DB], r.Shard, r.Table, r.Proc, r.Attempt))
 			}
 			slices.Sort(at)
 			v.fail("stored-twice", "ID %v is stored %d times: %s", id, len(rs), strings.Join(at, ", "))
@@ -388,7 +410,7 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 // ops are the row's updates and deletes, in order.
 func checkChaosRow(v *chaosVerdict, a chaosAttempt, i int, r chaosRowRef, ops []chaosOp, rs []chaosRow, stored bool, finalMap []int) {
 	s := chaosLayout.Decompose(r.ID).Shard
-	where := fmt.Sprintf("pg%d", finalMap[s]+1)
+	where := chaosNames[finalMap[s]]
 	// The states the row may be in: that of the last acknowledged
 	// operation (the insert, if none), or of any later one that may have
 	// been applied (its outcome unknown). A state is (present, key, upd).

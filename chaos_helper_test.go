@@ -22,6 +22,7 @@ import (
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/redislease"
 	"github.com/shardid/shardid/reshard"
+	"github.com/shardid/shardid/shardmap"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -43,6 +44,20 @@ type ChaosA struct {
 
 // ChaosB is the second table of every shard.
 type ChaosB ChaosA
+
+// ChaosC is the third table of every shard, a child of ChaosA: AID is the
+// ID of its parent row, so a row goes to its parent's shard (in the
+// monolith, a foreign key holds it to its parent, and a split takes it
+// with its parent: SplitTable{Parent: "chaos_as", Via: "a_id"}). Its key,
+// for the checker, is AID, which no update changes.
+type ChaosC struct {
+	ID      shardid.ID
+	AID     shardid.ID `shardid:"key"`
+	Proc    int
+	Attempt int64
+	Idx     int
+	Upd     int64
+}
 
 // chaosLog appends events to a writer process's log file, one write per
 // line, so that a kill loses at most the line being written.
@@ -292,6 +307,9 @@ func chaosWriter(t *testing.T) {
 		// one of the process's own rows.
 		if x := rng.IntN(20); len(owned) > 0 && x < 11 {
 			i := rng.IntN(len(owned))
+			if owned[i].kids {
+				x = 0 // a parent that may have children is updated, never deleted
+			}
 			ok := chaosChange(sess.r, log, rng, proc, seq, &owned[i], x < 8)
 			if x >= 8 { // a delete: the row is the process's no more, whatever became of it
 				owned = slices.Delete(owned, i, i+1)
@@ -309,15 +327,36 @@ func chaosWriter(t *testing.T) {
 		}
 		n := 1 + rng.IntN(8)
 		table := chaosTables[rng.IntN(len(chaosTables))]
+		parent := -1 // for chaos_cs, the index in owned of the parent row
+		if table == "chaos_cs" {
+			for range 8 {
+				if i := rng.IntN(len(owned) + 1); i < len(owned) && owned[i].table == "chaos_as" {
+					parent = i
+					break
+				}
+			}
+			if parent < 0 {
+				table = "chaos_as"
+			} else {
+				n = 1 + rng.IntN(3)
+				// Its children keep it: a parent is never deleted once
+				// it may have children (the monolith's foreign key).
+				owned[parent].kids = true
+			}
+		}
 		rows := make([]ChaosA, n)
 		for i := range rows {
 			rows[i] = ChaosA{UserID: int64(shard) + chaosShards*rng.Int64N(1<<30), Proc: proc, Attempt: seq, Idx: i}
+			if parent >= 0 {
+				rows[i].UserID = int64(owned[parent].id) // the key of a child: its parent's id
+			}
 		}
 		before := sess.token()
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		db := sess.r.ForKey(rows[0].UserID).WithContext(ctx)
-		if table == "chaos_bs" {
+		switch table {
+		case "chaos_bs":
 			bs := make([]ChaosB, n)
 			for i := range rows {
 				bs[i] = ChaosB(rows[i])
@@ -326,7 +365,16 @@ func chaosWriter(t *testing.T) {
 			for i := range rows {
 				rows[i].ID = bs[i].ID
 			}
-		} else {
+		case "chaos_cs":
+			cs := make([]ChaosC, n)
+			for i, r := range rows {
+				cs[i] = ChaosC{AID: shardid.ID(r.UserID), Proc: r.Proc, Attempt: r.Attempt, Idx: r.Idx}
+			}
+			err = sess.r.ForID(owned[parent].id).WithContext(ctx).Create(&cs).Error
+			for i := range rows {
+				rows[i].ID = cs[i].ID
+			}
+		default:
 			err = db.Create(&rows).Error
 		}
 		cancel()
@@ -386,6 +434,7 @@ type chaosOwned struct {
 	id    shardid.ID
 	table string
 	key   int64
+	kids  bool // a chaos_as row that may have children: never deleted
 }
 
 // chaosChange updates (update true) or deletes row o through r, routed by
@@ -396,8 +445,11 @@ type chaosOwned struct {
 // sets Upd to seq, so the checker can tell which update a row shows.
 func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq int64, o *chaosOwned, update bool) bool {
 	var model any = &ChaosA{}
-	if o.table == "chaos_bs" {
+	switch o.table {
+	case "chaos_bs":
 		model = &ChaosB{}
+	case "chaos_cs":
+		model = &ChaosC{}
 	}
 	key, kind := o.key, "delete"
 	began := time.Now()
@@ -407,7 +459,7 @@ func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq
 	var res *gorm.DB
 	if update {
 		kind = "update"
-		if rng.IntN(3) > 0 {
+		if rng.IntN(3) > 0 && o.table != "chaos_cs" { // a child's key is its parent's id: it stays
 			key = o.key%chaosShards + chaosShards*rng.Int64N(1<<30)
 		}
 	}
@@ -415,7 +467,7 @@ func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq
 	// leaves the operation pending, which the checker takes as unknown.
 	log.printf("pending %d %d %s %s %d %d", proc, seq, o.table, kind, int64(o.id), key)
 	if update {
-		res = db.Model(model).Where("id = ?", o.id).Updates(map[string]any{"user_id": key, "upd": seq})
+		res = db.Model(model).Where("id = ?", o.id).Updates(map[string]any{chaosKeyColumn(o.table): key, "upd": seq})
 	} else {
 		res = db.Where("id = ?", o.id).Delete(model)
 	}
@@ -437,7 +489,7 @@ func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq
 func (s *chaosSession) connect(gen *shardid.Generator) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	for _, dsn := range []string{chaosEnv("DB1"), chaosEnv("DB2")} {
+	for _, dsn := range chaosDSNs() {
 		db, err := gorm.Open(postgres.Open(dsn), gormConfig())
 		if err != nil {
 			return err
@@ -450,8 +502,7 @@ func (s *chaosSession) connect(gen *shardid.Generator) error {
 	if err != nil {
 		return err
 	}
-	s.r, err = shardid.NewRouter(shardid.RouterConfig{Databases: s.dbs, Names: []string{"pg1", "pg2"},
-		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Plugin: p})
+	s.r, err = shardid.NewRouter(shardid.RouterConfig{Databases: s.dbs, ShardMap: chaosMap(), Plugin: p})
 	if err != nil {
 		return err
 	}
@@ -466,10 +517,7 @@ func (s *chaosSession) connect(gen *shardid.Generator) error {
 	load := func() error {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		m, _, err := c.Load(lctx, s.r)
-		if err == nil {
-			err = s.r.SetMap(m)
-		}
+		_, err := c.LoadMap(lctx, s.r.ShardMap()) // which shards are shared too
 		return err
 	}
 	if err := load(); err != nil {
@@ -491,6 +539,41 @@ func (s *chaosSession) connect(gen *shardid.Generator) error {
 }
 
 const chaosSchemaPattern = "chaos_%04d"
+
+// chaosMap returns the fault test's first map: shards 0-3 on pg1 and 4-7
+// on pg2, each in its schema, and the others shared in the monolith's
+// tables.
+func chaosMap() *shardmap.Map {
+	assign := make([]int, chaosShards)
+	var shared []int
+	for s := range assign {
+		switch {
+		case s >= chaosSchemaShards:
+			assign[s] = chaosMono
+			shared = append(shared, s)
+		case s >= chaosSchemaShards/2:
+			assign[s] = 1
+		}
+	}
+	m, err := shardmap.New(shardmap.Config{Databases: chaosNames, LogicalShards: chaosShards,
+		SchemaPattern: chaosSchemaPattern, Assign: assign, Shared: shared})
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// chaosDSNs are the DSNs of the databases of a helper process, in the
+// order of chaosNames.
+func chaosDSNs() []string {
+	return []string{chaosEnv("DB1"), chaosEnv("DB2"), chaosEnv("MONO")}
+}
+
+// chaosEnvDSNs are the environment variables that give a helper process
+// the DSNs of c's databases.
+func (c *chaosCluster) chaosEnvDSNs() []string {
+	return []string{"SHARDID_CHAOS_DB1=" + c.pg1.DSN(), "SHARDID_CHAOS_DB2=" + c.pg2.DSN(), "SHARDID_CHAOS_MONO=" + c.monoDSN()}
+}
 
 func chaosCatalog(db *gorm.DB) *reshard.Catalog {
 	return &reshard.Catalog{DB: db, Table: "chaos_catalog"}
@@ -557,7 +640,7 @@ func chaosOutcome(err error) string {
 // command would, and is killed at some point by the driver.
 func chaosMover() {
 	var dbs []*gorm.DB
-	for _, dsn := range []string{chaosEnv("DB1"), chaosEnv("DB2")} {
+	for _, dsn := range chaosDSNs() {
 		db, err := gorm.Open(postgres.Open(dsn), gormConfig())
 		if err != nil {
 			fmt.Println("error", err)
@@ -565,19 +648,14 @@ func chaosMover() {
 		}
 		dbs = append(dbs, db)
 	}
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: []string{"pg1", "pg2"},
-		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, ShardMap: chaosMap(), Layout: chaosLayout})
 	if err != nil {
 		fmt.Println("error", err)
 		return
 	}
 	ctx := context.Background()
 	c := chaosCatalog(dbs[0])
-	m, _, err := c.Load(ctx, r)
-	if err == nil {
-		err = r.SetMap(m)
-	}
-	if err != nil {
+	if _, err = c.LoadMap(ctx, r.ShardMap()); err != nil {
 		fmt.Println("error", err)
 		return
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
+	"github.com/shardid/shardid/shardmap"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -164,14 +165,15 @@ func TestChaosCheckerCatchesSharedWorker(t *testing.T) {
 }
 
 // chaosCluster is the servers of one fault test: two PostgreSQL data
-// databases (pg1 holds the catalog too), and the lease stores.
+// databases (pg1 holds the catalog too), the monolith (a database of
+// pg1's server), and the lease stores.
 type chaosCluster struct {
 	t        *testing.T
 	dir      string
 	pg1, pg2 *testdb.PGInstance
 	maria    *testdb.MariaDB
 	redis    *redisInstance
-	dbs      []*gorm.DB // the driver's connections to pg1 and pg2
+	dbs      []*gorm.DB // the driver's connections to pg1, pg2 and the monolith, as chaosNames
 	catalog  *reshard.Catalog
 	procs    int // writer processes started, for unique process numbers
 
@@ -201,8 +203,13 @@ func startChaosCluster(t *testing.T, all bool) *chaosCluster {
 		c.maria = startMariaDBInstance(t)
 		c.redis = startRedisInstance(t)
 	}
-	for _, pg := range []*testdb.PGInstance{c.pg1, c.pg2} {
-		db, err := gorm.Open(postgres.Open(pg.DSN()), gormConfig())
+	for _, dsn := range []string{c.pg1.DSN(), c.pg2.DSN(), c.monoDSN()} {
+		if dsn == c.monoDSN() {
+			c.retry(func() error {
+				return c.dbs[0].Exec("CREATE DATABASE chaos_mono").Error
+			})
+		}
+		db, err := gorm.Open(postgres.Open(dsn), gormConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,23 +223,36 @@ func startChaosCluster(t *testing.T, all bool) *chaosCluster {
 	return c
 }
 
-// reset drops the shards, the catalog and the leases, and sets up the
-// shards afresh, 0-3 on pg1 and 4-7 on pg2.
+// monoDSN is the DSN of the monolith, a database of pg1's server.
+func (c *chaosCluster) monoDSN() string {
+	return strings.Replace(c.pg1.DSN(), "dbname=postgres", "dbname=chaos_mono", 1)
+}
+
+// reset drops the shards, the monolith's tables, the catalog and the
+// leases, and sets up the shards afresh, 0-3 on pg1 and 4-7 on pg2, each
+// in its schema, and 8-15 shared in the monolith's tables, where a foreign
+// key holds every chaos_cs row to its chaos_as parent.
 func (c *chaosCluster) reset(t *testing.T) {
 	ctx := context.Background()
-	for _, db := range c.dbs {
+	for _, db := range c.dbs[:chaosMono] {
 		for s := range chaosShards {
 			c.retry(func() error { return db.Exec(fmt.Sprintf("DROP SCHEMA IF EXISTS chaos_%04d CASCADE", s)).Error })
 		}
 		c.retry(func() error { return db.Exec("DROP TABLE IF EXISTS chaos_workers").Error })
 	}
 	c.retry(func() error {
-		return c.dbs[0].Exec("DROP TABLE IF EXISTS chaos_catalog, chaos_catalog_version, chaos_catalog_setup").Error
+		return c.dbs[chaosMono].Exec("DROP TABLE IF EXISTS chaos_cs, chaos_as, chaos_bs, shardid_split_state, shardid_split_changes CASCADE").Error
+	})
+	c.retry(func() error {
+		return c.dbs[0].Exec("DROP TABLE IF EXISTS chaos_catalog, chaos_catalog_version, chaos_catalog_setup, chaos_catalog_shared").Error
 	})
 	r := c.router(t)
-	if err := r.Migrate(ctx, &ChaosA{}, &ChaosB{}); err != nil {
+	if err := r.Migrate(ctx, chaosModels()...); err != nil {
 		t.Fatal(err)
 	}
+	c.retry(func() error {
+		return c.dbs[chaosMono].Exec("ALTER TABLE chaos_cs ADD CONSTRAINT chaos_cs_parent FOREIGN KEY (a_id) REFERENCES chaos_as (id)").Error
+	})
 	if _, err := c.catalog.Save(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -254,12 +274,17 @@ func (c *chaosCluster) retry(f func() error) {
 // router returns a new router over the driver's connections, without a
 // plugin, on the initial map.
 func (c *chaosCluster) router(t testing.TB) *shardid.Router {
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
-		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	r, err := c.newRouter(c.dbs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// newRouter returns a new router over dbs (as chaosNames), without a
+// plugin, on the initial map.
+func (c *chaosCluster) newRouter(dbs []*gorm.DB) (*shardid.Router, error) {
+	return shardid.NewRouter(shardid.RouterConfig{Databases: dbs, ShardMap: chaosMap(), Layout: chaosLayout})
 }
 
 // chaosStores are the lease stores, with the slice of worker ids each
@@ -328,9 +353,8 @@ func (c *chaosCluster) startWriter(spec chaosWriterSpec, seed int64) *chaosProc 
 		"SHARDID_CHAOS_PREFER="+strconv.Itoa(spec.prefer),
 		"SHARDID_CHAOS_ONE_SHARD="+strconv.FormatBool(spec.oneShard),
 		"SHARDID_CHAOS_FOLLOW_MS="+strconv.FormatInt(spec.lag.Milliseconds(), 10),
-		"SHARDID_CHAOS_DB1="+c.pg1.DSN(),
-		"SHARDID_CHAOS_DB2="+c.pg2.DSN(),
 	)
+	cmd.Env = append(cmd.Env, c.chaosEnvDSNs()...)
 	cmd.Stderr = os.Stderr
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
@@ -423,6 +447,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		movesBusy  atomic.Bool
 		movesMu    sync.Mutex
 		leftovers  = map[int]string{} // shard → database holding its old copy
+		splitting  = map[int]bool{}   // the shards of a split batch under way: no move takes them
 		moveCounts = map[string]int{} // what the operators met, for the fault counts
 		late       [][2]string        // violations found during the run: kind, message
 	)
@@ -584,14 +609,16 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				defer movesBusy.Store(false)
 				movesMu.Lock()
 				c.dropLeftovers(leftovers)
-				var free []int
+				movesMu.Unlock()
+				final, err := c.loadMap()
+				var free []int // shards in schemas, with no old copy, and not in a split under way
+				movesMu.Lock()
 				for _, s := range order {
-					if _, ok := leftovers[s]; !ok {
+					if _, ok := leftovers[s]; !ok && err == nil && !final[s].Shared && !splitting[s] {
 						free = append(free, s)
 					}
 				}
 				movesMu.Unlock()
-				final, err := c.loadMap()
 				if len(free) < 2 || err != nil {
 					movesMu.Lock()
 					r.moves = append(r.moves, fmt.Sprintf("skipped: %d shards free to move, loading the map: %v", len(free), err))
@@ -601,7 +628,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				var pair sync.WaitGroup
 				for n, shard := range free[:2] {
 					to := "pg1"
-					if final[shard] == 0 {
+					if final[shard].DB == 0 {
 						to = "pg2"
 					}
 					p := plan
@@ -789,17 +816,15 @@ func chaosPid(parts ...string) int {
 	return 0
 }
 
-// loadMap returns the catalog's map.
-func (c *chaosCluster) loadMap() ([]int, error) {
+// loadMap returns the catalog's placements.
+func (c *chaosCluster) loadMap() ([]shardmap.Placement, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
-		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
-	if err != nil {
+	m := chaosMap()
+	if _, err := c.catalog.LoadMap(ctx, m); err != nil {
 		return nil, err
 	}
-	m, _, err := c.catalog.Load(ctx, r)
-	return m, err
+	return m.Load().Placements(), nil
 }
 
 // chaosMovePlan is what the driver chose for a move, from the seed.
@@ -883,18 +908,14 @@ func (c *chaosCluster) recoverUnfence(shard int) string {
 	return fmt.Sprintf("shard %d: Unfence, as the documentation says after a mover died or failed past its flip, failed: %v", shard, err)
 }
 
-// catalogRouter returns a router over dbs with the catalog's map.
+// catalogRouter returns a router over dbs (as chaosNames) with the
+// catalog's map, which shards are shared too.
 func (c *chaosCluster) catalogRouter(ctx context.Context, dbs []*gorm.DB) (*shardid.Router, error) {
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: []string{"pg1", "pg2"},
-		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	r, err := c.newRouter(dbs)
 	if err != nil {
 		return nil, err
 	}
-	m, _, err := c.catalog.Load(ctx, r)
-	if err == nil {
-		err = r.SetMap(m)
-	}
-	if err != nil {
+	if _, err := c.catalog.LoadMap(ctx, r.ShardMap()); err != nil {
 		return nil, fmt.Errorf("loading the catalog: %w", err)
 	}
 	return r, nil
@@ -904,7 +925,8 @@ func (c *chaosCluster) catalogRouter(ctx context.Context, dbs []*gorm.DB) (*shar
 func (c *chaosCluster) killedMove(shard int, to string, d time.Duration) string {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosHelper$", "-test.v=false")
 	cmd.Env = append(os.Environ(), "SHARDID_CHAOS_MODE=mover", "SHARDID_CHAOS_SHARD="+strconv.Itoa(shard),
-		"SHARDID_CHAOS_TARGET="+to, "SHARDID_CHAOS_DB1="+c.pg1.DSN(), "SHARDID_CHAOS_DB2="+c.pg2.DSN())
+		"SHARDID_CHAOS_TARGET="+to)
+	cmd.Env = append(cmd.Env, c.chaosEnvDSNs()...)
 	cmd.Stderr = os.Stderr
 	var out strings.Builder
 	cmd.Stdout = &out
@@ -931,8 +953,8 @@ func (c *chaosCluster) moveOnce(shard int, to string, p chaosMovePlan, count fun
 		// The mover's own connections, which the server ends after a
 		// second idle (idle_session_timeout).
 		var own []*gorm.DB
-		for _, pg := range []*testdb.PGInstance{c.pg1, c.pg2} {
-			db, err := gorm.Open(postgres.Open(pg.DSN()+" idle_session_timeout=1000"), gormConfig())
+		for _, dsn := range []string{c.pg1.DSN(), c.pg2.DSN(), c.monoDSN()} {
+			db, err := gorm.Open(postgres.Open(dsn+" idle_session_timeout=1000"), gormConfig())
 			if err != nil {
 				return []string{fmt.Sprintf("shard %d: %v", shard, err)}, "", false, false
 			}
@@ -1055,13 +1077,12 @@ func (c *chaosCluster) terminateLockHolders(d int) int {
 // change nothing: the checker finds the rows it lost; right after it, the
 // shard's home must take writes and its old copy refuse them (fail is
 // told otherwise). Nothing is repaired after it, whatever it says.
-func (c *chaosCluster) staleMove(shard int, m []int, from string, withCatalog bool, cancelAt string, count func(string), fail func(kind, msg string)) string {
+func (c *chaosCluster) staleMove(shard int, m []shardmap.Placement, from string, withCatalog bool, cancelAt string, count func(string), fail func(kind, msg string)) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
-		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	r, err := c.newRouter(c.dbs)
 	if err == nil {
-		err = r.SetMap(m)
+		err = r.ShardMap().SetPlacements(m)
 	}
 	if err != nil {
 		return fmt.Sprintf("stale move of shard %d: %v", shard, err)
@@ -1104,7 +1125,7 @@ func (c *chaosCluster) staleMove(shard int, m []int, from string, withCatalog bo
 }
 
 // chaosModels are the shard's tables, for the moves.
-func chaosModels() []any { return []any{&ChaosA{}, &ChaosB{}} }
+func chaosModels() []any { return []any{&ChaosA{}, &ChaosB{}, &ChaosC{}} }
 
 func chaosMove(ctx context.Context, r *shardid.Router, c *reshard.Catalog, shard int, to string, onStage func(string)) (reshard.MoveResult, error) {
 	return reshard.MoveShard(ctx, r, c, shard, to, reshard.MoveOptions{Models: chaosModels(),
@@ -1116,13 +1137,8 @@ func chaosMove(ctx context.Context, r *shardid.Router, c *reshard.Catalog, shard
 func (c *chaosCluster) dropLeftovers(leftovers map[int]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: c.dbs, Names: []string{"pg1", "pg2"},
-		LogicalShards: chaosShards, SchemaPattern: chaosSchemaPattern, Layout: chaosLayout})
+	r, err := c.catalogRouter(ctx, c.dbs)
 	if err != nil {
-		return
-	}
-	m, _, err := c.catalog.Load(ctx, r)
-	if err != nil || r.SetMap(m) != nil {
 		return
 	}
 	for shard, from := range leftovers {
@@ -1136,7 +1152,9 @@ func (c *chaosCluster) dropLeftovers(leftovers map[int]string) {
 }
 
 // snapshot returns the catalog's final map and every row of every shard
-// table on both databases.
+// table on every database: in the shards' schemas on pg1 and pg2, and in
+// the monolith's tables, where a row's shard is its key's (its parent's
+// key's for a child; -1 for a child whose parent is missing).
 func (c *chaosCluster) snapshot(t *testing.T) ([]int, []chaosRow) {
 	ctx := context.Background()
 	r := c.router(t)
@@ -1146,52 +1164,65 @@ func (c *chaosCluster) snapshot(t *testing.T) ([]int, []chaosRow) {
 		final = m
 		return err
 	})
+	type stored struct {
+		ID      shardid.ID
+		Shard   int
+		UserID  int64
+		Proc    int
+		Attempt int64
+		Idx     int
+		Upd     int64
+	}
 	var rows []chaosRow
-	for d, db := range c.dbs {
+	add := func(d int, table string, q string) {
+		var got []stored
+		c.retry(func() error {
+			got = got[:0]
+			return c.dbs[d].Raw(q).Scan(&got).Error
+		})
+		for _, g := range got {
+			rows = append(rows, chaosRow{DB: d, Shard: g.Shard, Table: table, ID: g.ID, Key: g.UserID, Proc: g.Proc, Attempt: g.Attempt, Idx: g.Idx, Upd: g.Upd})
+		}
+	}
+	for d := range c.dbs[:chaosMono] {
 		for s := range chaosShards {
 			for _, table := range chaosTables {
 				var exists bool
 				c.retry(func() error {
-					return db.Raw("SELECT to_regclass(?) IS NOT NULL", fmt.Sprintf("chaos_%04d.%s", s, table)).Scan(&exists).Error
+					return c.dbs[d].Raw("SELECT to_regclass(?) IS NOT NULL", fmt.Sprintf("chaos_%04d.%s", s, table)).Scan(&exists).Error
 				})
-				if !exists {
-					continue
-				}
-				var got []struct {
-					ID      shardid.ID
-					UserID  int64
-					Proc    int
-					Attempt int64
-					Idx     int
-					Upd     int64
-				}
-				c.retry(func() error {
-					got = got[:0]
-					return db.Raw(fmt.Sprintf("SELECT id, user_id, proc, attempt, idx, upd FROM chaos_%04d.%s", s, table)).Scan(&got).Error
-				})
-				for _, g := range got {
-					rows = append(rows, chaosRow{DB: d, Shard: s, Table: table, ID: g.ID, Key: g.UserID, Proc: g.Proc, Attempt: g.Attempt, Idx: g.Idx, Upd: g.Upd})
+				if exists {
+					add(d, table, fmt.Sprintf("SELECT id, %d AS shard, %s AS user_id, proc, attempt, idx, upd FROM chaos_%04d.%s", s, chaosKeyColumn(table), s, table))
 				}
 			}
 		}
 	}
+	for _, table := range chaosTables {
+		q := fmt.Sprintf("SELECT id, user_id %% %d AS shard, user_id, proc, attempt, idx, upd FROM %s", chaosShards, table)
+		if table == "chaos_cs" {
+			q = fmt.Sprintf("SELECT x.id, coalesce(p.user_id %% %d, -1) AS shard, x.a_id AS user_id, x.proc, x.attempt, x.idx, x.upd FROM chaos_cs x LEFT JOIN chaos_as p ON p.id = x.a_id", chaosShards)
+		}
+		add(chaosMono, table, q)
+	}
 	return final, rows
 }
 
-// probeWrites checks the end state of the shards: once every move has
-// ended (and the operator did what the documentation asks, see move), the
-// home of every shard, by the catalog, takes writes, and every other copy
-// of it (an old copy, a failed move's target) refuses them. It tries a
-// write of a row in each table, in a transaction it rolls back.
+// probeWrites checks the end state of the shards: once every move and
+// split has ended (and the operator did what the documentation asks, see
+// move and splitBatch), the home of every shard, by the catalog, takes
+// writes, and every other copy of it (an old copy, a failed move's or
+// split's target, the rows of a split shard in the monolith) refuses
+// them. It tries a write of a row in each table, in a transaction it rolls
+// back.
 //
 // Refusals during the run are ordinary (a move's fence, a router behind
 // the catalog); a shard that still refuses writes at the end is a shard
-// taken out of service: a violation, "shard-refuses-writes". The one
-// fence that ends by itself, the temporary fence of a mover that died
-// before it sealed (FenceFor, 30s), is waited out. A copy the catalog does
-// not name that takes writes is a violation too, "stray-copy-writable": a
-// router behind the catalog would write there, be acknowledged, and the
-// write would be lost.
+// taken out of service: a violation, "shard-refuses-writes". The fences
+// that end by themselves, the temporary fence of a mover that died before
+// it sealed (FenceFor, 30s for a move, chaosSplitFenceFor for a split), are
+// waited out. A copy the catalog does not name that takes writes is a
+// violation too, "stray-copy-writable": a router behind the catalog would
+// write there, be acknowledged, and the write would be lost.
 func (c *chaosCluster) probeWrites(r *chaosRun, final []int) {
 	deadline := time.Now().Add(32 * time.Second)
 	for first := true; ; first = false {
@@ -1205,13 +1236,13 @@ func (c *chaosCluster) probeWrites(r *chaosRun, final []int) {
 					exists, refused, err := c.probe(d, s, table)
 					switch {
 					case err != nil:
-						r.verdict.fail("probe", "pg%d shard %d %s: %v", d+1, s, table, err)
+						r.verdict.fail("probe", "%s shard %d %s: %v", chaosNames[d], s, table, err)
 					case !exists:
 					case d == final[s] && refused:
-						refusing = append(refusing, fmt.Sprintf("shard %d on pg%d, its home, refuses writes to %s", s, d+1, table))
+						refusing = append(refusing, fmt.Sprintf("shard %d on %s, its home, refuses writes to %s", s, chaosNames[d], table))
 					case d != final[s] && !refused:
-						r.verdict.fail("stray-copy-writable", "the copy of shard %d on pg%d, which the catalog does not name (it names pg%d), takes writes to %s",
-							s, d+1, final[s]+1, table)
+						r.verdict.fail("stray-copy-writable", "the copy of shard %d on %s, which the catalog does not name (it names %s), takes writes to %s",
+							s, chaosNames[d], chaosNames[final[s]], table)
 					}
 				}
 			}
@@ -1231,9 +1262,17 @@ func (c *chaosCluster) probeWrites(r *chaosRun, final []int) {
 
 // probe tries a write to table of shard on the database of index d, rolled
 // back, and says whether the table exists and whether the write was
-// refused by a fence.
+// refused by a fence. In the monolith, the shard's "table" is the
+// monolith's own, for the shards that started there (a child is written
+// under a parent of the shard written first).
 func (c *chaosCluster) probe(d, shard int, table string) (exists, refused bool, err error) {
 	q := fmt.Sprintf("chaos_%04d.%s", shard, table)
+	if d == chaosMono {
+		if shard < chaosSchemaShards {
+			return false, false, nil // never in the monolith
+		}
+		q = table
+	}
 	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(100 * time.Millisecond) {
 		if err = c.dbs[d].Raw("SELECT to_regclass(?) IS NOT NULL", q).Scan(&exists).Error; err != nil {
 			continue
@@ -1243,7 +1282,16 @@ func (c *chaosCluster) probe(d, shard int, table string) (exists, refused bool, 
 		}
 		id, _ := chaosLayout.Compose(shardid.Parts{Time: time.Now(), Shard: shard, Worker: 31})
 		err = c.dbs[d].Transaction(func(tx *gorm.DB) error {
-			if err := tx.Exec("INSERT INTO "+q+" (id, user_id, proc, attempt, idx, upd) VALUES (?, ?, 0, 0, 0, 0)", int64(id), shard).Error; err != nil {
+			key := int64(shard)
+			if table == "chaos_cs" {
+				if d == chaosMono { // its parent first
+					if err := tx.Exec("INSERT INTO chaos_as (id, user_id, proc, attempt, idx, upd) VALUES (?, ?, 0, 0, 0, 0)", int64(id)+1, shard).Error; err != nil {
+						return err
+					}
+				}
+				key = int64(id) + 1
+			}
+			if err := tx.Exec("INSERT INTO "+q+" (id, "+chaosKeyColumn(table)+", proc, attempt, idx, upd) VALUES (?, ?, 0, 0, 0, 0)", int64(id), key).Error; err != nil {
 				return err
 			}
 			return errChaosRollback
@@ -1277,7 +1325,7 @@ func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int, rows []c
 	}
 	live := map[shardid.ID]chaosRow{}
 	for _, row := range rows {
-		if final[row.Shard] == row.DB {
+		if row.Shard >= 0 && final[row.Shard] == row.DB {
 			live[row.ID] = row
 		}
 	}
@@ -1294,11 +1342,16 @@ func (c *chaosCluster) readBack(t *testing.T, r *chaosRun, final []int, rows []c
 		id := a.Rows[i].ID
 		var got ChaosA
 		var err error
-		if a.Table == "chaos_bs" {
+		switch a.Table {
+		case "chaos_bs":
 			var b ChaosB
 			err = rt.Get(ctx, &b, id)
 			got = ChaosA(b)
-		} else {
+		case "chaos_cs":
+			var c ChaosC
+			err = rt.Get(ctx, &c, id)
+			got = ChaosA{ID: c.ID, UserID: int64(c.AID), Proc: c.Proc, Attempt: c.Attempt, Idx: c.Idx, Upd: c.Upd}
+		default:
 			err = rt.Get(ctx, &got, id)
 		}
 		want, ok := live[id]
