@@ -162,6 +162,8 @@ func TestChaosHelper(t *testing.T) {
 		return
 	case "mover":
 		chaosMover()
+	case "splitter":
+		chaosSplitterMain()
 	default:
 		chaosWriter(t)
 	}

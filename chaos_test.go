@@ -420,7 +420,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 	})
 
-	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move", "stale", "lock"}
+	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move", "stale", "lock", "split"}
 	if *chaosFaultsFlag != "" {
 		kinds = strings.Split(*chaosFaultsFlag, ",")
 	}
@@ -456,6 +456,13 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		moveCounts[k]++
 		movesMu.Unlock()
 	}
+	// The operator of the splits: its plan's batches of 1 to 3 shards, onto
+	// pg1 and pg2 in an order of the seed.
+	targets := []string{"pg1", "pg2"}
+	if r.rng.IntN(2) == 0 {
+		targets = []string{"pg2", "pg1"}
+	}
+	splits := &splitDriver{left: -1, sp: &chaosSplitter{c: c, batch: 1 + r.rng.IntN(3), targets: targets, count: count}}
 	restarts := map[int]time.Time{} // slot → when its killed writer is replaced
 	end := time.Now().Add(r.duration)
 	next := time.Now().Add(time.Second)
@@ -495,7 +502,8 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		if len(plan) > 0 {
 			kind, plan = plan[0], plan[1:]
 		}
-		if (kind == "move" || kind == "stale" || kind == "lock") && movesBusy.Load() {
+		if (kind == "move" || kind == "stale" || kind == "lock") && movesBusy.Load() ||
+			kind == "split" && (splits.busy.Load() || splits.exhausted()) {
 			kind = "clock"
 		}
 		var running []int
@@ -564,6 +572,19 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				c.redis.Start()
 			}
 			c.note("restarted %s", s)
+		case "split":
+			// The choices now, from the seed; the work in the background.
+			p := chooseSplit(r.rng, r.faultCounts)
+			splits.busy.Store(true)
+			moving.Add(1)
+			go func() {
+				defer moving.Done()
+				defer splits.busy.Store(false)
+				msgs := splits.run(p, &movesMu, splitting)
+				movesMu.Lock()
+				r.moves = append(r.moves, msgs...)
+				movesMu.Unlock()
+			}()
 		case "move", "lock", "stale":
 			// The choices now, from the seed; the work in the background,
 			// so that the driver never waits on a frozen server.
@@ -1382,6 +1403,10 @@ func (r *chaosRun) report(t *testing.T) {
 	t.Logf("seed %d, %v: faults %s", r.seed, r.duration, strings.Join(kinds, " "))
 	t.Logf("writer processes %d; claims %d; events %s", r.started, v.Claims, strings.Join(other, " "))
 	for _, m := range r.moves {
+		if strings.HasPrefix(m, "split") || strings.HasPrefix(m, "rival abort") {
+			t.Logf("%s", m)
+			continue
+		}
 		t.Logf("move: %s", m)
 	}
 	t.Logf("checked: %d IDs issued (%d judged against their claims), %d acknowledged rows, %d stored rows (%d live), %d updates and deletes (%d acknowledged); %v to check; %d violations",
