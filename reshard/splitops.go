@@ -10,7 +10,8 @@ import (
 // RunSplit carries plan out, batch by batch (SplitShards), after
 // CleanSplit: it can be run again after it was stopped or failed, and
 // goes on where it stopped (the batches whose shards are split already
-// are skipped; a batch sealed but not flipped is finished). cfg.Map must
+// are skipped; a batch sealed but not flipped, or flipped with its targets
+// still fenced for the mover, is finished). cfg.Map must
 // be the catalog's (Catalog.LoadMap). onBatch, if not nil, hears each
 // batch's result.
 func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitOptions, onBatch func(batch int, res SplitResult)) error {
@@ -33,23 +34,29 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 				return withDetail(ErrStalePlan, fmt.Sprintf("shard %d is on %s (shared: %v), neither in the monolith nor on %s", s, v.Database(s), v.Shared(s), plan.To[s]))
 			}
 		}
-		// Split already, unless sealed and not flipped (SplitShards
-		// finishes it).
-		done := true
-		for _, s := range shards {
-			if v.Shared(s) {
-				done = false
-			}
-		}
-		if done {
-			continue
-		}
+		// Split already, unless sealed and not flipped, or flipped with
+		// its targets still fenced for the mover (a lift that failed):
+		// SplitShards finishes it.
 		var pending []int
 		var pto []string
 		for j, s := range shards {
 			if v.Shared(s) {
 				pending, pto = append(pending, s), append(pto, to[j])
 			}
+		}
+		if len(pending) == 0 {
+			for j, s := range shards {
+				st, err := readFence(ctx, cfg.DBs[v.DB(s)], v.Schema(s))
+				if err != nil {
+					return err
+				}
+				if st.MoverOnly && !st.Sealed {
+					pending, pto = append(pending, s), append(pto, to[j])
+				}
+			}
+		}
+		if len(pending) == 0 {
+			continue
 		}
 		res, err := SplitShards(ctx, cfg, pending, pto, opts)
 		if err != nil {
