@@ -102,6 +102,9 @@ func TestSplitKilledAtEachStagePostgres(t *testing.T) {
 			if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := reshard.CleanSplit(ctx, e.cfg); err != nil {
+				t.Fatal(err)
+			}
 			var left, users int64
 			e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 IN (0, 1)").Scan(&left)
 			e.dbs[1].Raw("SELECT count(*) FROM shard_0000.users").Scan(&users)

@@ -7,8 +7,8 @@ import (
 	"slices"
 )
 
-// RunSplit carries plan out, batch by batch (SplitShards), after
-// CleanSplit: it can be run again after it was stopped or failed, and
+// RunSplit carries plan out, batch by batch (SplitShards): it can be run
+// again after it was stopped or failed, and
 // goes on where it stopped (the batches whose shards are split already
 // are skipped; a batch sealed but not flipped, or flipped with its targets
 // still fenced for the mover, is finished). cfg.Map must
@@ -16,9 +16,6 @@ import (
 // batch's result.
 func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitOptions, onBatch func(batch int, res SplitResult)) error {
 	if err := plan.check(cfg); err != nil {
-		return err
-	}
-	if _, err := CleanSplit(ctx, cfg); err != nil {
 		return err
 	}
 	mono := cfg.Map.DatabaseIndex(cfg.Monolith)
@@ -70,10 +67,12 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 }
 
 // CleanSplit deletes from the monolith the rows of the shards a split
-// flipped (sealed on the monolith, on their targets in cfg.Map) that are
-// still there, as a batch does after its flip (deleteCopied: only rows that
-// add up to what the batch verified), and returns how many. A split whose
-// mover died after a flip leaves them; RunSplit calls it first.
+// flipped (sealed on the monolith, on their targets in cfg.Map), which a
+// batch leaves there (deleteCopied: only rows that add up to what the batch
+// verified), and returns how many. Run it once every router follows the
+// new map, as DropShardCopy after a move: until then the sealed rows refuse
+// the writes of a router behind the flip, which, once they are deleted,
+// would match no row and succeed.
 func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {

@@ -33,8 +33,7 @@ type SplitOptions struct {
 	Progress func(table string, copied int64)
 
 	// OnStage, if not nil, is called as a batch reaches each stage:
-	// "created", "copied", "fenced", "verified", "sealed", "flipped",
-	// "cleaned" (the batch's rows deleted from the monolith).
+	// "created", "copied", "fenced", "verified", "sealed", "flipped".
 	OnStage func(stage string)
 }
 
@@ -46,7 +45,6 @@ type SplitResult struct {
 	CopyTime time.Duration
 	Fenced   time.Duration // from the fence on the monolith to the targets taking writes
 	Version  int64         // the catalog's version after the flip
-	Deleted  int64         // rows deleted from the monolith once verified
 }
 
 // SplitShards moves shards, a batch, out of the shared tables of the
@@ -59,9 +57,15 @@ type SplitResult struct {
 // fences the batch's rows on the monolith (writes to them fail with
 // shardid.ErrShardMoving, writes to the other shards go on), applies the
 // last changes, compares the keys still in doubt, seals the batch's rows
-// (fenced for good), flips the catalog and cfg.Map, lets writes through to
-// the targets, and deletes the batch's rows from the monolith, each only
-// once its copy on the target is found equal.
+// (fenced for good), flips the catalog and cfg.Map, and lets writes
+// through to the targets.
+//
+// The batch's rows stay in the monolith, sealed: a router that routed by
+// the map of before the flip (a statement under way, a process paused, one
+// that loads the catalog now and then) has its writes to them refused with
+// ErrShardMoving, and not matched against nothing, as a moved shard's old
+// copy refuses them until DropShardCopy. CleanSplit deletes them once every
+// router follows the new map.
 //
 // A second split of the same monolith waits for the first (LockWait) and
 // then fails with ErrMoveInProgress. A batch that fails before its seal
@@ -234,8 +238,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	return b.flipAndClean(ctx, lock, res, dstTokens, fenced, stage)
 }
 
-// flipAndClean flips the catalog and the map, lets writes through to the
-// targets and deletes the batch's verified rows from the monolith.
+// flipAndClean flips the catalog and the map and lets writes through to
+// the targets. The batch's rows stay in the monolith, sealed, for
+// CleanSplit.
 func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res SplitResult, dstTokens map[int]int64, fenced time.Time, stage func(string)) (SplitResult, error) {
 	sp := b.sp
 	names := sp.cfg.Map.Databases()
@@ -279,12 +284,6 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 		res.Fenced = timeNow().Sub(fenced)
 	}
 	stage("flipped")
-	n, err := sp.deleteCopied(ctx, b)
-	res.Deleted = n
-	if err != nil {
-		return res, fmt.Errorf("shardid: split: the batch is flipped; deleting its rows from the monolith (run CleanSplit to finish): %w", err)
-	}
-	stage("cleaned")
 	return res, nil
 }
 

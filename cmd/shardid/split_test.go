@@ -15,7 +15,7 @@ import (
 )
 
 // TestSplitCommandPostgres takes a small monolith through the split
-// command: plan (refused, then fixed), run, status, abort.
+// command: plan (refused, then fixed), run, status, clean, abort.
 func TestSplitCommandPostgres(t *testing.T) {
 	admin := testdb.OpenPostgres(t)
 	base := fmt.Sprintf("splitcmd_%d_%d", os.Getpid(), rand.IntN(1e9))
@@ -97,6 +97,17 @@ func TestSplitCommandPostgres(t *testing.T) {
 	out = sh(0, "split", "status", "--config", config)
 	if !strings.Contains(out, "0 shard(s) in mono, 16 split") {
 		t.Errorf("status output:\n%s", out)
+	}
+	t.Log("\n" + out)
+	// Every router follows the new map: the split shards' rows go.
+	out = sh(0, "split", "clean", "--config", config)
+	if !strings.Contains(out, "cleaned: 832 row(s) of split shards deleted from mono") {
+		t.Errorf("clean output:\n%s", out)
+	}
+	t.Log("\n" + out)
+	out = sh(0, "split", "status", "--config", config)
+	if !strings.Contains(out, "0 rows left in mono") {
+		t.Errorf("status output after clean:\n%s", out)
 	}
 	t.Log("\n" + out)
 	var n int64
