@@ -396,6 +396,8 @@ type chaosRun struct {
 	started     int
 	verdict     chaosVerdict
 	history     chaosHistory
+	waitTook    time.Duration // from the end of the faults to the end of the last move or split
+	stopTook    time.Duration // then until the writers stopped (and the split's clean-up)
 	checkTook   time.Duration
 }
 
@@ -702,10 +704,9 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			c.note("SIGCONT writer %d", p.id)
 		}
 	}
+	faultsEnd := time.Now()
 	moving.Wait()
-	for k, n := range moveCounts {
-		r.faultCounts[k] += n
-	}
+	r.waitTook = time.Since(faultsEnd)
 
 	// The end: every writer stops cleanly; then the checker.
 	for i, p := range procs {
@@ -728,6 +729,16 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 	}
 	r.started += len(r.writers)
+	// The writers are gone: the operator deletes the split shards' rows
+	// from the monolith (CleanSplit).
+	if m := splits.sp.clean(true); m != "" {
+		c.note("%s", m)
+		r.moves = append(r.moves, m)
+	}
+	for k, n := range moveCounts {
+		r.faultCounts[k] += n
+	}
+	r.stopTook = time.Since(faultsEnd) - r.waitTook
 	// A writer that died by itself (a panic, a fatal error) is a failure:
 	// only the driver kills them.
 	var died []string
@@ -1411,6 +1422,8 @@ func (r *chaosRun) report(t *testing.T) {
 	}
 	t.Logf("checked: %d IDs issued (%d judged against their claims), %d acknowledged rows, %d stored rows (%d live), %d updates and deletes (%d acknowledged); %v to check; %d violations",
 		v.IDs, v.Judged, v.Acked, v.Rows, v.LiveRows, v.Ops, v.AckedOps, r.checkTook.Round(time.Millisecond), len(v.Violations))
+	t.Logf("after the faults: %v until the last move or split ended, %v until the writers stopped, %v to check",
+		r.waitTook.Round(time.Millisecond), r.stopTook.Round(time.Millisecond), r.checkTook.Round(time.Millisecond))
 	var names []string
 	for k := range v.Kinds {
 		names = append(names, k)

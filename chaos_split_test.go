@@ -1,0 +1,571 @@
+package shardid_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// The splits of the fault test. The monolith (chaosMono) holds shards
+// 8-15 in its own tables at first; the fault "split" runs a batch of the
+// operator's plan (PlanSplit, made at the first split), which takes the
+// batch's shards into their schemas on pg1 and pg2 while the writers
+// write to every shard, with one of these, from the seed:
+//
+//   - nothing: the batch runs (RunSplit of the plan's batch);
+//   - killed: the batch's first run is a splitter process, killed after a
+//     random time, or that dies at a stage (no clean-up at all);
+//   - paused: the splitter process stops (SIGSTOP) at a stage for up to
+//     8s, longer than its fence (chaosSplitFenceFor) at times, then goes on;
+//   - lock: the first run loses its split lock at a stage (created to
+//     sealed): the server ends the lock's session (terminate), or the run
+//     is slow there on connections with idle_session_timeout (idle); a
+//     second operator, who loaded the catalog, then aborts the split
+//     (AbortSplit) or runs the batch too, while the first waits for it (or
+//     not);
+//   - cancel: the first run's context is cancelled at a stage (Ctrl-C).
+//
+// The operator does what the guide says (docs/resharding.md, "Stop,
+// resume, abort"): a batch that failed is run again (RunSplit of the same
+// plan) until it is done; or, one time in four, aborted (AbortSplit), and
+// run again at a later split. Once every router follows the new map (20s
+// after the last flip: the laggards load it every 10s, and a writer is
+// paused for 4.5s at most), a split first deletes the split shards' rows
+// from the monolith (CleanSplit); and so does the operator once the
+// writers have stopped. The faults that hit every server (restart,
+// freeze) hit the monolith (pg1's server) and the targets meanwhile. The
+// checker judges a split shard as it judges a moved one: every
+// acknowledged write on the database the catalog names, exactly once;
+// nothing written on a copy it does not name (the monolith's rows of a
+// split shard, a failed batch's copies); at the end, every shard's home
+// takes writes (probeWrites).
+
+// chaosSplitFenceFor is how long a split batch's rows in the monolith stay
+// fenced when its mover dies before their seal.
+const chaosSplitFenceFor = 5 * time.Second
+
+// chaosCleanAfter is how long after a batch's flip every router of the
+// test follows the new map: then the monolith's rows of split shards may
+// go (CleanSplit).
+const chaosCleanAfter = 20 * time.Second
+
+// chaosSplitTables are the monolith's sharded tables, as the split
+// declares them.
+var chaosSplitTables = []reshard.SplitTable{
+	{Name: "chaos_as", Key: "user_id"},
+	{Name: "chaos_bs", Key: "user_id"},
+	{Name: "chaos_cs", Parent: "chaos_as", Via: "a_id"},
+}
+
+// chaosSplitStages are the stages of a split batch, in order.
+var chaosSplitStages = []string{"created", "copied", "fenced", "verified", "sealed", "flipped"}
+
+// chaosSplitPlan is what the driver chose for a split, from the seed.
+type chaosSplitPlan struct {
+	killAfter time.Duration // the first run is a splitter process, killed after this long
+	killAt    string        // ... or that dies at this stage
+	pauseAt   string        // ... or that stops (SIGSTOP) at this stage
+	pause     time.Duration // for this long
+	lose      string        // "terminate" or "idle": how the first run loses its lock ("": it does not)
+	loseAt    string        // the stage at which it loses it
+	rival     string        // what a second operator then does: "abort" or "run"
+	rivalWait time.Duration // how long the first run waits for the rival (0: until it is done)
+	cancelAt  string        // the first run's context is cancelled at this stage
+	abort     bool          // after a failed first run, the operator aborts the batch
+}
+
+// chooseSplit picks, from rng, what befalls a split, and counts it.
+func chooseSplit(rng *rand.Rand, counts map[string]int) chaosSplitPlan {
+	var p chaosSplitPlan
+	stage := func(stages []string) string { return stages[rng.IntN(len(stages))] }
+	switch rng.IntN(6) {
+	case 0:
+	case 1:
+		if rng.IntN(2) == 0 {
+			p.killAfter = time.Duration(200+rng.IntN(4000)) * time.Millisecond
+			counts["split killed"]++
+		} else {
+			p.killAt = stage(chaosSplitStages)
+			counts["split killed at "+p.killAt]++
+		}
+	case 2:
+		p.pauseAt = stage(chaosSplitStages)
+		p.pause = time.Duration(1000+rng.IntN(7000)) * time.Millisecond
+		counts["split paused at "+p.pauseAt]++
+	case 3, 4:
+		p.lose = []string{"terminate", "idle"}[rng.IntN(2)]
+		p.loseAt = stage(chaosSplitStages[:5])
+		p.rival = []string{"abort", "run"}[rng.IntN(2)]
+		if w := rng.IntN(4); w > 0 {
+			p.rivalWait = time.Duration(w) * 500 * time.Millisecond
+		}
+		counts["split lock "+p.lose]++
+		counts["split rival "+p.rival]++
+	case 5:
+		p.cancelAt = stage(chaosSplitStages)
+		counts["split cancelled at "+p.cancelAt]++
+	}
+	p.abort = rng.IntN(4) == 0
+	return p
+}
+
+// chaosSplitter is the operator of the splits of one run: the plan, made
+// at the first split, and the batch under way. It is not safe for
+// concurrent use: one split runs at a time.
+type chaosSplitter struct {
+	c       *chaosCluster
+	batch   int      // shards a batch (from the seed)
+	targets []string // the plan's targets, in order (from the seed)
+	plan    *reshard.SplitPlan
+	count   func(string)
+	flipped time.Time // when a batch was last found split
+}
+
+// config returns the split's configuration over dbs (as chaosNames), on a
+// map loaded from the catalog, as the guide says.
+func (c *chaosCluster) splitConfig(ctx context.Context, dbs []*gorm.DB) (reshard.SplitConfig, error) {
+	m := chaosMap()
+	if _, err := c.catalog.LoadMap(ctx, m); err != nil {
+		return reshard.SplitConfig{}, fmt.Errorf("loading the catalog: %w", err)
+	}
+	return reshard.SplitConfig{Map: m, DBs: dbs, Monolith: chaosNames[chaosMono], Tables: chaosSplitTables, Catalog: c.catalog}, nil
+}
+
+// next returns the plan of the next batch to split: the first batch of the
+// operator's plan whose shards are all still in the monolith, as a plan of
+// its own (a step of the plan run alone). It makes the plan first, once.
+// It returns nil when every batch is split.
+func (sp *chaosSplitter) next() (*reshard.SplitPlan, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var err error
+	for try := 0; sp.plan == nil && try < 10; try++ {
+		var cfg reshard.SplitConfig
+		if cfg, err = sp.c.splitConfig(ctx, sp.c.dbs); err == nil {
+			sp.plan, err = reshard.PlanSplit(ctx, cfg, sp.targets, sp.batch)
+		}
+		if errors.Is(err, reshard.ErrSplitRefused) {
+			return nil, err // never: the test's monolith can be split
+		}
+		if err != nil {
+			sp.plan = nil
+			time.Sleep(time.Second)
+		}
+	}
+	if sp.plan == nil {
+		return nil, fmt.Errorf("planning the split: %w", err)
+	}
+	final, err := sp.c.loadMap()
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range sp.plan.Batches {
+		shared := true
+		for _, s := range b {
+			shared = shared && final[s].Shared
+		}
+		if !shared {
+			continue
+		}
+		one := *sp.plan
+		one.Batches = [][]int{b}
+		one.To = map[int]string{}
+		for _, s := range b {
+			one.To[s] = sp.plan.To[s]
+		}
+		return &one, nil
+	}
+	return nil, nil
+}
+
+// split runs the batch of plan as the operator would, with what p says
+// befalls its first run, and returns what happened and whether the batch
+// ended split.
+func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]string, bool) {
+	c := sp.c
+	shards := plan.Batches[0]
+	name := fmt.Sprintf("split of shards %v", shards)
+	var msgs []string
+	note := func(format string, args ...any) {
+		m := fmt.Sprintf(format, args...)
+		c.note("split: %s", m)
+		msgs = append(msgs, m)
+	}
+	c.note("split of shards %v begins (plan: %+v)", shards, p)
+	failed := false
+	switch {
+	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
+		note("%s", c.splitterProcess(plan, p))
+		failed = p.pauseAt == ""
+	default:
+		rivals, err := sp.runOnce(plan, p)
+		for _, m := range rivals {
+			note("%s", m)
+		}
+		if err != nil {
+			note("%s: the first run failed: %v", name, err)
+			sp.count("split runs failed")
+			failed = true
+		} else {
+			note("%s: done", name)
+		}
+	}
+	for try := 0; try < 10; try++ {
+		done, err := sp.done(shards)
+		if err == nil && done {
+			// A run that died after its flip leaves the monolith's rows:
+			// the plan run again cleans them up (CleanSplit).
+			if failed {
+				if _, err := sp.runOnce(plan, chaosSplitPlan{}); err != nil {
+					note("%s: run again to clean up: %v", name, err)
+				}
+			}
+			sp.count("split batches done")
+			sp.flipped = time.Now()
+			return msgs, true
+		}
+		if err == nil && failed && p.abort && try == 0 {
+			// The operator gives up on the batch for now: the guide's
+			// abort, and the batch is run again at a later split.
+			res, err := sp.abort()
+			note("%s: AbortSplit: %+v, %v", name, res, err)
+			sp.count("split aborted")
+			if err == nil {
+				return msgs, false
+			}
+		}
+		if err == nil {
+			_, err = sp.runOnce(plan, chaosSplitPlan{})
+			sp.count("split runs again")
+			if err == nil {
+				note("%s: run again (run %d): done", name, try+2)
+				sp.count("split batches done")
+				sp.flipped = time.Now()
+				return msgs, true
+			}
+			note("%s: run again (run %d): %v", name, try+2, err)
+			failed = true
+		}
+		time.Sleep(time.Second)
+	}
+	note("%s: not done after 10 runs", name)
+	return msgs, false
+}
+
+// done reports whether the catalog places every shard of shards on its
+// target (split).
+func (sp *chaosSplitter) done(shards []int) (bool, error) {
+	final, err := sp.c.loadMap()
+	if err != nil {
+		return false, err
+	}
+	for _, s := range shards {
+		if final[s].Shared {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// clean runs CleanSplit, with a map loaded from the catalog, if a batch
+// was split and force is set or every router follows the map of its flip
+// (chaosCleanAfter), and returns what it did ("" if nothing).
+func (sp *chaosSplitter) clean(force bool) string {
+	if sp.flipped.IsZero() || !force && time.Since(sp.flipped) < chaosCleanAfter {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := sp.c.splitConfig(ctx, sp.c.dbs)
+	var n int64
+	if err == nil {
+		n, err = reshard.CleanSplit(ctx, cfg)
+	}
+	if err != nil {
+		sp.count("split clean failed")
+		return fmt.Sprintf("split: CleanSplit, %v after the last flip: %v", time.Since(sp.flipped).Round(time.Second), err)
+	}
+	sp.count("split cleaned")
+	return fmt.Sprintf("split: CleanSplit, %v after the last flip: %d rows deleted from the monolith", time.Since(sp.flipped).Round(time.Second), n)
+}
+
+// abort runs AbortSplit, with a map loaded from the catalog.
+func (sp *chaosSplitter) abort() (reshard.AbortResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := sp.c.splitConfig(ctx, sp.c.dbs)
+	if err != nil {
+		return reshard.AbortResult{}, err
+	}
+	return reshard.AbortSplit(ctx, cfg)
+}
+
+// runOnce runs the plan once (RunSplit), as p says: losing its lock at a
+// stage, with a rival, or cancelled at a stage. It returns the run's
+// error and what the rival met.
+func (sp *chaosSplitter) runOnce(plan *reshard.SplitPlan, p chaosSplitPlan) ([]string, error) {
+	c := sp.c
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dbs := c.dbs
+	if p.lose == "idle" {
+		var own []*gorm.DB
+		for _, dsn := range []string{c.pg1.DSN(), c.pg2.DSN(), c.monoDSN()} {
+			db, err := gorm.Open(postgres.Open(dsn+" idle_session_timeout=1000"), gormConfig())
+			if err != nil {
+				return nil, err
+			}
+			sqlDB, _ := db.DB()
+			sqlDB.SetConnMaxIdleTime(300 * time.Millisecond)
+			defer sqlDB.Close()
+			own = append(own, db)
+		}
+		dbs = own
+	}
+	cfg, err := c.splitConfig(ctx, dbs)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		rivals   []string
+		rivalMsg = make(chan string, 1)
+		rivalRan bool
+	)
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	onStage := func(stage string) {
+		switch {
+		case stage == p.cancelAt:
+			c.note("split of shards %v: cancelled at %s", plan.Batches[0], stage)
+			rcancel()
+		case stage == p.loseAt && p.lose != "" && !rivalRan:
+			rivalRan = true
+			switch p.lose {
+			case "terminate":
+				n := c.terminateLockHolders(chaosMono)
+				if n == 0 {
+					sp.count("split lock not found")
+				}
+				c.note("split of shards %v at %s: terminated %d sessions holding advisory locks on pg1's server", plan.Batches[0], stage, n)
+			case "idle":
+				time.Sleep(1500 * time.Millisecond)
+				c.note("split of shards %v at %s: the splitter slept past idle_session_timeout", plan.Batches[0], stage)
+			}
+			go func() { rivalMsg <- sp.rival(plan, p.rival) }()
+			if p.rivalWait == 0 {
+				rivals = append(rivals, <-rivalMsg)
+				return
+			}
+			select {
+			case m := <-rivalMsg:
+				rivals = append(rivals, m)
+			case <-time.After(p.rivalWait):
+			}
+		}
+	}
+	err = reshard.RunSplit(rctx, cfg, plan, reshard.SplitOptions{FenceFor: chaosSplitFenceFor, OnStage: onStage}, nil)
+	if rivalRan && len(rivals) == 0 {
+		rivals = append(rivals, <-rivalMsg)
+	}
+	return rivals, err
+}
+
+// rival is a second operator, with a map loaded from the catalog, who
+// aborts the split (AbortSplit) or runs the batch too, once, while the
+// first may have lost its lock. Either must be refused (ErrMoveInProgress)
+// while the first holds it; it waits 5s for the lock at most.
+func (sp *chaosSplitter) rival(plan *reshard.SplitPlan, kind string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cfg, err := sp.c.splitConfig(ctx, sp.c.dbs)
+	if err != nil {
+		return fmt.Sprintf("rival %s of the split of shards %v: %v", kind, plan.Batches[0], err)
+	}
+	switch kind {
+	case "abort":
+		var res reshard.AbortResult
+		res, err = reshard.AbortSplit(ctx, cfg)
+		if err == nil {
+			return fmt.Sprintf("rival abort of the split of shards %v: done (%+v): the split's lock was lost", plan.Batches[0], res)
+		}
+	default:
+		err = reshard.RunSplit(ctx, cfg, plan, reshard.SplitOptions{FenceFor: chaosSplitFenceFor}, nil)
+	}
+	if err != nil {
+		return fmt.Sprintf("rival %s of the split of shards %v: %v", kind, plan.Batches[0], err)
+	}
+	return fmt.Sprintf("rival %s of the split of shards %v: done (the split's lock was lost)", kind, plan.Batches[0])
+}
+
+// splitterProcess runs the batch of plan in a splitter process (SplitShards)
+// that is killed after p.killAfter, dies at p.killAt, or stops at
+// p.pauseAt for p.pause, and returns what became of it.
+func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan) string {
+	shards := plan.Batches[0]
+	var list, to []string
+	for _, s := range shards {
+		list = append(list, strconv.Itoa(s))
+		to = append(to, plan.To[s])
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosHelper$", "-test.v=false")
+	cmd.Env = append(os.Environ(), "SHARDID_CHAOS_MODE=splitter", "SHARDID_CHAOS_SHARDS="+strings.Join(list, ","),
+		"SHARDID_CHAOS_TARGETS="+strings.Join(to, ","), "SHARDID_CHAOS_DIE_AT="+p.killAt, "SHARDID_CHAOS_PAUSE_AT="+p.pauseAt)
+	cmd.Env = append(cmd.Env, c.chaosEnvDSNs()...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err.Error()
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Sprintf("split of shards %v: starting a splitter: %v", shards, err)
+	}
+	var timer *time.Timer
+	if p.killAfter > 0 {
+		timer = time.AfterFunc(p.killAfter, func() { cmd.Process.Kill() })
+	}
+	var lines []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if sc.Text() == "paused" {
+			c.note("split of shards %v: the splitter stopped at %s, for %v", shards, p.pauseAt, p.pause)
+			time.Sleep(p.pause)
+			cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	err = cmd.Wait()
+	if timer != nil {
+		timer.Stop()
+	}
+	how := "ran"
+	switch {
+	case p.killAfter > 0:
+		how = fmt.Sprintf("was to be killed after %v", p.killAfter)
+	case p.killAt != "":
+		how = "was to die at " + p.killAt
+	case p.pauseAt != "":
+		how = fmt.Sprintf("stopped at %s for %v", p.pauseAt, p.pause)
+	}
+	return fmt.Sprintf("split of shards %v: a splitter process %s: %v (%s)", shards, how, err, strings.Join(lines, "; "))
+}
+
+// chaosSplitterMain is a splitter process: it splits the shards
+// SHARDID_CHAOS_SHARDS onto SHARDID_CHAOS_TARGETS (SplitShards, as the
+// split command runs a batch), says each stage on its standard output,
+// and dies (exit 3, no clean-up) at SHARDID_CHAOS_DIE_AT, or stops itself
+// (SIGSTOP) at SHARDID_CHAOS_PAUSE_AT until the driver sends SIGCONT.
+func chaosSplitterMain() {
+	var dbs []*gorm.DB
+	for _, dsn := range chaosDSNs() {
+		db, err := gorm.Open(postgres.Open(dsn), gormConfig())
+		if err != nil {
+			fmt.Println("error", err)
+			return
+		}
+		dbs = append(dbs, db)
+	}
+	ctx := context.Background()
+	m := chaosMap()
+	c := chaosCatalog(dbs[0])
+	if _, err := c.LoadMap(ctx, m); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	var shards []int
+	for _, s := range strings.Split(chaosEnv("SHARDS"), ",") {
+		n, _ := strconv.Atoi(s)
+		shards = append(shards, n)
+	}
+	cfg := reshard.SplitConfig{Map: m, DBs: dbs, Monolith: chaosNames[chaosMono], Tables: chaosSplitTables, Catalog: c}
+	_, err := reshard.SplitShards(ctx, cfg, shards, strings.Split(chaosEnv("TARGETS"), ","), reshard.SplitOptions{
+		FenceFor: chaosSplitFenceFor,
+		OnStage: func(stage string) {
+			fmt.Println("stage", stage)
+			switch stage {
+			case chaosEnv("DIE_AT"):
+				os.Exit(3)
+			case chaosEnv("PAUSE_AT"):
+				fmt.Println("paused")
+				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			}
+		}})
+	fmt.Println("split", err)
+}
+
+// splitDriver is the driver's side of the splits of a run: one at a time,
+// in the background.
+type splitDriver struct {
+	sp   *chaosSplitter
+	busy atomic.Bool // a split runs
+	mu   sync.Mutex
+	left int // batches left to split, -1 until known (under mu)
+}
+
+// exhausted reports whether every batch of the plan is split.
+func (d *splitDriver) exhausted() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.left == 0
+}
+
+// run splits the next batch, as p says, with splitting (under mu) holding
+// its shards meanwhile, and returns what happened.
+func (d *splitDriver) run(p chaosSplitPlan, mu *sync.Mutex, splitting map[int]bool) []string {
+	var msgs []string
+	if m := d.sp.clean(false); m != "" {
+		d.sp.c.note("%s", m)
+		msgs = append(msgs, m)
+	}
+	plan, err := d.sp.next()
+	if err != nil {
+		return append(msgs, fmt.Sprintf("split: %v", err))
+	}
+	if plan == nil {
+		d.mu.Lock()
+		d.left = 0
+		d.mu.Unlock()
+		return append(msgs, "split: skipped, every batch is split")
+	}
+	shards := plan.Batches[0]
+	mu.Lock()
+	for _, s := range shards {
+		splitting[s] = true
+	}
+	mu.Unlock()
+	defer func() {
+		mu.Lock()
+		for _, s := range shards {
+			delete(splitting, s)
+		}
+		mu.Unlock()
+	}()
+	m, _ := d.sp.split(plan, p)
+	msgs = append(msgs, m...)
+	left := 0
+	if final, err := d.sp.c.loadMap(); err == nil {
+		for _, b := range d.sp.plan.Batches {
+			if slices.ContainsFunc(b, func(s int) bool { return final[s].Shared }) {
+				left++
+			}
+		}
+		d.mu.Lock()
+		d.left = left
+		d.mu.Unlock()
+	}
+	return msgs
+}
