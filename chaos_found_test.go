@@ -54,7 +54,7 @@ func TestChaosFoundStaleRouterWritesIntoMoveTarget(t *testing.T) {
 	}
 	var row ChaosA
 	var writeErr error
-	_, err = reshard.MoveShard(ctx, op, c.catalog, 1, "pg1", reshard.MoveOptions{Models: []any{&ChaosA{}, &ChaosB{}},
+	_, err = reshard.MoveShard(ctx, op, c.catalog, 1, "pg1", reshard.MoveOptions{Models: chaosModels(),
 		FenceFor: 30 * time.Second, OnStage: func(s string) {
 			if s == "created" {
 				row = ChaosA{UserID: 1, Proc: 99}
