@@ -28,8 +28,8 @@ import (
 	"gorm.io/gorm"
 )
 
-// ChaosA and ChaosB are the tables the fault test's writers fill: every
-// logical shard has both. Proc, Attempt and Idx say which write a row came
+// ChaosA and ChaosB are tables the fault test's writers fill: every
+// logical shard has both, and ChaosC. Proc, Attempt and Idx say which write a row came
 // from, so the checker can tell a row from another that took its ID. Upd
 // is the sequence number, in its process, of the last update of the row
 // (0 for none): with UserID, the row's state, which updates change.
@@ -443,8 +443,9 @@ type chaosOwned struct {
 // its ID, as operation seq of process proc, logs what became of it, and
 // reports whether it was acknowledged. Two updates in three change the
 // row's sharding key to another key of the same shard (the ID fixes a
-// row's shard: a key of another shard would be a new row); every update
-// sets Upd to seq, so the checker can tell which update a row shows.
+// row's shard: a key of another shard would be a new row), but a child's,
+// its parent's id, which stays; every update sets Upd to seq, so the
+// checker can tell which update a row shows.
 func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq int64, o *chaosOwned, update bool) bool {
 	var model any = &ChaosA{}
 	switch o.table {

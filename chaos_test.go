@@ -39,15 +39,18 @@ var (
 // The fault test, in the spirit of Jepsen. Six writer processes (this test
 // binary, re-executed) take worker ids from three lease stores, a
 // PostgreSQL, a MariaDB and a Redis of the test's own, two processes per
-// store, and write through routers of their own into two PostgreSQL
-// instances of the test's own, a schema per logical shard, following a
-// catalog: batches of rows with the GORM plugin, and updates and deletes of
-// rows they inserted (an update changes the row's sharding key to another
-// key of the same shard, or leaves it, and stamps the row). Two of the six
-// are laggards: they load the catalog's map every 3s and 10s instead of
-// following it, as processes that reload their configuration now and
-// then. Meanwhile a driver, from a seed, picks faults at random (the first
-// eight are one of each kind):
+// store, and write through routers of their own, following a catalog, into
+// 16 logical shards: 8 in a schema each on two PostgreSQL instances of the
+// test's own, and 8 shared in the tables of a monolith (a database of the
+// first instance) until splits take them out. They write batches of rows
+// with the GORM plugin into three tables (chaos_cs rows are children of
+// chaos_as rows, in their parent's shard), and update and delete rows they
+// inserted (an update changes the row's sharding key to another key of the
+// same shard, or leaves it, and stamps the row; a parent is never deleted).
+// Two of the six are laggards: they load the catalog's map every 3s and
+// 10s instead of following it, as processes that reload their
+// configuration now and then. Meanwhile a driver, from a seed, picks faults
+// at random (the first nine are one of each kind):
 //
 //   - pause: SIGSTOP a writer for 1.3 to 3 times the lease TTL, then SIGCONT;
 //   - kill: SIGKILL a writer and start a new one in its place, which prefers
@@ -77,6 +80,10 @@ var (
 //     (c == nil), sometimes cancelled at a stage. It must change nothing:
 //     right after it the shard's home must take writes and its old copy
 //     refuse them.
+//   - split: a batch of the monolith's shards split onto pg1 and pg2, its
+//     first run killed or paused at a stage, losing its lock with a rival
+//     operator, or cancelled at a stage, then run again or aborted as the
+//     guide says (chaos_split_test.go).
 //
 // The operator repairs only what the documentation tells an operator to:
 // a failed move is run again until it is done, and when a mover was killed
