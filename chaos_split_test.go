@@ -59,6 +59,11 @@ import (
 // fenced when its mover dies before their seal.
 const chaosSplitFenceFor = 5 * time.Second
 
+// chaosSplitTail is the end of the faults, in which no split begins: a
+// batch, run again after its faults, takes seconds, which the test would
+// wait for at its end.
+const chaosSplitTail = 12 * time.Second
+
 // chaosCleanAfter is how long after a batch's flip every router of the
 // test follows the new map: then the monolith's rows of split shards may
 // go (CleanSplit).

@@ -512,7 +512,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 			kind, plan = plan[0], plan[1:]
 		}
 		if (kind == "move" || kind == "stale" || kind == "lock") && movesBusy.Load() ||
-			kind == "split" && (splits.busy.Load() || splits.exhausted()) {
+			kind == "split" && (splits.busy.Load() || splits.exhausted() || end.Sub(now) < chaosSplitTail) {
 			kind = "clock"
 		}
 		var running []int
