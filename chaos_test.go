@@ -1421,7 +1421,7 @@ func (r *chaosRun) report(t *testing.T) {
 	t.Logf("seed %d, %v: faults %s", r.seed, r.duration, strings.Join(kinds, " "))
 	t.Logf("writer processes %d; claims %d; events %s", r.started, v.Claims, strings.Join(other, " "))
 	for _, m := range r.moves {
-		if strings.HasPrefix(m, "split") || strings.HasPrefix(m, "rival abort") {
+		if strings.HasPrefix(m, "split") || strings.Contains(m, "of the split of shards") {
 			t.Logf("%s", m)
 			continue
 		}
