@@ -176,6 +176,10 @@ func (sp *chaosSplitter) next() (*reshard.SplitPlan, error) {
 		return nil, fmt.Errorf("planning the split: %w", err)
 	}
 	final, err := sp.c.loadMap()
+	for try := 0; err != nil && try < 10; try++ { // a server restarting
+		time.Sleep(time.Second)
+		final, err = sp.c.loadMap()
+	}
 	if err != nil {
 		return nil, err
 	}
