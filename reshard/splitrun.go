@@ -418,4 +418,3 @@ func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) error {
 func (sp *splitter) clearChanges(ctx context.Context) error {
 	return sp.mono.WithContext(ctx).Exec("DELETE FROM " + sp.q(splitChangeTable)).Error
 }
-
