@@ -35,9 +35,9 @@
 // shards are shardmap.Placement.Shared in its own tables) into a schema
 // per shard on other databases, and refuses what cannot be split safely
 // ([ErrSplitRefused]); [RunSplit] carries the plan out a batch at a time
-// ([SplitShards]) while the application writes; [CleanSplit] (once every
-// router follows the new map), [AbortSplit] and [ReadSplitStatus] are the
-// other steps. The shardid split command does all of them.
+// ([SplitShards]) while the application writes; [AbortSplit],
+// [CleanSplit] and [ReadSplitStatus] are the other steps. The shardid
+// split command does all of them.
 //
 // # Privileges
 //

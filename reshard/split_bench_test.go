@@ -98,12 +98,6 @@ func BenchmarkSplitPostgres(b *testing.B) {
 			maxFence = max(maxFence, res.Fenced)
 			last = time.Now()
 		})
-		if err == nil {
-			// The rows' deletion from the monolith, which the batches did
-			// before they left it to CleanSplit: timed as before.
-			_, err = reshard.CleanSplit(ctx, e.cfg)
-			onStage("cleaned")
-		}
 		split := time.Since(start)
 		stop()
 		wg.Wait()

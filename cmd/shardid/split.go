@@ -17,7 +17,7 @@ import (
 )
 
 // splitSynopsis is the split command's synopsis.
-const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] | status | clean | abort) --config FILE"
+const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] | status | abort | clean) --config FILE"
 
 // splitFile is the split command's configuration: the databases (the
 // monolith and the targets), the map's shape, and which tables are
@@ -39,19 +39,20 @@ type splitFile struct {
 func newSplitCmd(s *streams) *cobra.Command {
 	var f splitFlags
 	cmd := &cobra.Command{
-		Use:   "split (plan|run|status|clean|abort) --config FILE [flags]",
+		Use:   "split (plan|run|status|abort|clean) --config FILE [flags]",
 		Short: "split a monolith into logical shards on other databases, online",
 		Long: "split distributes the sharded tables of a database from before the shards (a monolith) into\n" +
 			"logical shards on other databases while the application writes through the router: plan checks\n" +
 			"what would move and writes a plan file, run carries it out a batch at a time (run it again to\n" +
-			"resume), status tells where it is, clean deletes the split shards' rows from the monolith once every\n" +
-			"router follows the new map, abort lifts an unfinished batch's fence and drops its copies.",
+			"resume), status tells where it is, abort lifts an unfinished batch's fence and drops its copies,\n" +
+			"clean empties the monolith's sharded tables once every shard is split (MySQL: run it once every\n" +
+			"process follows the catalog; PostgreSQL: the last batch does it).",
 		Example: "  shardid split plan --config split.json --batch 100 --out split-plan.json\n" +
 			"  shardid split run --config split.json --plan split-plan.json\n  shardid split status --config split.json",
-		ValidArgs: []cobra.Completion{"plan", "run", "status", "clean", "abort"},
+		ValidArgs: []cobra.Completion{"plan", "run", "status", "abort", "clean"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 || !slices.Contains([]string{"plan", "run", "status", "clean", "abort"}, args[0]) {
-				return badFlag("give one action: plan, run, status, clean or abort (shardid split %s)", splitSynopsis)
+			if len(args) != 1 || !slices.Contains([]string{"plan", "run", "status", "abort", "clean"}, args[0]) {
+				return badFlag("give one action: plan, run, status, abort or clean (shardid split %s)", splitSynopsis)
 			}
 			return runSplit(s, args[0], &f, cmd.Flags().Changed)
 		},
@@ -127,7 +128,7 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 			return fmt.Errorf("--plan %s: %w", *planFile, err)
 		}
 		in.Leaves("A batch stopped at once may leave its rows fenced on the monolith until --fence-for runs out; run \"shardid split status --config " + *config + "\", then run the plan again or abort.")
-		return splitRun(ctx, stdout, env, plan, *fenceFor, *config)
+		return splitRun(ctx, stdout, env, plan, *fenceFor)
 	case "status":
 		return splitStatus(ctx, stdout, env)
 	case "clean":
@@ -135,7 +136,15 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "cleaned: %d row(s) of split shards deleted from %s\n", n, env.cfg.Monolith)
+		st, err := reshard.ReadSplitStatus(ctx, env.cfg)
+		if err != nil {
+			return err
+		}
+		if st.Shared > 0 {
+			fmt.Fprintf(stdout, "%d shard(s) still in %s: its split rows stay there, sealed, until every shard is split\n", st.Shared, env.cfg.Monolith)
+			return nil
+		}
+		fmt.Fprintf(stdout, "%s cleaned: %d split row(s) deleted\n", env.cfg.Monolith, n)
 		return nil
 	default:
 		res, err := reshard.AbortSplit(ctx, env.cfg)
@@ -311,7 +320,7 @@ func joinInts(ids []int64) string {
 }
 
 // splitRun carries the plan out with a line per batch.
-func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitPlan, fenceFor time.Duration, config string) error {
+func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitPlan, fenceFor time.Duration) error {
 	if env.noMap {
 		v, err := env.cfg.Catalog.SaveMap(ctx, env.cfg.Map)
 		if err != nil {
@@ -351,13 +360,24 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 		bar.Printf("batch %d/%d: shards %s to %s: %d rows copied in %v, fenced %v, catalog version %d\n",
 			i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Copied, res.CopyTime.Round(time.Millisecond),
 			res.Fenced.Round(time.Millisecond), res.Version)
+		if res.Deleted > 0 {
+			bar.Printf("every shard is split: %d rows deleted from %s, whose sharded tables now refuse writes\n", res.Deleted, p.Monolith)
+		}
 	})
 	bar.Finish()
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "split done in %v: %d rows in %d batch(es)\n", time.Since(start).Round(time.Millisecond), done, len(p.Batches))
-	fmt.Fprintf(w, "the split shards' rows stay on %s, sealed: once every router follows the new map, run\n  shardid split clean --config %s\n", p.Monolith, config)
+	if st, err := reshard.ReadSplitStatus(ctx, env.cfg); err == nil && st.Shared == 0 && st.RowsLeft != nil {
+		left := int64(0)
+		for _, n := range st.RowsLeft {
+			left += n
+		}
+		if left > 0 {
+			fmt.Fprintf(w, "the split rows stay on %s, sealed, refusing the writes of routers with a stale map: once every process follows the catalog, run\n  shardid split clean --config CONFIG\n", p.Monolith)
+		}
+	}
 	return nil
 }
 

@@ -151,11 +151,6 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The split shards' rows stay in the monolith, sealed, until every
-	// router follows the new map (here: the one router, on the same map).
-	if _, err := reshard.CleanSplit(ctx, split); err != nil {
-		return err
-	}
 
 	// Every photo, old and new, is on its shard's database now; the
 	// monolith keeps the plans alone.
