@@ -43,11 +43,11 @@ import (
 // The operator does what the guide says (docs/resharding.md, "Stop,
 // resume, abort"): a batch that failed is run again (RunSplit of the same
 // plan) until it is done; or, one time in four, aborted (AbortSplit), and
-// run again at a later split. Once every router follows the new map (20s
-// after the last flip: the laggards load it every 10s, and a writer is
-// paused for 4.5s at most), a split first deletes the split shards' rows
-// from the monolith (CleanSplit); and so does the operator once the
-// writers have stopped. The faults that hit every server (restart,
+// run again at a later split. The split shards' rows stay in the
+// monolith, sealed, until the plan's last batch empties it (its tables
+// then refuse every write); once the writers have stopped, the operator
+// runs CleanSplit, which finishes a clean-up that failed (and does nothing
+// while a shard is left in the monolith). The faults that hit every server (restart,
 // freeze) hit the monolith (pg1's server) and the targets meanwhile. The
 // checker judges a split shard as it judges a moved one: every
 // acknowledged write on the database the catalog names, exactly once;
@@ -63,11 +63,6 @@ const chaosSplitFenceFor = 5 * time.Second
 // batch, run again after its faults, takes seconds, which the test would
 // wait for at its end.
 const chaosSplitTail = 12 * time.Second
-
-// chaosCleanAfter is how long after a batch's flip every router of the
-// test follows the new map: then the monolith's rows of split shards may
-// go (CleanSplit).
-const chaosCleanAfter = 20 * time.Second
 
 // chaosSplitTables are the monolith's sharded tables, as the split
 // declares them.
@@ -138,7 +133,7 @@ type chaosSplitter struct {
 	targets []string // the plan's targets, in order (from the seed)
 	plan    *reshard.SplitPlan
 	count   func(string)
-	flipped time.Time // when a batch was last found split
+	flipped bool // a batch was found split
 }
 
 // config returns the split's configuration over dbs (as chaosNames), on a
@@ -245,7 +240,7 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 				}
 			}
 			sp.count("split batches done")
-			sp.flipped = time.Now()
+			sp.flipped = true
 			return msgs, true
 		}
 		if err == nil && failed && p.abort && try == 0 {
@@ -264,7 +259,7 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 			if err == nil {
 				note("%s: run again (run %d): done", name, try+2)
 				sp.count("split batches done")
-				sp.flipped = time.Now()
+				sp.flipped = true
 				return msgs, true
 			}
 			note("%s: run again (run %d): %v", name, try+2, err)
@@ -292,10 +287,9 @@ func (sp *chaosSplitter) done(shards []int) (bool, error) {
 }
 
 // clean runs CleanSplit, with a map loaded from the catalog, if a batch
-// was split and force is set or every router follows the map of its flip
-// (chaosCleanAfter), and returns what it did ("" if nothing).
-func (sp *chaosSplitter) clean(force bool) string {
-	if sp.flipped.IsZero() || !force && time.Since(sp.flipped) < chaosCleanAfter {
+// was split, and returns what it did ("" if nothing).
+func (sp *chaosSplitter) clean() string {
+	if !sp.flipped {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -307,10 +301,12 @@ func (sp *chaosSplitter) clean(force bool) string {
 	}
 	if err != nil {
 		sp.count("split clean failed")
-		return fmt.Sprintf("split: CleanSplit, %v after the last flip: %v", time.Since(sp.flipped).Round(time.Second), err)
+		return fmt.Sprintf("split: CleanSplit: %v", err)
 	}
-	sp.count("split cleaned")
-	return fmt.Sprintf("split: CleanSplit, %v after the last flip: %d rows deleted from the monolith", time.Since(sp.flipped).Round(time.Second), n)
+	if n > 0 {
+		sp.count("split cleaned")
+	}
+	return fmt.Sprintf("split: CleanSplit: %d rows deleted from the monolith", n)
 }
 
 // abort runs AbortSplit, with a map loaded from the catalog.
@@ -536,10 +532,6 @@ func (d *splitDriver) exhausted() bool {
 // its shards meanwhile, and returns what happened.
 func (d *splitDriver) run(p chaosSplitPlan, mu *sync.Mutex, splitting map[int]bool) []string {
 	var msgs []string
-	if m := d.sp.clean(false); m != "" {
-		d.sp.c.note("%s", m)
-		msgs = append(msgs, m)
-	}
 	plan, err := d.sp.next()
 	if err != nil {
 		return append(msgs, fmt.Sprintf("split: %v", err))

@@ -465,13 +465,13 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		moveCounts[k]++
 		movesMu.Unlock()
 	}
-	// The operator of the splits: its plan's batches of 1 to 3 shards, onto
+	// The operator of the splits: its plan's batches of 2 to 4 shards, onto
 	// pg1 and pg2 in an order of the seed.
 	targets := []string{"pg1", "pg2"}
 	if r.rng.IntN(2) == 0 {
 		targets = []string{"pg2", "pg1"}
 	}
-	splits := &splitDriver{left: -1, sp: &chaosSplitter{c: c, batch: 1 + r.rng.IntN(3), targets: targets, count: count}}
+	splits := &splitDriver{left: -1, sp: &chaosSplitter{c: c, batch: 2 + r.rng.IntN(3), targets: targets, count: count}}
 	restarts := map[int]time.Time{} // slot → when its killed writer is replaced
 	end := time.Now().Add(r.duration)
 	next := time.Now().Add(time.Second)
@@ -736,9 +736,9 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 	}
 	r.started += len(r.writers)
-	// The writers are gone: the operator deletes the split shards' rows
-	// from the monolith (CleanSplit).
-	if m := splits.sp.clean(true); m != "" {
+	// The writers are gone: the operator finishes the monolith's clean-up,
+	// if the last batch could not (CleanSplit).
+	if m := splits.sp.clean(); m != "" {
 		c.note("%s", m)
 		r.moves = append(r.moves, m)
 	}
