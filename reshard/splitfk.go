@@ -120,4 +120,3 @@ func (b *splitBatch) addForeignKeysTo(ctx context.Context, db *gorm.DB, shards [
 	}
 	return db.WithContext(ctx).Exec(strings.Join(validate, ";\n")).Error
 }
-
