@@ -186,8 +186,9 @@ func testSplitStopResumeAbort(t *testing.T, newEnv func(t *testing.T) *splitEnv)
 				switch {
 				case flipped:
 					// The flip is the last stage of a batch that leaves
-					// shards in the monolith: it is done.
-					if err != nil {
+					// shards in the monolith but for the foreign keys
+					// (PostgreSQL), which CleanSplit adds below.
+					if err != nil && !errors.Is(err, context.Canceled) {
 						t.Fatalf("a batch stopped once flipped: %v", err)
 					}
 				case err == nil:

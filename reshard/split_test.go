@@ -275,7 +275,7 @@ func (w *splitWriters) run(ctx context.Context, n int, users int64) *sync.WaitGr
 // checkSplit checks that every shard lives on its target alone, the
 // monolith's sharded tables are empty, and every acknowledged write is
 // there exactly once.
-func (w *splitWriters) check(t *testing.T, wantRows map[string]int64) {
+func (w *splitWriters) check(t testing.TB, wantRows map[string]int64) {
 	t.Helper()
 	e := w.e
 	v := e.m.Load()

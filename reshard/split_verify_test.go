@@ -3,6 +3,7 @@ package reshard_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/shardid/shardid/reshard"
@@ -62,5 +63,43 @@ func testSplitCopyVerifiesItself(t *testing.T, e *splitEnv, mover string) {
 	}
 	if v := e.m.Load(); !v.Shared(0) {
 		t.Errorf("shard 0 left the monolith")
+	}
+}
+
+// A split carries the monolith's foreign keys between its sharded tables
+// into each shard's schema (PostgreSQL) or database (MySQL), validated: a
+// comment of a photo that the shard does not hold is refused there.
+func TestSplitCarriesForeignKeysPostgres(t *testing.T) {
+	testSplitCarriesForeignKeys(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestSplitCarriesForeignKeysMariaDB is TestSplitCarriesForeignKeysPostgres
+// on MariaDB.
+func TestSplitCarriesForeignKeysMariaDB(t *testing.T) {
+	testSplitCarriesForeignKeys(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testSplitCarriesForeignKeys(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for s, db := range map[int]*gorm.DB{0: e.dbs[1], 1: e.dbs[2]} {
+		schema := e.m.SchemaOf(s)
+		var keys []string
+		q := "SELECT conname FROM pg_constraint con JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = ? AND contype = 'f' AND convalidated ORDER BY 1"
+		if db.Dialector.Name() == "mysql" {
+			q = "SELECT CONSTRAINT_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? ORDER BY 1"
+		}
+		if err := db.Raw(q, schema).Scan(&keys).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 2 {
+			t.Errorf("shard %d: foreign keys %v, want the monolith's two (comments to photos, photos to users), validated", s, keys)
+		}
+		err := db.Exec("INSERT INTO "+e.qt(schema, "comments")+" (id, photo_id, body) VALUES (?, ?, 'orphan')", 900_000_000+s, 800_000_000).Error
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "foreign key") {
+			t.Errorf("shard %d: a comment of a photo it does not hold: %v, want a foreign key violation", s, err)
+		}
 	}
 }

@@ -45,9 +45,26 @@ func (sp *splitter) cleanMonolith(ctx context.Context, lock *moveLock) (int64, e
 	if sp.holdsShared() {
 		return 0, nil
 	}
+	b, err := sp.splitSoFar(ctx)
+	if err != nil || b == nil {
+		return 0, err
+	}
+	if err := lock.ensure(ctx, "deleting the split's rows from the monolith"); err != nil {
+		return 0, err
+	}
+	if sp.mysql {
+		return sp.deleteCopied(ctx, b)
+	}
+	return sp.truncateSplit(ctx, b)
+}
+
+// splitSoFar returns the shards split from the monolith so far (sealed
+// there, on their targets in the map) as a batch, with its columns read;
+// nil if there are none.
+func (sp *splitter) splitSoFar(ctx context.Context) (*splitBatch, error) {
 	state, err := sp.readSplitState(ctx, nil)
 	if err != nil || state == nil {
-		return 0, err
+		return nil, err
 	}
 	v := sp.cfg.Map.Load()
 	b := &splitBatch{sp: sp, to: map[int]int{}}
@@ -58,19 +75,13 @@ func (sp *splitter) cleanMonolith(ctx context.Context, lock *moveLock) (int64, e
 		}
 	}
 	if len(b.shards) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	slices.Sort(b.shards)
 	if err := b.readColumns(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if err := lock.ensure(ctx, "deleting the split's rows from the monolith"); err != nil {
-		return 0, err
-	}
-	if sp.mysql {
-		return sp.deleteCopied(ctx, b)
-	}
-	return sp.truncateSplit(ctx, b)
+	return b, nil
 }
 
 // truncateSplit is cleanMonolith on PostgreSQL: in one transaction, with

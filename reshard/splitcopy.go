@@ -400,19 +400,26 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// copyTableBatches copies the batch's rows of t in key order, a batch of
-// rows at a time read from the monolith and written to each shard's table
-// with multi-row INSERTs (MySQL/MariaDB).
+// copyTableBatches copies the batch's rows of t in key order (MySQL/
+// MariaDB), 20,000 rows at a time read from the monolith, each with its
+// shard and its hash: written to each target in one transaction let
+// through its fence, with multi-row INSERTs into each shard's table, and
+// counted and summed (b.sent) for verifyCopy.
 func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
 	cols := b.cols[t.Name].write
 	rel := b.sp.rel(t, b.shards)
-	sel := "SELECT shardid_s, " + columnList(b.sp.mono, cols) + " FROM " + rel
+	sel := "SELECT shardid_s, " + rowHash(b.sp.mono, b.cols[t.Name].all) + ", " + columnList(b.sp.mono, cols) + " FROM " + rel
+	sent := map[int]*sentRows{}
+	for _, s := range b.shards {
+		sent[s] = &sentRows{}
+	}
+	const page = 20000
 	var after any
 	var copied int64
 	for {
-		q, args := sel+" ORDER BY id LIMIT 5000", []any(nil)
+		q, args := sel+" ORDER BY id LIMIT "+strconv.Itoa(page), []any(nil)
 		if after != nil {
-			q, args = sel+" WHERE id > ? ORDER BY id LIMIT 5000", []any{after}
+			q, args = sel+" WHERE id > ? ORDER BY id LIMIT "+strconv.Itoa(page), []any{after}
 		}
 		var rows [][]any
 		err := readSession(ctx, b.sp.mono, func(qr querier) error {
@@ -420,41 +427,65 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 			if err != nil {
 				return err
 			}
-			rows, err = scanAll(rs, len(cols)+1)
+			rows, err = scanAll(rs, len(cols)+2)
 			return err
 		})
 		if err != nil {
 			return copied, fmt.Errorf("shardid: reading %s from the monolith: %w", t.Name, err)
 		}
 		if len(rows) == 0 {
-			return copied, nil
+			break
 		}
-		after = rows[len(rows)-1][1]
+		after = rows[len(rows)-1][2]
 		per := map[int][][]any{}
 		for _, r := range rows {
 			s, err := asInt64(r[0])
 			if err != nil {
 				return copied, err
 			}
-			per[int(s)] = append(per[int(s)], r[1:])
+			h, err := hashOf(r[1])
+			if err != nil {
+				return copied, err
+			}
+			st, ok := sent[int(s)]
+			if !ok {
+				return copied, fmt.Errorf("shardid: a row of %s of shard %d, not one of the batch's", t.Name, s)
+			}
+			st.rows++
+			st.sum += h
+			per[int(s)] = append(per[int(s)], r[2:])
 		}
-		for s, rs := range per {
-			db := b.dst(s)
+		targets, shards := b.byTarget()
+		for _, d := range targets {
+			db := b.sp.cfg.DBs[d]
 			err := moverTx(ctx, db, func(tx *sql.Tx) error {
-				return insertRows(ctx, db, tx.ExecContext, quoteTable(db, b.schemaOf(s), t.Name), cols, rs, false)
+				for _, s := range shards[d] {
+					if len(per[s]) == 0 {
+						continue
+					}
+					if err := insertRows(ctx, db, tx.ExecContext, quoteTable(db, b.schemaOf(s), t.Name), cols, per[s], false); err != nil {
+						return fmt.Errorf("shard %d: %w", s, err)
+					}
+				}
+				return nil
 			})
 			if err != nil {
-				return copied, fmt.Errorf("shardid: writing %s of shard %d: %w", t.Name, s, err)
+				return copied, fmt.Errorf("shardid: writing %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
 			}
 		}
 		copied += int64(len(rows))
 		if progress != nil {
 			progress(copied)
 		}
-		if len(rows) < 5000 {
-			return copied, nil
+		if len(rows) < page {
+			break
 		}
 	}
+	if b.sent == nil {
+		b.sent = map[string]map[int]*sentRows{}
+	}
+	b.sent[t.Name] = sent
+	return copied, nil
 }
 
 // compare reads every table of the batch on both sides once (the

@@ -63,8 +63,9 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 			onBatch(i, res)
 		}
 	}
-	// The last batch cleans the monolith on PostgreSQL: again, if it
-	// stopped after its flip.
+	// On PostgreSQL, again what a batch does after its flip, if one
+	// stopped there: the foreign keys in every split shard, and the last
+	// batch's clean-up of the monolith.
 	if cfg.DBs[mono].Dialector.Name() != "mysql" {
 		if _, err := CleanSplit(ctx, cfg); err != nil {
 			return err
@@ -73,12 +74,15 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 	return nil
 }
 
-// CleanSplit empties the monolith's sharded tables once no shard is left
-// there (every shard split and flipped), and returns the rows it deleted:
-// each shard's rows of a table only if they add up to what its batch
-// verified under its fence. Until then it does nothing: the split shards'
-// rows stay on the monolith, sealed, where they refuse the writes of a
-// router whose map is stale.
+// CleanSplit finishes what the batches of a split do after their flips:
+// on PostgreSQL it adds the monolith's foreign keys to every split shard
+// that lacks them (a batch stopped after its flip), and, once no shard is
+// left in the monolith (every shard split and flipped), it empties the
+// monolith's sharded tables and returns the rows it deleted: each shard's
+// rows of a table only if they add up to what its batch verified under
+// its fence. Until then it deletes nothing: the split shards' rows stay on
+// the monolith, sealed, where they refuse the writes of a router whose map
+// is stale.
 //
 // On PostgreSQL the last batch of a split cleans the monolith itself
 // (RunSplit, SplitShards), and triggers then refuse every write to those
@@ -92,14 +96,22 @@ func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if sp.holdsShared() {
-		return 0, nil
-	}
 	lock, err := lockMove(ctx, sp.mono, sp.schema, DefaultLockWait, nil)
 	if err != nil {
 		return 0, fmt.Errorf("shardid: split: %w", err)
 	}
 	defer lock.release()
+	if !sp.mysql {
+		b, err := sp.splitSoFar(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if b != nil {
+			if err := b.addForeignKeysPG(ctx); err != nil {
+				return 0, err
+			}
+		}
+	}
 	return sp.cleanMonolith(ctx, lock)
 }
 

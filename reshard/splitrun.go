@@ -277,6 +277,11 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 		res.Fenced = timeNow().Sub(fenced)
 	}
 	stage("flipped")
+	if !sp.mysql {
+		if err := b.addForeignKeysPG(ctx); err != nil {
+			return res, fmt.Errorf("shardid: split: the batch is split, but %w (run the plan again to add them)", err)
+		}
+	}
 	// The batch's rows stay on the monolith, sealed: a router whose map
 	// is stale finds them there and is refused, where it would find
 	// nothing to update or delete, and report success. They leave with
