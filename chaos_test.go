@@ -1302,8 +1302,9 @@ func (c *chaosCluster) probeWrites(r *chaosRun, final []int) {
 // probe tries a write to table of shard on the database of index d, rolled
 // back, and says whether the table exists and whether the write was
 // refused by a fence. In the monolith, the shard's "table" is the
-// monolith's own, for the shards that started there (a child is written
-// under a parent of the shard written first).
+// monolith's own, for the shards that started there. A child is written
+// under a parent of the shard written first (the monolith's foreign key,
+// which a split carries into the shard's schema, holds it to one).
 func (c *chaosCluster) probe(d, shard int, table string) (exists, refused bool, err error) {
 	q := fmt.Sprintf("chaos_%04d.%s", shard, table)
 	if d == chaosMono {
@@ -1322,11 +1323,10 @@ func (c *chaosCluster) probe(d, shard int, table string) (exists, refused bool, 
 		id, _ := chaosLayout.Compose(shardid.Parts{Time: time.Now(), Shard: shard, Worker: 31})
 		err = c.dbs[d].Transaction(func(tx *gorm.DB) error {
 			key := int64(shard)
-			if table == "chaos_cs" {
-				if d == chaosMono { // its parent first
-					if err := tx.Exec("INSERT INTO chaos_as (id, user_id, proc, attempt, idx, upd) VALUES (?, ?, 0, 0, 0, 0)", int64(id)+1, shard).Error; err != nil {
-						return err
-					}
+			if table == "chaos_cs" { // its parent first: a foreign key may hold it to one
+				parent := strings.TrimSuffix(q, "chaos_cs") + "chaos_as"
+				if err := tx.Exec("INSERT INTO "+parent+" (id, user_id, proc, attempt, idx, upd) VALUES (?, ?, 0, 0, 0, 0)", int64(id)+1, shard).Error; err != nil {
+					return err
 				}
 				key = int64(id) + 1
 			}
