@@ -29,10 +29,11 @@ import (
 )
 
 // ChaosA and ChaosB are tables the fault test's writers fill: every
-// logical shard has both, and ChaosC. Proc, Attempt and Idx say which write a row came
-// from, so the checker can tell a row from another that took its ID. Upd
-// is the sequence number, in its process, of the last update of the row
-// (0 for none): with UserID, the row's state, which updates change.
+// logical shard has both, and ChaosC. Proc, Attempt and Idx say which
+// write a row came from, so the checker can tell a row from another that
+// took its ID. Upd is the sequence number, in its process, of the last
+// update of the row (0 for none): with UserID, the row's state, which
+// updates change.
 type ChaosA struct {
 	ID      shardid.ID
 	UserID  int64 `shardid:"key"`

@@ -53,7 +53,7 @@ const chaosSplitFenceFor = 5 * time.Second
 // chaosSplitTail is the end of the faults, in which no split begins: a
 // batch, run again after its faults, takes seconds, which the test would
 // wait for at its end.
-const chaosSplitTail = 12 * time.Second
+const chaosSplitTail = 15 * time.Second
 
 // chaosSplitTables are the monolith's sharded tables, as the split
 // declares them.
