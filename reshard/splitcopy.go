@@ -487,29 +487,11 @@ func (b *splitBatch) compare(ctx context.Context) error {
 	for _, t := range b.sp.tables {
 		all := b.cols[t.Name].all
 		src := map[int]map[int64]uint64{}
-		err := readSession(ctx, b.sp.mono, func(q querier) error {
-			rows, err := q.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(b.sp.mono, all)+" FROM "+b.sp.rel(t, b.shards))
-			if err != nil {
-				return err
+		err := b.sp.eachRowHash(ctx, t, b.shards, all, func(id int64, s int, h uint64) {
+			if src[s] == nil {
+				src[s] = map[int64]uint64{}
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				var s int
-				var h any
-				if err := rows.Scan(&id, &s, &h); err != nil {
-					return err
-				}
-				hv, err := hashOf(h)
-				if err != nil {
-					return err
-				}
-				if src[s] == nil {
-					src[s] = map[int64]uint64{}
-				}
-				src[s][id] = hv
-			}
-			return rows.Err()
+			src[s][id] = h
 		})
 		if err != nil {
 			return fmt.Errorf("shardid: reading %s on the monolith: %w", t.Name, err)
