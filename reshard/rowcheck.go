@@ -1,11 +1,11 @@
 package reshard
 
 import (
-	"math/big"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
