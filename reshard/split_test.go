@@ -423,7 +423,8 @@ func newSplitEnvMySQL(t testing.TB, shards, users, photos, comments int) *splitE
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
 			t.Fatal(err)
 		}
-		db, err := gorm.Open(mysql.Open(strings.Replace(dsn, "/test?", "/"+name+"?", 1)), testdb.GormConfig())
+		e.dsns = append(e.dsns, strings.Replace(dsn, "/test?", "/"+name+"?", 1))
+		db, err := gorm.Open(mysql.Open(e.dsns[len(e.dsns)-1]), testdb.GormConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
