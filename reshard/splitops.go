@@ -66,7 +66,8 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 // flipped (sealed on the monolith, on their targets in cfg.Map) that are
 // still there, as a batch does after its flip (deleteCopied: only rows that
 // add up to what the batch verified), and returns how many. A split whose
-// mover died after a flip leaves them; RunSplit calls it first.
+// mover died after a flip leaves them; RunSplit calls it first. The rows of
+// a shard being rolled back (RollbackSplit) are left alone.
 func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {
@@ -81,10 +82,14 @@ func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	if err != nil || state == nil {
 		return 0, err
 	}
+	back, err := sp.rollingBack(ctx) // their rows are the roll-back's
+	if err != nil {
+		return 0, err
+	}
 	v := cfg.Map.Load()
 	b := &splitBatch{sp: sp, to: map[int]int{}}
 	for s, st := range state {
-		if s >= 0 && st.Sealed && !v.Shared(s) {
+		if s >= 0 && st.Sealed && !v.Shared(s) && !back[s] {
 			b.to[s] = v.DB(s)
 			b.shards = append(b.shards, s)
 		}

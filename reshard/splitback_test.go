@@ -1,0 +1,272 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
+	"github.com/shardid/shardid/shardmap"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// newBackEnv is newSplitEnvPG or newSplitEnvMySQL (dialect "postgres" or
+// "mysql") under names of the roll-back's tests' own (rollback_*, and
+// shard databases rb<n>_0005 on MariaDB).
+func newBackEnv(t testing.TB, dialect string, shards, users, photos, comments int) *splitEnv {
+	t.Helper()
+	id := rand.IntN(1e9)
+	base := fmt.Sprintf("rollback_%d_%d", os.Getpid(), id)
+	e := &splitEnv{}
+	var admin *gorm.DB
+	var open func(name string) (string, gorm.Dialector)
+	pattern := "shard_%04d"
+	if dialect == "mysql" {
+		admin = testdb.OpenMySQL(t)
+		e.names = []string{"mono", "my_a", "my_b"}
+		dsn := testdb.EnvOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN)
+		open = func(name string) (string, gorm.Dialector) {
+			d := strings.Replace(dsn, "/test?", "/"+name+"?", 1)
+			return d, mysql.Open(d)
+		}
+		pattern = fmt.Sprintf("rb%d_%%04d", id)
+		t.Cleanup(func() {
+			for s := range shards {
+				admin.Exec("DROP DATABASE IF EXISTS " + fmt.Sprintf(pattern, s))
+			}
+		})
+	} else {
+		admin = testdb.OpenPostgres(t)
+		e.names = []string{"mono", "pg_a", "pg_b"}
+		dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
+		open = func(name string) (string, gorm.Dialector) {
+			d := strings.Replace(dsn, "dbname=test", "dbname="+name, 1)
+			return d, postgres.Open(d)
+		}
+	}
+	for _, n := range e.names {
+		name := base + "_" + n
+		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
+			t.Fatal(err)
+		}
+		dsn, dial := open(name)
+		e.dsns = append(e.dsns, dsn)
+		db, err := gorm.Open(dial, testdb.GormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if sqlDB, err := db.DB(); err == nil {
+				sqlDB.Close()
+			}
+			if dialect == "mysql" {
+				admin.Exec("DROP DATABASE IF EXISTS " + name)
+			} else {
+				admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+			}
+		})
+		e.dbs = append(e.dbs, db)
+	}
+	stmts := []string{
+		"CREATE TABLE plans (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
+		"CREATE TABLE users (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL, plan_id BIGINT)",
+		"CREATE TABLE photos (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id), caption TEXT NOT NULL, taken TIMESTAMPTZ NOT NULL DEFAULT now())",
+		"CREATE INDEX photos_user ON photos (user_id)",
+		"CREATE TABLE comments (id BIGSERIAL PRIMARY KEY, photo_id BIGINT NOT NULL REFERENCES photos(id), body TEXT NOT NULL)",
+		"CREATE INDEX comments_photo ON comments (photo_id)",
+		"INSERT INTO plans (name) VALUES ('free'), ('pro')",
+		fmt.Sprintf("INSERT INTO users (name, plan_id) SELECT 'user ' || g, 1 + g %% 2 FROM generate_series(1, %d) g", users),
+		fmt.Sprintf("INSERT INTO photos (user_id, caption) SELECT 1 + (g %% %d), 'photo ' || g FROM generate_series(1, %d) g", users, users*photos),
+		fmt.Sprintf("INSERT INTO comments (photo_id, body) SELECT 1 + (g %% %d), 'comment ' || g FROM generate_series(1, %d) g", users*photos, users*photos*comments),
+		"ANALYZE",
+	}
+	if dialect == "mysql" {
+		stmts = []string{
+			"CREATE TABLE plans (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL)",
+			"CREATE TABLE users (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL, plan_id BIGINT)",
+			"CREATE TABLE photos (id BIGINT AUTO_INCREMENT PRIMARY KEY, user_id BIGINT NOT NULL, caption VARCHAR(100) NOT NULL, taken TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), FOREIGN KEY (user_id) REFERENCES users(id))",
+			"CREATE TABLE comments (id BIGINT AUTO_INCREMENT PRIMARY KEY, photo_id BIGINT NOT NULL, body VARCHAR(100) NOT NULL, FOREIGN KEY (photo_id) REFERENCES photos(id))",
+			"INSERT INTO plans (name) VALUES ('free'), ('pro')",
+			fmt.Sprintf("INSERT INTO users (name, plan_id) SELECT CONCAT('user ', seq), 1 + seq %% 2 FROM seq_1_to_%d", users),
+			fmt.Sprintf("INSERT INTO photos (user_id, caption) SELECT 1 + (seq %% %d), CONCAT('photo ', seq) FROM seq_1_to_%d", users, users*photos),
+			fmt.Sprintf("INSERT INTO comments (photo_id, body) SELECT 1 + (seq %% %d), CONCAT('comment ', seq) FROM seq_1_to_%d", users*photos, users*photos*comments),
+		}
+	}
+	for _, q := range stmts {
+		if err := e.dbs[0].Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.finish(t, shards, pattern)
+	return e
+}
+
+// splitBatches splits shards lo to hi-1 in batches of n, shard s to
+// target 1 + s%2.
+func (e *splitEnv) splitBatches(t *testing.T, lo, hi, n int) {
+	t.Helper()
+	for b := lo; b < hi; b += n {
+		var batch []int
+		var to []string
+		for s := b; s < min(b+n, hi); s++ {
+			batch = append(batch, s)
+			to = append(to, e.names[1+s%2])
+		}
+		if _, err := reshard.SplitShards(context.Background(), e.cfg, batch, to, reshard.SplitOptions{}); err != nil {
+			t.Fatalf("split %v: %v", batch, err)
+		}
+	}
+}
+
+// checkBack checks that every shard of shards is back in the monolith's
+// shared tables (the map and the catalog), that its old copy is sealed,
+// that the monolith holds want rows of each table, and that every
+// acknowledged write is there exactly once.
+func (w *splitWriters) checkBack(t *testing.T, shards []int, wantRows map[string]int64) {
+	t.Helper()
+	e, ctx := w.e, context.Background()
+	m2, _ := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: e.m.LogicalShards(), SchemaPattern: e.m.SchemaPattern()})
+	if _, err := e.cat.LoadMap(ctx, m2); err != nil {
+		t.Fatal(err)
+	}
+	v, cv := e.m.Load(), m2.Load()
+	for _, s := range shards {
+		if !v.Shared(s) || v.DB(s) != 0 || !cv.Shared(s) || cv.DB(s) != 0 {
+			t.Errorf("shard %d: the map places it on %d (shared %v), the catalog on %d (shared %v), want the monolith's shared tables",
+				s, v.DB(s), v.Shared(s), cv.DB(s), cv.Shared(s))
+		}
+		for d := 1; d < len(e.dbs); d++ {
+			var n int64
+			if e.dbs[d].Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'users'", v.Schema(s)).Scan(&n); n == 0 {
+				continue
+			}
+			err := e.dbs[d].Exec("UPDATE " + e.qt(v.Schema(s), "users") + " SET name = name").Error
+			if !isFenced(err) {
+				t.Errorf("shard %d: a write to its old copy on %s: %v, want the fence's refusal", s, e.names[d], err)
+			}
+		}
+	}
+	for tbl, want := range wantRows {
+		var n int64
+		if err := e.dbs[0].Raw("SELECT count(*) FROM " + tbl).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Errorf("%s: %d rows in the monolith, want %d", tbl, n, want)
+		}
+	}
+	for id, name := range w.users {
+		db, tbl := e.table(id, "users")
+		var got []string
+		db.Raw("SELECT name FROM "+tbl+" WHERE id = ?", id).Scan(&got)
+		if len(got) != 1 || got[0] != name {
+			t.Errorf("user %d: %q, want %q once", id, got, name)
+		}
+	}
+	for id, uid := range w.photos {
+		db, tbl := e.table(uid, "photos")
+		var got []int64
+		db.Raw("SELECT user_id FROM "+tbl+" WHERE id = ?", id).Scan(&got)
+		if len(got) != 1 || got[0] != uid {
+			t.Errorf("photo %d: users %v, want %d once", id, got, uid)
+		}
+	}
+	for id, body := range w.comment {
+		db, tbl := e.table(w.photos[w.cphoto[id]], "comments")
+		var got []string
+		db.Raw("SELECT body FROM "+tbl+" WHERE id = ?", id).Scan(&got)
+		if body == "" && len(got) != 0 || body != "" && (len(got) != 1 || got[0] != body) {
+			t.Errorf("comment %d: %q, want %q", id, got, body)
+		}
+	}
+}
+
+// wantRows is what the monolith and its targets hold in all, by table,
+// once the writers stopped.
+func (w *splitWriters) wantRows(users, photos, comments int) map[string]int64 {
+	live := 0
+	for _, b := range w.comment {
+		if b != "" {
+			live++
+		}
+	}
+	return map[string]int64{"users": int64(users + len(w.users)), "photos": int64(users*photos + len(w.photos)),
+		"comments": int64(users*photos*comments + live)}
+}
+
+// stopWriters stops the writers and fails the test on their errors.
+func stopWriters(t *testing.T, w *splitWriters, stop func(), wait func()) {
+	t.Helper()
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	wait()
+	for _, err := range w.errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	}
+	t.Logf("writers: %d writes, longest stall %v", w.ops, w.stall)
+}
+
+// TestSplitRollbackPostgresWithWriters splits a monolith of 16 shards in
+// batches of 4 and rolls every shard back while writers write through the
+// map: every acknowledged write is found exactly once in the monolith.
+func TestSplitRollbackPostgresWithWriters(t *testing.T) {
+	testSplitRollbackWithWriters(t, newBackEnv(t, "postgres", 16, 200, 5, 4))
+}
+
+// TestSplitRollbackMariaDBWithWriters is
+// TestSplitRollbackPostgresWithWriters on MariaDB.
+func TestSplitRollbackMariaDBWithWriters(t *testing.T) {
+	testSplitRollbackWithWriters(t, newBackEnv(t, "mysql", 16, 200, 5, 4))
+}
+
+func testSplitRollbackWithWriters(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	// The split first, without writers: a writer whose map went stale
+	// across a batch's flip and clean-up deletes nothing in the monolith
+	// (the row is gone, no trigger fires) and is told it did. That hole is
+	// the split's; the roll-back keeps its old copies' rows, sealed.
+	e.splitBatches(t, 0, 16, 4)
+	w := newSplitWriters(e)
+	wctx, stop := context.WithCancel(ctx)
+	wg := w.run(wctx, 4, 200)
+	time.Sleep(300 * time.Millisecond)
+	var longest time.Duration
+	for _, shards := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}} {
+		res, err := reshard.RollbackSplit(ctx, e.cfg, shards, reshard.RollbackOptions{})
+		if err != nil {
+			stop()
+			wg.Wait()
+			t.Fatalf("roll back %v: %v", shards, err)
+		}
+		if len(res) != len(shards) {
+			t.Errorf("roll back %v: %d results", shards, len(res))
+		}
+		for _, r := range res {
+			longest = max(longest, r.Fenced)
+			t.Logf("shard %d from %s: %d rows copied in %v, fenced %v, version %d", r.Shard, r.From, r.Copied, r.CopyTime, r.Fenced, r.Version)
+		}
+	}
+	stopWriters(t, w, stop, wg.Wait)
+	w.checkBack(t, allShards(16), w.wantRows(200, 5, 4))
+	st, err := reshard.ReadSplitStatus(ctx, e.cfg)
+	if err != nil || st.Shared != 16 || len(st.Sealed) != 0 || len(st.Moving) != 0 {
+		t.Errorf("status after the roll-back: %+v, %v", st, err)
+	}
+	if w.stall > 2*time.Second || longest > 2*time.Second {
+		t.Errorf("a writer stalled %v, the longest fence %v", w.stall, longest)
+	}
+	// Run again: nothing to do.
+	if res, err := reshard.RollbackSplit(ctx, e.cfg, allShards(16), reshard.RollbackOptions{}); err != nil || len(res) != 0 {
+		t.Errorf("a roll-back run again: %v, %v", res, err)
+	}
+}
