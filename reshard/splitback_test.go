@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 	"github.com/shardid/shardid/shardmap"
@@ -128,8 +130,9 @@ func (e *splitEnv) splitBatches(t *testing.T, lo, hi, n int) {
 
 // checkBack checks that every shard of shards is back in the monolith's
 // shared tables (the map and the catalog), that its old copy is sealed,
-// that the monolith holds want rows of each table, and that every
-// acknowledged write is there exactly once.
+// that the monolith and the shards still split hold want rows of each
+// table, and that every acknowledged write is where the map says, exactly
+// once.
 func (w *splitWriters) checkBack(t *testing.T, shards []int, wantRows map[string]int64) {
 	t.Helper()
 	e, ctx := w.e, context.Background()
@@ -154,13 +157,23 @@ func (w *splitWriters) checkBack(t *testing.T, shards []int, wantRows map[string
 			}
 		}
 	}
+	// The monolith's rows, and those of the shards still split.
 	for tbl, want := range wantRows {
 		var n int64
 		if err := e.dbs[0].Raw("SELECT count(*) FROM " + tbl).Scan(&n).Error; err != nil {
 			t.Fatal(err)
 		}
+		for s := range v.LogicalShards() {
+			if !v.Shared(s) {
+				var k int64
+				if err := e.dbs[v.DB(s)].Raw("SELECT count(*) FROM " + e.qt(v.Schema(s), tbl)).Scan(&k).Error; err != nil {
+					t.Fatal(err)
+				}
+				n += k
+			}
+		}
 		if n != want {
-			t.Errorf("%s: %d rows in the monolith, want %d", tbl, n, want)
+			t.Errorf("%s: %d rows in all, want %d", tbl, n, want)
 		}
 	}
 	for id, name := range w.users {
@@ -269,4 +282,219 @@ func testSplitRollbackWithWriters(t *testing.T, e *splitEnv) {
 	if res, err := reshard.RollbackSplit(ctx, e.cfg, allShards(16), reshard.RollbackOptions{}); err != nil || len(res) != 0 {
 		t.Errorf("a roll-back run again: %v, %v", res, err)
 	}
+}
+
+// TestSplitRollbackStopResumePostgres stops the roll-back of a batch
+// (context cancelled) at each of its stages while writers write, then runs
+// it again: before its seal the shard's schema takes writes again at once,
+// after it the shard refuses writes until the roll-back is run again;
+// every acknowledged write is found exactly once at the end.
+func TestSplitRollbackStopResumePostgres(t *testing.T) { testSplitRollbackStopResume(t, "postgres") }
+
+// TestSplitRollbackStopResumeMariaDB is TestSplitRollbackStopResumePostgres
+// on MariaDB.
+func TestSplitRollbackStopResumeMariaDB(t *testing.T) { testSplitRollbackStopResume(t, "mysql") }
+
+func testSplitRollbackStopResume(t *testing.T, dialect string) {
+	for _, stage := range []string{"captured", "copied", "fenced", "verified", "sealed", "flipped"} {
+		t.Run(stage, func(t *testing.T) {
+			e := newBackEnv(t, dialect, 4, 20, 2, 2)
+			e.splitBatches(t, 0, 4, 2)
+			w := newSplitWriters(e)
+			wctx, stopW := context.WithCancel(context.Background())
+			wg := w.run(wctx, 2, 20)
+			time.Sleep(100 * time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
+			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{OnStage: func(s int, st string) {
+				if s == 0 && st == stage {
+					cancel()
+				}
+			}})
+			cancel()
+			if !errors.Is(err, context.Canceled) {
+				stopW()
+				wg.Wait()
+				t.Fatalf("a roll-back stopped at %s: %v, want context.Canceled", stage, err)
+			}
+			v := e.m.Load()
+			sc := e.qt(v.Schema(0), "users")
+			switch stage {
+			case "sealed":
+				// Fenced for good on its target, sealed in the monolith:
+				// nowhere takes its writes until the roll-back runs again.
+				if err := e.dbs[v.DB(0)].Exec("UPDATE " + sc + " SET name = name WHERE id = 4").Error; !isFenced(err) {
+					t.Errorf("a write to shard 0's schema after a stop at %s: %v, want the fence's refusal", stage, err)
+				}
+				if err := e.dbs[0].Exec("UPDATE users SET name = name WHERE id = 4").Error; !isFenced(err) {
+					t.Errorf("a write to shard 0 in the monolith after a stop at %s: %v, want the fence's refusal", stage, err)
+				}
+			case "flipped":
+				if !v.Shared(0) || v.Shared(1) {
+					t.Errorf("after a stop at flipped: shard 0 shared %v, shard 1 shared %v", v.Shared(0), v.Shared(1))
+				}
+				if err := e.dbs[0].Exec("UPDATE users SET name = 'after the stop' WHERE id = 4").Error; err != nil {
+					t.Errorf("a write to shard 0 in the monolith after a stop at %s: %v", stage, err)
+				}
+			default:
+				// The shard's schema is its home and takes writes at once.
+				if v.Shared(0) {
+					t.Fatalf("shard 0 is back in the monolith after a stop at %s", stage)
+				}
+				if err := e.dbs[v.DB(0)].Exec("UPDATE " + sc + " SET name = 'after the stop' WHERE id = 4").Error; err != nil {
+					t.Errorf("a write to shard 0's schema after a stop at %s: %v", stage, err)
+				}
+				// Its change log stays, for the roll-back run again.
+				var n int64
+				e.dbs[v.DB(0)].Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'shardid_changes'", v.Schema(0)).Scan(&n)
+				if n != 1 {
+					t.Errorf("shard 0's change log is gone after a stop at %s", stage)
+				}
+			}
+			res, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0, 1}, reshard.RollbackOptions{})
+			if err != nil {
+				stopW()
+				wg.Wait()
+				t.Fatalf("the roll-back run again after a stop at %s: %v", stage, err)
+			}
+			if want := map[bool]int{true: 1, false: 2}[stage == "flipped"]; len(res) != want {
+				t.Errorf("run again: %d shards rolled back, want %d", len(res), want)
+			}
+			stopWriters(t, w, stopW, wg.Wait)
+			w.checkBack(t, []int{0, 1}, w.wantRows(20, 2, 2))
+			var name string
+			e.dbs[0].Raw("SELECT name FROM users WHERE id = 4").Scan(&name)
+			if want := map[bool]string{true: "user 4", false: "after the stop"}[stage == "sealed"]; name != want {
+				t.Errorf("user 4 is %q in the monolith, want %q", name, want)
+			}
+			st, err := reshard.ReadSplitStatus(context.Background(), e.cfg)
+			if err != nil || st.Shared != 2 || st.Split != 2 || len(st.Sealed) != 2 {
+				t.Errorf("status: %+v, %v", st, err)
+			}
+			// The split's clean-up has nothing to do, and deletes nothing.
+			if n, err := reshard.CleanSplit(context.Background(), e.cfg); err != nil || n != 0 {
+				t.Errorf("CleanSplit after the roll-back: %d, %v", n, err)
+			}
+		})
+	}
+}
+
+// TestSplitRollbackTwoOperatorsPostgres runs a second roll-back, an abort,
+// a clean-up and a fence of the shard while a roll-back runs: each fails
+// with ErrMoveInProgress, and the roll-back finishes.
+func TestSplitRollbackTwoOperatorsPostgres(t *testing.T) {
+	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
+	e.splitBatches(t, 0, 4, 4)
+	ctx := context.Background()
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{OnStage: func(s int, st string) {
+			if s == 0 && st == "copied" {
+				close(started)
+				<-release
+			}
+		}})
+		done <- err
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the roll-back: %v", err)
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 2*time.Second) }
+	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{2}, reshard.RollbackOptions{LockWait: -1}); !errors.Is(err, reshard.ErrMoveInProgress) {
+		t.Errorf("a second roll-back: %v, want ErrMoveInProgress", err)
+	}
+	c, cancel := short()
+	if _, err := reshard.AbortRollback(c, e.cfg); !errors.Is(err, reshard.ErrMoveInProgress) {
+		t.Errorf("an abort of the roll-back: %v, want ErrMoveInProgress", err)
+	}
+	cancel()
+	c, cancel = short()
+	if _, err := reshard.CleanSplit(c, e.cfg); !errors.Is(err, reshard.ErrMoveInProgress) {
+		t.Errorf("a clean-up: %v, want ErrMoveInProgress", err)
+	}
+	cancel()
+	// The shard's own move lock, on its target: a fence of it waits.
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, Names: e.names, ShardMap: e.m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, cancel = short()
+	if err := reshard.Fence(c, r, 0, []any{"users", "photos", "comments"}, time.Second); !errors.Is(err, reshard.ErrMoveInProgress) {
+		t.Errorf("a fence of shard 0: %v, want ErrMoveInProgress", err)
+	}
+	cancel()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	w := newSplitWriters(e)
+	w.checkBack(t, []int{0, 1}, w.wantRows(20, 2, 2))
+}
+
+// TestSplitRollbackAllButLastPostgres splits every batch of a plan but the
+// last (the run stopped), then rolls back every shard while writers write:
+// the shards of the last batch, never split, are left alone. Then the old
+// copies are dropped (DropSplitCopy) and the plan runs again, whole.
+func TestSplitRollbackAllButLastPostgres(t *testing.T) { testSplitRollbackAllButLast(t, "postgres") }
+
+// TestSplitRollbackAllButLastMariaDB is TestSplitRollbackAllButLastPostgres
+// on MariaDB.
+func TestSplitRollbackAllButLastMariaDB(t *testing.T) { testSplitRollbackAllButLast(t, "mysql") }
+
+func testSplitRollbackAllButLast(t *testing.T, dialect string) {
+	e := newBackEnv(t, dialect, 16, 100, 3, 2)
+	ctx := context.Background()
+	plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stopRun := context.WithCancel(ctx)
+	err = reshard.RunSplit(rctx, e.cfg, plan, reshard.SplitOptions{}, func(i int, _ reshard.SplitResult) {
+		if i == len(plan.Batches)-2 {
+			stopRun()
+		}
+	})
+	stopRun()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the run stopped before its last batch: %v", err)
+	}
+	last := plan.Batches[len(plan.Batches)-1]
+	for _, s := range last {
+		if !e.m.Load().Shared(s) {
+			t.Fatalf("shard %d of the last batch was split", s)
+		}
+	}
+	w := newSplitWriters(e)
+	wctx, stopW := context.WithCancel(ctx)
+	wg := w.run(wctx, 4, 100)
+	time.Sleep(200 * time.Millisecond)
+	res, err := reshard.RollbackSplit(ctx, e.cfg, allShards(16), reshard.RollbackOptions{})
+	if err != nil {
+		stopW()
+		wg.Wait()
+		t.Fatal(err)
+	}
+	if len(res) != 16-len(last) {
+		t.Errorf("%d shards rolled back, want %d", len(res), 16-len(last))
+	}
+	for _, r := range res {
+		if slices.Contains(last, r.Shard) {
+			t.Errorf("shard %d of the last batch was rolled back", r.Shard)
+		}
+	}
+	stopWriters(t, w, stopW, wg.Wait)
+	want := w.wantRows(100, 3, 2)
+	w.checkBack(t, allShards(16), want)
+	// The old copies dropped, the plan runs again from the start.
+	for _, r := range res {
+		if err := reshard.DropSplitCopy(ctx, e.cfg, r.Shard, r.From); err != nil {
+			t.Fatalf("DropSplitCopy(%d, %s): %v", r.Shard, r.From, err)
+		}
+	}
+	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatalf("the plan run again after the roll-back: %v", err)
+	}
+	w.check(t, want)
 }
