@@ -257,8 +257,8 @@ func (sp *splitter) planBack(ctx context.Context, shards []int, cols map[string]
 					"drop an old copy first (DropShardCopy)", names[d], schema))
 			}
 		}
-		if err := sp.checkBackTables(ctx, src, schema, names[pl.DB], cols); err != nil {
-			return nil, fmt.Errorf("shardid: roll back shard %d: %w", s, err)
+		if err := sp.checkBackTables(ctx, s, src, schema, names[pl.DB], cols); err != nil {
+			return nil, err
 		}
 		bc := &backCopy{sp: sp, shard: s, src: src, schema: schema, cols: cols}
 		if err := bc.checkKeys(ctx, !bs.marked); err != nil {
@@ -274,7 +274,7 @@ func (sp *splitter) planBack(ctx context.Context, shards []int, cols map[string]
 // refuses foreign keys whose cascades the roll-back could not follow
 // (checkCascades): on MySQL those of the schema, on PostgreSQL those of
 // the monolith, where the mover writes.
-func (sp *splitter) checkBackTables(ctx context.Context, src *gorm.DB, schema, name string, cols map[string]columns) error {
+func (sp *splitter) checkBackTables(ctx context.Context, shard int, src *gorm.DB, schema, name string, cols map[string]columns) error {
 	have, err := baseTables(ctx, src, schema)
 	if err != nil {
 		return err
@@ -285,18 +285,18 @@ func (sp *splitter) checkBackTables(ctx context.Context, src *gorm.DB, schema, n
 	}
 	for _, t := range have {
 		if !slices.Contains(want, t) {
-			return withDetail(ErrRollbackRefused, fmt.Sprintf("%s.%s on %s is not one of the split's tables: the monolith has no place for its rows", schema, t, name))
+			return withDetail(ErrRollbackRefused, fmt.Sprintf("shard %d: %s.%s on %s is not one of the split's tables: the monolith has no place for its rows", shard, schema, t, name))
 		}
 	}
 	for _, t := range want {
 		c, err := tableColumns(ctx, src, schema, t)
 		if err != nil {
-			return fmt.Errorf("%w (%s.%s on %s)", err, schema, t, name)
+			return fmt.Errorf("shardid: roll back shard %d: %s.%s on %s: %w", shard, schema, t, name, err)
 		}
 		a, b := slices.Sorted(slices.Values(c.all)), slices.Sorted(slices.Values(cols[t].all))
 		if !slices.Equal(a, b) {
-			return withDetail(ErrRollbackRefused, fmt.Sprintf("%s.%s on %s has the columns %q, the monolith's %s %q: migrate one like the other first",
-				schema, t, name, a, t, b))
+			return withDetail(ErrRollbackRefused, fmt.Sprintf("shard %d: %s.%s on %s has the columns %q, the monolith's %s %q: migrate one like the other first",
+				shard, schema, t, name, a, t, b))
 		}
 	}
 	if sp.mysql {

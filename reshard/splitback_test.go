@@ -498,3 +498,201 @@ func testSplitRollbackAllButLast(t *testing.T, dialect string) {
 	}
 	w.check(t, want)
 }
+
+// TestSplitRollbackRefusalsPostgres: what a roll-back refuses before it
+// changes anything, and a key taken in the monolith while it copies.
+func TestSplitRollbackRefusalsPostgres(t *testing.T) { testSplitRollbackRefusals(t, "postgres") }
+
+// TestSplitRollbackRefusalsMariaDB is TestSplitRollbackRefusalsPostgres on
+// MariaDB.
+func TestSplitRollbackRefusalsMariaDB(t *testing.T) { testSplitRollbackRefusals(t, "mysql") }
+
+func testSplitRollbackRefusals(t *testing.T, dialect string) {
+	e := newBackEnv(t, dialect, 4, 20, 2, 2)
+	e.splitBatches(t, 0, 2, 2) // shards 0 (on _a) and 1 (on _b); 2 and 3 stay
+	ctx := context.Background()
+	mono, a, b := e.dbs[0], e.dbs[1], e.dbs[2]
+	sc0 := func(table string) string { return e.qt(e.m.SchemaOf(0), table) }
+	exec := func(db *gorm.DB, q string) {
+		t.Helper()
+		if err := db.Exec(q).Error; err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	unchanged := func() {
+		t.Helper()
+		if v := e.m.Load(); v.Shared(0) || v.DB(0) != 1 {
+			t.Fatalf("shard 0 moved after a refusal: on %d, shared %v", v.DB(0), v.Shared(0))
+		}
+		var n int64
+		mono.Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&n)
+		if n != 0 {
+			t.Fatalf("a refused roll-back wrote %d users into the monolith", n)
+		}
+		if err := a.Exec("UPDATE " + sc0("users") + " SET name = name WHERE id = 4").Error; err != nil {
+			t.Fatalf("a write to shard 0 after a refusal: %v", err)
+		}
+	}
+	noFK := [2]string{"SET FOREIGN_KEY_CHECKS = 0", "SET FOREIGN_KEY_CHECKS = 1"}
+	if dialect == "postgres" {
+		noFK = [2]string{"SET session_replication_role = replica", "RESET session_replication_role"}
+	}
+	for _, c := range []struct {
+		name        string
+		setup, undo func()
+		want        error
+		pgOnly      bool // MySQL: one server, where a database name is the server's
+	}{
+		{"an id another shard's row holds", func() {
+			exec(a, "INSERT INTO "+sc0("photos")+" (id, user_id, caption) VALUES (900001, 4, 'on shard 0')")
+			exec(mono, "INSERT INTO photos (id, user_id, caption) VALUES (900001, 2, 'on shard 2')")
+		}, func() { exec(mono, "DELETE FROM photos WHERE id = 900001") }, reshard.ErrKeyCollision, false},
+		{"a row of no shard that would join it", func() {
+			// On one session, its foreign keys off and on again.
+			if err := mono.Connection(func(tx *gorm.DB) error {
+				if err := tx.Exec(noFK[0]).Error; err != nil {
+					return err
+				}
+				defer tx.Exec(noFK[1])
+				return tx.Exec("INSERT INTO comments (id, photo_id, body) VALUES (900002, 900001, 'orphan')").Error
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}, func() { exec(mono, "DELETE FROM comments WHERE id = 900002") }, reshard.ErrKeyCollision, false},
+		{"a copy on another database", func() {
+			exec(b, `CREATE SCHEMA "`+e.m.SchemaOf(0)+`"`)
+		}, func() { exec(b, `DROP SCHEMA "`+e.m.SchemaOf(0)+`"`) }, reshard.ErrNotSplit, true},
+		{"a table the monolith lacks", func() {
+			exec(a, "CREATE TABLE "+sc0("extra")+" (id BIGINT PRIMARY KEY)")
+		}, func() { exec(a, "DROP TABLE "+sc0("extra")) }, reshard.ErrRollbackRefused, false},
+		{"a column the monolith lacks", func() {
+			exec(a, "ALTER TABLE "+sc0("users")+" ADD COLUMN nick VARCHAR(20)")
+		}, func() { exec(a, "ALTER TABLE "+sc0("users")+" DROP COLUMN nick") }, reshard.ErrRollbackRefused, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.pgOnly && dialect == "mysql" {
+				t.Skip("one server: a database name is the server's")
+			}
+			c.setup()
+			defer c.undo()
+			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{})
+			if !errors.Is(err, c.want) || !errors.Is(err, reshard.ErrRollbackRefused) {
+				t.Fatalf("RollbackSplit: %v, want %v", err, c.want)
+			}
+			t.Log(err)
+			unchanged()
+		})
+	}
+	// A shard never split: nothing to do. A map that is not the catalog's:
+	// refused.
+	if res, err := reshard.RollbackSplit(ctx, e.cfg, []int{2}, reshard.RollbackOptions{}); err != nil || len(res) != 0 {
+		t.Errorf("the roll-back of a shard never split: %v, %v", res, err)
+	}
+	stale := e.cfg
+	stale.Map, _ = shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(), Assign: make([]int, 4), Shared: allShards(4)})
+	if _, err := reshard.RollbackSplit(ctx, stale, []int{0}, reshard.RollbackOptions{}); !errors.Is(err, reshard.ErrMapDiffers) {
+		t.Errorf("a roll-back with a stale map: %v, want ErrMapDiffers", err)
+	}
+	// The old copy of a shard still split is its home: not dropped.
+	if err := reshard.DropSplitCopy(ctx, e.cfg, 1, e.names[2]); !errors.Is(err, reshard.ErrCopyNotMoved) {
+		t.Errorf("DropSplitCopy of a split shard's home: %v, want ErrCopyNotMoved", err)
+	}
+	// A key another shard takes while the roll-back copies: it stops
+	// before its fence, the shard's schema takes writes, the monolith's rows
+	// of the shard stay sealed; once the key is free, it runs again.
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(s int, st string) {
+		if st == "captured" {
+			exec(a, "INSERT INTO "+sc0("photos")+" (id, user_id, caption) VALUES (900003, 8, 'on shard 0')")
+			exec(mono, "INSERT INTO photos (id, user_id, caption) VALUES (900003, 3, 'on shard 3')")
+		}
+	}})
+	if !errors.Is(err, reshard.ErrKeyCollision) {
+		t.Fatalf("a key taken during the copy: %v, want ErrKeyCollision", err)
+	}
+	t.Log(err)
+	if err := a.Exec("UPDATE " + sc0("users") + " SET name = 'after the collision' WHERE id = 4").Error; err != nil {
+		t.Errorf("a write to shard 0's schema after the collision: %v", err)
+	}
+	if err := mono.Exec("UPDATE users SET name = name WHERE id = 4").Error; !isFenced(err) {
+		t.Errorf("a write to shard 0 in the monolith after the collision: %v, want the fence's refusal", err)
+	}
+	exec(mono, "DELETE FROM photos WHERE id = 900003")
+	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	var photos int64
+	mono.Raw("SELECT name FROM users WHERE id = 4").Scan(&name)
+	mono.Raw("SELECT count(*) FROM photos WHERE id IN (900001, 900003) AND user_id % 4 = 0").Scan(&photos)
+	if name != "after the collision" || photos != 2 {
+		t.Errorf("user 4 is %q, %d of the shard's new photos in the monolith, want %q and 2", name, photos, "after the collision")
+	}
+	// Its old copy dropped; a shard never split has none.
+	if err := reshard.DropSplitCopy(ctx, e.cfg, 0, e.names[1]); err != nil {
+		t.Errorf("DropSplitCopy: %v", err)
+	}
+	if err := reshard.DropSplitCopy(ctx, e.cfg, 0, e.names[1]); !errors.Is(err, reshard.ErrNoCopy) {
+		t.Errorf("DropSplitCopy again: %v, want ErrNoCopy", err)
+	}
+}
+
+// TestSplitRollbackAbortPostgres stops a roll-back before and after its
+// seal and aborts it (AbortRollback): the shard stays on its target, which
+// takes writes, the rows the roll-back copied leave the monolith, and the
+// split's state is as before (its clean-up finds what it verified).
+func TestSplitRollbackAbortPostgres(t *testing.T) { testSplitRollbackAbort(t, "postgres") }
+
+// TestSplitRollbackAbortMariaDB is TestSplitRollbackAbortPostgres on
+// MariaDB.
+func TestSplitRollbackAbortMariaDB(t *testing.T) { testSplitRollbackAbort(t, "mysql") }
+
+func testSplitRollbackAbort(t *testing.T, dialect string) {
+	for _, stage := range []string{"copied", "sealed"} {
+		t.Run(stage, func(t *testing.T) {
+			e := newBackEnv(t, dialect, 4, 20, 2, 2)
+			e.splitBatches(t, 0, 4, 2)
+			ctx, cancel := context.WithCancel(context.Background())
+			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
+				if st == stage {
+					cancel()
+				}
+			}})
+			cancel()
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("a roll-back stopped at %s: %v", stage, err)
+			}
+			var n int64
+			e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&n)
+			if n != 5 {
+				t.Fatalf("%d users of shard 0 in the monolith after the stop, want the 5 copied", n)
+			}
+			res, err := reshard.AbortRollback(context.Background(), e.cfg)
+			if err != nil || !slices.Equal(res.Undone, []int{0}) || res.Deleted == 0 {
+				t.Fatalf("AbortRollback: %+v, %v", res, err)
+			}
+			e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&n)
+			if n != 0 {
+				t.Errorf("%d users of shard 0 left in the monolith after the abort", n)
+			}
+			v := e.m.Load()
+			if err := e.dbs[v.DB(0)].Exec("UPDATE " + e.qt(v.Schema(0), "users") + " SET name = 'after the abort' WHERE id = 4").Error; err != nil {
+				t.Errorf("a write to shard 0's schema after the abort: %v", err)
+			}
+			if err := e.dbs[0].Exec("UPDATE users SET name = name WHERE id = 8").Error; err != nil {
+				t.Errorf("a write to shard 0 in the monolith after the abort went through? %v", err)
+			}
+			if n, err := reshard.CleanSplit(context.Background(), e.cfg); err != nil || n != 0 {
+				t.Errorf("CleanSplit after the abort: %d, %v", n, err)
+			}
+			// Rolled back from the start.
+			if _, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			var name string
+			e.dbs[0].Raw("SELECT name FROM users WHERE id = 4").Scan(&name)
+			if name != "after the abort" {
+				t.Errorf("user 4 is %q, want %q", name, "after the abort")
+			}
+		})
+	}
+}

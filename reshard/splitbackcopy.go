@@ -100,7 +100,7 @@ func (bc *backCopy) checkKeys(ctx context.Context, first bool) error {
 				return err
 			}
 			if len(taken) > 0 {
-				return bc.collision(t.Name, taken[0].ID, taken[0].Shard, len(taken))
+				return bc.collision(t.Name, taken[0].ID, taken[0].Shard)
 			}
 			if !first {
 				return nil
@@ -127,13 +127,13 @@ func (bc *backCopy) checkKeys(ctx context.Context, first bool) error {
 }
 
 // collision is ErrKeyCollision for key id of table, held in the monolith
-// by a row of shard other (nil: of no shard), n keys in all.
-func (bc *backCopy) collision(table string, id int64, other *int, n int) error {
+// by a row of shard other (nil: of no shard).
+func (bc *backCopy) collision(table string, id int64, other *int) error {
 	whose := "a row of no shard (its parent row is missing)"
 	if other != nil {
 		whose = "a row of shard " + strconv.Itoa(*other)
 	}
-	return withDetail(ErrKeyCollision, fmt.Sprintf("%s id %d of shard %d is %s in the monolith (%d key(s) of the batch read)", table, id, bc.shard, whose, n))
+	return withDetail(ErrKeyCollision, fmt.Sprintf("%s id %d of shard %d is %s in the monolith", table, id, bc.shard, whose))
 }
 
 // eachSourceKeys calls f with the keys of table on the source, in
@@ -353,7 +353,7 @@ func (bc *backCopy) checkTaken(ctx context.Context, tx *sql.Tx, t SplitTable, id
 			v := int(other.Int64)
 			o = &v
 		}
-		return bc.collision(t.Name, id, o, len(ids))
+		return bc.collision(t.Name, id, o)
 	}
 	return rows.Err()
 }
