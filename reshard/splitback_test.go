@@ -148,12 +148,17 @@ func (w *splitWriters) checkBack(t *testing.T, shards []int, wantRows map[string
 		}
 		for d := 1; d < len(e.dbs); d++ {
 			var n int64
-			if e.dbs[d].Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'users'", v.Schema(s)).Scan(&n); n == 0 {
+			if e.dbs[d].Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'users'", e.m.SchemaOf(s)).Scan(&n); n == 0 {
 				continue
 			}
-			err := e.dbs[d].Exec("UPDATE " + e.qt(v.Schema(s), "users") + " SET name = name").Error
+			err := e.dbs[d].Exec("UPDATE " + e.qt(e.m.SchemaOf(s), "users") + " SET name = name").Error
 			if !isFenced(err) {
 				t.Errorf("shard %d: a write to its old copy on %s: %v, want the fence's refusal", s, e.names[d], err)
+			}
+			var sealed []bool
+			e.dbs[d].Raw("SELECT sealed FROM " + e.qt(e.m.SchemaOf(s), "shardid_fence_state")).Scan(&sealed)
+			if len(sealed) != 1 || !sealed[0] {
+				t.Errorf("shard %d: its old copy on %s is not fenced for good (sealed: %v)", s, e.names[d], sealed)
 			}
 		}
 	}
