@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -222,6 +223,9 @@ type SplitStatus struct {
 	// Running is set while a split (or abort, or clean-up) holds the
 	// split's lock, with who holds it.
 	Running string
+	// RollingBack are the shards whose roll-back (RollbackSplit) stopped
+	// before it finished: run it again, or AbortRollback.
+	RollingBack []int
 }
 
 // ReadSplitStatus reports where the split of cfg's monolith stands, by
@@ -245,6 +249,11 @@ func ReadSplitStatus(ctx context.Context, cfg SplitConfig) (SplitStatus, error) 
 	if err != nil {
 		return st, err
 	}
+	back, err := sp.rollingBack(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.RollingBack = slices.Sorted(maps.Keys(back))
 	for _, s := range sortedShards(state) {
 		if s < 0 {
 			continue
@@ -253,7 +262,7 @@ func ReadSplitStatus(ctx context.Context, cfg SplitConfig) (SplitStatus, error) 
 		switch {
 		case x.Sealed:
 			st.Sealed = append(st.Sealed, s)
-			if v.Shared(s) {
+			if v.Shared(s) && !back[s] {
 				st.Pending = append(st.Pending, s)
 			}
 		case x.Live:
