@@ -42,8 +42,8 @@ type RollbackOptions struct {
 	// OnStage, if not nil, is called as a shard reaches each stage:
 	// "captured" (its schema's change log started), "copied", "fenced"
 	// (its schema on the target refuses writes), "verified", "sealed" (the
-	// schema fenced for good) and "flipped" (the catalog and the map place
-	// it in the monolith, which takes its writes).
+	// schema fenced for good), "unsealed" (the monolith takes its writes)
+	// and "flipped" (the catalog and the map place it in the monolith).
 	OnStage func(shard int, stage string)
 
 	// OnShard, if not nil, hears each shard's result once it is back.
@@ -195,6 +195,7 @@ func (sp *splitter) planBack(ctx context.Context, shards []int, cols map[string]
 	if err != nil {
 		return nil, err
 	}
+	ids := identities{}
 	var todo []backShard
 	for _, s := range shards {
 		pl, m := p[s], marks[s]
@@ -208,36 +209,37 @@ func (sp *splitter) planBack(ctx context.Context, shards []int, cols map[string]
 				continue // in the monolith already
 			}
 			bs.from, bs.phase = cfg.Map.DatabaseIndex(m.Source), backLiftPhase
+			if bs.from < 0 {
+				return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("the roll-back of shard %d came from %q, which the map does not know", s, m.Source))
+			}
 			todo = append(todo, bs)
 			continue
 		case pl.Shared || pl.DB == sp.monoIdx:
 			return nil, notSplit(fmt.Sprintf("the map places it on %s (shared: %v), not in a schema of its own on another database", names[pl.DB], pl.Shared))
 		case bs.marked && m.Source != names[pl.DB]:
 			return nil, notSplit(fmt.Sprintf("its roll-back began from %s, and the map now places it on %s: it was moved since (AbortRollback)", m.Source, names[pl.DB]))
-		case !state[s].Sealed:
-			return nil, notSplit("the monolith's split state does not hold it sealed: it never left this monolith by a split")
-		}
-		if _, ok := verified[s]; !bs.marked && !ok {
-			return nil, notSplit("the monolith's split state holds no verification of it: it was not sealed by a split")
 		}
 		src, schema := cfg.DBs[pl.DB], cfg.Map.SchemaOf(s)
 		token, sealed, ok, err := fenceToken(ctx, src, schema)
 		if err != nil {
 			return nil, err
 		}
+		_, isVerified := verified[s]
 		switch {
 		case !ok:
 			return nil, notSplit(fmt.Sprintf("%s holds no copy of it in %s", names[pl.DB], schema))
 		case sealed && bs.marked && m.Token > 0 && token == m.Token+1:
-			bs.phase = backFlipPhase // sealed by this roll-back: the flip is left to do
+			// Sealed by this roll-back (which may have lifted the
+			// monolith's seal too): the flip is left to do.
+			bs.phase = backFlipPhase
 			todo = append(todo, bs)
 			continue
+		case !state[s].Sealed:
+			return nil, notSplit("the monolith's split state does not hold it sealed: it never left this monolith by a split")
+		case !bs.marked && !isVerified:
+			return nil, notSplit("the monolith's split state holds no verification of it: it was not sealed by a split")
 		case sealed:
 			return nil, notSplit(fmt.Sprintf("its copy on %s is fenced for good: it was moved away from there", names[pl.DB]))
-		}
-		home, err := identify(ctx, src)
-		if err != nil {
-			return nil, err
 		}
 		for d, db := range cfg.DBs {
 			if d == sp.monoIdx || d == pl.DB {
@@ -245,9 +247,9 @@ func (sp *splitter) planBack(ctx context.Context, shards []int, cols map[string]
 			}
 			// On MySQL the shard's database is the server's: two names of
 			// one server see the same.
-			if id, err := identify(ctx, db); err != nil {
+			if same, err := ids.same(ctx, cfg.DBs, d, pl.DB); err != nil {
 				return nil, err
-			} else if id.same(home) {
+			} else if same {
 				continue
 			}
 			if there, err := schemaExists(ctx, db, schema); err != nil {
@@ -319,11 +321,22 @@ func fenceToken(ctx context.Context, db *gorm.DB, schema string) (token int64, s
 	return row.Token, row.Sealed, true, err
 }
 
-// flipBack places shard s in the monolith's shared tables again, in the
-// catalog (only if it still places it on from) and in the map, and lifts
-// the monolith's seal of its rows: they take writes.
-func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int) (int64, error) {
+// flipBack lets the monolith take the writes of shard s, copied back and
+// whose schema on from is sealed (no writer reaches it there), then places
+// the shard in the monolith's shared tables in the catalog (only if it
+// still places it on from) and in the map. The monolith's seal goes first:
+// from then on no tool of the split takes the shard for one that a batch
+// sealed and did not flip (SplitShards run again would flip it out again),
+// and an abort no longer applies (AbortRollback refuses it).
+func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, stage func(string)) (int64, error) {
 	names := sp.cfg.Map.Databases()
+	if err := lock.ensure(ctx, "lifting the monolith's seal"); err != nil {
+		return 0, err
+	}
+	if err := sp.liftShards(ctx, []int{s}, nil, true); err != nil {
+		return 0, fmt.Errorf("letting the monolith take its writes: %w", err)
+	}
+	stage("unsealed")
 	var version int64
 	if c := sp.cfg.Catalog; c != nil {
 		p, _, err := c.loadPlacements(ctx, names, sp.shards)
@@ -346,14 +359,27 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int) (
 	if err != nil {
 		return version, err
 	}
-	// The monolith takes the shard's writes.
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	if !lock.reclaim(cctx) {
-		return version, fmt.Errorf("the shard is back in the map, but its rows in the monolith still refuse writes (run the roll-back again): %w", ErrMoveLockLost)
-	}
-	if err := sp.liftShards(cctx, []int{s}, nil, true); err != nil {
-		return version, fmt.Errorf("the shard is back in the map, but its rows in the monolith still refuse writes (run the roll-back again): %w", err)
+		return version, fmt.Errorf("the shard is back in the catalog, but its roll-back is still recorded (run the roll-back again): %w", ErrMoveLockLost)
 	}
 	return version, sp.unmarkBack(cctx, s, false)
+}
+
+// identities caches the identities of databases, by index.
+type identities map[int]dbIdentity
+
+// same reports whether dbs[a] and dbs[b] are one database (identify).
+func (ids identities) same(ctx context.Context, dbs []*gorm.DB, a, b int) (bool, error) {
+	for _, d := range []int{a, b} {
+		if _, ok := ids[d]; !ok {
+			id, err := identify(ctx, dbs[d])
+			if err != nil {
+				return false, err
+			}
+			ids[d] = id
+		}
+	}
+	return ids[a].same(ids[b]), nil
 }

@@ -32,8 +32,9 @@ type RollbackAbortResult struct {
 // deleted (the shard's rows there, sealed since the split, and the rows of
 // no shard whose keys the shard's schema holds), and the monolith's split
 // state gets back what the split verified of it. A roll-back stopped after
-// its flip is finished instead. It waits for the split's lock
-// (ErrMoveInProgress while a roll-back runs).
+// the monolith took the shard's writes cannot be undone so (ErrShardMoved:
+// run RollbackSplit again), and one stopped after its flip is finished.
+// It waits for the split's lock (ErrMoveInProgress while a roll-back runs).
 func AbortRollback(ctx context.Context, cfg SplitConfig) (RollbackAbortResult, error) {
 	var res RollbackAbortResult
 	sp, err := newSplitter(ctx, cfg)
@@ -66,7 +67,7 @@ func AbortRollback(ctx context.Context, cfg SplitConfig) (RollbackAbortResult, e
 			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("the roll-back of shard %d came from %q, which the map does not know", s, m.Source))
 		}
 		if p[s].Shared && p[s].DB == sp.monoIdx {
-			if _, err := sp.flipBack(ctx, lock, s, from); err != nil {
+			if _, err := sp.flipBack(ctx, lock, s, from, func(string) {}); err != nil {
 				return res, fmt.Errorf("shardid: abort roll-back of shard %d (flipped already): %w", s, err)
 			}
 			res.Finished = append(res.Finished, s)
@@ -99,16 +100,25 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 		return slock.ensure(ctx, step)
 	}
 	bc := &backCopy{sp: sp, shard: s, src: src, schema: schema, cols: cols}
+	token, sealed, ok, err := fenceToken(ctx, src, schema)
+	if err != nil {
+		return 0, err
+	}
+	state, err := sp.readSplitState(ctx, []int{s})
+	if err != nil {
+		return 0, err
+	}
+	if !state[s].Sealed {
+		// Past its seal, the monolith took the shard's writes: only the
+		// roll-back run again finishes it.
+		return 0, withDetail(ErrShardMoved, "the monolith takes its writes already: run the roll-back again to finish it")
+	}
 	// The monolith's rows first, under its seal: stopped here, the
 	// roll-back can still be run again.
 	if err := ensure("deleting the roll-back's rows from the monolith"); err != nil {
 		return 0, err
 	}
 	n, err := bc.empty(ctx)
-	if err != nil {
-		return n, err
-	}
-	token, sealed, ok, err := fenceToken(ctx, src, schema)
 	if err != nil {
 		return n, err
 	}

@@ -24,7 +24,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	}()
 	if bs.phase == backLiftPhase {
 		// Flipped before the mover stopped: the monolith's seal is left.
-		if res.Version, err = sp.flipBack(ctx, lock, s, bs.from); err != nil {
+		if res.Version, err = sp.flipBack(ctx, lock, s, bs.from, stage); err != nil {
 			return res, err
 		}
 		stage("flipped")
@@ -49,6 +49,17 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 			return err
 		}
 		return slock.ensure(ctx, step)
+	}
+	// Under the shard's lock, where the catalog places it: a move of it
+	// that finished since the checks changed it.
+	if c := sp.cfg.Catalog; c != nil {
+		p, _, err := c.loadPlacements(ctx, names, sp.shards)
+		if err != nil {
+			return res, err
+		}
+		if p[s].Shared || p[s].DB != bs.from {
+			return res, withDetail(ErrNotSplit, fmt.Sprintf("the catalog now places it on %s (shared: %v): it was moved meanwhile", names[p[s].DB], p[s].Shared))
+		}
 	}
 	if bs.phase == backFlipPhase {
 		return sp.finishBack(ctx, lock, slock, bs, res, time.Time{}, stage)
@@ -157,7 +168,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 // the schema's change log.
 func (sp *splitter) finishBack(ctx context.Context, lock, slock *moveLock, bs backShard, res RollbackResult, fenced time.Time, stage func(string)) (RollbackResult, error) {
 	src, schema := sp.cfg.DBs[bs.from], sp.cfg.Map.SchemaOf(bs.shard)
-	v, err := sp.flipBack(ctx, lock, bs.shard, bs.from)
+	v, err := sp.flipBack(ctx, lock, bs.shard, bs.from, stage)
 	if err != nil {
 		return res, fmt.Errorf("it is copied back and its schema on %s sealed, but not flipped (run the roll-back again to finish it): %w", res.From, err)
 	}
