@@ -186,6 +186,51 @@ func (bc *backCopy) empty(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// dropExtras deletes the shard's rows in the monolith whose keys its
+// schema does not hold, children first, and returns how many: the rows the
+// split left there, sealed since, that the schema deleted before this
+// roll-back's change log began (those it deleted since are in the log).
+// It reads the monolith's rows of the shard once.
+func (bc *backCopy) dropExtras(ctx context.Context) (int64, error) {
+	var n int64
+	for i := len(bc.sp.tables) - 1; i >= 0; i-- {
+		t := bc.sp.tables[i]
+		have := map[int64]bool{}
+		err := bc.eachSourceKeys(ctx, t.Name, func(ids []int64) error {
+			for _, id := range ids {
+				have[id] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return n, err
+		}
+		from, shard := bc.sp.from(t)
+		var there []int64
+		q := "SELECT x.id FROM " + from + " WHERE " + shard + " = " + strconv.Itoa(bc.shard)
+		if err := bc.sp.mono.WithContext(ctx).Raw(q).Scan(&there).Error; err != nil {
+			return n, err
+		}
+		var extra []int64
+		for _, id := range there {
+			if !have[id] {
+				extra = append(extra, id)
+			}
+		}
+		for lo := 0; lo < len(extra); lo += backBatch {
+			in, args := bc.inArgs(extra[lo:min(lo+backBatch, len(extra))])
+			q := "DELETE FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.guard(t, "x")
+			if bc.sp.mysql {
+				q = "DELETE x FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.guard(t, "x")
+			}
+			if err := moverTxExec(ctx, bc.sp.mono, q, args, &n); err != nil {
+				return n, fmt.Errorf("shardid: deleting shard %d's rows of %s from the monolith: %w", bc.shard, t.Name, err)
+			}
+		}
+	}
+	return n, nil
+}
+
 // copy writes every row of the shard's schema into the monolith, parents
 // first, backBatch rows at a time in key order, and returns how many.
 func (bc *backCopy) copy(ctx context.Context) (int64, error) {

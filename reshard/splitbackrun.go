@@ -69,17 +69,13 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 		bc.progress = func(table string, n int64) { opts.Progress(s, table, n) }
 	}
 
-	// 1. The rows of the shard that the split left in the monolith (not
-	// cleaned yet) deleted as CleanSplit does, only if they add up to what
-	// the split verified; then the roll-back recorded: from here on the
-	// monolith's rows of the shard are the roll-back's.
+	// 1. The roll-back recorded: from here on the monolith's rows of the
+	// shard are the roll-back's. Those the split left there (sealed, so
+	// that a router whose map is stale is refused) stay, to be written
+	// over: the shard's rows never leave the monolith.
 	if !bs.marked {
 		if err := ensure("recording the roll-back"); err != nil {
 			return res, err
-		}
-		b := &splitBatch{sp: sp, shards: []int{s}, to: map[int]int{s: bs.from}, cols: cols}
-		if _, err := sp.deleteCopied(ctx, b); err != nil {
-			return res, fmt.Errorf("the split left rows of it in the monolith: %w", err)
 		}
 		if err := sp.markBack(ctx, s, names[bs.from]); err != nil {
 			return res, err
@@ -102,12 +98,17 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 		}
 	}
 	stage("captured")
-	// 3. The first copy, over what a stopped run copied.
+	// 3. The first copy, over the rows the split left and what a stopped
+	// run copied; then the rows of the shard the schema no longer holds
+	// deleted.
 	if err := ensure("copying into the monolith"); err != nil {
 		return res, err
 	}
 	start := timeNow()
 	if res.Copied, err = bc.copy(ctx); err != nil {
+		return res, err
+	}
+	if _, err := bc.dropExtras(ctx); err != nil {
 		return res, err
 	}
 	res.CopyTime = timeNow().Sub(start)

@@ -18,9 +18,6 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 	if err := plan.check(cfg); err != nil {
 		return err
 	}
-	if _, err := CleanSplit(ctx, cfg); err != nil {
-		return err
-	}
 	mono := cfg.Map.DatabaseIndex(cfg.Monolith)
 	for i, batch := range plan.Batches {
 		v := cfg.Map.Load()
@@ -60,15 +57,36 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 			onBatch(i, res)
 		}
 	}
+	// On PostgreSQL, again what a batch does after its flip, if one
+	// stopped there: the foreign keys in every split shard, and the last
+	// batch's clean-up of the monolith.
+	if cfg.DBs[mono].Dialector.Name() != "mysql" {
+		if _, err := CleanSplit(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// CleanSplit deletes from the monolith the rows of the shards a split
-// flipped (sealed on the monolith, on their targets in cfg.Map) that are
-// still there, as a batch does after its flip (deleteCopied: only rows that
-// add up to what the batch verified), and returns how many. A split whose
-// mover died after a flip leaves them; RunSplit calls it first. The rows of
-// a shard being rolled back (RollbackSplit) are left alone.
+// CleanSplit finishes what the batches of a split do after their flips:
+// on PostgreSQL it adds the monolith's foreign keys to every split shard
+// that lacks them (a batch stopped after its flip), and, once no shard is
+// left in the monolith (every shard split and flipped), it empties the
+// monolith's sharded tables and returns the rows it deleted: each shard's
+// rows of a table only if they add up to what its batch verified under
+// its fence. Until then it deletes nothing: the split shards' rows stay on
+// the monolith, sealed, where they refuse the writes of a router whose map
+// is stale.
+//
+// On PostgreSQL the last batch of a split cleans the monolith itself
+// (RunSplit, SplitShards), and triggers then refuse every write to those
+// tables; CleanSplit finishes a clean-up that failed. On MySQL/MariaDB,
+// which has no statement triggers, an UPDATE or DELETE that finds no row
+// cannot be refused: run CleanSplit once no process can still route with
+// a map from before the split (every router follows the catalog, or was
+// restarted since the last batch). While a roll-back (RollbackSplit) is
+// under way it only adds the foreign keys: the monolith holds that shard's
+// rows the roll-back copied.
 func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {
@@ -79,33 +97,21 @@ func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 		return 0, fmt.Errorf("shardid: split: %w", err)
 	}
 	defer lock.release()
-	state, err := sp.readSplitState(ctx, nil)
-	if err != nil || state == nil {
-		return 0, err
-	}
-	back, err := sp.rollingBack(ctx) // their rows are the roll-back's
-	if err != nil {
-		return 0, err
-	}
-	v := cfg.Map.Load()
-	b := &splitBatch{sp: sp, to: map[int]int{}}
-	for s, st := range state {
-		if s >= 0 && st.Sealed && !v.Shared(s) && !back[s] {
-			b.to[s] = v.DB(s)
-			b.shards = append(b.shards, s)
+	if !sp.mysql {
+		b, err := sp.splitSoFar(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if b != nil {
+			if err := b.addForeignKeysPG(ctx); err != nil {
+				return 0, err
+			}
 		}
 	}
-	if len(b.shards) == 0 {
-		return 0, nil
-	}
-	slices.Sort(b.shards)
-	if err := b.readColumns(ctx); err != nil {
+	if back, err := sp.rollingBack(ctx); err != nil || len(back) > 0 {
 		return 0, err
 	}
-	if err := lock.ensure(ctx, "deleting the split's rows from the monolith"); err != nil {
-		return 0, err
-	}
-	return sp.deleteCopied(ctx, b)
+	return sp.cleanMonolith(ctx, lock)
 }
 
 // AbortResult says what AbortSplit undid.
