@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -743,6 +744,115 @@ func testSplitRollbackAbort(t *testing.T, dialect string) {
 			e.dbs[0].Raw("SELECT name FROM users WHERE id = 4").Scan(&name)
 			if name != "after the abort" {
 				t.Errorf("user 4 is %q, want %q", name, "after the abort")
+			}
+		})
+	}
+}
+
+// TestRollbackHelperProcess is not a test: it is the body of the helper
+// process of TestSplitRollbackKilledAtEachStagePostgres, which rolls shards
+// 0 and 1 of the env that SHARDID_ROLLBACK_DSNS names back and dies (exit
+// 3, no clean-up) at stage SHARDID_DIE_AT. It does nothing in a normal run.
+func TestRollbackHelperProcess(t *testing.T) {
+	dsns := os.Getenv("SHARDID_ROLLBACK_DSNS")
+	if dsns == "" {
+		return
+	}
+	var dbs []*gorm.DB
+	for _, d := range strings.Split(dsns, "|") {
+		db, err := gorm.Open(postgres.Open(d), testdb.GormConfig())
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		dbs = append(dbs, db)
+	}
+	m, err := shardmap.New(shardmap.Config{Databases: []string{"mono", "pg_a", "pg_b"}, LogicalShards: 4, SchemaPattern: "shard_%04d"})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	cat := &reshard.Catalog{DB: dbs[0]}
+	if _, err := cat.LoadMap(context.Background(), m); err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	cfg := reshard.SplitConfig{Map: m, DBs: dbs, Monolith: "mono", Catalog: cat, Global: []string{"plans"},
+		Tables: []reshard.SplitTable{{Name: "users", Key: "id"}, {Name: "photos", Key: "user_id"}, {Name: "comments", Parent: "photos", Via: "photo_id"}}}
+	die := os.Getenv("SHARDID_DIE_AT")
+	_, err = reshard.RollbackSplit(context.Background(), cfg, []int{0, 1}, reshard.RollbackOptions{FenceFor: 2 * time.Second,
+		OnStage: func(s int, stage string) {
+			if s == 0 && stage == die {
+				os.Exit(3)
+			}
+		}})
+	fmt.Println("finished", err)
+	os.Exit(0)
+}
+
+// TestSplitRollbackKilledAtEachStagePostgres kills the mover of a
+// roll-back at each stage (no clean-up at all), then runs it again: no row
+// lost, none twice; before the seal the shard's schema takes writes again
+// once the fence runs out, after it nowhere until the monolith does.
+func TestSplitRollbackKilledAtEachStagePostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a mover at seven stages")
+	}
+	for _, stage := range []string{"captured", "copied", "fenced", "verified", "sealed", "unsealed", "flipped"} {
+		t.Run(stage, func(t *testing.T) {
+			e := newBackEnv(t, "postgres", 4, 20, 2, 2)
+			e.splitBatches(t, 0, 4, 2)
+			ctx := context.Background()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestRollbackHelperProcess$", "-test.v=false")
+			cmd.Env = append(os.Environ(), "SHARDID_ROLLBACK_DSNS="+strings.Join(e.dsns, "|"), "SHARDID_DIE_AT="+stage)
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 3 {
+				t.Fatalf("the mover did not die at %s: %v\n%s", stage, err, out)
+			}
+			// Where shard 0 takes writes after the kill: its schema on
+			// pg_a before the seal, the monolith once unsealed.
+			schema, home := e.qt(e.m.SchemaOf(0), "users"), e.dbs[1]
+			if stage == "unsealed" || stage == "flipped" {
+				schema, home = "users", e.dbs[0]
+			}
+			if stage == "sealed" {
+				if err := e.dbs[1].Exec("UPDATE " + schema + " SET name = name WHERE id = 4").Error; !isFenced(err) {
+					t.Errorf("a write to shard 0's schema after a kill at %s: %v, want the fence's refusal", stage, err)
+				}
+				if err := e.dbs[0].Exec("UPDATE users SET name = name WHERE id = 4").Error; !isFenced(err) {
+					t.Errorf("a write to shard 0 in the monolith after a kill at %s: %v, want the fence's refusal", stage, err)
+				}
+			} else {
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					err := home.Exec("UPDATE " + schema + " SET name = 'after the kill' WHERE id = 4").Error
+					if err == nil {
+						break
+					}
+					if !isFenced(err) || time.Now().After(deadline) {
+						t.Fatalf("a write to shard 0's home after a kill at %s: %v", stage, err)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+			if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{}); err != nil {
+				t.Fatalf("the roll-back run again after a kill at %s: %v", stage, err)
+			}
+			w := newSplitWriters(e)
+			w.checkBack(t, []int{0, 1}, w.wantRows(20, 2, 2))
+			var name string
+			e.dbs[0].Raw("SELECT name FROM users WHERE id = 4").Scan(&name)
+			if want := map[bool]string{true: "user 4", false: "after the kill"}[stage == "sealed"]; name != want {
+				t.Errorf("user 4 is %q in the monolith, want %q", name, want)
+			}
+			st, err := reshard.ReadSplitStatus(ctx, e.cfg)
+			if err != nil || st.Shared != 2 || len(st.RollingBack) != 0 {
+				t.Errorf("status: %+v, %v", st, err)
 			}
 		})
 	}
