@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/big"
 	"strconv"
 	"strings"
 
@@ -25,7 +24,6 @@ func bucketSums(ctx context.Context, db *gorm.DB, table string, cols []string) (
 	}
 	q := "SELECT MOD(id, " + strconv.Itoa(compareBuckets) + "), count(*), " + sum + " FROM " + table + " GROUP BY 1"
 	out := map[int64]sentRows{}
-	mod := new(big.Int).Lsh(big.NewInt(1), 64)
 	err := readSession(ctx, db, func(qr querier) error {
 		rows, err := qr.QueryContext(ctx, q)
 		if err != nil {
@@ -38,11 +36,11 @@ func bucketSums(ctx context.Context, db *gorm.DB, table string, cols []string) (
 			if err := rows.Scan(&b, &n, &total); err != nil {
 				return err
 			}
-			v, ok := new(big.Int).SetString(total, 10)
-			if !ok {
-				return errors.New("a hash sum that is not a number: " + total)
+			sum, err := sumOf(total)
+			if err != nil {
+				return err
 			}
-			out[b] = sentRows{rows: n, sum: v.Mod(v, mod).Uint64()}
+			out[b] = sentRows{rows: n, sum: sum}
 		}
 		return rows.Err()
 	})

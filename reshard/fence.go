@@ -129,9 +129,23 @@ func fenceOwnedBySchemaOwner(tx *gorm.DB, schema string) error {
 // trigger's name: MySQL has no statement triggers.
 var mysqlFenceEvents = [...]struct{ letter, event string }{{"i", "INSERT"}, {"u", "UPDATE"}, {"d", "DELETE"}}
 
+// fenceTriggerMySQL is the statement that creates the fence's trigger
+// name for event on table of schema.
+func fenceTriggerMySQL(schema, table, name, event string) string {
+	return fmt.Sprintf("CREATE TRIGGER `%[1]s`.`%[2]s` BEFORE %[3]s ON `%[1]s`.`%[4]s` FOR EACH ROW BEGIN "+
+		"DECLARE u DATETIME(6); DECLARE m BOOLEAN; "+
+		"SELECT fenced_until, mover_only INTO u, m FROM `%[1]s`.`%[5]s` WHERE id = 1 LOCK IN SHARE MODE; "+
+		"IF u > UTC_TIMESTAMP(6) AND NOT (m AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; END",
+		schema, name, event, table, fenceTable, shardid.FenceMessage)
+}
+
+// fenceTableMySQL is the definition of the fence's state table, as it
+// follows CREATE TABLE name.
+const fenceTableMySQL = " (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL) ENGINE=InnoDB"
+
 func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
 	exec := func(q string, args ...any) error { return db.WithContext(ctx).Exec(q, args...).Error }
-	if err := exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS `%s`.`%s` (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL) ENGINE=InnoDB", schema, fenceTable)); err != nil {
+	if err := exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS `%s`.`%s`", schema, fenceTable) + fenceTableMySQL); err != nil {
 		return err
 	}
 	var hasCol int64
@@ -168,11 +182,7 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 			if ok { // a trigger of an older version: its expiry written in, or no mover's bypass
 				stmts = append(stmts, fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, name))
 			}
-			stmts = append(stmts, fmt.Sprintf("CREATE TRIGGER `%[1]s`.`%[2]s` BEFORE %[3]s ON `%[1]s`.`%[4]s` FOR EACH ROW BEGIN "+
-				"DECLARE u DATETIME(6); DECLARE m BOOLEAN; "+
-				"SELECT fenced_until, mover_only INTO u, m FROM `%[1]s`.`%[5]s` WHERE id = 1 LOCK IN SHARE MODE; "+
-				"IF u > UTC_TIMESTAMP(6) AND NOT (m AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; END",
-				schema, name, ev.event, t, fenceTable, shardid.FenceMessage))
+			stmts = append(stmts, fenceTriggerMySQL(schema, t, name, ev.event))
 		}
 	}
 	if len(stmts) == 0 {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,6 +116,20 @@ func hashOf(v any) (uint64, error) {
 	}
 	return 0, fmt.Errorf("a row hash of type %T", v)
 }
+
+// sumOf converts a sum of row hashes that the database computed exactly
+// (a numeric, as text) into the sum modulo 2^64 that rowCheck keeps: the
+// sum of signed hashes too (PostgreSQL's).
+func sumOf(total string) (uint64, error) {
+	v, ok := new(big.Int).SetString(total, 10)
+	if !ok {
+		return 0, fmt.Errorf("a hash sum that is not a number: %q", total)
+	}
+	return v.And(v, maxUint64).Uint64(), nil
+}
+
+// maxUint64 is 2^64-1: a mask for the two's complement of a big.Int.
+var maxUint64 = new(big.Int).SetUint64(^uint64(0))
 
 // keyHashes returns the hashes of the rows of table with the keys ids, read
 // through q (a readSession, or the mover's transaction, set up alike).

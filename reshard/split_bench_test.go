@@ -28,6 +28,39 @@ import (
 //
 //	flock /tmp/shardid-db.lock go test -run '^$' -bench BenchmarkSplitPostgres -benchtime 1x ./reshard
 func BenchmarkSplitPostgres(b *testing.B) {
+	benchSplit(b, func(shards, users int) *splitEnv {
+		e := newSplitEnvPG(b, shards, users, 9, 4)
+		return e
+	}, "INSERT INTO comments (photo_id, body) SELECT 1 + (g %% %d), 'more ' || g FROM generate_series(1, %d) g; ANALYZE comments",
+		map[string]string{"users": "(id BIGINT PRIMARY KEY, name TEXT NOT NULL, plan_id BIGINT)",
+			"photos":   "(id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, caption TEXT NOT NULL, taken TIMESTAMPTZ NOT NULL)",
+			"comments": "(id BIGINT PRIMARY KEY, photo_id BIGINT NOT NULL, body TEXT NOT NULL)"},
+		bareCopy)
+}
+
+// BenchmarkSplitMariaDB is BenchmarkSplitPostgres on MariaDB: the monolith
+// and both targets are databases of the local server, and the floor is
+// the copy a user would write by hand without shardid: each table read in
+// one query and written with multi-row INSERTs of 1,000 rows, in
+// transactions of 20,000.
+//
+//	flock /tmp/shardid-db.lock go test -run '^$' -bench BenchmarkSplitMariaDB -benchtime 1x ./reshard
+func BenchmarkSplitMariaDB(b *testing.B) {
+	benchSplit(b, func(shards, users int) *splitEnv { return newSplitEnvMySQL(b, shards, users, 9, 4) },
+		"INSERT INTO comments (photo_id, body) SELECT 1 + (seq %% %d), CONCAT('more ', seq) FROM seq_1_to_%d",
+		map[string]string{"users": "(id BIGINT PRIMARY KEY, name VARCHAR(100) NOT NULL, plan_id BIGINT)",
+			"photos":   "(id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, caption VARCHAR(100) NOT NULL, taken TIMESTAMP(6) NOT NULL)",
+			"comments": "(id BIGINT PRIMARY KEY, photo_id BIGINT NOT NULL, body VARCHAR(100) NOT NULL)"},
+		bareCopyMySQL)
+}
+
+// benchSplit is the body of the split benchmarks: newEnv makes the
+// monolith (users users, 9 photos each, 4 comments a photo), topUp (a
+// format of the photos and the rows to add) adds comments up to the rows
+// asked for, floorDefs are the floor's tables, and floorCopy copies a table
+// into one of them.
+func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp string, floorDefs map[string]string,
+	floorCopy func(ctx context.Context, src, dst *gorm.DB, table, dstTable string) error) {
 	rows, shards, batch := 1_000_000, 2000, 250
 	if os.Getenv("CI") == "true" {
 		// CI runs every benchmark once, to see that it works: a small
@@ -38,39 +71,49 @@ func BenchmarkSplitPostgres(b *testing.B) {
 	shards = envInt("SHARDID_SPLIT_SHARDS", shards)
 	batch = envInt("SHARDID_SPLIT_BATCH", batch)
 	users := rows / 50
-	e := newSplitEnvPG(b, shards, users, 9, 4) // 2% + 18% + 72%: comments topped up below
+	e := newEnv(shards, users) // 2% + 18% + 72%: comments topped up below
 	ctx := context.Background()
 	extra := rows - users - users*9 - users*9*4
-	if err := e.dbs[0].Exec(fmt.Sprintf("INSERT INTO comments (photo_id, body) SELECT 1 + (g %% %d), 'more ' || g FROM generate_series(1, %d) g; ANALYZE comments", users*9, extra)).Error; err != nil {
+	if err := e.dbs[0].Exec(fmt.Sprintf(topUp, users*9, extra)).Error; err != nil {
 		b.Fatal(err)
 	}
 	var total int64
 	e.dbs[0].Raw("SELECT (SELECT count(*) FROM users) + (SELECT count(*) FROM photos) + (SELECT count(*) FROM comments)").Scan(&total)
+	mysql := e.dbs[0].Dialector.Name() == "mysql"
 	b.ResetTimer()
 	for range b.N {
-		// The floor: a bare COPY of the same rows between the same
+		// The floor: a bare copy of the same rows between the same
 		// databases, in the same run.
-		if err := e.dbs[1].Exec("CREATE SCHEMA floor").Error; err != nil {
-			b.Fatal(err)
+		floorTable := func(t string) string {
+			if mysql {
+				return "floor_" + t
+			}
+			return "floor." + t
+		}
+		if !mysql {
+			if err := e.dbs[1].Exec("CREATE SCHEMA floor").Error; err != nil {
+				b.Fatal(err)
+			}
 		}
 		for _, t := range []string{"users", "photos", "comments"} {
-			def := map[string]string{"users": "(id BIGINT PRIMARY KEY, name TEXT NOT NULL, plan_id BIGINT)",
-				"photos":   "(id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, caption TEXT NOT NULL, taken TIMESTAMPTZ NOT NULL)",
-				"comments": "(id BIGINT PRIMARY KEY, photo_id BIGINT NOT NULL, body TEXT NOT NULL)"}[t]
-			if err := e.dbs[1].Exec("CREATE TABLE floor." + t + " " + def).Error; err != nil {
+			if err := e.dbs[1].Exec("CREATE TABLE " + floorTable(t) + " " + floorDefs[t]).Error; err != nil {
 				b.Fatal(err)
 			}
 		}
 		start := time.Now()
 		for _, t := range []string{"users", "photos", "comments"} {
-			if err := bareCopy(ctx, e.dbs[0], e.dbs[1], t, "floor."+t); err != nil {
+			if err := floorCopy(ctx, e.dbs[0], e.dbs[1], t, floorTable(t)); err != nil {
 				b.Fatal(err)
 			}
 		}
 		floor := time.Since(start)
-		e.dbs[1].Exec("DROP SCHEMA floor CASCADE")
+		if mysql {
+			e.dbs[1].Exec("DROP TABLE floor_users, floor_photos, floor_comments")
+		} else {
+			e.dbs[1].Exec("DROP SCHEMA floor CASCADE")
+		}
 
-		plan, err := reshard.PlanSplit(ctx, e.cfg, []string{"pg_a", "pg_b"}, batch)
+		plan, err := reshard.PlanSplit(ctx, e.cfg, []string{e.names[1], e.names[2]}, batch)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,7 +123,7 @@ func BenchmarkSplitPostgres(b *testing.B) {
 		var copied int64
 		var copyTime, maxFence time.Duration
 		// Where the time goes: each stage's time since the one before,
-		// summed over the batches ("begun": from the batch's start).
+		// summed over the batches ("created": from the batch's start).
 		stages := map[string]time.Duration{}
 		var order []string
 		last := time.Now()
@@ -109,10 +152,18 @@ func BenchmarkSplitPostgres(b *testing.B) {
 				b.Error(err)
 			}
 		}
+		if mysql { // the operator's step, not timed
+			if _, err := reshard.CleanSplit(ctx, e.cfg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		created := stages["created"]
 		b.ReportMetric(float64(total)/floor.Seconds(), "floor-rows/s")
 		b.ReportMetric(float64(total)/split.Seconds(), "split-rows/s")
 		b.ReportMetric(float64(copied)/copyTime.Seconds(), "copy-rows/s")
 		b.ReportMetric(split.Seconds()/floor.Seconds(), "x-floor")
+		b.ReportMetric(created.Seconds(), "create-s")
+		b.ReportMetric((split-created).Seconds()/floor.Seconds(), "x-floor-but-create")
 		b.ReportMetric(float64(w.stall.Milliseconds()), "max-stall-ms")
 		b.ReportMetric(float64(maxFence.Milliseconds()), "max-fence-ms")
 		b.ReportMetric(float64(w.ops), "writes")
@@ -123,6 +174,9 @@ func BenchmarkSplitPostgres(b *testing.B) {
 			spent = append(spent, fmt.Sprintf("%s %v", s, stages[s].Round(time.Millisecond)))
 		}
 		b.Logf("time to each stage, over all batches: %s", strings.Join(spent, ", "))
+		// Every acknowledged write where it belongs, once; the monolith's
+		// sharded tables empty.
+		w.check(b, nil)
 	}
 }
 
@@ -165,4 +219,67 @@ func bareCopy(ctx context.Context, src, dst *gorm.DB, table, dstTable string) er
 			return err
 		})
 	})
+}
+
+// bareCopyMySQL copies table on src into dstTable on dst as a user would
+// by hand: one query reading every row, written with multi-row INSERTs of
+// 1,000 rows in transactions of 20,000.
+func bareCopyMySQL(ctx context.Context, src, dst *gorm.DB, table, dstTable string) error {
+	rows, err := src.WithContext(ctx).Raw("SELECT * FROM " + table).Rows()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	tx := dst.WithContext(ctx).Begin()
+	n, inTx := 0, 0
+	var batch []any
+	insert := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		row := "(" + strings.TrimSuffix(strings.Repeat("?,", len(cols)), ",") + ")"
+		q := "INSERT INTO " + dstTable + " VALUES " + strings.TrimSuffix(strings.Repeat(row+",", len(batch)/len(cols)), ",")
+		err := tx.Exec(q, batch...).Error
+		batch = batch[:0]
+		return err
+	}
+	for rows.Next() {
+		v := make([]any, len(cols))
+		p := make([]any, len(cols))
+		for i := range v {
+			p[i] = &v[i]
+		}
+		if err := rows.Scan(p...); err != nil {
+			tx.Rollback()
+			return err
+		}
+		batch = append(batch, v...)
+		n++
+		inTx++
+		if n%1000 == 0 {
+			if err := insert(); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
+		if inTx == 20000 {
+			if err := tx.Commit().Error; err != nil {
+				return err
+			}
+			tx, inTx = dst.WithContext(ctx).Begin(), 0
+		}
+	}
+	if err := rows.Err(); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := insert(); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit().Error
 }

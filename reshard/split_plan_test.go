@@ -275,9 +275,17 @@ func testSplitStopResumeAbort(t *testing.T, newEnv func(t *testing.T) *splitEnv)
 // than FenceFor: the batch fails with ErrFenceLapsed, the monolith takes
 // writes, and the batch runs again.
 func TestSplitFenceLapsesPostgres(t *testing.T) {
-	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	testSplitFenceLapses(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestSplitFenceLapsesMariaDB is TestSplitFenceLapsesPostgres on MariaDB.
+func TestSplitFenceLapsesMariaDB(t *testing.T) {
+	testSplitFenceLapses(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testSplitFenceLapses(t *testing.T, e *splitEnv) {
 	ctx := context.Background()
-	_, err := reshard.SplitShards(ctx, e.cfg, []int{2}, []string{"pg_a"}, reshard.SplitOptions{FenceFor: 300 * time.Millisecond, OnStage: func(s string) {
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{2}, e.names[1:2], reshard.SplitOptions{FenceFor: 300 * time.Millisecond, OnStage: func(s string) {
 		if s == "verified" {
 			time.Sleep(600 * time.Millisecond)
 		}
@@ -288,11 +296,11 @@ func TestSplitFenceLapsesPostgres(t *testing.T) {
 	if err := e.dbs[0].Exec("UPDATE users SET name = 'lapsed' WHERE id = 2").Error; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reshard.SplitShards(ctx, e.cfg, []int{2}, []string{"pg_a"}, reshard.SplitOptions{}); err != nil {
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{2}, e.names[1:2], reshard.SplitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var name string
-	e.dbs[1].Raw("SELECT name FROM shard_0002.users WHERE id = 2").Scan(&name)
+	e.dbs[1].Raw("SELECT name FROM " + e.qt(e.m.SchemaOf(2), "users") + " WHERE id = 2").Scan(&name)
 	if name != "lapsed" {
 		t.Errorf("user 2 is %q", name)
 	}
@@ -301,12 +309,20 @@ func TestSplitFenceLapsesPostgres(t *testing.T) {
 // TestSplitTwoOperatorsPostgres starts a second split of the monolith
 // while one runs: it waits, then fails with ErrMoveInProgress.
 func TestSplitTwoOperatorsPostgres(t *testing.T) {
-	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	testSplitTwoOperators(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestSplitTwoOperatorsMariaDB is TestSplitTwoOperatorsPostgres on MariaDB.
+func TestSplitTwoOperatorsMariaDB(t *testing.T) {
+	testSplitTwoOperators(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testSplitTwoOperators(t *testing.T, e *splitEnv) {
 	ctx := context.Background()
 	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := reshard.SplitShards(ctx, e.cfg, []int{0}, []string{"pg_a"}, reshard.SplitOptions{OnStage: func(s string) {
+		_, err := reshard.SplitShards(ctx, e.cfg, []int{0}, e.names[1:2], reshard.SplitOptions{OnStage: func(s string) {
 			if s == "copied" {
 				close(started)
 				<-release
@@ -315,7 +331,7 @@ func TestSplitTwoOperatorsPostgres(t *testing.T) {
 		done <- err
 	}()
 	<-started
-	_, err := reshard.SplitShards(ctx, e.cfg, []int{1}, []string{"pg_b"}, reshard.SplitOptions{LockWait: 200 * time.Millisecond})
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{1}, e.names[2:3], reshard.SplitOptions{LockWait: 200 * time.Millisecond})
 	if !errors.Is(err, reshard.ErrMoveInProgress) {
 		t.Errorf("second split: %v, want ErrMoveInProgress", err)
 	}

@@ -275,7 +275,7 @@ func (w *splitWriters) run(ctx context.Context, n int, users int64) *sync.WaitGr
 // checkSplit checks that every shard lives on its target alone, the
 // monolith's sharded tables are empty, and every acknowledged write is
 // there exactly once.
-func (w *splitWriters) check(t *testing.T, wantRows map[string]int64) {
+func (w *splitWriters) check(t testing.TB, wantRows map[string]int64) {
 	t.Helper()
 	e := w.e
 	v := e.m.Load()
@@ -423,7 +423,8 @@ func newSplitEnvMySQL(t testing.TB, shards, users, photos, comments int) *splitE
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
 			t.Fatal(err)
 		}
-		db, err := gorm.Open(mysql.Open(strings.Replace(dsn, "/test?", "/"+name+"?", 1)), testdb.GormConfig())
+		e.dsns = append(e.dsns, strings.Replace(dsn, "/test?", "/"+name+"?", 1))
+		db, err := gorm.Open(mysql.Open(e.dsns[len(e.dsns)-1]), testdb.GormConfig())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"slices"
 	"strings"
 
@@ -98,7 +97,6 @@ func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch) (int64, er
 	for i, t := range sp.tables {
 		tables[i] = sp.q(t.Name)
 	}
-	mod := new(big.Int).Lsh(big.NewInt(1), 64)
 	var deleted int64
 	err = moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
@@ -126,12 +124,10 @@ func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch) (int64, er
 					rows.Close()
 					return err
 				}
-				v, ok := new(big.Int).SetString(sum, 10)
-				if !ok {
+				if c.Sum, err = sumOf(sum); err != nil {
 					rows.Close()
-					return fmt.Errorf("a hash sum that is not a number: %s", sum)
+					return err
 				}
-				c.Sum = v.Mod(v, mod).Uint64()
 				counted += c.Rows
 				if !s.Valid {
 					kept = append(kept, fmt.Sprintf("%d row(s) of %s of no shard", c.Rows, t.Name))
@@ -216,30 +212,12 @@ func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch) (int64, err
 		all := b.cols[t.Name].all
 		ids := map[int][]any{}
 		have := map[int]shardCheck{}
-		err := readSession(ctx, sp.mono, func(qr querier) error {
-			rows, err := qr.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(sp.mono, all)+" FROM "+sp.rel(t, b.shards))
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				var s int
-				var h any
-				if err := rows.Scan(&id, &s, &h); err != nil {
-					return err
-				}
-				hv, err := hashOf(h)
-				if err != nil {
-					return err
-				}
-				ids[s] = append(ids[s], id)
-				c := have[s]
-				c.Rows++
-				c.Sum += hv
-				have[s] = c
-			}
-			return rows.Err()
+		err := sp.eachRowHash(ctx, t, b.shards, all, func(id int64, s int, h uint64) {
+			ids[s] = append(ids[s], id)
+			c := have[s]
+			c.Rows++
+			c.Sum += h
+			have[s] = c
 		})
 		if err != nil {
 			return deleted, err
@@ -307,4 +285,30 @@ func (sp *splitter) readVerified(ctx context.Context, shards []int) (map[int]map
 		out[r.Shard] = m
 	}
 	return out, nil
+}
+
+// eachRowHash calls f with the key, the shard and the hash (rowHash over
+// cols) of every row of t on the monolith in shards, in one read.
+func (sp *splitter) eachRowHash(ctx context.Context, t SplitTable, shards []int, cols []string, f func(id int64, shard int, h uint64)) error {
+	return readSession(ctx, sp.mono, func(qr querier) error {
+		rows, err := qr.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(sp.mono, cols)+" FROM "+sp.rel(t, shards))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var s int
+			var h any
+			if err := rows.Scan(&id, &s, &h); err != nil {
+				return err
+			}
+			hv, err := hashOf(h)
+			if err != nil {
+				return err
+			}
+			f(id, s, hv)
+		}
+		return rows.Err()
+	})
 }

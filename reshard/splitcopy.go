@@ -31,7 +31,10 @@ type splitBatch struct {
 	// (splitstream.go), for verifyCopy.
 	sent map[string]map[int]*sentRows
 	// fresh are the shards whose schemas this run created: empty.
-	fresh    map[int]bool
+	fresh map[int]bool
+	// defs are the monolith's tables' definitions, as they follow CREATE
+	// TABLE name.
+	defs     map[string]string
 	progress func(table string, copied int64)
 }
 
@@ -89,12 +92,13 @@ func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 	defs := map[string]string{}
 	var indexes map[string][]string
 	for _, t := range tables {
-		d, err := tableDefinition(ctx, b.sp.mono, b.sp.schema, t, true)
+		d, err := tableDefinition(ctx, b.sp.mono, b.sp.schema, t, !b.sp.mysql)
 		if err != nil {
 			return nil, err
 		}
 		defs[t] = d
 	}
+	b.defs = defs
 	if !b.sp.mysql {
 		var err error
 		if indexes, err = secondaryIndexesPG(ctx, b.sp.mono, b.sp.schema, tables); err != nil {
@@ -105,29 +109,15 @@ func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 	b.fresh = map[int]bool{}
 	var mu sync.Mutex
 	targets, shards := b.byTarget()
+	if b.sp.mysql {
+		return tokens, b.createTargetsMySQL(ctx, tables, tokens)
+	}
 	errs := make(chan error, len(targets))
 	for _, d := range targets {
 		go func() {
 			db := b.sp.cfg.DBs[d]
 			for lo := 0; lo < len(shards[d]); lo += 50 {
 				chunk := shards[d][lo:min(lo+50, len(shards[d]))]
-				if b.sp.mysql {
-					for _, s := range chunk {
-						if err := copyDefinitions(ctx, b.sp.mono, db, b.sp.schema, b.schemaOf(s), tables); err != nil {
-							errs <- err
-							return
-						}
-						tok, err := fenceTarget(ctx, db, b.schemaOf(s), b.schemaOf(s), tables)
-						if err != nil {
-							errs <- err
-							return
-						}
-						mu.Lock()
-						tokens[s] = tok
-						mu.Unlock()
-					}
-					continue
-				}
 				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error {
 					var have []string
 					if err := tx.Raw("SELECT nspname FROM pg_namespace WHERE nspname IN ?", shardSchemas(b, chunk)).Scan(&have).Error; err != nil {
@@ -497,29 +487,11 @@ func (b *splitBatch) compare(ctx context.Context) error {
 	for _, t := range b.sp.tables {
 		all := b.cols[t.Name].all
 		src := map[int]map[int64]uint64{}
-		err := readSession(ctx, b.sp.mono, func(q querier) error {
-			rows, err := q.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(b.sp.mono, all)+" FROM "+b.sp.rel(t, b.shards))
-			if err != nil {
-				return err
+		err := b.sp.eachRowHash(ctx, t, b.shards, all, func(id int64, s int, h uint64) {
+			if src[s] == nil {
+				src[s] = map[int64]uint64{}
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				var s int
-				var h any
-				if err := rows.Scan(&id, &s, &h); err != nil {
-					return err
-				}
-				hv, err := hashOf(h)
-				if err != nil {
-					return err
-				}
-				if src[s] == nil {
-					src[s] = map[int64]uint64{}
-				}
-				src[s][id] = hv
-			}
-			return rows.Err()
+			src[s][id] = h
 		})
 		if err != nil {
 			return fmt.Errorf("shardid: reading %s on the monolith: %w", t.Name, err)
@@ -1076,4 +1048,95 @@ func (b *splitBatch) verified() map[int]string {
 		out[s] = string(j)
 	}
 	return out
+}
+
+// createTargetsMySQL is createTargets on MySQL/MariaDB: a database per
+// shard, four at a time on each target. A database that does not exist yet
+// is created in one go: its tables from the monolith's definitions, and
+// its fence (state row fenced for the mover, token 1, and triggers), with
+// nothing to check, since nobody can write into it before it exists. One
+// that exists (a batch run again) is completed as a move does.
+func (b *splitBatch) createTargetsMySQL(ctx context.Context, tables []string, tokens map[int]int64) error {
+	targets, shards := b.byTarget()
+	type job struct{ d, s int }
+	jobs := make(chan job)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 4 * len(targets) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				fresh, tok, err := b.createTargetMySQL(ctx, b.sp.cfg.DBs[j.d], b.schemaOf(j.s), tables)
+				if err != nil {
+					cancel(fmt.Errorf("shardid: creating shard %d on %s: %w", j.s, b.sp.cfg.Map.Databases()[j.d], err))
+					continue
+				}
+				mu.Lock()
+				tokens[j.s] = tok
+				b.fresh[j.s] = fresh
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, d := range targets {
+		for _, s := range shards[d] {
+			select {
+			case jobs <- job{d, s}:
+			case <-ctx.Done():
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// createTargetMySQL creates the shard database schema on db with tables
+// fenced for the mover, and reports whether it created the database and
+// the fence's token.
+func (b *splitBatch) createTargetMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) (bool, int64, error) {
+	var n int64
+	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", schema).Scan(&n).Error; err != nil {
+		return false, 0, err
+	}
+	if n > 0 {
+		if err := copyDefinitions(ctx, b.sp.mono, db, b.sp.schema, schema, tables); err != nil {
+			return false, 0, err
+		}
+		tok, err := fenceTarget(ctx, db, schema, schema, tables)
+		return false, tok, err
+	}
+	stmts := []string{"CREATE DATABASE `" + schema + "`"}
+	for _, t := range tables {
+		stmts = append(stmts, "CREATE TABLE "+quoteTable(db, schema, t)+b.defs[t])
+	}
+	stmts = append(stmts, "CREATE TABLE "+quoteTable(db, schema, fenceTable)+
+		" (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE) ENGINE=InnoDB",
+		"INSERT INTO "+quoteTable(db, schema, fenceTable)+" (id, fenced_until, token, sealed, mover_only) VALUES (1, '9999-12-31 23:59:59', 1, FALSE, TRUE)")
+	for _, t := range tables {
+		for _, ev := range mysqlFenceEvents {
+			stmts = append(stmts, fenceTriggerMySQL(schema, t, "shardid_fence_"+ev.letter+"_"+t, ev.event))
+		}
+	}
+	// Children before their parents too: the foreign keys are checked
+	// once the tables exist.
+	err := db.WithContext(ctx).Connection(func(c *gorm.DB) error {
+		conn, ok := c.Statement.ConnPool.(*sql.Conn)
+		if !ok {
+			return fmt.Errorf("shardid: gorm's Connection gave a %T, not a session", c.Statement.ConnPool)
+		}
+		return withSessionVars(ctx, conn, "SET @shardid_fkc = @@session.foreign_key_checks, foreign_key_checks = 0",
+			"SET foreign_key_checks = @shardid_fkc, @shardid_fkc = NULL", func() error {
+				for _, q := range stmts {
+					if _, err := conn.ExecContext(ctx, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+	})
+	return true, 1, err
 }

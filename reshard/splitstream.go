@@ -3,9 +3,7 @@ package reshard
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"math/big"
 	"strconv"
 	"strings"
 	"sync"
@@ -323,7 +321,6 @@ func tableSums(ctx context.Context, db *gorm.DB, shards []int, schemaOf func(int
 	if db.Dialector.Name() == "mysql" {
 		sum = "CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR)"
 	}
-	mod := new(big.Int).Lsh(big.NewInt(1), 64)
 	err := readSession(ctx, db, func(q querier) error {
 		for lo := 0; lo < len(shards); lo += 200 {
 			chunk := shards[lo:min(lo+200, len(shards))]
@@ -343,13 +340,12 @@ func tableSums(ctx context.Context, db *gorm.DB, shards []int, schemaOf func(int
 					rows.Close()
 					return err
 				}
-				v, ok := new(big.Int).SetString(total, 10)
-				if !ok {
+				sum, err := sumOf(total)
+				if err != nil {
 					rows.Close()
-					return errors.New("a hash sum that is not a number: " + total)
+					return err
 				}
-				v.Mod(v, mod) // a sum of signed hashes too (PostgreSQL)
-				out[s] = sentRows{rows: n, sum: v.Uint64()}
+				out[s] = sentRows{rows: n, sum: sum}
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {

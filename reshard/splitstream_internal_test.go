@@ -59,3 +59,29 @@ func TestCopyRouter(t *testing.T) {
 		}
 	}
 }
+
+// sumOf takes an exact sum of signed or unsigned hashes modulo 2^64, as
+// rowCheck adds them up, and refuses what is not a number.
+func TestSumOf(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want uint64
+	}{
+		{"0", 0},
+		{"-1", ^uint64(0)},
+		{"18446744073709551616", 0},                              // 2^64
+		{"18446744073709551617", 1},                              // 2^64 + 1
+		{"-9223372036854775808", 1 << 63},                        // min int64
+		{"36893488147419103231", ^uint64(0)},                     // 2^65 - 1
+		{"-18446744073709551617", ^uint64(0)},                    // -(2^64 + 1)
+		{"123456789012345678901234567890", 14083847773837265618}, // mod 2^64
+	} {
+		got, err := sumOf(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("sumOf(%q) = %d, %v, want %d", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := sumOf("1e3"); err == nil {
+		t.Error(`sumOf("1e3"): no error`)
+	}
+}
