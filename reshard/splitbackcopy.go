@@ -77,91 +77,6 @@ func (bc *backCopy) inArgs(ids []int64) (string, []any) {
 	return placeholders(bc.sp.mono, 0, len(ids)), args
 }
 
-// checkKeys returns ErrKeyCollision if a key of the shard's rows is a row
-// of another shard in the monolith's table (or, before the roll-back wrote
-// anything, of no shard), or if a row of the monolith of no shard is the
-// child of one of the shard's rows: it would join the shard.
-func (bc *backCopy) checkKeys(ctx context.Context, first bool) error {
-	s := strconv.Itoa(bc.shard)
-	for _, t := range bc.sp.tables {
-		shard := bc.sp.rowShard(t, "x", 0)
-		cond := "COALESCE(" + shard + ", -1) <> " + s
-		if !first {
-			cond = shard + " <> " + s // rows of no shard: the roll-back's own
-		}
-		err := bc.eachSourceKeys(ctx, t.Name, func(ids []int64) error {
-			in, args := bc.inArgs(ids)
-			var taken []struct {
-				ID    int64
-				Shard *int
-			}
-			q := "SELECT x.id AS id, " + shard + " AS shard FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + cond + " ORDER BY x.id"
-			if err := bc.sp.mono.WithContext(ctx).Raw(q, args...).Scan(&taken).Error; err != nil {
-				return err
-			}
-			if len(taken) > 0 {
-				return bc.collision(t.Name, taken[0].ID, taken[0].Shard)
-			}
-			if !first {
-				return nil
-			}
-			for _, c := range bc.children(t) {
-				var orphans []int64
-				q := "SELECT x.id FROM " + bc.sp.q(c.Name) + " AS x WHERE " + bc.sp.col("x", c.Via) + " IN (" + in + ") AND COALESCE(" +
-					bc.sp.rowShard(c, "x", 0) + ", -1) <> " + s + " ORDER BY x.id"
-				if err := bc.sp.mono.WithContext(ctx).Raw(q, args...).Scan(&orphans).Error; err != nil {
-					return err
-				}
-				if len(orphans) > 0 {
-					return withDetail(ErrKeyCollision, fmt.Sprintf("%s id %d in the monolith belongs to no shard (its %s is missing) and names a row of shard %d's %s: it would join the shard",
-						c.Name, orphans[0], t.Name, bc.shard, t.Name))
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// collision is ErrKeyCollision for key id of table, held in the monolith
-// by a row of shard other (nil: of no shard).
-func (bc *backCopy) collision(table string, id int64, other *int) error {
-	whose := "a row of no shard (its parent row is missing)"
-	if other != nil {
-		whose = "a row of shard " + strconv.Itoa(*other)
-	}
-	return withDetail(ErrKeyCollision, fmt.Sprintf("%s id %d of shard %d is %s in the monolith", table, id, bc.shard, whose))
-}
-
-// eachSourceKeys calls f with the keys of table on the source, in
-// ascending order, up to backBatch at a time.
-func (bc *backCopy) eachSourceKeys(ctx context.Context, table string, f func(ids []int64) error) error {
-	var after int64
-	first := true
-	for {
-		q := "SELECT id FROM " + bc.srcTable(table)
-		var args []any
-		if !first {
-			q += " WHERE id > ?"
-			args = append(args, after)
-		}
-		var ids []int64
-		if err := bc.src.WithContext(ctx).Raw(q+" ORDER BY id LIMIT "+strconv.Itoa(backBatch), args...).Scan(&ids).Error; err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if err := f(ids); err != nil {
-			return err
-		}
-		after, first = ids[len(ids)-1], false
-	}
-}
-
 // empty deletes the shard's rows from the monolith, children first: those
 // a roll-back stopped without its change log left there.
 func (bc *backCopy) empty(ctx context.Context) (int64, error) {
@@ -371,38 +286,6 @@ func (bc *backCopy) upsert(ctx context.Context, t SplitTable, rows [][]any, srcH
 	}
 }
 
-func shardName(s *int) string {
-	if s == nil {
-		return "none"
-	}
-	return strconv.Itoa(*s)
-}
-
-// checkTaken returns ErrKeyCollision if a key of ids is a row of table t
-// in the monolith that is not the shard's (guard).
-func (bc *backCopy) checkTaken(ctx context.Context, tx *sql.Tx, t SplitTable, ids []int64) error {
-	in, args := bc.inArgs(ids)
-	rows, err := tx.QueryContext(ctx, "SELECT x.id, "+bc.sp.rowShard(t, "x", 0)+" FROM "+bc.sp.q(t.Name)+" AS x WHERE x.id IN ("+in+") AND NOT ("+bc.guard(t, "x")+") ORDER BY x.id", args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if rows.Next() {
-		var id int64
-		var other sql.NullInt64
-		if err := rows.Scan(&id, &other); err != nil {
-			return err
-		}
-		var o *int
-		if other.Valid {
-			v := int(other.Int64)
-			o = &v
-		}
-		return bc.collision(t.Name, id, o)
-	}
-	return rows.Err()
-}
-
 // deleteKeys deletes the shard's rows of t with keys ids in tx.
 func (bc *backCopy) deleteKeys(ctx context.Context, tx *sql.Tx, t SplitTable, ids []int64) error {
 	if len(ids) == 0 {
@@ -461,73 +344,6 @@ func (bc *backCopy) insert(ctx context.Context, tx *sql.Tx, t SplitTable, cols [
 			return withDetail(ErrKeyCollision, fmt.Sprintf("%d of shard %d's rows of %s have keys that rows of other shards took in the monolith meanwhile", int64(n)-k, bc.shard, t.Name))
 		}
 		rows = rows[n:]
-	}
-	return nil
-}
-
-// deleted is what deleteGone deleted of a table, for the verification.
-type deleted struct {
-	table string
-	ids   []int64
-	old   map[int64]uint64
-}
-
-// deleteGone deletes the shard's rows of t with keys ids (gone from the
-// source) in tx, children first: with each, its child rows in the monolith
-// that the source no longer holds either. A child row the source still
-// holds stays, as the child of no shard it is there too.
-func (bc *backCopy) deleteGone(ctx context.Context, tx *sql.Tx, t SplitTable, ids []int64, done *[]deleted) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	for _, c := range bc.children(t) {
-		var kids []int64
-		for lo := 0; lo < len(ids); lo += backBatch {
-			in, args := bc.inArgs(ids[lo:min(lo+backBatch, len(ids))])
-			rows, err := tx.QueryContext(ctx, "SELECT x.id FROM "+bc.sp.q(c.Name)+" AS x WHERE "+bc.sp.col("x", c.Via)+" IN ("+in+") AND "+bc.guard(c, "x"), args...)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return err
-				}
-				kids = append(kids, id)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-		}
-		var gone []int64
-		for lo := 0; lo < len(kids); lo += backBatch {
-			chunk := kids[lo:min(lo+backBatch, len(kids))]
-			var have []int64
-			if err := bc.src.WithContext(ctx).Raw("SELECT id FROM "+bc.srcTable(c.Name)+" WHERE id IN ?", chunk).Scan(&have).Error; err != nil {
-				return err
-			}
-			for _, id := range chunk {
-				if !slices.Contains(have, id) {
-					gone = append(gone, id)
-				}
-			}
-		}
-		if err := bc.deleteGone(ctx, tx, c, gone, done); err != nil {
-			return err
-		}
-	}
-	for lo := 0; lo < len(ids); lo += backBatch {
-		chunk := ids[lo:min(lo+backBatch, len(ids))]
-		old, err := keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), bc.cols[t.Name].all, chunk)
-		if err != nil {
-			return err
-		}
-		if err := bc.deleteKeys(ctx, tx, t, chunk); err != nil {
-			return err
-		}
-		*done = append(*done, deleted{t.Name, chunk, old})
 	}
 	return nil
 }

@@ -143,3 +143,39 @@ func captureWhole(ctx context.Context, db *gorm.DB, schema string, tables []stri
 	}
 	return strings.Contains(src, changeTable), nil
 }
+
+// identities caches the identities of databases, by index.
+type identities map[int]dbIdentity
+
+// same reports whether dbs[a] and dbs[b] are one database (identify).
+func (ids identities) same(ctx context.Context, dbs []*gorm.DB, a, b int) (bool, error) {
+	for _, d := range []int{a, b} {
+		if _, ok := ids[d]; !ok {
+			id, err := identify(ctx, dbs[d])
+			if err != nil {
+				return false, err
+			}
+			ids[d] = id
+		}
+	}
+	return ids[a].same(ids[b]), nil
+}
+
+// takeWritesAgainPG drops the triggers that refuse every write to the
+// monolith's sharded tables once a split emptied them (refuseWritesPG), if
+// there are: the monolith takes a shard's writes again. Its split
+// triggers still refuse the writes of the shards sealed there.
+func (sp *splitter) takeWritesAgainPG(ctx context.Context) error {
+	if sp.mysql {
+		return nil
+	}
+	var n int64
+	q := "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = ?"
+	if err := sp.mono.WithContext(ctx).Raw(q, sp.schema, splitDoneFunction).Scan(&n).Error; err != nil || n == 0 {
+		return err
+	}
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		// The function's triggers go with it.
+		return tx.Exec(`DROP FUNCTION IF EXISTS "` + sp.schema + `".` + splitDoneFunction + "() CASCADE").Error
+	})
+}

@@ -275,3 +275,70 @@ func (bc *backCopy) finish(ctx context.Context) error {
 	}
 	return nil
 }
+
+// deleted is what deleteGone deleted of a table, for the verification.
+type deleted struct {
+	table string
+	ids   []int64
+	old   map[int64]uint64
+}
+
+// deleteGone deletes the shard's rows of t with keys ids (gone from the
+// source) in tx, children first: with each, its child rows in the monolith
+// that the source no longer holds either. A child row the source still
+// holds stays, as the child of no shard it is there too.
+func (bc *backCopy) deleteGone(ctx context.Context, tx *sql.Tx, t SplitTable, ids []int64, done *[]deleted) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	for _, c := range bc.children(t) {
+		var kids []int64
+		for lo := 0; lo < len(ids); lo += backBatch {
+			in, args := bc.inArgs(ids[lo:min(lo+backBatch, len(ids))])
+			rows, err := tx.QueryContext(ctx, "SELECT x.id FROM "+bc.sp.q(c.Name)+" AS x WHERE "+bc.sp.col("x", c.Via)+" IN ("+in+") AND "+bc.guard(c, "x"), args...)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return err
+				}
+				kids = append(kids, id)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		var gone []int64
+		for lo := 0; lo < len(kids); lo += backBatch {
+			chunk := kids[lo:min(lo+backBatch, len(kids))]
+			var have []int64
+			if err := bc.src.WithContext(ctx).Raw("SELECT id FROM "+bc.srcTable(c.Name)+" WHERE id IN ?", chunk).Scan(&have).Error; err != nil {
+				return err
+			}
+			for _, id := range chunk {
+				if !slices.Contains(have, id) {
+					gone = append(gone, id)
+				}
+			}
+		}
+		if err := bc.deleteGone(ctx, tx, c, gone, done); err != nil {
+			return err
+		}
+	}
+	for lo := 0; lo < len(ids); lo += backBatch {
+		chunk := ids[lo:min(lo+backBatch, len(ids))]
+		old, err := keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), bc.cols[t.Name].all, chunk)
+		if err != nil {
+			return err
+		}
+		if err := bc.deleteKeys(ctx, tx, t, chunk); err != nil {
+			return err
+		}
+		*done = append(*done, deleted{t.Name, chunk, old})
+	}
+	return nil
+}
