@@ -168,7 +168,7 @@ func (c *shardCopier) converge(ctx context.Context) error {
 	// comparison sees every change applied before.
 	checks := map[string]*rowCheck{}
 	for _, t := range c.tables {
-		rc, err := compareTable(ctx, c.src, c.dst, c.table(t), c.cols[t].all)
+		rc, err := compareByBuckets(ctx, c.src, c.dst, c.table(t), c.cols[t].all)
 		if err != nil {
 			return err
 		}

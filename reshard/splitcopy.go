@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 )
 
@@ -28,7 +26,12 @@ type splitBatch struct {
 	cols   map[string]columns
 	// checks are the verification of each table of each shard
 	// (rowcheck.go), once both sides were compared.
-	checks   map[string]map[int]*rowCheck
+	checks map[string]map[int]*rowCheck
+	// sent is what the first copy sent of each table of each shard
+	// (splitstream.go), for verifyCopy.
+	sent map[string]map[int]*sentRows
+	// fresh are the shards whose schemas this run created: empty.
+	fresh    map[int]bool
 	progress func(table string, copied int64)
 }
 
@@ -99,6 +102,7 @@ func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 		}
 	}
 	tokens := map[int]int64{}
+	b.fresh = map[int]bool{}
 	var mu sync.Mutex
 	targets, shards := b.byTarget()
 	errs := make(chan error, len(targets))
@@ -151,6 +155,7 @@ func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 						script = append(script, `UPDATE "`+sc+`".`+fenceTable+` SET fenced_until = 'infinity', token = 1, sealed = FALSE, mover_only = TRUE WHERE id = 1`)
 						mu.Lock()
 						tokens[s] = 1
+						b.fresh[s] = true
 						mu.Unlock()
 					}
 					if len(script) > 0 {
@@ -337,16 +342,20 @@ func joinIDs(ids []int64) string {
 	return strings.Join(s, ", ")
 }
 
-// copy empties the batch's tables on their targets and copies every row
-// of the batch's shards into them, table by table: one read of each
-// monolith table (COPY on PostgreSQL) whose rows go to their shard's
-// schema. It returns the rows copied.
+// copy empties the batch's tables on their targets (but those it just
+// created) and copies every row of the batch's shards into them, table by
+// table: one read of each monolith table (COPY on PostgreSQL) whose rows
+// go to their shard's schema. It returns the rows copied.
 func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 	targets, shards := b.byTarget()
+	b.sent = nil
 	for _, d := range targets {
 		db := b.sp.cfg.DBs[d]
 		err := moverTx(ctx, db, func(tx *sql.Tx) error {
 			for _, s := range shards[d] {
+				if b.fresh[s] {
+					continue
+				}
 				var all []string
 				for _, t := range b.tableNames() {
 					all = append(all, quoteTable(db, b.schemaOf(s), t))
@@ -389,138 +398,6 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 		total += n
 	}
 	return total, nil
-}
-
-// copyTablePG copies the batch's rows of t to each target at once: COPY
-// (the rows of the target's shards, with their shard) TO STDOUT on the
-// monolith piped into COPY FROM STDIN of a temporary table on the target
-// (ON COMMIT DROP: nothing outlives the transaction), indexed by shard,
-// whose rows one script of INSERT ... SELECT, a statement per shard, puts
-// into each shard's table: a few round trips per table and target,
-// whatever the number of shards. Each target's copy is one transaction let
-// through its fence for the mover.
-func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
-	cols := b.cols[t.Name].write
-	list := columnList(b.sp.mono, cols)
-	from, shard := b.sp.from(t)
-	sel := make([]string, len(cols))
-	for i, c := range cols {
-		sel[i] = b.sp.col("x", c)
-	}
-	targets, shards := b.byTarget()
-	var mu sync.Mutex
-	counts := map[int]int64{}
-	report := func(d int, n int64) {
-		if progress == nil {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		counts[d] = n
-		var sum int64
-		for _, v := range counts {
-			sum += v
-		}
-		progress(sum)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(targets))
-	var copied sync.Map
-	for _, d := range targets {
-		go func() {
-			q := "COPY (SELECT " + shard + ", " + strings.Join(sel, ", ") + " FROM " + from + " WHERE " + shard + " " + inList(shards[d]) + ") TO STDOUT"
-			n, err := b.copyToTarget(ctx, d, t, shards[d], q, list, func(n int64) { report(d, n) })
-			if err != nil {
-				cancel()
-			}
-			copied.Store(d, n)
-			errs <- err
-		}()
-	}
-	var first error
-	for range targets {
-		if err := <-errs; err != nil && (first == nil || errors.Is(first, context.Canceled)) {
-			first = fmt.Errorf("shardid: copying %s to %s: %w", t.Name, "a target", err)
-		}
-	}
-	var total int64
-	copied.Range(func(_, v any) bool { total += v.(int64); return true })
-	return total, first
-}
-
-// copyToTarget is copyTablePG's copy to target d of shards, by the COPY TO
-// statement q on the monolith.
-func (b *splitBatch) copyToTarget(ctx context.Context, d int, t SplitTable, shards []int, q, list string, progress func(int64)) (int64, error) {
-	db := b.sp.cfg.DBs[d]
-	stage := quoteIdent(db, "shardid_stage_"+t.Name)
-	var copied int64
-	err := withPgx(ctx, b.sp.mono, func(sc *pgx.Conn) error {
-		return withPgx(ctx, db, func(dc *pgx.Conn) error {
-			pr, pw := io.Pipe()
-			done := make(chan error, 1)
-			go func() {
-				stx, err := sc.Begin(ctx)
-				if err == nil {
-					if _, err = stx.Exec(ctx, hashSettingsPG); err == nil {
-						bw := &rowBuffer{w: pw, every: 1000}
-						if _, err = sc.PgConn().CopyTo(ctx, bw, q); err == nil {
-							err = bw.Flush()
-						}
-					}
-					_ = stx.Rollback(context.WithoutCancel(ctx))
-				}
-				pw.CloseWithError(err)
-				done <- err
-			}()
-			cr := &lineCounter{r: pr, progress: progress, every: 10000, next: 10000}
-			tx, err := dc.Begin(ctx)
-			if err != nil {
-				pr.CloseWithError(err)
-				<-done
-				return err
-			}
-			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-			first := quoteTable(db, b.schemaOf(shards[0]), t.Name)
-			_, err = tx.Exec(ctx, moverSettingsPG)
-			if err == nil {
-				_, err = tx.Exec(ctx, "CREATE TEMPORARY TABLE "+stage+" ON COMMIT DROP AS SELECT 0::int AS shardid_s, "+list+" FROM "+first+" WITH NO DATA")
-			}
-			if err == nil {
-				_, err = dc.PgConn().CopyFrom(ctx, cr, "COPY "+stage+" (shardid_s, "+list+") FROM STDIN")
-			}
-			cr.stop()
-			pr.CloseWithError(io.ErrClosedPipe)
-			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
-				err = rerr
-			}
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, "CREATE INDEX ON "+stage+" (shardid_s)"); err != nil {
-				return err
-			}
-			script := make([]string, 0, len(shards))
-			for _, s := range shards {
-				script = append(script, "INSERT INTO "+quoteTable(db, b.schemaOf(s), t.Name)+" ("+list+") OVERRIDING SYSTEM VALUE SELECT "+list+
-					" FROM "+stage+" WHERE shardid_s = "+strconv.Itoa(s))
-			}
-			if _, err := tx.Exec(ctx, strings.Join(script, ";\n")); err != nil {
-				return err
-			}
-			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+stage).Scan(&copied); err != nil {
-				return err
-			}
-			if err := tx.Commit(ctx); err != nil {
-				return err
-			}
-			if progress != nil {
-				progress(copied)
-			}
-			return nil
-		})
-	})
-	return copied, err
 }
 
 // copyTableBatches copies the batch's rows of t in key order, a batch of
@@ -1045,11 +922,19 @@ func (b *splitBatch) whereIs(ctx context.Context, table string, ids []int64) (ma
 // converge compares both sides, then applies the change log round after
 // round until little is left for the fence (as shardCopier.converge).
 func (b *splitBatch) converge(ctx context.Context) error {
+	// A copy that verifies itself needs no comparison, and its
+	// verification comes first: the target must still hold what it sent.
+	ok, err := b.verifyCopy(ctx)
+	if err != nil {
+		return err
+	}
 	if _, err := b.catchUp(ctx, false); err != nil {
 		return err
 	}
-	if err := b.compare(ctx); err != nil {
-		return err
+	if !ok {
+		if err := b.compare(ctx); err != nil {
+			return err
+		}
 	}
 	prev := -1
 	for round := 0; ; round++ {

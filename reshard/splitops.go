@@ -17,9 +17,6 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 	if err := plan.check(cfg); err != nil {
 		return err
 	}
-	if _, err := CleanSplit(ctx, cfg); err != nil {
-		return err
-	}
 	mono := cfg.Map.DatabaseIndex(cfg.Monolith)
 	for i, batch := range plan.Batches {
 		v := cfg.Map.Load()
@@ -59,47 +56,44 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 			onBatch(i, res)
 		}
 	}
+	// The last batch cleans the monolith on PostgreSQL: again, if it
+	// stopped after its flip.
+	if cfg.DBs[mono].Dialector.Name() != "mysql" {
+		if _, err := CleanSplit(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// CleanSplit deletes from the monolith the rows of the shards a split
-// flipped (sealed on the monolith, on their targets in cfg.Map) that are
-// still there, as a batch does after its flip (deleteCopied: only rows that
-// add up to what the batch verified), and returns how many. A split whose
-// mover died after a flip leaves them; RunSplit calls it first.
+// CleanSplit empties the monolith's sharded tables once no shard is left
+// there (every shard split and flipped), and returns the rows it deleted:
+// each shard's rows of a table only if they add up to what its batch
+// verified under its fence. Until then it does nothing: the split shards'
+// rows stay on the monolith, sealed, where they refuse the writes of a
+// router whose map is stale.
+//
+// On PostgreSQL the last batch of a split cleans the monolith itself
+// (RunSplit, SplitShards), and triggers then refuse every write to those
+// tables; CleanSplit finishes a clean-up that failed. On MySQL/MariaDB,
+// which has no statement triggers, an UPDATE or DELETE that finds no row
+// cannot be refused: run CleanSplit once no process can still route with
+// a map from before the split (every router follows the catalog, or was
+// restarted since the last batch).
 func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {
 		return 0, err
+	}
+	if sp.holdsShared() {
+		return 0, nil
 	}
 	lock, err := lockMove(ctx, sp.mono, sp.schema, DefaultLockWait, nil)
 	if err != nil {
 		return 0, fmt.Errorf("shardid: split: %w", err)
 	}
 	defer lock.release()
-	state, err := sp.readSplitState(ctx, nil)
-	if err != nil || state == nil {
-		return 0, err
-	}
-	v := cfg.Map.Load()
-	b := &splitBatch{sp: sp, to: map[int]int{}}
-	for s, st := range state {
-		if s >= 0 && st.Sealed && !v.Shared(s) {
-			b.to[s] = v.DB(s)
-			b.shards = append(b.shards, s)
-		}
-	}
-	if len(b.shards) == 0 {
-		return 0, nil
-	}
-	slices.Sort(b.shards)
-	if err := b.readColumns(ctx); err != nil {
-		return 0, err
-	}
-	if err := lock.ensure(ctx, "deleting the split's rows from the monolith"); err != nil {
-		return 0, err
-	}
-	return sp.deleteCopied(ctx, b)
+	return sp.cleanMonolith(ctx, lock)
 }
 
 // AbortResult says what AbortSplit undid.

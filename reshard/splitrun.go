@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 
-	"database/sql"
-	"encoding/json"
 	"fmt"
 	"gorm.io/gorm"
 	"slices"
@@ -279,10 +277,18 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 		res.Fenced = timeNow().Sub(fenced)
 	}
 	stage("flipped")
-	n, err := sp.deleteCopied(ctx, b)
+	// The batch's rows stay on the monolith, sealed: a router whose map
+	// is stale finds them there and is refused, where it would find
+	// nothing to update or delete, and report success. They leave with
+	// the last batch's (cleanMonolith), on PostgreSQL; on MySQL, when the
+	// operator runs CleanSplit.
+	if sp.mysql || sp.holdsShared() {
+		return res, nil
+	}
+	n, err := sp.cleanMonolith(ctx, lock)
 	res.Deleted = n
 	if err != nil {
-		return res, fmt.Errorf("shardid: split: the batch is flipped; deleting its rows from the monolith (run CleanSplit to finish): %w", err)
+		return res, fmt.Errorf("shardid: split: the last batch is flipped; deleting the split rows from the monolith (run CleanSplit to finish): %w", err)
 	}
 	stage("cleaned")
 	return res, nil
@@ -411,116 +417,4 @@ func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) error {
 // clearChanges empties the split's change log.
 func (sp *splitter) clearChanges(ctx context.Context) error {
 	return sp.mono.WithContext(ctx).Exec("DELETE FROM " + sp.q(splitChangeTable)).Error
-}
-
-// deleteCopied deletes the rows of the batch's shards, sealed, from the
-// monolith, table by table, children first: a shard's rows of a table only
-// when they add up, row count and sum of the rows' hashes, to what the
-// batch verified equal on both sides under its fence and stored with the
-// seal (a sealed shard's rows on the monolith cannot change since; its
-// copy on the target can, as it takes writes). A shard whose rows do not
-// add up keeps them, and the function fails naming it.
-func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch) (int64, error) {
-	state, err := sp.readVerified(ctx, b.shards)
-	if err != nil {
-		return 0, err
-	}
-	var deleted int64
-	var kept []string
-	for i := len(sp.tables) - 1; i >= 0; i-- {
-		t := sp.tables[i]
-		all := b.cols[t.Name].all
-		ids := map[int][]any{}
-		have := map[int]shardCheck{}
-		err := readSession(ctx, sp.mono, func(qr querier) error {
-			rows, err := qr.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(sp.mono, all)+" FROM "+sp.rel(t, b.shards))
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				var s int
-				var h any
-				if err := rows.Scan(&id, &s, &h); err != nil {
-					return err
-				}
-				hv, err := hashOf(h)
-				if err != nil {
-					return err
-				}
-				ids[s] = append(ids[s], id)
-				c := have[s]
-				c.Rows++
-				c.Sum += hv
-				have[s] = c
-			}
-			return rows.Err()
-		})
-		if err != nil {
-			return deleted, err
-		}
-		for _, s := range b.shards {
-			want, ok := state[s][t.Name]
-			if !ok || want != have[s] {
-				if have[s].Rows > 0 || !ok {
-					kept = append(kept, fmt.Sprintf("shard %d of %s (%d rows, verified %d)", s, t.Name, have[s].Rows, want.Rows))
-				}
-				delete(ids, s)
-			}
-		}
-		// The rows of the shards that add up, in one statement: sealed,
-		// they are the rows just read.
-		var good []int
-		for _, s := range b.shards {
-			if _, ok := ids[s]; ok {
-				good = append(good, s)
-			}
-		}
-		if len(good) > 0 {
-			from, shard := sp.from(t)
-			q := "DELETE FROM " + sp.q(t.Name) + " WHERE id IN (SELECT id FROM (SELECT x.id FROM " + from + " WHERE " + shard + " " + inList(good) + ") AS d)"
-			err := moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
-				res, err := tx.ExecContext(ctx, q)
-				if err != nil {
-					return err
-				}
-				n, _ := res.RowsAffected()
-				deleted += n
-				return nil
-			})
-			if err != nil {
-				return deleted, err
-			}
-		}
-	}
-	if len(kept) > 0 {
-		return deleted, fmt.Errorf("%w: rows kept on the monolith, not as verified under the fence: %s", ErrCopyDiffers, strings.Join(kept, "; "))
-	}
-	return deleted, nil
-}
-
-// readVerified returns what the seal of each of shards stored: its tables'
-// verified rows and checksums.
-func (sp *splitter) readVerified(ctx context.Context, shards []int) (map[int]map[string]shardCheck, error) {
-	var rows []struct {
-		Shard    int
-		Sealed   bool
-		Verified *string
-	}
-	if err := sp.mono.WithContext(ctx).Raw("SELECT shard, sealed, verified FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards)).Scan(&rows).Error; err != nil {
-		return nil, err
-	}
-	out := map[int]map[string]shardCheck{}
-	for _, r := range rows {
-		if !r.Sealed || r.Verified == nil {
-			continue // never deleted: not sealed by a split
-		}
-		m := map[string]shardCheck{}
-		if err := json.Unmarshal([]byte(*r.Verified), &m); err != nil {
-			return nil, fmt.Errorf("shardid: the split's state of shard %d: %w", r.Shard, err)
-		}
-		out[r.Shard] = m
-	}
-	return out, nil
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // splitSynopsis is the split command's synopsis.
-const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] | status | abort) --config FILE"
+const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] | status | abort | clean) --config FILE"
 
 // splitFile is the split command's configuration: the databases (the
 // monolith and the targets), the map's shape, and which tables are
@@ -39,18 +39,20 @@ type splitFile struct {
 func newSplitCmd(s *streams) *cobra.Command {
 	var f splitFlags
 	cmd := &cobra.Command{
-		Use:   "split (plan|run|status|abort) --config FILE [flags]",
+		Use:   "split (plan|run|status|abort|clean) --config FILE [flags]",
 		Short: "split a monolith into logical shards on other databases, online",
 		Long: "split distributes the sharded tables of a database from before the shards (a monolith) into\n" +
 			"logical shards on other databases while the application writes through the router: plan checks\n" +
 			"what would move and writes a plan file, run carries it out a batch at a time (run it again to\n" +
-			"resume), status tells where it is, abort lifts an unfinished batch's fence and drops its copies.",
+			"resume), status tells where it is, abort lifts an unfinished batch's fence and drops its copies,\n" +
+			"clean empties the monolith's sharded tables once every shard is split (MySQL: run it once every\n" +
+			"process follows the catalog; PostgreSQL: the last batch does it).",
 		Example: "  shardid split plan --config split.json --batch 100 --out split-plan.json\n" +
 			"  shardid split run --config split.json --plan split-plan.json\n  shardid split status --config split.json",
-		ValidArgs: []cobra.Completion{"plan", "run", "status", "abort"},
+		ValidArgs: []cobra.Completion{"plan", "run", "status", "abort", "clean"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 || !slices.Contains([]string{"plan", "run", "status", "abort"}, args[0]) {
-				return badFlag("give one action: plan, run, status or abort (shardid split %s)", splitSynopsis)
+			if len(args) != 1 || !slices.Contains([]string{"plan", "run", "status", "abort", "clean"}, args[0]) {
+				return badFlag("give one action: plan, run, status, abort or clean (shardid split %s)", splitSynopsis)
 			}
 			return runSplit(s, args[0], &f, cmd.Flags().Changed)
 		},
@@ -129,6 +131,21 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 		return splitRun(ctx, stdout, env, plan, *fenceFor)
 	case "status":
 		return splitStatus(ctx, stdout, env)
+	case "clean":
+		n, err := reshard.CleanSplit(ctx, env.cfg)
+		if err != nil {
+			return err
+		}
+		st, err := reshard.ReadSplitStatus(ctx, env.cfg)
+		if err != nil {
+			return err
+		}
+		if st.Shared > 0 {
+			fmt.Fprintf(stdout, "%d shard(s) still in %s: its split rows stay there, sealed, until every shard is split\n", st.Shared, env.cfg.Monolith)
+			return nil
+		}
+		fmt.Fprintf(stdout, "%s cleaned: %d split row(s) deleted\n", env.cfg.Monolith, n)
+		return nil
 	default:
 		res, err := reshard.AbortSplit(ctx, env.cfg)
 		if err != nil {
@@ -340,15 +357,27 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 				to = append(to, p.To[s])
 			}
 		}
-		bar.Printf("batch %d/%d: shards %s to %s: %d rows copied in %v, fenced %v, %d deleted from %s, catalog version %d\n",
+		bar.Printf("batch %d/%d: shards %s to %s: %d rows copied in %v, fenced %v, catalog version %d\n",
 			i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Copied, res.CopyTime.Round(time.Millisecond),
-			res.Fenced.Round(time.Millisecond), res.Deleted, p.Monolith, res.Version)
+			res.Fenced.Round(time.Millisecond), res.Version)
+		if res.Deleted > 0 {
+			bar.Printf("every shard is split: %d rows deleted from %s, whose sharded tables now refuse writes\n", res.Deleted, p.Monolith)
+		}
 	})
 	bar.Finish()
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "split done in %v: %d rows in %d batch(es)\n", time.Since(start).Round(time.Millisecond), done, len(p.Batches))
+	if st, err := reshard.ReadSplitStatus(ctx, env.cfg); err == nil && st.Shared == 0 && st.RowsLeft != nil {
+		left := int64(0)
+		for _, n := range st.RowsLeft {
+			left += n
+		}
+		if left > 0 {
+			fmt.Fprintf(w, "the split rows stay on %s, sealed, refusing the writes of routers with a stale map: once every process follows the catalog, run\n  shardid split clean --config CONFIG\n", p.Monolith)
+		}
+	}
 	return nil
 }
 

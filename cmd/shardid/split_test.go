@@ -90,8 +90,13 @@ func TestSplitCommandPostgres(t *testing.T) {
 	}
 	t.Log("\n" + out)
 	out = sh(0, "split", "run", "--config", config, "--plan", plan)
-	if !strings.Contains(out, "batch 4/4") || !strings.Contains(out, "split done") {
-		t.Errorf("run output:\n%s", out)
+	for _, want := range []string{"batch 4/4", "every shard is split: 832 rows deleted from mono, whose sharded tables now refuse writes", "split done"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "rows deleted") != 1 {
+		t.Errorf("run output: rows deleted before the last batch:\n%s", out)
 	}
 	t.Log("\n" + out)
 	out = sh(0, "split", "status", "--config", config)
@@ -105,6 +110,9 @@ func TestSplitCommandPostgres(t *testing.T) {
 	dbs[0].Raw("SELECT count(*) FROM comments").Scan(&m)
 	if n == 0 || m != 0 {
 		t.Errorf("shard 3 has %d comments on pg_a, the monolith %d", n, m)
+	}
+	if out = sh(0, "split", "clean", "--config", config); !strings.Contains(out, "mono cleaned: 0 split row(s) deleted") {
+		t.Errorf("clean output:\n%s", out)
 	}
 	out = sh(0, "split", "abort", "--config", config)
 	if !strings.Contains(out, "aborted: 0 shard(s)") {

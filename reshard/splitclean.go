@@ -1,0 +1,299 @@
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+
+	"github.com/shardid/shardid"
+)
+
+// A split leaves each batch's rows on the monolith, sealed, until no
+// shard is left there: a router whose map is stale sends a split shard's
+// writes to the monolith, where an UPDATE or DELETE of rows that were
+// deleted would find nothing and report success. The sealed rows refuse
+// them instead. Once every shard is split, the monolith's sharded tables
+// are emptied (cleanMonolith), every shard's rows only if they add up to
+// what its batch verified under its fence; on PostgreSQL, triggers on each
+// table then refuse every write of a stale router, rows or none.
+
+// splitDoneFunction is the trigger function that refuses the writes to a
+// monolith's sharded table once every shard of it is split.
+const splitDoneFunction = "shardid_split_done"
+
+// holdsShared reports whether the map still places a shard in the
+// monolith's shared tables.
+func (sp *splitter) holdsShared() bool {
+	v := sp.cfg.Map.Load()
+	for s := range v.LogicalShards() {
+		if v.Shared(s) && v.DB(s) == sp.monoIdx {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanMonolith empties the monolith's sharded tables once no shard is
+// left there, lock held: the rows of the shards a split sealed (and
+// flipped), each shard's rows of a table only if they add up to what its
+// batch verified. It returns the rows deleted.
+func (sp *splitter) cleanMonolith(ctx context.Context, lock *moveLock) (int64, error) {
+	if sp.holdsShared() {
+		return 0, nil
+	}
+	state, err := sp.readSplitState(ctx, nil)
+	if err != nil || state == nil {
+		return 0, err
+	}
+	v := sp.cfg.Map.Load()
+	b := &splitBatch{sp: sp, to: map[int]int{}}
+	for s, st := range state {
+		if s >= 0 && st.Sealed && !v.Shared(s) {
+			b.to[s] = v.DB(s)
+			b.shards = append(b.shards, s)
+		}
+	}
+	if len(b.shards) == 0 {
+		return 0, nil
+	}
+	slices.Sort(b.shards)
+	if err := b.readColumns(ctx); err != nil {
+		return 0, err
+	}
+	if err := lock.ensure(ctx, "deleting the split's rows from the monolith"); err != nil {
+		return 0, err
+	}
+	if sp.mysql {
+		return sp.deleteCopied(ctx, b)
+	}
+	return sp.truncateSplit(ctx, b)
+}
+
+// truncateSplit is cleanMonolith on PostgreSQL: in one transaction, with
+// the sharded tables locked, each table's rows summed by shard, compared
+// with what every shard's batch verified (and the table's own row count,
+// so that no row of no shard hides), then all the tables emptied at once
+// and their writes refused from then on (splitDoneFunction).
+func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch) (int64, error) {
+	verified, err := sp.readVerified(ctx, b.shards)
+	if err != nil {
+		return 0, err
+	}
+	tables := make([]string, len(sp.tables))
+	for i, t := range sp.tables {
+		tables[i] = sp.q(t.Name)
+	}
+	mod := new(big.Int).Lsh(big.NewInt(1), 64)
+	var deleted int64
+	err = moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return err
+		}
+		var kept []string
+		for _, t := range sp.tables {
+			var total int64
+			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+sp.q(t.Name)).Scan(&total); err != nil {
+				return err
+			}
+			from, shard := sp.from(t)
+			rows, err := tx.QueryContext(ctx, "SELECT shardid_s, count(*), coalesce(sum("+rowHash(sp.mono, b.cols[t.Name].all)+"), 0)::text FROM"+
+				" (SELECT x.*, "+shard+" AS shardid_s FROM "+from+") AS r GROUP BY 1")
+			if err != nil {
+				return err
+			}
+			have := map[int]shardCheck{}
+			var counted int64
+			for rows.Next() {
+				var s sql.NullInt64
+				var c shardCheck
+				var sum string
+				if err := rows.Scan(&s, &c.Rows, &sum); err != nil {
+					rows.Close()
+					return err
+				}
+				v, ok := new(big.Int).SetString(sum, 10)
+				if !ok {
+					rows.Close()
+					return fmt.Errorf("a hash sum that is not a number: %s", sum)
+				}
+				c.Sum = v.Mod(v, mod).Uint64()
+				counted += c.Rows
+				if !s.Valid {
+					kept = append(kept, fmt.Sprintf("%d row(s) of %s of no shard", c.Rows, t.Name))
+					continue
+				}
+				have[int(s.Int64)] = c
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if counted != total {
+				kept = append(kept, fmt.Sprintf("%d row(s) of %s whose parent is missing", total-counted, t.Name))
+			}
+			for s, c := range have {
+				if want, ok := verified[s][t.Name]; !ok || want != c {
+					kept = append(kept, fmt.Sprintf("shard %d of %s (%d rows, verified %d)", s, t.Name, c.Rows, want.Rows))
+				}
+			}
+			deleted += total
+		}
+		if len(kept) > 0 {
+			slices.Sort(kept)
+			return fmt.Errorf("%w: every row kept on the monolith, not as verified under the fences: %s", ErrCopyDiffers, strings.Join(kept, "; "))
+		}
+		if _, err := tx.ExecContext(ctx, "TRUNCATE TABLE "+strings.Join(tables, ", ")); err != nil {
+			return err
+		}
+		return sp.refuseWritesPG(ctx, tx)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return deleted, nil
+}
+
+// refuseWritesPG creates, in tx, the triggers that refuse every write to
+// the monolith's sharded tables once every shard is split (the mover's
+// aside), with the fence's message: a stale router's writes fail with
+// shardid.ErrShardMoving, as they do on a moved shard's old copy.
+func (sp *splitter) refuseWritesPG(ctx context.Context, tx *sql.Tx) error {
+	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".%[2]s() RETURNS trigger LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF coalesce(current_setting('shardid.mover', true), '') <> 'on' THEN
+		RAISE EXCEPTION '%[3]s' USING ERRCODE = '55000',
+			DETAIL = 'every logical shard of this table was split onto its own database: load the catalog''s map';
+	END IF;
+	RETURN NULL;
+END $$`, sp.schema, splitDoneFunction, shardid.FenceMessage)
+	stmts := []string{fn}
+	for _, t := range sp.tables {
+		stmts = append(stmts, "DROP TRIGGER IF EXISTS "+splitDoneFunction+" ON "+sp.q(t.Name),
+			"CREATE TRIGGER "+splitDoneFunction+" BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON "+sp.q(t.Name)+
+				` FOR EACH STATEMENT EXECUTE FUNCTION "`+sp.schema+`".`+splitDoneFunction+"()")
+	}
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteCopied is cleanMonolith on MySQL: it deletes the rows of the
+// batch's shards, sealed, from the monolith, table by table, children
+// first: a shard's rows of a table only
+// when they add up, row count and sum of the rows' hashes, to what the
+// batch verified equal on both sides under its fence and stored with the
+// seal (a sealed shard's rows on the monolith cannot change since; its
+// copy on the target can, as it takes writes). A shard whose rows do not
+// add up keeps them, and the function fails naming it.
+func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch) (int64, error) {
+	state, err := sp.readVerified(ctx, b.shards)
+	if err != nil {
+		return 0, err
+	}
+	var deleted int64
+	var kept []string
+	for i := len(sp.tables) - 1; i >= 0; i-- {
+		t := sp.tables[i]
+		all := b.cols[t.Name].all
+		ids := map[int][]any{}
+		have := map[int]shardCheck{}
+		err := readSession(ctx, sp.mono, func(qr querier) error {
+			rows, err := qr.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(sp.mono, all)+" FROM "+sp.rel(t, b.shards))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var s int
+				var h any
+				if err := rows.Scan(&id, &s, &h); err != nil {
+					return err
+				}
+				hv, err := hashOf(h)
+				if err != nil {
+					return err
+				}
+				ids[s] = append(ids[s], id)
+				c := have[s]
+				c.Rows++
+				c.Sum += hv
+				have[s] = c
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return deleted, err
+		}
+		for _, s := range b.shards {
+			want, ok := state[s][t.Name]
+			if !ok || want != have[s] {
+				if have[s].Rows > 0 || !ok {
+					kept = append(kept, fmt.Sprintf("shard %d of %s (%d rows, verified %d)", s, t.Name, have[s].Rows, want.Rows))
+				}
+				delete(ids, s)
+			}
+		}
+		// The rows of the shards that add up, in one statement: sealed,
+		// they are the rows just read.
+		var good []int
+		for _, s := range b.shards {
+			if _, ok := ids[s]; ok {
+				good = append(good, s)
+			}
+		}
+		if len(good) > 0 {
+			from, shard := sp.from(t)
+			q := "DELETE FROM " + sp.q(t.Name) + " WHERE id IN (SELECT id FROM (SELECT x.id FROM " + from + " WHERE " + shard + " " + inList(good) + ") AS d)"
+			err := moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
+				res, err := tx.ExecContext(ctx, q)
+				if err != nil {
+					return err
+				}
+				n, _ := res.RowsAffected()
+				deleted += n
+				return nil
+			})
+			if err != nil {
+				return deleted, err
+			}
+		}
+	}
+	if len(kept) > 0 {
+		return deleted, fmt.Errorf("%w: rows kept on the monolith, not as verified under the fence: %s", ErrCopyDiffers, strings.Join(kept, "; "))
+	}
+	return deleted, nil
+}
+
+// readVerified returns what the seal of each of shards stored: its tables'
+// verified rows and checksums.
+func (sp *splitter) readVerified(ctx context.Context, shards []int) (map[int]map[string]shardCheck, error) {
+	var rows []struct {
+		Shard    int
+		Sealed   bool
+		Verified *string
+	}
+	if err := sp.mono.WithContext(ctx).Raw("SELECT shard, sealed, verified FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards)).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := map[int]map[string]shardCheck{}
+	for _, r := range rows {
+		if !r.Sealed || r.Verified == nil {
+			continue // never deleted: not sealed by a split
+		}
+		m := map[string]shardCheck{}
+		if err := json.Unmarshal([]byte(*r.Verified), &m); err != nil {
+			return nil, fmt.Errorf("shardid: the split's state of shard %d: %w", r.Shard, err)
+		}
+		out[r.Shard] = m
+	}
+	return out, nil
+}

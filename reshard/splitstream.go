@@ -1,0 +1,362 @@
+package reshard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
+)
+
+// A split's first copy, on PostgreSQL, is one COPY TO STDOUT of each
+// monolith table per batch: the batch's rows, each with its shard and its
+// hash (rowHash, computed by the monolith), routed in Go to a COPY FROM
+// STDIN of each shard's table on its target. Every row is read once and
+// written once, as a bare COPY does, and the copy verifies itself: what it
+// sent of each table of each shard (rows, and the sum of their hashes) is
+// compared with what the target then holds (verifyCopy), a sum computed by
+// the target, without reading a row back.
+
+const (
+	// copyChunk is the size at which a shard's rows of a table are sent
+	// to its target (a COPY FROM statement).
+	copyChunk = 1 << 20
+	// copyBuffered is how much a copy holds in memory at most: past it,
+	// every shard's rows gathered so far are sent.
+	copyBuffered = 32 << 20
+)
+
+// sentRows is what a copy sent of one table of one shard.
+type sentRows struct {
+	rows int64
+	sum  uint64 // of the rows' hashes, modulo 2^64
+}
+
+// copyChunkOf is one COPY FROM STDIN: rows (COPY text lines) of a table of
+// a shard.
+type copyChunkOf struct {
+	shard int
+	data  []byte
+	rows  int64
+}
+
+// copyRouter is the io.Writer that COPY TO STDOUT writes the monolith's
+// rows to: each line is the row's shard, its hash, then its columns. It
+// gathers each shard's lines and sends them on in chunks, and counts what
+// it sent.
+type copyRouter struct {
+	send     func(copyChunkOf) error
+	bufs     map[int][]byte
+	rows     map[int]int64
+	sent     map[int]*sentRows
+	held     int
+	partial  []byte
+	total    int64
+	progress func(int64)
+}
+
+func newCopyRouter(shards []int, send func(copyChunkOf) error, progress func(int64)) *copyRouter {
+	r := &copyRouter{send: send, bufs: map[int][]byte{}, rows: map[int]int64{}, sent: map[int]*sentRows{}, progress: progress}
+	for _, s := range shards {
+		r.sent[s] = &sentRows{}
+	}
+	return r
+}
+
+// Write takes in what COPY TO STDOUT sends: a row a call, as pgx passes
+// it on, but a row in pieces is put back together.
+func (r *copyRouter) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(r.partial) > 0 {
+		r.partial = append(r.partial, p...)
+		p, r.partial = r.partial, nil
+	}
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			r.partial = append([]byte(nil), p...)
+			break
+		}
+		if err := r.line(p[:i+1]); err != nil {
+			return 0, err
+		}
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// line routes one row: "shard\thash\tcolumns...\n".
+func (r *copyRouter) line(l []byte) error {
+	s, rest, ok := cutInt(l)
+	if !ok {
+		return fmt.Errorf("shardid: a copied row with no shard: %.60q", l)
+	}
+	h, data, ok := cutInt(rest)
+	if !ok {
+		return fmt.Errorf("shardid: a copied row with no hash: %.60q", l)
+	}
+	sent, ok := r.sent[int(s)]
+	if !ok {
+		return fmt.Errorf("shardid: a copied row of shard %d, not one of the batch's", s)
+	}
+	r.bufs[int(s)] = append(r.bufs[int(s)], data...)
+	r.rows[int(s)]++
+	sent.rows++
+	sent.sum += uint64(h)
+	r.held += len(data)
+	r.total++
+	if r.progress != nil && r.total%10000 == 0 {
+		r.progress(r.total)
+	}
+	switch {
+	case len(r.bufs[int(s)]) >= copyChunk:
+		return r.flush(int(s))
+	case r.held >= copyBuffered:
+		return r.flushAll()
+	}
+	return nil
+}
+
+// flush sends what is gathered of shard s.
+func (r *copyRouter) flush(s int) error {
+	if len(r.bufs[s]) == 0 {
+		return nil
+	}
+	c := copyChunkOf{shard: s, data: r.bufs[s], rows: r.rows[s]}
+	r.held -= len(c.data)
+	delete(r.bufs, s)
+	delete(r.rows, s)
+	return r.send(c)
+}
+
+// flushAll sends what is gathered of every shard, in shard order.
+func (r *copyRouter) flushAll() error {
+	for _, s := range sortedKeys(r.bufs) {
+		if err := r.flush(s); err != nil {
+			return err
+		}
+	}
+	if r.progress != nil {
+		r.progress(r.total)
+	}
+	return nil
+}
+
+// cutInt parses the decimal integer at the start of l, up to a tab, and
+// returns it and what follows the tab.
+func cutInt(l []byte) (int64, []byte, bool) {
+	i := bytes.IndexByte(l, '\t')
+	if i <= 0 {
+		return 0, nil, false
+	}
+	v, err := strconv.ParseInt(string(l[:i]), 10, 64)
+	return v, l[i+1:], err == nil
+}
+
+// copyTablePG copies the batch's rows of t to their shards' tables: one
+// COPY TO STDOUT on the monolith, routed (copyRouter) to a transaction on
+// each target, let through its fence for the mover, where each chunk is a
+// COPY FROM STDIN into its shard's table. It records what it sent in
+// b.sent, and returns the rows copied.
+func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
+	cols := b.cols[t.Name]
+	from, shard := b.sp.from(t)
+	sel := make([]string, len(cols.write))
+	for i, c := range cols.write {
+		sel[i] = b.sp.col("x", c)
+	}
+	all := make([]string, len(cols.all))
+	for i, c := range cols.all {
+		all[i] = b.sp.col("x", c)
+	}
+	// The hash is rowHash's, over the same columns: what the target
+	// computes over its copy (verifyCopy).
+	q := "COPY (SELECT " + shard + ", hashtextextended(ROW(" + strings.Join(all, ", ") + ")::text, 0), " + strings.Join(sel, ", ") +
+		" FROM " + from + " WHERE " + shard + " " + inList(b.shards) + ") TO STDOUT"
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	targets, _ := b.byTarget()
+	feeds := map[int]chan copyChunkOf{}
+	errs := make(chan error, len(targets))
+	var wg sync.WaitGroup
+	for _, d := range targets {
+		feed := make(chan copyChunkOf, 4)
+		feeds[d] = feed
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := b.copyInto(ctx, d, t.Name, columnList(b.sp.cfg.DBs[d], cols.write), feed)
+			if err != nil {
+				cancel(fmt.Errorf("shardid: copying %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err))
+				for range feed { // the reader stops at the cancellation
+				}
+			}
+			errs <- err
+		}()
+	}
+	send := func(c copyChunkOf) error {
+		select {
+		case feeds[b.to[c.shard]] <- c:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	router := newCopyRouter(b.shards, send, progress)
+	err := withPgx(ctx, b.sp.mono, func(c *pgx.Conn) error {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := tx.Exec(ctx, hashSettingsPG); err != nil {
+			return err
+		}
+		if _, err := c.PgConn().CopyTo(ctx, router, q); err != nil {
+			return err
+		}
+		return router.flushAll()
+	})
+	if err != nil {
+		// The targets see the cancellation before their feeds close, and
+		// roll back.
+		cancel(fmt.Errorf("shardid: reading %s on the monolith: %w", t.Name, err))
+	}
+	for _, feed := range feeds {
+		close(feed)
+	}
+	wg.Wait()
+	close(errs)
+	if cause := context.Cause(ctx); cause != nil {
+		return 0, cause
+	}
+	for err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	if b.sent == nil {
+		b.sent = map[string]map[int]*sentRows{}
+	}
+	b.sent[t.Name] = router.sent
+	return router.total, nil
+}
+
+// copyInto writes the chunks of table that feed brings into their shards'
+// tables on target d, in one transaction let through the fence for the
+// mover, committed once feed is closed, unless ctx is cancelled by then.
+func (b *splitBatch) copyInto(ctx context.Context, d int, table, list string, feed <-chan copyChunkOf) error {
+	db := b.sp.cfg.DBs[d]
+	return withPgx(ctx, db, func(c *pgx.Conn) error {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := tx.Exec(ctx, moverSettingsPG); err != nil {
+			return err
+		}
+		for chunk := range feed {
+			q := "COPY " + quoteTable(db, b.schemaOf(chunk.shard), table) + " (" + list + ") FROM STDIN"
+			tag, err := c.PgConn().CopyFrom(ctx, bytes.NewReader(chunk.data), q)
+			if err != nil {
+				return fmt.Errorf("shard %d: %w", chunk.shard, err)
+			}
+			if tag.RowsAffected() != chunk.rows {
+				return fmt.Errorf("shard %d: COPY wrote %d rows of %d sent", chunk.shard, tag.RowsAffected(), chunk.rows)
+			}
+		}
+		if err := context.Cause(ctx); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
+}
+
+// verifyCopy compares what the copy sent of each table of each shard with
+// what the shard's table on its target holds, rows and the sum of their
+// hashes, both computed by the target, and on success sets the batch's
+// verification up from them (b.checks): no key in doubt. It reports false
+// when the copy sent nothing it could check (a copy of another kind) or
+// a sum differs: the caller then compares both sides row by row.
+func (b *splitBatch) verifyCopy(ctx context.Context) (bool, error) {
+	if len(b.sent) != len(b.sp.tables) {
+		return false, nil
+	}
+	checks := map[string]map[int]*rowCheck{}
+	targets, shards := b.byTarget()
+	for _, t := range b.sp.tables {
+		checks[t.Name] = map[int]*rowCheck{}
+		for _, d := range targets {
+			db := b.sp.cfg.DBs[d]
+			got, err := tableSums(ctx, db, shards[d], b.schemaOf, t.Name, b.cols[t.Name].all)
+			if err != nil {
+				return false, fmt.Errorf("shardid: verifying the copy of %s on %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
+			}
+			for _, s := range shards[d] {
+				sent := b.sent[t.Name][s]
+				if sent == nil || got[s] != *sent {
+					return false, nil
+				}
+				checks[t.Name][s] = &rowCheck{table: quoteTable(db, b.schemaOf(s), t.Name), src: b.sp.rel(t, []int{s}),
+					rows: sent.rows, sum: sent.sum, suspect: map[int64]string{}}
+			}
+		}
+	}
+	b.checks = checks
+	return true, nil
+}
+
+// tableSums returns the rows and the sum of the row hashes (rowHash over
+// cols) of table in the schema of each of shards on db, computed by db: a
+// query of 200 tables at a time.
+func tableSums(ctx context.Context, db *gorm.DB, shards []int, schemaOf func(int) string, table string, cols []string) (map[int]sentRows, error) {
+	out := map[int]sentRows{}
+	sum := "coalesce(sum(" + rowHash(db, cols) + "), 0)::text"
+	if db.Dialector.Name() == "mysql" {
+		sum = "CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR)"
+	}
+	mod := new(big.Int).Lsh(big.NewInt(1), 64)
+	err := readSession(ctx, db, func(q querier) error {
+		for lo := 0; lo < len(shards); lo += 200 {
+			chunk := shards[lo:min(lo+200, len(shards))]
+			parts := make([]string, len(chunk))
+			for i, s := range chunk {
+				parts[i] = "SELECT " + strconv.Itoa(s) + ", count(*), " + sum + " FROM " + quoteTable(db, schemaOf(s), table)
+			}
+			rows, err := q.QueryContext(ctx, strings.Join(parts, " UNION ALL "))
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var s int
+				var n int64
+				var total string
+				if err := rows.Scan(&s, &n, &total); err != nil {
+					rows.Close()
+					return err
+				}
+				v, ok := new(big.Int).SetString(total, 10)
+				if !ok {
+					rows.Close()
+					return errors.New("a hash sum that is not a number: " + total)
+				}
+				v.Mod(v, mod) // a sum of signed hashes too (PostgreSQL)
+				out[s] = sentRows{rows: n, sum: v.Uint64()}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
