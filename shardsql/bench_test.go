@@ -60,21 +60,8 @@ func BenchmarkForID(b *testing.B) {
 		b.Cleanup(func() { db.Close() })
 		dbs = append(dbs, db)
 	}
-	sr, err := shardsql.New(shardsql.Config{Databases: dbs, Map: m})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("shardsql", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if sr.ForID(ids[i&4095]).DB == nil {
-				b.Fatal("nil")
-			}
-			i++
-		}
-	})
-	// With a record of legacy IDs, a layout ID still routes by its bits.
+	// With a record of legacy IDs (+Legacy), a layout ID still routes by
+	// its bits.
 	legacy, err := shardid.NewLegacyIDs(shardid.Instagram, time.Now().Add(-time.Hour))
 	if err != nil {
 		b.Fatal(err)
@@ -82,20 +69,29 @@ func BenchmarkForID(b *testing.B) {
 	if err := legacy.Add("photos", 1, 0); err != nil {
 		b.Fatal(err)
 	}
-	sl, err := shardsql.New(shardsql.Config{Databases: dbs, Map: m, Legacy: legacy})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("shardsql+Legacy", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if sl.ForID(ids[i&4095]).DB == nil {
-				b.Fatal("nil")
-			}
-			i++
+	var sr *shardsql.Router
+	for _, c := range []struct {
+		name   string
+		legacy *shardid.LegacyIDs
+	}{{"shardsql", nil}, {"shardsql+Legacy", legacy}} {
+		r, err := shardsql.New(shardsql.Config{Databases: dbs, Map: m, Legacy: c.legacy})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
+		if c.legacy == nil {
+			sr = r
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if r.ForID(ids[i&4095]).DB == nil {
+					b.Fatal("nil")
+				}
+				i++
+			}
+		})
+	}
 	b.Run("shardsql+Table", func(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
@@ -115,32 +111,23 @@ func BenchmarkForID(b *testing.B) {
 		b.Cleanup(p.Close)
 		pools = append(pools, p)
 	}
-	pr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("shardpgx", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if pr.ForID(ids[i&4095]).Pool == nil {
-				b.Fatal("nil")
-			}
-			i++
+	for _, c := range []struct {
+		name   string
+		legacy *shardid.LegacyIDs
+	}{{"shardpgx", nil}, {"shardpgx+Legacy", legacy}} {
+		r, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m, Legacy: c.legacy})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
-	pl, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m, Legacy: legacy})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("shardpgx+Legacy", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if pl.ForID(ids[i&4095]).Pool == nil {
-				b.Fatal("nil")
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if r.ForID(ids[i&4095]).Pool == nil {
+					b.Fatal("nil")
+				}
+				i++
 			}
-			i++
-		}
-	})
+		})
+	}
 }
