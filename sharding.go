@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/shardid/shardid/internal/routesql"
 	"github.com/shardid/shardid/internal/sqlddl"
 	"github.com/shardid/shardid/shardmap"
 	"gorm.io/gorm"
@@ -136,6 +137,7 @@ type Router struct {
 	plugin  *Plugin
 	smap    *shardmap.Map
 	legacy  *LegacyIDs
+	ids     routesql.IDs // the rule of ShardOfID, over legacy
 	// sessions holds the prepared session of shard s on database d at
 	// d*shards+s, made when first asked for; pinned its pool pinned to d,
 	// at 2*(d*shards+s) in the shard's schema and one further when shared.
@@ -159,6 +161,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		return bad("no databases")
 	}
 	r := &Router{dbs: cfg.Databases, plugin: cfg.Plugin, layout: cfg.Layout, legacy: cfg.Legacy}
+	r.ids = routesql.NewIDs(cfg.Legacy, ErrInvalidID)
 	if r.layout.unit == 0 {
 		r.layout = Instagram
 		if cfg.Plugin != nil {
@@ -505,16 +508,7 @@ func (r *Router) ForTableID(table string, id ID) *gorm.DB {
 // the shard its row was recorded on. It fails with ErrInvalidID for an ID
 // that is neither, and ErrNoLegacyRow for a legacy ID with no row in table.
 func (r *Router) ShardOfID(table string, id ID) (int, error) {
-	if r.legacy != nil {
-		s, ok, err := r.legacy.Shard(table, id)
-		if err != nil || ok {
-			return s, err
-		}
-	}
-	if id <= 0 {
-		return -1, withDetail(ErrInvalidID, "ID "+strconv.FormatInt(int64(id), 10)+" is not positive")
-	}
-	return r.ShardOf(id), nil
+	return r.ids.TableShard(table, int64(id), r.ShardOf(id))
 }
 
 // refused returns a *gorm.DB on which every operation fails with err.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardid/shardid"
 	"gorm.io/driver/mysql"
@@ -394,5 +395,58 @@ func TestRouterForPinterestID(t *testing.T) {
 	big, _ := shardid.ComposePinterest(5000, 1, 1) // more shards than the router has
 	if err := r.ForPinterestID(big).First(&RPhoto{}).Error; !errors.Is(err, shardid.ErrShardRange) {
 		t.Errorf("shard 5000 of 4: %v, want ErrShardRange", err)
+	}
+}
+
+// TestRouterShardOfID: the rule the routers share (package routesql), as
+// the GORM router's ShardOfID calls it: a legacy ID by its record in the
+// table, a layout ID by its bits, and any other refused with ErrInvalidID.
+func TestRouterShardOfID(t *testing.T) {
+	l, err := shardid.NewLegacyIDs(shardid.Instagram, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Add("photos", 6, 2); err != nil {
+		t.Fatal(err)
+	}
+	db := openSQLite(t)
+	withLegacy, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db}, LogicalShards: 4, Legacy: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db}, LogicalShards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layoutID, err := shardid.Instagram.Compose(shardid.Parts{Time: time.Now().Add(time.Second), Shard: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		r     *shardid.Router
+		table string
+		id    shardid.ID
+		shard int
+		err   error
+	}{
+		{"a legacy ID", withLegacy, "photos", 6, 2, nil},
+		{"a legacy ID with no row", withLegacy, "photos", 5, -1, shardid.ErrNoLegacyRow},
+		{"a legacy ID of a table without any", withLegacy, "users", 6, -1, shardid.ErrInvalidID},
+		{"an ID between the ranges", withLegacy, "photos", l.Max() + 1, -1, shardid.ErrInvalidID},
+		{"a layout ID", withLegacy, "photos", layoutID, 3, nil},
+		{"a layout ID, no record", without, "photos", layoutID, 3, nil},
+		{"ID 0, no record", without, "photos", 0, -1, shardid.ErrInvalidID},
+		{"a negative ID, no record", without, "photos", -2, -1, shardid.ErrInvalidID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tc.r.ShardOfID(tc.table, tc.id)
+			if s != tc.shard || !errors.Is(err, tc.err) || (err == nil) != (tc.err == nil) {
+				t.Errorf("ShardOfID(%s, %d) = %d, %v; want %d, %v", tc.table, tc.id, s, err, tc.shard, tc.err)
+			}
+		})
+	}
+	if _, err := without.ShardOfID("photos", 0); err.Error() != shardid.ErrInvalidID.Error()+": ID 0 is not positive" {
+		t.Errorf("ShardOfID of ID 0: %q", err)
 	}
 }

@@ -252,3 +252,30 @@ var (
 	// tables: split already, or never in this monolith.
 	ErrNotShared = errors.New("shardid: the shard is not in the monolith's shared tables")
 )
+
+// These errors can be returned by RollbackSplit and AbortRollback.
+var (
+	// ErrRollbackRefused is returned when shards cannot be rolled back into
+	// the monolith safely: the message names the shard and why. Nothing
+	// is changed.
+	ErrRollbackRefused = errors.New("shardid: the shard cannot be rolled back into the monolith safely")
+
+	// ErrNotSplit is returned when a shard to roll back did not come from
+	// the monolith by a split: the monolith's split state does not hold it
+	// sealed with what the split verified, its schema on the database the
+	// map names is missing or fenced for good, or another database holds
+	// a copy of it (the shard was moved since it was split, or a move of
+	// it is under way). errors.Is(err, ErrRollbackRefused) also holds.
+	ErrNotSplit error = &kindError{"shardid: the shard was not split out of this monolith", ErrRollbackRefused}
+
+	// ErrKeyCollision is returned when a row of a shard to roll back has
+	// a key that a row of another shard holds in the monolith's table (its
+	// id, or a value of another unique index), or when a row of the
+	// monolith that belongs to no shard (its parent row missing) would
+	// join the shard as the child of one of its rows. The message names
+	// the table and the key. Found before the roll-back starts, nothing is
+	// changed; found while it copies (a key written since), it stops
+	// before its fence and the shard stays on its target.
+	// errors.Is(err, ErrRollbackRefused) also holds.
+	ErrKeyCollision error = &kindError{"shardid: a key of the shard is taken in the monolith", ErrRollbackRefused}
+)

@@ -98,70 +98,85 @@ func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch) (int64, er
 		tables[i] = sp.q(t.Name)
 	}
 	var deleted int64
-	err = moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-			return err
-		}
-		var kept []string
-		for _, t := range sp.tables {
-			var total int64
-			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+sp.q(t.Name)).Scan(&total); err != nil {
-				return err
-			}
-			from, shard := sp.from(t)
-			rows, err := tx.QueryContext(ctx, "SELECT shardid_s, count(*), coalesce(sum("+rowHash(sp.mono, b.cols[t.Name].all)+"), 0)::text FROM"+
-				" (SELECT x.*, "+shard+" AS shardid_s FROM "+from+") AS r GROUP BY 1")
-			if err != nil {
-				return err
-			}
-			have := map[int]shardCheck{}
-			var counted int64
-			for rows.Next() {
-				var s sql.NullInt64
-				var c shardCheck
-				var sum string
-				if err := rows.Scan(&s, &c.Rows, &sum); err != nil {
-					rows.Close()
-					return err
-				}
-				if c.Sum, err = sumOf(sum); err != nil {
-					rows.Close()
-					return err
-				}
-				counted += c.Rows
-				if !s.Valid {
-					kept = append(kept, fmt.Sprintf("%d row(s) of %s of no shard", c.Rows, t.Name))
-					continue
-				}
-				have[int(s.Int64)] = c
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if counted != total {
-				kept = append(kept, fmt.Sprintf("%d row(s) of %s whose parent is missing", total-counted, t.Name))
-			}
-			for s, c := range have {
-				if want, ok := verified[s][t.Name]; !ok || want != c {
-					kept = append(kept, fmt.Sprintf("shard %d of %s (%d rows, verified %d)", s, t.Name, c.Rows, want.Rows))
-				}
-			}
-			deleted += total
-		}
-		if len(kept) > 0 {
-			slices.Sort(kept)
-			return fmt.Errorf("%w: every row kept on the monolith, not as verified under the fences: %s", ErrCopyDiffers, strings.Join(kept, "; "))
-		}
-		if _, err := tx.ExecContext(ctx, "TRUNCATE TABLE "+strings.Join(tables, ", ")); err != nil {
-			return err
-		}
-		return sp.refuseWritesPG(ctx, tx)
+	// The lock waits lockWait at a time (lockedTx's way), so that a long
+	// reader of the monolith does not queue every other session behind
+	// this one.
+	err = retryLocks(ctx, nil, func() error {
+		deleted = 0
+		return moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
+			return sp.truncateInTx(ctx, tx, b, tables, verified, &deleted)
+		})
 	})
 	if err != nil {
 		return 0, err
 	}
 	return deleted, nil
+}
+
+// truncateInTx is truncateSplit's transaction, tx; it adds the rows it
+// deletes to deleted.
+func (sp *splitter) truncateInTx(ctx context.Context, tx *sql.Tx, b *splitBatch, tables []string, verified map[int]map[string]shardCheck, deleted *int64) error {
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		return err
+	}
+	var kept []string
+	for _, t := range sp.tables {
+		var total int64
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+sp.q(t.Name)).Scan(&total); err != nil {
+			return err
+		}
+		from, shard := sp.from(t)
+		rows, err := tx.QueryContext(ctx, "SELECT shardid_s, count(*), coalesce(sum("+rowHash(sp.mono, b.cols[t.Name].all)+"), 0)::text FROM"+
+			" (SELECT x.*, "+shard+" AS shardid_s FROM "+from+") AS r GROUP BY 1")
+		if err != nil {
+			return err
+		}
+		have := map[int]shardCheck{}
+		var counted int64
+		for rows.Next() {
+			var s sql.NullInt64
+			var c shardCheck
+			var sum string
+			if err := rows.Scan(&s, &c.Rows, &sum); err != nil {
+				rows.Close()
+				return err
+			}
+			if c.Sum, err = sumOf(sum); err != nil {
+				rows.Close()
+				return err
+			}
+			counted += c.Rows
+			if !s.Valid {
+				kept = append(kept, fmt.Sprintf("%d row(s) of %s of no shard", c.Rows, t.Name))
+				continue
+			}
+			have[int(s.Int64)] = c
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if counted != total {
+			kept = append(kept, fmt.Sprintf("%d row(s) of %s whose parent is missing", total-counted, t.Name))
+		}
+		for s, c := range have {
+			if want, ok := verified[s][t.Name]; !ok || want != c {
+				kept = append(kept, fmt.Sprintf("shard %d of %s (%d rows, verified %d)", s, t.Name, c.Rows, want.Rows))
+			}
+		}
+		*deleted += total
+	}
+	if len(kept) > 0 {
+		slices.Sort(kept)
+		return fmt.Errorf("%w: every row kept on the monolith, not as verified under the fences: %s", ErrCopyDiffers, strings.Join(kept, "; "))
+	}
+	if _, err := tx.ExecContext(ctx, "TRUNCATE TABLE "+strings.Join(tables, ", ")); err != nil {
+		return err
+	}
+	return sp.refuseWritesPG(ctx, tx)
 }
 
 // refuseWritesPG creates, in tx, the triggers that refuse every write to

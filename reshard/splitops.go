@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -90,7 +91,9 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 // which has no statement triggers, an UPDATE or DELETE that finds no row
 // cannot be refused: run CleanSplit once no process can still route with
 // a map from before the split (every router follows the catalog, or was
-// restarted since the last batch).
+// restarted since the last batch). While a roll-back (RollbackSplit) is
+// under way it only adds the foreign keys: the monolith holds that shard's
+// rows the roll-back copied.
 func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {
@@ -111,6 +114,9 @@ func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 				return 0, err
 			}
 		}
+	}
+	if back, err := sp.rollingBack(ctx); err != nil || len(back) > 0 {
+		return 0, err
 	}
 	return sp.cleanMonolith(ctx, lock)
 }
@@ -230,6 +236,9 @@ type SplitStatus struct {
 	// Running is set while a split (or abort, or clean-up) holds the
 	// split's lock, with who holds it.
 	Running string
+	// RollingBack are the shards whose roll-back (RollbackSplit) stopped
+	// before it finished: run it again, or AbortRollback.
+	RollingBack []int
 }
 
 // ReadSplitStatus reports where the split of cfg's monolith stands, by
@@ -253,6 +262,11 @@ func ReadSplitStatus(ctx context.Context, cfg SplitConfig) (SplitStatus, error) 
 	if err != nil {
 		return st, err
 	}
+	back, err := sp.rollingBack(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.RollingBack = slices.Sorted(maps.Keys(back))
 	for _, s := range sortedShards(state) {
 		if s < 0 {
 			continue
@@ -261,7 +275,7 @@ func ReadSplitStatus(ctx context.Context, cfg SplitConfig) (SplitStatus, error) 
 		switch {
 		case x.Sealed:
 			st.Sealed = append(st.Sealed, s)
-			if v.Shared(s) {
+			if v.Shared(s) && !back[s] {
 				st.Pending = append(st.Pending, s)
 			}
 		case x.Live:

@@ -32,11 +32,9 @@ package shardpgx
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -77,32 +75,15 @@ type Config struct {
 type Router struct {
 	pools  []*pgxpool.Pool
 	m      *shardmap.Map
+	routes routesql.Routes[Shard]
+	ids    routesql.IDs
 	layout shardid.Layout
-	legacy *shardid.LegacyIDs
 	alias  string
-	routes atomic.Pointer[routes]       // of the map's version of the moment
-	tables atomic.Pointer[[]tableNames] // copy on write: a few fixed names, scanned
 }
 
-// routes is the route of every logical shard under one version of the map,
-// built once per version: ForShard is then an index.
-type routes struct {
-	v      *shardmap.Version
-	shards []Shard
-}
-
-// load returns the routes of the map's current version.
-func (r *Router) load() *routes {
-	v := r.m.Load()
-	if rt := r.routes.Load(); rt != nil && rt.v == v {
-		return rt
-	}
-	rt := &routes{v: v, shards: make([]Shard, v.LogicalShards())}
-	for s := range rt.shards {
-		rt.shards[s] = Shard{Pool: r.pools[v.DB(s)], Shard: s, Schema: v.Schema(s), Database: v.Database(s), r: r}
-	}
-	r.routes.Store(rt)
-	return rt
+// to returns the route to t.
+func (r *Router) to(t routesql.Target) Shard {
+	return Shard{Pool: r.pools[t.DB], Shard: t.Shard, Schema: t.Schema, Database: t.Database, r: r}
 }
 
 // New validates cfg and returns a router. A configuration that cannot work
@@ -122,23 +103,18 @@ func New(cfg Config) (*Router, error) {
 			return bad("pool %d is nil", i)
 		}
 	}
-	r := &Router{pools: append([]*pgxpool.Pool(nil), cfg.Pools...), m: cfg.Map, layout: cfg.Layout, legacy: cfg.Legacy, alias: cfg.SchemaAlias}
+	r := &Router{pools: append([]*pgxpool.Pool(nil), cfg.Pools...), m: cfg.Map, layout: cfg.Layout, alias: cfg.SchemaAlias}
 	if r.layout == (shardid.Layout{}) {
 		r.layout = shardid.Instagram
 	}
 	if n := cfg.Map.LogicalShards(); n > r.layout.Shards() {
 		return bad("the map has %d logical shards, the layout %d", n, r.layout.Shards())
 	}
-	if a := cfg.SchemaAlias; a != "" {
-		if _, err := shardmap.Schemas(a+"%d", 1); err != nil || strings.Contains(a, "%") {
-			return bad("SchemaAlias %q: want a name matching [a-z_][a-z0-9_]*", a)
-		}
-		for s := range cfg.Map.LogicalShards() {
-			if cfg.Map.SchemaOf(s) == a {
-				return bad("SchemaAlias %q is the schema of shard %d", a, s)
-			}
-		}
+	if why := routesql.BadAlias(cfg.Map, cfg.SchemaAlias); why != "" {
+		return bad("%s", why)
 	}
+	r.routes.Init(cfg.Map, r.to)
+	r.ids = routesql.NewIDs(cfg.Legacy, shardid.ErrInvalidID)
 	return r, nil
 }
 
@@ -162,12 +138,12 @@ func (r *Router) LogicalShards() int { return r.m.LogicalShards() }
 // moment. For a shard out of range, the Shard carries an error matching
 // shardid.ErrShardRange, which each of its methods returns.
 func (r *Router) ForShard(n int) Shard {
-	rt := r.load()
-	if n < 0 || n >= len(rt.shards) {
+	shards := r.routes.Load()
+	if uint(n) >= uint(len(shards)) { // n < 0 too
 		return Shard{Shard: n, r: r, err: &shardid.ShardError{Shard: n, Database: "none",
-			Err: fmt.Errorf("%w: %d is not in [0, %d)", shardid.ErrShardRange, n, len(rt.shards))}}
+			Err: fmt.Errorf("%w: %d is not in [0, %d)", shardid.ErrShardRange, n, len(shards))}}
 	}
-	return rt.shards[n]
+	return shards[n]
 }
 
 // ForID returns the route of the shard that id names. With Config.Legacy,
@@ -176,39 +152,28 @@ func (r *Router) ForShard(n int) Shard {
 // shards), and an ID that is neither legacy nor the layout's gives a Shard
 // that carries shardid.ErrInvalidID.
 func (r *Router) ForID(id shardid.ID) Shard {
-	if r.legacy != nil && id < r.legacy.Floor() {
-		s, _, err := r.legacy.ShardOfAny(id)
-		if err != nil {
-			return r.refused(err)
-		}
-		return r.ForShard(s)
+	if r.ids.OfLayout(int64(id)) { // the hot path, with no error to handle
+		return r.ForShard(r.ShardOf(id))
 	}
-	if id <= 0 {
-		return r.refused(fmt.Errorf("%w: ID %d is not positive", shardid.ErrInvalidID, int64(id)))
-	}
-	return r.ForShard(r.layout.Decompose(id).Shard)
+	return r.route(r.ids.Shard(int64(id), r.ShardOf(id)))
 }
 
 // ForTableID returns the route of the row of table whose ID is id: ForID,
 // except that a legacy ID is looked up in table alone.
 func (r *Router) ForTableID(table string, id shardid.ID) Shard {
-	if r.legacy != nil {
-		s, ok, err := r.legacy.Shard(table, id)
-		if err != nil {
-			return r.refused(err)
-		}
-		if ok {
-			return r.ForShard(s)
-		}
-	}
-	return r.ForID(id)
+	return r.route(r.ids.TableShard(table, int64(id), r.ShardOf(id)))
 }
 
 // ForKeyOf returns the route of the shard of any sharding key the GORM
 // plugin accepts (integers, strings, IDs; see shardid.KeyShard), computed
 // as the plugin computes it.
 func (r *Router) ForKeyOf(key any) Shard {
-	s, err := shardid.KeyShard(key, r.m.LogicalShards(), r.layout)
+	return r.route(shardid.KeyShard(key, r.m.LogicalShards(), r.layout))
+}
+
+// route returns the route of shard s, or, when err is not nil, a Shard on
+// which every statement fails with err.
+func (r *Router) route(s int, err error) Shard {
 	if err != nil {
 		return r.refused(err)
 	}
@@ -274,41 +239,7 @@ func (s Shard) Table(table string) string {
 	// The names are made once per table name and kept by the router, so a
 	// route and its table cost no allocation: pass the fixed names of the
 	// schema's tables, not names made up at run time.
-	return s.r.tableNames(table)[s.Shard]
-}
-
-// tableNames is a table's name in each shard's schema.
-type tableNames struct {
-	table string
-	names []string
-}
-
-// tableNames returns table's name in each shard's schema, made once.
-func (r *Router) tableNames(table string) []string {
-	for {
-		cur := r.tables.Load()
-		if cur != nil {
-			for _, t := range *cur {
-				if t.table == table {
-					return t.names
-				}
-			}
-		}
-		names := make([]string, r.m.LogicalShards())
-		for i := range names {
-			if schema := r.m.SchemaOf(i); schema != "" {
-				names[i] = schema + "." + table
-			}
-		}
-		var next []tableNames
-		if cur != nil {
-			next = append(next, *cur...)
-		}
-		next = append(next, tableNames{table, names})
-		if r.tables.CompareAndSwap(cur, &next) {
-			return names
-		}
-	}
+	return s.r.routes.TableNames(table)[s.Shard]
 }
 
 // Unrouted returns s with the check of unrouted SQL turned off, for SQL
@@ -354,21 +285,8 @@ func wrap(shard int, database string, err error) error {
 // joined when PostgreSQL reports a prepared statement a transaction pooler
 // lost, and err unchanged otherwise.
 func Classify(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case routesql.IsFence(err) && !errors.Is(err, shardid.ErrShardMoving):
-		return &classified{kind: shardid.ErrShardMoving, err: err}
-	case routesql.IsPooledStatement(err) && !errors.Is(err, shardid.ErrPooledPreparedStatement):
-		return &classified{kind: shardid.ErrPooledPreparedStatement, err: err}
-	}
-	return err
+	return routesql.Classify(err, shardid.ErrShardMoving, shardid.ErrPooledPreparedStatement)
 }
-
-type classified struct{ kind, err error }
-
-func (e *classified) Error() string   { return e.kind.Error() + ": " + e.err.Error() }
-func (e *classified) Unwrap() []error { return []error{e.kind, e.err} }
 
 // querier is what a pool and a transaction share.
 type querier interface {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shardid/shardid"
@@ -19,7 +20,8 @@ var tableSink string
 
 // BenchmarkForID is the route from an ID to a connection and the shard's
 // table name, by each router, in one run: the GORM router's ForID (the
-// floor), shardsql's and shardpgx's ForID, and theirs with Table. 2,000
+// floor), shardsql's and shardpgx's ForID, theirs with a record of legacy
+// IDs (+Legacy: the IDs are the layout's), and shardsql's with Table. 2,000
 // logical shards in schemas over 4 databases, as BenchmarkRouterForID.
 func BenchmarkForID(b *testing.B) {
 	g, _ := shardid.NewGenerator(shardid.Instagram)
@@ -58,20 +60,38 @@ func BenchmarkForID(b *testing.B) {
 		b.Cleanup(func() { db.Close() })
 		dbs = append(dbs, db)
 	}
-	sr, err := shardsql.New(shardsql.Config{Databases: dbs, Map: m})
+	// With a record of legacy IDs (+Legacy), a layout ID still routes by
+	// its bits.
+	legacy, err := shardid.NewLegacyIDs(shardid.Instagram, time.Now().Add(-time.Hour))
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("shardsql", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if sr.ForID(ids[i&4095]).DB == nil {
-				b.Fatal("nil")
-			}
-			i++
+	if err := legacy.Add("photos", 1, 0); err != nil {
+		b.Fatal(err)
+	}
+	var sr *shardsql.Router
+	for _, c := range []struct {
+		name   string
+		legacy *shardid.LegacyIDs
+	}{{"shardsql", nil}, {"shardsql+Legacy", legacy}} {
+		r, err := shardsql.New(shardsql.Config{Databases: dbs, Map: m, Legacy: c.legacy})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
+		if c.legacy == nil {
+			sr = r
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if r.ForID(ids[i&4095]).DB == nil {
+					b.Fatal("nil")
+				}
+				i++
+			}
+		})
+	}
 	b.Run("shardsql+Table", func(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
@@ -91,18 +111,23 @@ func BenchmarkForID(b *testing.B) {
 		b.Cleanup(p.Close)
 		pools = append(pools, p)
 	}
-	pr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("shardpgx", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if pr.ForID(ids[i&4095]).Pool == nil {
-				b.Fatal("nil")
-			}
-			i++
+	for _, c := range []struct {
+		name   string
+		legacy *shardid.LegacyIDs
+	}{{"shardpgx", nil}, {"shardpgx+Legacy", legacy}} {
+		r, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m, Legacy: c.legacy})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if r.ForID(ids[i&4095]).Pool == nil {
+					b.Fatal("nil")
+				}
+				i++
+			}
+		})
+	}
 }

@@ -35,11 +35,9 @@ package shardsql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/routesql"
@@ -84,33 +82,16 @@ type Config struct {
 type Router struct {
 	dbs     []*sql.DB
 	m       *shardmap.Map
+	routes  routesql.Routes[Shard]
+	ids     routesql.IDs
 	layout  shardid.Layout
-	legacy  *shardid.LegacyIDs
 	dialect string
 	alias   string
-	routes  atomic.Pointer[routes]       // of the map's version of the moment
-	tables  atomic.Pointer[[]tableNames] // copy on write: a few fixed names, scanned
 }
 
-// routes is the route of every logical shard under one version of the map,
-// built once per version: ForShard is then an index.
-type routes struct {
-	v      *shardmap.Version
-	shards []Shard
-}
-
-// load returns the routes of the map's current version.
-func (r *Router) load() *routes {
-	v := r.m.Load()
-	if rt := r.routes.Load(); rt != nil && rt.v == v {
-		return rt
-	}
-	rt := &routes{v: v, shards: make([]Shard, v.LogicalShards())}
-	for s := range rt.shards {
-		rt.shards[s] = Shard{DB: r.dbs[v.DB(s)], Shard: s, Schema: v.Schema(s), Database: v.Database(s), r: r}
-	}
-	r.routes.Store(rt)
-	return rt
+// to returns the route to t.
+func (r *Router) to(t routesql.Target) Shard {
+	return Shard{DB: r.dbs[t.DB], Shard: t.Shard, Schema: t.Schema, Database: t.Database, r: r}
 }
 
 // New validates cfg and returns a router. A configuration that cannot work
@@ -130,7 +111,7 @@ func New(cfg Config) (*Router, error) {
 			return bad("database %d is nil", i)
 		}
 	}
-	r := &Router{dbs: append([]*sql.DB(nil), cfg.Databases...), m: cfg.Map, layout: cfg.Layout, legacy: cfg.Legacy, dialect: cfg.Dialect, alias: cfg.SchemaAlias}
+	r := &Router{dbs: append([]*sql.DB(nil), cfg.Databases...), m: cfg.Map, layout: cfg.Layout, dialect: cfg.Dialect, alias: cfg.SchemaAlias}
 	if r.layout == (shardid.Layout{}) {
 		r.layout = shardid.Instagram
 	}
@@ -143,26 +124,12 @@ func New(cfg Config) (*Router, error) {
 	if r.dialect != "postgres" && r.dialect != "mysql" {
 		return bad("dialect %q: want postgres or mysql (set Config.Dialect)", r.dialect)
 	}
-	if err := checkAlias(cfg.Map, cfg.SchemaAlias); err != nil {
-		return nil, err
+	if why := routesql.BadAlias(cfg.Map, cfg.SchemaAlias); why != "" {
+		return nil, fmt.Errorf("%w: %s", shardid.ErrInvalidConfig, why)
 	}
+	r.routes.Init(cfg.Map, r.to)
+	r.ids = routesql.NewIDs(cfg.Legacy, shardid.ErrInvalidID)
 	return r, nil
-}
-
-// checkAlias checks a SchemaAlias against map m.
-func checkAlias(m *shardmap.Map, alias string) error {
-	if alias == "" {
-		return nil
-	}
-	if _, err := shardmap.Schemas(alias+"%d", 1); err != nil || strings.Contains(alias, "%") {
-		return fmt.Errorf("%w: SchemaAlias %q: want a name matching [a-z_][a-z0-9_]*", shardid.ErrInvalidConfig, alias)
-	}
-	for s := range m.LogicalShards() {
-		if m.SchemaOf(s) == alias {
-			return fmt.Errorf("%w: SchemaAlias %q is the schema of shard %d", shardid.ErrInvalidConfig, alias, s)
-		}
-	}
-	return nil
 }
 
 // DialectOf tells the dialect of db from its driver: "postgres" for pgx's
@@ -201,12 +168,12 @@ func (r *Router) LogicalShards() int { return r.m.LogicalShards() }
 // moment. For a shard out of range, the Shard carries an error matching
 // shardid.ErrShardRange, which each of its methods returns.
 func (r *Router) ForShard(n int) Shard {
-	rt := r.load()
-	if n < 0 || n >= len(rt.shards) {
+	shards := r.routes.Load()
+	if uint(n) >= uint(len(shards)) { // n < 0 too
 		return Shard{Shard: n, r: r, err: &shardid.ShardError{Shard: n, Database: "none",
-			Err: fmt.Errorf("%w: %d is not in [0, %d)", shardid.ErrShardRange, n, len(rt.shards))}}
+			Err: fmt.Errorf("%w: %d is not in [0, %d)", shardid.ErrShardRange, n, len(shards))}}
 	}
-	return rt.shards[n]
+	return shards[n]
 }
 
 // ForID returns the route of the shard that id names. With Config.Legacy,
@@ -215,39 +182,28 @@ func (r *Router) ForShard(n int) Shard {
 // shards), and an ID that is neither legacy nor the layout's gives a Shard
 // that carries shardid.ErrInvalidID.
 func (r *Router) ForID(id shardid.ID) Shard {
-	if r.legacy != nil && id < r.legacy.Floor() {
-		s, _, err := r.legacy.ShardOfAny(id)
-		if err != nil {
-			return r.refused(err)
-		}
-		return r.ForShard(s)
+	if r.ids.OfLayout(int64(id)) { // the hot path, with no error to handle
+		return r.ForShard(r.ShardOf(id))
 	}
-	if id <= 0 {
-		return r.refused(fmt.Errorf("%w: ID %d is not positive", shardid.ErrInvalidID, int64(id)))
-	}
-	return r.ForShard(r.layout.Decompose(id).Shard)
+	return r.route(r.ids.Shard(int64(id), r.ShardOf(id)))
 }
 
 // ForTableID returns the route of the row of table whose ID is id: ForID,
 // except that a legacy ID is looked up in table alone.
 func (r *Router) ForTableID(table string, id shardid.ID) Shard {
-	if r.legacy != nil {
-		s, ok, err := r.legacy.Shard(table, id)
-		if err != nil {
-			return r.refused(err)
-		}
-		if ok {
-			return r.ForShard(s)
-		}
-	}
-	return r.ForID(id)
+	return r.route(r.ids.TableShard(table, int64(id), r.ShardOf(id)))
 }
 
 // ForKeyOf returns the route of the shard of any sharding key the GORM
 // plugin accepts (integers, strings, IDs; see shardid.KeyShard), computed
 // as the plugin computes it.
 func (r *Router) ForKeyOf(key any) Shard {
-	s, err := shardid.KeyShard(key, r.m.LogicalShards(), r.layout)
+	return r.route(shardid.KeyShard(key, r.m.LogicalShards(), r.layout))
+}
+
+// route returns the route of shard s, or, when err is not nil, a Shard on
+// which every statement fails with err.
+func (r *Router) route(s int, err error) Shard {
 	if err != nil {
 		return r.refused(err)
 	}
@@ -318,41 +274,7 @@ func (s Shard) Table(table string) string {
 	// The names are made once per table name and kept by the router, so a
 	// route and its table cost no allocation: pass the fixed names of the
 	// schema's tables, not names made up at run time.
-	return s.r.tableNames(table)[s.Shard]
-}
-
-// tableNames is a table's name in each shard's schema.
-type tableNames struct {
-	table string
-	names []string
-}
-
-// tableNames returns table's name in each shard's schema, made once.
-func (r *Router) tableNames(table string) []string {
-	for {
-		cur := r.tables.Load()
-		if cur != nil {
-			for _, t := range *cur {
-				if t.table == table {
-					return t.names
-				}
-			}
-		}
-		names := make([]string, r.m.LogicalShards())
-		for i := range names {
-			if schema := r.m.SchemaOf(i); schema != "" {
-				names[i] = schema + "." + table
-			}
-		}
-		var next []tableNames
-		if cur != nil {
-			next = append(next, *cur...)
-		}
-		next = append(next, tableNames{table, names})
-		if r.tables.CompareAndSwap(cur, &next) {
-			return names
-		}
-	}
+	return s.r.routes.TableNames(table)[s.Shard]
 }
 
 // Unrouted returns s with the check of unrouted SQL turned off, for SQL
@@ -409,22 +331,8 @@ func wrap(shard int, database string, err error) error {
 // prepared statement a transaction pooler lost, and err unchanged
 // otherwise. errors.As still finds the driver's error in the result.
 func Classify(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case routesql.IsFence(err) && !errors.Is(err, shardid.ErrShardMoving):
-		return &classified{kind: shardid.ErrShardMoving, err: err}
-	case routesql.IsPooledStatement(err) && !errors.Is(err, shardid.ErrPooledPreparedStatement):
-		return &classified{kind: shardid.ErrPooledPreparedStatement, err: err}
-	}
-	return err
+	return routesql.Classify(err, shardid.ErrShardMoving, shardid.ErrPooledPreparedStatement)
 }
-
-// classified is a driver's error that a shardid sentinel explains.
-type classified struct{ kind, err error }
-
-func (e *classified) Error() string   { return e.kind.Error() + ": " + e.err.Error() }
-func (e *classified) Unwrap() []error { return []error{e.kind, e.err} }
 
 // ExecContext runs query in the shard.
 func (s Shard) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {

@@ -17,7 +17,8 @@ import (
 )
 
 // splitSynopsis is the split command's synopsis.
-const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] | status | abort | clean) --config FILE"
+const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] | status | abort | clean |\n" +
+	"  rollback --shards LIST [--fence-for D] | drop-copies --shards LIST) --config FILE"
 
 // splitFile is the split command's configuration: the databases (the
 // monolith and the targets), the map's shape, and which tables are
@@ -39,20 +40,23 @@ type splitFile struct {
 func newSplitCmd(s *streams) *cobra.Command {
 	var f splitFlags
 	cmd := &cobra.Command{
-		Use:   "split (plan|run|status|abort|clean) --config FILE [flags]",
+		Use:   "split (plan|run|status|abort|clean|rollback|drop-copies) --config FILE [flags]",
 		Short: "split a monolith into logical shards on other databases, online",
 		Long: "split distributes the sharded tables of a database from before the shards (a monolith) into\n" +
 			"logical shards on other databases while the application writes through the router: plan checks\n" +
 			"what would move and writes a plan file, run carries it out a batch at a time (run it again to\n" +
-			"resume), status tells where it is, abort lifts an unfinished batch's fence and drops its copies,\n" +
-			"clean empties the monolith's sharded tables once every shard is split (MySQL: run it once every\n" +
-			"process follows the catalog; PostgreSQL: the last batch does it).",
+			"resume), status tells where it is, abort lifts an unfinished batch's fence and drops its copies\n" +
+			"(and undoes a roll-back stopped before the monolith took its writes), clean empties the\n" +
+			"monolith's sharded tables once every shard is split (MySQL: run it once every process follows\n" +
+			"the catalog; PostgreSQL: the last batch does it), rollback returns split shards to the\n" +
+			"monolith (run it again to resume), drop-copies drops the old copies a roll-back left.",
 		Example: "  shardid split plan --config split.json --batch 100 --out split-plan.json\n" +
-			"  shardid split run --config split.json --plan split-plan.json\n  shardid split status --config split.json",
-		ValidArgs: []cobra.Completion{"plan", "run", "status", "abort", "clean"},
+			"  shardid split run --config split.json --plan split-plan.json\n  shardid split status --config split.json\n" +
+			"  shardid split rollback --config split.json --shards all",
+		ValidArgs: []cobra.Completion{"plan", "run", "status", "abort", "clean", "rollback", "drop-copies"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 || !slices.Contains([]string{"plan", "run", "status", "abort", "clean"}, args[0]) {
-				return badFlag("give one action: plan, run, status, abort or clean (shardid split %s)", splitSynopsis)
+			if len(args) != 1 || !slices.Contains([]string{"plan", "run", "status", "abort", "clean", "rollback", "drop-copies"}, args[0]) {
+				return badFlag("give one action: plan, run, status, abort, clean, rollback or drop-copies (shardid split %s)", splitSynopsis)
 			}
 			return runSplit(s, args[0], &f, cmd.Flags().Changed)
 		},
@@ -63,13 +67,15 @@ func newSplitCmd(s *streams) *cobra.Command {
 	intFlag(fs, &f.batch, "batch", 100, "plan: logical shards per step")
 	fs.StringVar(&f.out, "out", "split-plan.json", "plan: where to write the plan")
 	fs.StringVar(&f.plan, "plan", "", "run: the plan `FILE` that plan wrote (required)")
-	fs.DurationVar(&f.fenceFor, "fence-for", time.Minute, "run: how long a batch's rows stay fenced on the monolith if the mover dies")
+	fs.DurationVar(&f.fenceFor, "fence-for", time.Minute, "run, rollback: how long a batch's rows (a shard's schema) stay fenced if the mover dies")
+	fs.StringVar(&f.shards, "shards", "", "rollback, drop-copies: the logical shards, a `LIST` such as 0-15,20, or all (required)")
 	return cmd
 }
 
 // splitFlags holds split's flags.
 type splitFlags struct {
 	config, to, out, plan string
+	shards                string
 	batch                 int
 	fenceFor              time.Duration
 }
@@ -87,10 +93,17 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 			return badFlag("--%s is for plan", name)
 		}
 	}
-	for _, name := range []string{"plan", "fence-for"} {
-		if changed(name) && action != "run" {
-			return badFlag("--%s is for run", name)
+	if changed("plan") && action != "run" {
+		return badFlag("--plan is for run")
+	}
+	if changed("fence-for") && action != "run" && action != "rollback" {
+		return badFlag("--fence-for is for run and rollback")
+	}
+	if changed("shards") != (action == "rollback" || action == "drop-copies") {
+		if changed("shards") {
+			return badFlag("--shards is for rollback and drop-copies")
 		}
+		return badFlag("%s needs --shards: the logical shards, as 0-15,20 or all", action)
 	}
 	if action == "run" && *planFile == "" {
 		return badFlag("run needs --plan, the file plan wrote")
@@ -131,6 +144,15 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 		return splitRun(ctx, stdout, env, plan, *fenceFor)
 	case "status":
 		return splitStatus(ctx, stdout, env)
+	case "rollback", "drop-copies":
+		shards, err := shardList(f.shards, env.cfg.Map.LogicalShards())
+		if err != nil {
+			return err
+		}
+		if action == "drop-copies" {
+			return splitDropCopies(ctx, stdout, env, shards)
+		}
+		return splitRollback(ctx, stdout, env, in, shards, *fenceFor, *config, f.shards)
 	case "clean":
 		n, err := reshard.CleanSplit(ctx, env.cfg)
 		if err != nil {
@@ -153,7 +175,7 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 		}
 		fmt.Fprintf(stdout, "aborted: %d shard(s) take writes on %s again %s, %d copy(ies) dropped from the targets %s\n",
 			len(res.Unfenced), env.cfg.Monolith, shardRange(res.Unfenced), len(res.Dropped), shardRange(res.Dropped))
-		return nil
+		return abortRollback(ctx, stdout, env)
 	}
 }
 
@@ -399,6 +421,9 @@ func splitStatus(ctx context.Context, w io.Writer, env *splitEnv) error {
 	}
 	if len(st.Pending) > 0 {
 		fmt.Fprintf(w, "sealed, flip pending (run the plan again to finish, or abort): %s\n", shardRange(st.Pending))
+	}
+	if len(st.RollingBack) > 0 {
+		fmt.Fprintf(w, "rolling back (run the roll-back again to finish, or abort): %s\n", shardRange(st.RollingBack))
 	}
 	for _, t := range env.cfg.Tables {
 		fmt.Fprintf(w, "  %-24s %12d rows left in %s\n", t.Name, st.RowsLeft[t.Name], env.cfg.Monolith)

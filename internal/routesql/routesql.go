@@ -2,7 +2,14 @@
 // routes and to the errors that come back, free of GORM and of database
 // drivers: the GORM router (package shardid), the database/sql router
 // (package shardsql) and the pgx router (package shardpgx) share it, so a
-// statement and an error mean the same whatever the library.
+// statement and an error mean the same whatever the library. It also holds
+// the rule by which they route an ID that may be legacy (IDs: ForID and
+// ForTableID of shardsql and shardpgx, the GORM router's ShardOfID), and
+// the routing core of the two routers without GORM (Routes, Gather), which
+// are thin adapters of their driver over it.
+//
+// Package shardid imports this package, so this one cannot import it: where
+// a shardid sentinel error is needed, the caller passes it in.
 package routesql
 
 import (
@@ -45,6 +52,31 @@ func IsPooledStatement(err error) bool {
 	}
 	return false
 }
+
+// Classify returns err with moving joined when it is the error a move's
+// fence raised (IsFence), with pooled joined when it is a prepared
+// statement a transaction pooler lost (IsPooledStatement), and err
+// unchanged otherwise, or when it matches that error already. errors.As
+// still finds the driver's error in the result. moving and pooled are
+// shardid.ErrShardMoving and shardid.ErrPooledPreparedStatement, which
+// this package cannot import.
+func Classify(err, moving, pooled error) error {
+	switch {
+	case err == nil:
+		return nil
+	case IsFence(err) && !errors.Is(err, moving):
+		return &classified{kind: moving, err: err}
+	case IsPooledStatement(err) && !errors.Is(err, pooled):
+		return &classified{kind: pooled, err: err}
+	}
+	return err
+}
+
+// classified is a driver's error that a shardid sentinel explains.
+type classified struct{ kind, err error }
+
+func (e *classified) Error() string   { return e.kind.Error() + ": " + e.err.Error() }
+func (e *classified) Unwrap() []error { return []error{e.kind, e.err} }
 
 // Quote quotes name, a schema or table name that needs no escaping, for
 // dialect: "postgres" (double quotes) or "mysql" (backquotes).

@@ -48,3 +48,22 @@ func TestErrors(t *testing.T) {
 		t.Error("IsPooledStatement")
 	}
 }
+
+// TestClassify: the fence's error and a lost prepared statement match
+// their sentinel, once, and still unwrap to the driver's error.
+func TestClassify(t *testing.T) {
+	moving, pooled := errors.New("moving"), errors.New("pooled")
+	fence := fmt.Errorf("ERROR: %s (SQLSTATE 55000)", FenceMessage)
+	if got := Classify(fence, moving, pooled); !errors.Is(got, moving) || !errors.Is(got, fence) || got.Error() != "moving: "+fence.Error() {
+		t.Errorf("fence: %v", got)
+	}
+	if got := Classify(fmt.Errorf("%w: %w", moving, fence), moving, pooled); got.Error() != "moving: "+fence.Error() {
+		t.Errorf("fence classified twice: %v", got)
+	}
+	if got := Classify(stateErr("26000"), moving, pooled); !errors.Is(got, pooled) || !errors.Is(got, stateErr("26000")) {
+		t.Errorf("lost statement: %v", got)
+	}
+	if other := stateErr("23505"); Classify(other, moving, pooled) != error(other) || Classify(nil, moving, pooled) != nil {
+		t.Error("other errors are left alone")
+	}
+}

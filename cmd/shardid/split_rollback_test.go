@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardid/shardid/internal/readme"
+	"github.com/shardid/shardid/internal/testdb"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// TestSplitRollbackCommandPostgres splits a small monolith with the split
+// command, rolls half of it back, then the rest, drops the old copies and
+// splits it again. What the roll-back prints is what the guide shows.
+func TestSplitRollbackCommandPostgres(t *testing.T) {
+	admin := testdb.OpenPostgres(t)
+	base := fmt.Sprintf("rollbackcmd_%d_%d", os.Getpid(), rand.IntN(1e9))
+	dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
+	var dbs []*gorm.DB
+	var conf []string
+	for _, n := range []string{"mono", "pg_a", "pg_b"} {
+		name := base + "_" + n
+		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
+			t.Fatal(err)
+		}
+		d := strings.Replace(dsn, "dbname=test", "dbname="+name, 1)
+		db, err := gorm.Open(postgres.Open(d), testdb.GormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			closeGorm(db)
+			admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+		})
+		dbs = append(dbs, db)
+		conf = append(conf, fmt.Sprintf(`{"Name": %q, "Dialect": "postgres", "DSN": %q}`, n, d))
+	}
+	for _, q := range []string{
+		"CREATE TABLE countries (id BIGSERIAL PRIMARY KEY, name TEXT)",
+		"CREATE TABLE users (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
+		"CREATE TABLE photos (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id), caption TEXT)",
+		"CREATE TABLE comments (id BIGSERIAL PRIMARY KEY, photo_id BIGINT NOT NULL REFERENCES photos(id), body TEXT)",
+		"INSERT INTO users (name) SELECT 'u' || g FROM generate_series(1, 64) g",
+		"INSERT INTO photos (user_id, caption) SELECT 1 + g % 64, 'p' FROM generate_series(1, 256) g",
+		"INSERT INTO comments (photo_id, body) SELECT 1 + g % 256, 'c' FROM generate_series(1, 512) g",
+	} {
+		if err := dbs[0].Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	guide, err := filepath.Abs(filepath.Join("..", "..", "docs", "resharding.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Relative paths, as the guide shows them.
+	t.Chdir(t.TempDir())
+	c := `{"Databases": [` + strings.Join(conf, ", ") + `], "Monolith": "mono", "LogicalShards": 16, "SchemaPattern": "shard_%04d",
+		"Tables": [{"Name": "users", "Key": "id"}, {"Name": "photos", "Key": "user_id"}, {"Name": "comments", "Parent": "photos", "Via": "photo_id"}],
+		"Global": ["countries"]}`
+	if err := os.WriteFile("split.json", []byte(c), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var transcript strings.Builder
+	sh := func(want int, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if got := run(args, nil, &out, &errb); got != want {
+			t.Fatalf("shardid %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, want, out.String(), errb.String())
+		}
+		return out.String() + errb.String()
+	}
+	shown := func(args ...string) string {
+		t.Helper()
+		out := sh(0, args...)
+		fmt.Fprintf(&transcript, "$ shardid %s\n%s", strings.Join(args, " "), out)
+		return out
+	}
+	sh(0, "split", "plan", "--config", "split.json", "--batch", "8", "--out", "plan.json")
+	sh(0, "split", "run", "--config", "split.json", "--plan", "plan.json")
+	// Refused: flags of other actions, no --shards, a bad list.
+	sh(2, "split", "rollback", "--config", "split.json")
+	sh(2, "split", "rollback", "--config", "split.json", "--shards", "3-1")
+	sh(2, "split", "rollback", "--config", "split.json", "--shards", "0-16")
+	sh(2, "split", "status", "--config", "split.json", "--shards", "all")
+	sh(2, "split", "rollback", "--config", "split.json", "--shards", "all", "--plan", "plan.json")
+
+	out := shown("split", "rollback", "--config", "split.json", "--shards", "0-7")
+	if !strings.Contains(out, "rolled back 8 shard(s)") || !strings.Contains(out, "shard 7 back from pg_a") {
+		t.Errorf("rollback output:\n%s", out)
+	}
+	shown("split", "status", "--config", "split.json")
+	out = shown("split", "rollback", "--config", "split.json", "--shards", "all")
+	if !strings.Contains(out, "rolled back 8 shard(s)") || !strings.Contains(out, "shard 15 back from pg_b") {
+		t.Errorf("rollback output:\n%s", out)
+	}
+	out = shown("split", "rollback", "--config", "split.json", "--shards", "all")
+	if !strings.Contains(out, "nothing to roll back") {
+		t.Errorf("rollback run again:\n%s", out)
+	}
+	shown("split", "drop-copies", "--config", "split.json", "--shards", "all")
+	t.Log("\n" + transcript.String())
+	if err := readme.SameOutput(guide, "split rollback", transcript.String()); err != nil {
+		t.Error(err)
+	}
+	var n, m int64
+	dbs[0].Raw("SELECT count(*) FROM comments").Scan(&n)
+	dbs[1].Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'shard_%'").Scan(&m)
+	if n != 512 || m != 0 {
+		t.Errorf("the monolith holds %d comments, want 512; pg_a %d shard schemas, want none", n, m)
+	}
+	// Split again, whole.
+	out = sh(0, "split", "run", "--config", "split.json", "--plan", "plan.json")
+	if !strings.Contains(out, "split done") {
+		t.Errorf("the plan run again:\n%s", out)
+	}
+	dbs[0].Raw("SELECT count(*) FROM comments").Scan(&n)
+	if n != 0 {
+		t.Errorf("the monolith holds %d comments after the split run again", n)
+	}
+}

@@ -1,0 +1,289 @@
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/shardid/shardid"
+	"gorm.io/gorm"
+)
+
+// RollbackAbortResult says what AbortRollback did.
+type RollbackAbortResult struct {
+	// Undone are the shards whose roll-back was undone: they stay on their
+	// targets, which take their writes, and the rows the roll-back had
+	// copied into the monolith are deleted.
+	Undone []int
+	// Finished are the shards whose roll-back was flipped before it
+	// stopped: already in the monolith, which now takes their writes.
+	Finished []int
+	// Deleted counts the rows deleted from the monolith.
+	Deleted int64
+}
+
+// AbortRollback undoes the roll-backs of cfg's monolith that were stopped
+// before their flip (RollbackSplit): each shard stays on its target, whose
+// fence (a seal too, if the roll-back sealed it) is lifted and whose change
+// log is dropped; the rows the roll-back copied into the monolith are
+// deleted (the shard's rows there, sealed since the split, and the rows of
+// no shard whose keys the shard's schema holds), and the monolith's split
+// state gets back what the split verified of it. A roll-back stopped after
+// the monolith took the shard's writes cannot be undone so (ErrShardMoved:
+// run RollbackSplit again), and one stopped after its flip is finished.
+// It waits for the split's lock (ErrMoveInProgress while a roll-back runs).
+func AbortRollback(ctx context.Context, cfg SplitConfig) (RollbackAbortResult, error) {
+	var res RollbackAbortResult
+	sp, err := newSplitter(ctx, cfg)
+	if err != nil {
+		return res, err
+	}
+	lock, err := lockMove(ctx, sp.mono, sp.schema, DefaultLockWait, nil)
+	if err != nil {
+		return res, fmt.Errorf("shardid: abort roll-back: %w", err)
+	}
+	defer lock.release()
+	marks, err := sp.readBackMarks(ctx)
+	if err != nil || len(marks) == 0 {
+		return res, err
+	}
+	b := &splitBatch{sp: sp}
+	if err := b.readColumns(ctx); err != nil {
+		return res, err
+	}
+	p := cfg.Map.Load().Placements()
+	if cfg.Catalog != nil {
+		if p, _, err = cfg.Catalog.loadPlacements(ctx, cfg.Map.Databases(), sp.shards); err != nil {
+			return res, err
+		}
+	}
+	for _, s := range slices.Sorted(maps.Keys(marks)) {
+		m := marks[s]
+		from := cfg.Map.DatabaseIndex(m.Source)
+		if from < 0 {
+			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("the roll-back of shard %d came from %q, which the map does not know", s, m.Source))
+		}
+		if p[s].Shared && p[s].DB == sp.monoIdx {
+			if _, err := sp.flipBack(ctx, lock, s, from, func(string) {}); err != nil {
+				return res, fmt.Errorf("shardid: abort roll-back of shard %d (flipped already): %w", s, err)
+			}
+			res.Finished = append(res.Finished, s)
+			continue
+		}
+		n, err := sp.abortBack(ctx, lock, s, from, m, !p[s].Shared && p[s].DB == from, b.cols)
+		res.Deleted += n
+		if err != nil {
+			return res, fmt.Errorf("shardid: abort roll-back of shard %d: %w", s, err)
+		}
+		res.Undone = append(res.Undone, s)
+	}
+	return res, nil
+}
+
+// abortBack undoes the roll-back of shard s from database from, which is
+// still the shard's home if home, and returns the rows it deleted from the
+// monolith.
+func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, m backMark, home bool, cols map[string]columns) (int64, error) {
+	src, schema := sp.cfg.DBs[from], sp.cfg.Map.SchemaOf(s)
+	slock, err := lockMove(ctx, src, schema, DefaultLockWait, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer slock.release()
+	ensure := func(step string) error {
+		if err := lock.ensure(ctx, step); err != nil {
+			return err
+		}
+		return slock.ensure(ctx, step)
+	}
+	bc := &backCopy{sp: sp, shard: s, src: src, schema: schema, cols: cols}
+	token, sealed, ok, err := fenceToken(ctx, src, schema)
+	if err != nil {
+		return 0, err
+	}
+	state, err := sp.readSplitState(ctx, []int{s})
+	if err != nil {
+		return 0, err
+	}
+	if !state[s].Sealed {
+		// Past its seal, the monolith took the shard's writes: only the
+		// roll-back run again finishes it.
+		return 0, withDetail(ErrShardMoved, "the monolith takes its writes already: run the roll-back again to finish it")
+	}
+	// The monolith's rows first, under its seal: stopped here, the
+	// roll-back can still be run again.
+	if err := ensure("deleting the roll-back's rows from the monolith"); err != nil {
+		return 0, err
+	}
+	n, err := bc.empty(ctx)
+	if err != nil {
+		return n, err
+	}
+	if home && ok {
+		k, err := bc.emptyOrphans(ctx)
+		n += k
+		if err != nil {
+			return n, err
+		}
+		if err := ensure("lifting the roll-back's fence"); err != nil {
+			return n, err
+		}
+		switch {
+		case sealed && m.Token > 0 && token == m.Token+1:
+			// Sealed by the roll-back, which then stopped: the schema is
+			// the shard's home again, as it was.
+			if err := unsealBack(ctx, src, schema, token); err != nil {
+				return n, err
+			}
+		case !sealed && m.Token > 0:
+			tables := make([]string, len(sp.tables))
+			for i, t := range sp.tables {
+				tables[i] = t.Name
+			}
+			if _, err := liftFence(ctx, src, schema, tables, m.Token); err != nil {
+				return n, err
+			}
+		}
+		if err := stopCapture(ctx, src, schema); err != nil {
+			return n, err
+		}
+	}
+	if err := lock.ensure(ctx, "restoring the split's state"); err != nil {
+		return n, err
+	}
+	return n, sp.unmarkBack(ctx, s, true)
+}
+
+// emptyOrphans deletes the monolith's rows of no shard whose keys the
+// shard's schema holds: the roll-back's copies of its rows whose parent is
+// missing. Children first.
+func (bc *backCopy) emptyOrphans(ctx context.Context) (int64, error) {
+	var n int64
+	for i := len(bc.sp.tables) - 1; i >= 0; i-- {
+		t := bc.sp.tables[i]
+		err := bc.eachSourceKeys(ctx, t.Name, func(ids []int64) error {
+			in, args := bc.inArgs(ids)
+			q := "DELETE FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.sp.rowShard(t, "x", 0) + " IS NULL"
+			if bc.sp.mysql {
+				q = "DELETE x FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.sp.rowShard(t, "x", 0) + " IS NULL"
+			}
+			return moverTxExec(ctx, bc.sp.mono, q, args, &n)
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// unsealBack lifts the seal of schema on db that a roll-back set (token,
+// the seal's own), and no other.
+func unsealBack(ctx context.Context, db *gorm.DB, schema string, token int64) error {
+	open := "'-infinity'"
+	if db.Dialector.Name() == "mysql" {
+		open = "'1000-01-01'"
+	}
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		return tx.Exec("UPDATE "+quoteTable(db, schema, fenceTable)+" SET fenced_until = "+open+", token = token + 1, sealed = FALSE, mover_only = FALSE WHERE id = 1 AND token = ?", token).Error
+	})
+}
+
+// DropSplitCopy drops the copy of shard left on the database named from by
+// RollbackSplit: the shard's schema there, sealed since the shard went
+// back into the monolith's shared tables. It refuses (ErrCopyNotMoved)
+// unless the catalog (or cfg.Map) places the shard in the monolith, which
+// takes its writes, no roll-back of it is under way, and the copy is
+// sealed and holds only the split's tables; ErrNoCopy if there is none.
+// It waits for the split's lock and the shard's move lock on from.
+func DropSplitCopy(ctx context.Context, cfg SplitConfig, shard int, from string) error {
+	sp, err := newSplitter(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if shard < 0 || shard >= sp.shards {
+		return withDetail(shardid.ErrShardRange, fmt.Sprintf("%d is not in [0, %d)", shard, sp.shards))
+	}
+	d := cfg.Map.DatabaseIndex(from)
+	if d < 0 || d == sp.monoIdx {
+		return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("drop the split copy of shard %d on %q: not another database of the map", shard, from))
+	}
+	refuse := func(why string) error {
+		return withDetail(ErrCopyNotMoved, fmt.Sprintf("the copy of shard %d on %s: %s", shard, from, why))
+	}
+	lock, err := lockMove(ctx, sp.mono, sp.schema, DefaultLockWait, nil)
+	if err != nil {
+		return fmt.Errorf("shardid: drop the split copy of shard %d: %w", shard, err)
+	}
+	defer lock.release()
+	p := cfg.Map.Load().Placements()
+	if cfg.Catalog != nil {
+		if p, _, err = cfg.Catalog.loadPlacements(ctx, cfg.Map.Databases(), sp.shards); err != nil {
+			return err
+		}
+	}
+	if !p[shard].Shared || p[shard].DB != sp.monoIdx {
+		return refuse("the shard is not in the monolith's shared tables: the copy may be its home")
+	}
+	marks, err := sp.readBackMarks(ctx)
+	if err != nil {
+		return err
+	}
+	state, err := sp.readSplitState(ctx, []int{shard})
+	if err != nil {
+		return err
+	}
+	if _, ok := marks[shard]; ok || state[shard].Sealed {
+		return refuse("the monolith does not take its writes yet (a split or a roll-back of it is under way)")
+	}
+	db, schema := cfg.DBs[d], cfg.Map.SchemaOf(shard)
+	slock, err := lockMove(ctx, db, schema, DefaultLockWait, nil)
+	if err != nil {
+		return err
+	}
+	defer slock.release()
+	_, sealed, ok, err := fenceToken(ctx, db, schema)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if there, err := schemaExists(ctx, db, schema); err != nil || !there {
+			if err == nil {
+				err = withDetail(ErrNoCopy, fmt.Sprintf("%s holds no copy of shard %d", from, shard))
+			}
+			return err
+		}
+		return refuse("it has no fence: not a copy a split or a move made")
+	}
+	if !sealed {
+		return refuse("it is not fenced for good")
+	}
+	have, err := baseTables(ctx, db, schema)
+	if err != nil {
+		return err
+	}
+	for _, t := range have {
+		if _, ok := sp.byName[t]; !ok {
+			return refuse("it holds " + t + ", which is not one of the split's tables")
+		}
+	}
+	if err := slock.ensure(ctx, "dropping the copy of shard "+strconv.Itoa(shard)+" on "+from); err != nil {
+		return err
+	}
+	return dropTarget(ctx, db, schema)
+}
+
+// moverTxExec runs q in a moverTx on db and adds the rows it changed to n.
+func moverTxExec(ctx context.Context, db *gorm.DB, q string, args []any, n *int64) error {
+	return moverTx(ctx, db, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		k, _ := res.RowsAffected()
+		*n += k
+		return nil
+	})
+}

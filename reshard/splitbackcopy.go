@@ -1,0 +1,349 @@
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// backCopy copies one shard back from its schema on a target into the
+// monolith's shared tables, as a move's shardCopier copies a shard: the
+// change log of the shard's schema (capture), a first copy, both sides
+// compared, the change log applied round after round, each row verified
+// as it is written (converge), and under the fence the last changes and
+// the keys in doubt compared again (finish).
+//
+// The monolith's tables hold the other shards' rows too. The shard's rows
+// there are those whose shard (key % LogicalShards, or their parent's) is
+// the shard, and those of no shard (a child whose parent row is missing)
+// whose key the shard's schema holds or held: every read and write of the
+// copy is restricted to them (guard), so that a key another shard's row
+// holds is never overwritten nor deleted, but refused (ErrKeyCollision).
+// Rows are written parents first and deleted children first; a parent row
+// deleted takes with it its child rows that the shard's schema no longer
+// holds (deleteGone), so that no row the schema deleted is left behind in
+// the monolith as a child of no shard.
+type backCopy struct {
+	sp       *splitter
+	shard    int
+	src      *gorm.DB // the database the shard comes back from
+	schema   string   // the shard's schema there
+	cols     map[string]columns
+	checks   map[string]*rowCheck // by table, once both sides were compared
+	progress func(table string, copied int64)
+}
+
+// backBatch is how many rows the first copy reads and writes at a time.
+const backBatch = 1000
+
+func (bc *backCopy) srcTable(t string) string { return quoteTable(bc.src, bc.schema, t) }
+
+// guard is the condition that the monolith's row of table t that ref names
+// is the shard's, or of no shard.
+func (bc *backCopy) guard(t SplitTable, ref string) string {
+	s := strconv.Itoa(bc.shard)
+	return "COALESCE(" + bc.sp.rowShard(t, ref, 0) + ", " + s + ") = " + s
+}
+
+// mine is a derived table of the monolith's rows of t that guard admits:
+// what the verification reads there, by key.
+func (bc *backCopy) mine(t SplitTable) string {
+	return "(SELECT x.* FROM " + bc.sp.q(t.Name) + " AS x WHERE " + bc.guard(t, "x") + ") AS shardid_back"
+}
+
+// children returns the tables that follow t.
+func (bc *backCopy) children(t SplitTable) []SplitTable {
+	var out []SplitTable
+	for _, c := range bc.sp.tables {
+		if c.Parent == t.Name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// inArgs returns ids as arguments and their placeholders on the monolith.
+func (bc *backCopy) inArgs(ids []int64) (string, []any) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return placeholders(bc.sp.mono, 0, len(ids)), args
+}
+
+// empty deletes the shard's rows from the monolith, children first: those
+// a roll-back stopped without its change log left there.
+func (bc *backCopy) empty(ctx context.Context) (int64, error) {
+	var n int64
+	for i := len(bc.sp.tables) - 1; i >= 0; i-- {
+		t := bc.sp.tables[i]
+		from, shard := bc.sp.from(t)
+		q := "DELETE FROM " + bc.sp.q(t.Name) + " WHERE id IN (SELECT id FROM (SELECT x.id FROM " + from + " WHERE " + shard + " = " + strconv.Itoa(bc.shard) + ") AS d)"
+		err := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, q)
+			if err != nil {
+				return err
+			}
+			k, _ := res.RowsAffected()
+			n += k
+			return nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("shardid: emptying shard %d's rows of %s in the monolith: %w", bc.shard, t.Name, err)
+		}
+	}
+	return n, nil
+}
+
+// dropExtras deletes the shard's rows in the monolith whose keys its
+// schema does not hold, children first, and returns how many: the rows the
+// split left there, sealed since, that the schema deleted before this
+// roll-back's change log began (those it deleted since are in the log).
+// It reads the monolith's rows of the shard once.
+func (bc *backCopy) dropExtras(ctx context.Context) (int64, error) {
+	var n int64
+	for i := len(bc.sp.tables) - 1; i >= 0; i-- {
+		t := bc.sp.tables[i]
+		have := map[int64]bool{}
+		err := bc.eachSourceKeys(ctx, t.Name, func(ids []int64) error {
+			for _, id := range ids {
+				have[id] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return n, err
+		}
+		from, shard := bc.sp.from(t)
+		var there []int64
+		q := "SELECT x.id FROM " + from + " WHERE " + shard + " = " + strconv.Itoa(bc.shard)
+		if err := bc.sp.mono.WithContext(ctx).Raw(q).Scan(&there).Error; err != nil {
+			return n, err
+		}
+		var extra []int64
+		for _, id := range there {
+			if !have[id] {
+				extra = append(extra, id)
+			}
+		}
+		for lo := 0; lo < len(extra); lo += backBatch {
+			in, args := bc.inArgs(extra[lo:min(lo+backBatch, len(extra))])
+			q := "DELETE FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.guard(t, "x")
+			if bc.sp.mysql {
+				q = "DELETE x FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.guard(t, "x")
+			}
+			if err := moverTxExec(ctx, bc.sp.mono, q, args, &n); err != nil {
+				return n, fmt.Errorf("shardid: deleting shard %d's rows of %s from the monolith: %w", bc.shard, t.Name, err)
+			}
+		}
+	}
+	return n, nil
+}
+
+// copy writes every row of the shard's schema into the monolith, parents
+// first, backBatch rows at a time in key order, and returns how many.
+func (bc *backCopy) copy(ctx context.Context) (int64, error) {
+	var total int64
+	for _, t := range bc.sp.tables {
+		c := bc.cols[t.Name]
+		sel := "SELECT " + columnList(bc.src, c.write) + " FROM " + bc.srcTable(t.Name)
+		var n int64
+		var after any
+		for {
+			q, args := sel+" ORDER BY id LIMIT "+strconv.Itoa(backBatch), []any(nil)
+			if after != nil {
+				q, args = sel+" WHERE id > "+placeholders(bc.src, 0, 1)+" ORDER BY id LIMIT "+strconv.Itoa(backBatch), []any{after}
+			}
+			var rows [][]any
+			err := readSession(ctx, bc.src, func(qr querier) error {
+				rs, err := qr.QueryContext(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				rows, err = scanAll(rs, len(c.write))
+				return err
+			})
+			if err != nil {
+				return total, fmt.Errorf("shardid: reading %s: %w", bc.srcTable(t.Name), err)
+			}
+			if len(rows) == 0 {
+				break
+			}
+			if err := bc.upsert(ctx, t, rows, nil, nil); err != nil {
+				return total, err
+			}
+			n += int64(len(rows))
+			total += int64(len(rows))
+			if bc.progress != nil {
+				bc.progress(t.Name, n)
+			}
+			if after, err = asInt64(rows[len(rows)-1][0]); err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
+}
+
+// upsert writes rows (values of the columns the copy writes) of table t
+// into the monolith, over the shard's rows of the same keys, in one
+// transaction let through the monolith's seal of the shard. A key that a
+// row of another shard holds fails with ErrKeyCollision, whatever the
+// moment it was written there. With rc, every row is verified as it is
+// written (rowCheck.applied, srcH their hashes on the source).
+//
+// On PostgreSQL the rows are written in place (an upsert whose update
+// only takes the shard's rows), as applyChunk does; MySQL deletes the
+// shard's rows of those keys and inserts. A unique value that a row of
+// the shard outside rows holds (a swap whose other half is still in the
+// log) evicts that row, as applyChunk does; one that a row of another
+// shard holds is a collision.
+func (bc *backCopy) upsert(ctx context.Context, t SplitTable, rows [][]any, srcH map[int64]uint64, rc *rowCheck) error {
+	c := bc.cols[t.Name]
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		id, err := asInt64(r[0])
+		if err != nil {
+			return err
+		}
+		ids[i] = id
+	}
+	inPlace := !bc.sp.mysql
+	var evict []int64
+	for round := 0; ; round++ {
+		var old, now map[int64]uint64
+		err := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) (err error) {
+			if err := bc.checkTaken(ctx, tx, t, ids); err != nil {
+				return err
+			}
+			if rc != nil {
+				if old, err = keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), c.all, append(slices.Clone(ids), evict...)); err != nil {
+					return err
+				}
+			}
+			del := slices.Clone(evict)
+			if !inPlace {
+				del = append(del, ids...)
+			}
+			if err := bc.deleteKeys(ctx, tx, t, del); err != nil {
+				return err
+			}
+			if err := bc.insert(ctx, tx, t, c.write, rows, inPlace); err != nil {
+				return err
+			}
+			if rc != nil {
+				now, err = keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), c.all, ids)
+			}
+			return err
+		})
+		if err == nil {
+			if rc != nil {
+				rc.applied(ids, srcH, old, now)
+				rc.evicted(evict, old)
+			}
+			return nil
+		}
+		if !isUniqueViolation(err) || errors.Is(err, ErrKeyCollision) || round == 3 {
+			return fmt.Errorf("shardid: writing shard %d's rows of %s into the monolith: %w", bc.shard, t.Name, err)
+		}
+		// A key another shard's row took since checkTaken (MySQL: the
+		// primary key's violation).
+		if terr := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error { return bc.checkTaken(ctx, tx, t, ids) }); terr != nil {
+			return fmt.Errorf("shardid: writing shard %d's rows of %s into the monolith: %w", bc.shard, t.Name, terr)
+		}
+		more, ferr := conflictingKeys(ctx, bc.sp.mono, bc.sp.schema, t.Name, c.write, rows, append(slices.Clone(ids), evict...))
+		if ferr != nil {
+			return fmt.Errorf("shardid: writing shard %d's rows of %s into the monolith: %w (and looking for the rows that hold its values: %w)", bc.shard, t.Name, err, ferr)
+		}
+		if len(more) > 0 {
+			// Only the shard's own rows may give a value up.
+			var others []struct {
+				ID    int64
+				Shard *int
+			}
+			in, args := bc.inArgs(more)
+			q := "SELECT x.id AS id, " + bc.sp.rowShard(t, "x", 0) + " AS shard FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND NOT (" + bc.guard(t, "x") + ") ORDER BY x.id"
+			if err := bc.sp.mono.WithContext(ctx).Raw(q, args...).Scan(&others).Error; err != nil {
+				return err
+			}
+			if len(others) > 0 {
+				return withDetail(ErrKeyCollision, fmt.Sprintf("a row of shard %d's %s has a unique value that %s id %d of shard %s holds in the monolith (%s)",
+					bc.shard, t.Name, t.Name, others[0].ID, shardName(others[0].Shard), err.Error()))
+			}
+			evict = append(evict, more...)
+			continue
+		}
+		if !inPlace {
+			return fmt.Errorf("shardid: writing shard %d's rows of %s into the monolith: %w", bc.shard, t.Name, err)
+		}
+		inPlace = false // two rows of the chunk swapped a value
+	}
+}
+
+// deleteKeys deletes the shard's rows of t with keys ids in tx.
+func (bc *backCopy) deleteKeys(ctx context.Context, tx *sql.Tx, t SplitTable, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	in, args := bc.inArgs(ids)
+	q := "DELETE FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.guard(t, "x")
+	if bc.sp.mysql {
+		q = "DELETE x FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.guard(t, "x")
+	}
+	_, err := tx.ExecContext(ctx, q, args...)
+	return err
+}
+
+// insert inserts rows (values of cols) into the monolith's table t in tx.
+// In place (PostgreSQL), a row whose key exists replaces it only if it is
+// the shard's; if one is not, it fails with ErrKeyCollision.
+func (bc *backCopy) insert(ctx context.Context, tx *sql.Tx, t SplitTable, cols []string, rows [][]any, inPlace bool) error {
+	db := bc.sp.mono
+	per := max(1, min(1000, 60000/len(cols)))
+	head := "INSERT INTO " + bc.sp.q(t.Name) + " (" + columnList(db, cols) + ") VALUES "
+	tail := ""
+	if !bc.sp.mysql {
+		head = "INSERT INTO " + bc.sp.q(t.Name) + " AS x (" + columnList(db, cols) + ") OVERRIDING SYSTEM VALUE VALUES "
+	}
+	if inPlace {
+		set := make([]string, 0, len(cols))
+		for _, c := range cols[1:] {
+			set = append(set, quoteIdent(db, c)+" = EXCLUDED."+quoteIdent(db, c))
+		}
+		if len(set) == 0 {
+			set = append(set, "id = EXCLUDED.id")
+		}
+		tail = " ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + " WHERE " + bc.guard(t, "x")
+	}
+	for len(rows) > 0 {
+		n := min(len(rows), per)
+		var b strings.Builder
+		b.WriteString(head)
+		args := make([]any, 0, n*len(cols))
+		for i, row := range rows[:n] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(" + placeholders(db, len(args), len(cols)) + ")")
+			args = append(args, row...)
+		}
+		b.WriteString(tail)
+		res, err := tx.ExecContext(ctx, b.String(), args...)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err == nil && inPlace && k < int64(n) {
+			// The update skipped a row that is not the shard's: taken by
+			// another shard's row since checkTaken.
+			return withDetail(ErrKeyCollision, fmt.Sprintf("%d of shard %d's rows of %s have keys that rows of other shards took in the monolith meanwhile", int64(n)-k, bc.shard, t.Name))
+		}
+		rows = rows[n:]
+	}
+	return nil
+}

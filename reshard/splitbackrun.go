@@ -1,0 +1,189 @@
+package reshard
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// rollbackShard rolls shard bs back into the monolith, under the split's
+// lock, from where it stands (bs.phase).
+func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backShard, cols map[string]columns, opts RollbackOptions) (res RollbackResult, err error) {
+	names := sp.cfg.Map.Databases()
+	s := bs.shard
+	res = RollbackResult{Shard: s, From: names[bs.from]}
+	stage := func(st string) {
+		if opts.OnStage != nil {
+			opts.OnStage(s, st)
+		}
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("shardid: roll back shard %d from %s: %w", s, names[bs.from], err)
+		}
+	}()
+	if bs.phase == backLiftPhase {
+		// Flipped before the mover stopped: the monolith's seal is left.
+		if res.Version, err = sp.flipBack(ctx, lock, s, bs.from, stage); err != nil {
+			return res, err
+		}
+		stage("flipped")
+		return res, nil
+	}
+	src, schema := sp.cfg.DBs[bs.from], sp.cfg.Map.SchemaOf(s)
+	tables := make([]string, len(sp.tables))
+	for i, t := range sp.tables {
+		tables[i] = t.Name
+	}
+	// The shard's move lock on its target: no move, Fence or Unfence of
+	// it meanwhile.
+	slock, err := lockMove(ctx, src, schema, opts.LockWait, nil)
+	if err != nil {
+		return res, err
+	}
+	defer slock.release()
+	ctx, unwatch := slock.watch(ctx)
+	defer unwatch()
+	ensure := func(step string) error {
+		if err := lock.ensure(ctx, step); err != nil {
+			return err
+		}
+		return slock.ensure(ctx, step)
+	}
+	// Under the shard's lock, where the catalog places it: a move of it
+	// that finished since the checks changed it.
+	if c := sp.cfg.Catalog; c != nil {
+		p, _, err := c.loadPlacements(ctx, names, sp.shards)
+		if err != nil {
+			return res, err
+		}
+		if p[s].Shared || p[s].DB != bs.from {
+			return res, withDetail(ErrNotSplit, fmt.Sprintf("the catalog now places it on %s (shared: %v): it was moved meanwhile", names[p[s].DB], p[s].Shared))
+		}
+	}
+	if bs.phase == backFlipPhase {
+		return sp.finishBack(ctx, lock, slock, bs, res, time.Time{}, stage)
+	}
+	bc := &backCopy{sp: sp, shard: s, src: src, schema: schema, cols: cols}
+	if opts.Progress != nil {
+		bc.progress = func(table string, n int64) { opts.Progress(s, table, n) }
+	}
+
+	// 1. The roll-back recorded: from here on the monolith's rows of the
+	// shard are the roll-back's. Those the split left there (sealed, so
+	// that a router whose map is stale is refused) stay, to be written
+	// over: the shard's rows never leave the monolith.
+	if !bs.marked {
+		if err := ensure("recording the roll-back"); err != nil {
+			return res, err
+		}
+		if err := sp.markBack(ctx, s, names[bs.from]); err != nil {
+			return res, err
+		}
+	}
+	// 2. The change log of the shard's schema, before anything is read;
+	// a roll-back run again goes on with the log it left.
+	if err := ensure("starting the change log"); err != nil {
+		return res, err
+	}
+	fresh, err := bc.capture(ctx, bs.marked)
+	if err != nil {
+		return res, err
+	}
+	if fresh && bs.marked {
+		// Run again, but its change log is gone (Unfence drops it): what
+		// it copied cannot be told from what changed since. Start over.
+		if _, err := bc.empty(ctx); err != nil {
+			return res, err
+		}
+	}
+	stage("captured")
+	// 3. The first copy, over the rows the split left and what a stopped
+	// run copied; then the rows of the shard the schema no longer holds
+	// deleted.
+	if err := ensure("copying into the monolith"); err != nil {
+		return res, err
+	}
+	start := timeNow()
+	if res.Copied, err = bc.copy(ctx); err != nil {
+		return res, err
+	}
+	if _, err := bc.dropExtras(ctx); err != nil {
+		return res, err
+	}
+	res.CopyTime = timeNow().Sub(start)
+	stage("copied")
+	// 4. Both sides compared, the change log applied until little is left.
+	if err := ensure("applying changes to the monolith"); err != nil {
+		return res, err
+	}
+	if err := bc.converge(ctx); err != nil {
+		return res, err
+	}
+	// 5. The fence of the shard's schema, by its database's clock.
+	if err := ensure("fencing the shard's schema"); err != nil {
+		return res, err
+	}
+	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, false)
+	if err != nil {
+		return res, fmt.Errorf("fencing %s: %w", schema, err)
+	}
+	sealed := false
+	defer func() {
+		if !sealed {
+			// The schema is still the shard's home: writes go through
+			// again at once, unless the fence is no longer ours.
+			cctx, cancel := cleanupContext(ctx)
+			defer cancel()
+			if slock.reclaim(cctx) {
+				_, _ = liftFence(cctx, src, schema, tables, token)
+			}
+		}
+	}()
+	stage("fenced")
+	if err := sp.setBackToken(ctx, s, token); err != nil {
+		return res, err
+	}
+	// 6. The last changes, and the keys in doubt compared again.
+	if err := ensure("applying the last changes"); err != nil {
+		return res, err
+	}
+	if err := bc.finish(ctx); err != nil {
+		return res, err
+	}
+	stage("verified")
+	// 7. The schema fenced for good, only if the fence held all along.
+	if err := ensure("sealing the shard's schema"); err != nil {
+		return res, fmt.Errorf("%w; the map is not flipped", err)
+	}
+	if err := sealFence(ctx, src, schema, tables, token); err != nil {
+		return res, fmt.Errorf("%w; the map is not flipped", err)
+	}
+	sealed = true
+	stage("sealed")
+	return sp.finishBack(ctx, lock, slock, bs, res, fenced, stage)
+}
+
+// finishBack flips the catalog and the map back for a shard copied back
+// and whose schema is sealed, lets the monolith take its writes, and drops
+// the schema's change log.
+func (sp *splitter) finishBack(ctx context.Context, lock, slock *moveLock, bs backShard, res RollbackResult, fenced time.Time, stage func(string)) (RollbackResult, error) {
+	src, schema := sp.cfg.DBs[bs.from], sp.cfg.Map.SchemaOf(bs.shard)
+	v, err := sp.flipBack(ctx, lock, bs.shard, bs.from, stage)
+	if err != nil {
+		return res, fmt.Errorf("it is copied back and its schema on %s sealed, but not flipped (run the roll-back again to finish it): %w", res.From, err)
+	}
+	res.Version = v
+	if !fenced.IsZero() {
+		res.Fenced = timeNow().Sub(fenced)
+	}
+	stage("flipped")
+	// The sealed schema takes no writes: its change log only goes. A
+	// failure here leaves it to DropSplitCopy, which drops the schema.
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if slock.reclaim(cctx) {
+		_ = stopCapture(cctx, src, schema)
+	}
+	return res, nil
+}

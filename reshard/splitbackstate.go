@@ -1,0 +1,181 @@
+package reshard
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// The state of a roll-back, on the monolith. A shard being rolled back has
+// a row in shardid_split_rollback, written before the roll-back writes
+// anything into the monolith and deleted once the shard takes writes there
+// again: the database it comes back from, what the split verified of it
+// (its state row's verified, cleared meanwhile, so that no split's clean-up
+// deletes the rows the roll-back copies: deleteCopied keeps a shard's rows
+// without a verification), and the token of the fence the roll-back set on
+// the shard's schema (0 before its fence), by which a roll-back run again
+// tells its own seal of that schema from a move's.
+
+// splitBackTable is the roll-backs' table, in the monolith's schema.
+const splitBackTable = "shardid_split_rollback"
+
+// backMark is a shard's row of splitBackTable.
+type backMark struct {
+	Shard    int
+	Source   string
+	Verified *string
+	Token    int64
+}
+
+// ensureBackTable creates splitBackTable where it is missing.
+func (sp *splitter) ensureBackTable(ctx context.Context) error {
+	q := "CREATE TABLE IF NOT EXISTS " + sp.q(splitBackTable) + " (shard INT PRIMARY KEY, source VARCHAR(255) NOT NULL, verified TEXT, token BIGINT NOT NULL)"
+	if sp.mysql {
+		q += " ENGINE=InnoDB"
+	}
+	return sp.mono.WithContext(ctx).Exec(q).Error
+}
+
+// readBackMarks returns the roll-backs under way, by shard (none when the
+// table does not exist).
+func (sp *splitter) readBackMarks(ctx context.Context) (map[int]backMark, error) {
+	ok, err := tableExists(ctx, sp.mono, sp.schema, splitBackTable)
+	if err != nil || !ok {
+		return map[int]backMark{}, err
+	}
+	var rows []backMark
+	if err := sp.mono.WithContext(ctx).Raw("SELECT shard, source, verified, token FROM " + sp.q(splitBackTable)).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[int]backMark, len(rows))
+	for _, r := range rows {
+		out[r.Shard] = r
+	}
+	return out, nil
+}
+
+// markBack records that shard s, sealed on the monolith by a split, is
+// being rolled back from the database named source: its row in
+// splitBackTable with the split's verification, which its state row no
+// longer holds. It returns ErrNotSplit, changing nothing, if the state row
+// is not sealed with a verification.
+func (sp *splitter) markBack(ctx context.Context, s int, source string) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		var st []struct {
+			Sealed   bool
+			Verified *string
+		}
+		if err := tx.Raw("SELECT sealed, verified FROM "+sp.q(splitStateTable)+" WHERE shard = ? FOR UPDATE", s).Scan(&st).Error; err != nil {
+			return err
+		}
+		if len(st) != 1 || !st[0].Sealed || st[0].Verified == nil {
+			return withDetail(ErrNotSplit, fmt.Sprintf("shard %d is not sealed on the monolith by a split", s))
+		}
+		if err := tx.Exec("INSERT INTO "+sp.q(splitBackTable)+" (shard, source, verified, token) VALUES (?, ?, ?, 0)", s, source, *st[0].Verified).Error; err != nil {
+			return err
+		}
+		return tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET verified = NULL WHERE shard = ?", s).Error
+	})
+}
+
+// setBackToken records the token of the fence the roll-back of s set on
+// the shard's schema, before it seals it.
+func (sp *splitter) setBackToken(ctx context.Context, s int, token int64) error {
+	return sp.mono.WithContext(ctx).Exec("UPDATE "+sp.q(splitBackTable)+" SET token = ? WHERE shard = ?", token, s).Error
+}
+
+// unmarkBack deletes the roll-back's row of s: the shard takes writes on
+// the monolith again, or (with restore, an abort) its state row gets the
+// split's verification back.
+func (sp *splitter) unmarkBack(ctx context.Context, s int, restore bool) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		if restore {
+			q := "UPDATE " + sp.q(splitStateTable) + " SET verified = (SELECT verified FROM " + sp.q(splitBackTable) + " WHERE shard = ?) WHERE shard = ?"
+			if err := tx.Exec(q, s, s).Error; err != nil {
+				return err
+			}
+		}
+		return tx.Exec("DELETE FROM "+sp.q(splitBackTable)+" WHERE shard = ?", s).Error
+	})
+}
+
+// rollingBack returns the shards being rolled back (CleanSplit leaves
+// their rows alone: the roll-back copied them).
+func (sp *splitter) rollingBack(ctx context.Context) (map[int]bool, error) {
+	marks, err := sp.readBackMarks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]bool, len(marks))
+	for s := range marks {
+		out[s] = true
+	}
+	return out, nil
+}
+
+// captureWhole reports whether the change log of schema on db is whole: its
+// table, a trigger per event of every table, and on PostgreSQL a trigger
+// function that logs (stopCapture makes it a no-op first).
+func captureWhole(ctx context.Context, db *gorm.DB, schema string, tables []string) (bool, error) {
+	ok, err := tableExists(ctx, db, schema, changeTable)
+	if err != nil || !ok {
+		return false, err
+	}
+	var n int64
+	if db.Dialector.Name() == "mysql" {
+		q := "SELECT count(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%' AND EVENT_OBJECT_TABLE IN ?"
+		if err := db.WithContext(ctx).Raw(q, schema, tables).Scan(&n).Error; err != nil {
+			return false, err
+		}
+		return n == int64(3*len(tables)), nil
+	}
+	q := `SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND t.tgname = 'shardid_capture' AND c.relname IN ?`
+	if err := db.WithContext(ctx).Raw(q, schema, tables).Scan(&n).Error; err != nil || n != int64(len(tables)) {
+		return false, err
+	}
+	var src string
+	q = "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = 'shardid_capture'"
+	if err := db.WithContext(ctx).Raw(q, schema).Scan(&src).Error; err != nil {
+		return false, err
+	}
+	return strings.Contains(src, changeTable), nil
+}
+
+// identities caches the identities of databases, by index.
+type identities map[int]dbIdentity
+
+// same reports whether dbs[a] and dbs[b] are one database (identify).
+func (ids identities) same(ctx context.Context, dbs []*gorm.DB, a, b int) (bool, error) {
+	for _, d := range []int{a, b} {
+		if _, ok := ids[d]; !ok {
+			id, err := identify(ctx, dbs[d])
+			if err != nil {
+				return false, err
+			}
+			ids[d] = id
+		}
+	}
+	return ids[a].same(ids[b]), nil
+}
+
+// takeWritesAgainPG drops the triggers that refuse every write to the
+// monolith's sharded tables once a split emptied them (refuseWritesPG), if
+// there are: the monolith takes a shard's writes again. Its split
+// triggers still refuse the writes of the shards sealed there.
+func (sp *splitter) takeWritesAgainPG(ctx context.Context) error {
+	if sp.mysql {
+		return nil
+	}
+	var n int64
+	q := "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = ?"
+	if err := sp.mono.WithContext(ctx).Raw(q, sp.schema, splitDoneFunction).Scan(&n).Error; err != nil || n == 0 {
+		return err
+	}
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		// The function's triggers go with it.
+		return tx.Exec(`DROP FUNCTION IF EXISTS "` + sp.schema + `".` + splitDoneFunction + "() CASCADE").Error
+	})
+}
