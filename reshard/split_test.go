@@ -223,13 +223,20 @@ func (w *splitWriters) run(ctx context.Context, n int, users int64) *sync.WaitGr
 						cu := w.photos[w.cphoto[cid]]
 						w.mu.Unlock()
 						body := fmt.Sprintf("edited %d", r.Int64())
+						var changed int64
 						if !w.write(ctx, cu, "comments", func(db *gorm.DB, tbl string) error {
-							return db.Exec("UPDATE "+tbl+" SET body = ? WHERE id = ?", body, cid).Error
+							res := db.Exec("UPDATE "+tbl+" SET body = ? WHERE id = ?", body, cid)
+							changed = res.RowsAffected
+							return res.Error
 						}) {
 							return
 						}
+						// Another writer may have deleted it meanwhile: an
+						// update that changed nothing is not the comment's.
 						w.mu.Lock()
-						w.comment[cid] = body
+						if changed == 1 && w.comment[cid] != "" {
+							w.comment[cid] = body
+						}
 						w.mu.Unlock()
 						continue
 					}
