@@ -198,13 +198,27 @@ func (c *Catalog) flipShared(ctx context.Context, from string, moves map[int]str
 				return &catalogConflict{fmt.Sprintf("of shards %d to %d, %d are no longer shared", chunk[0], chunk[len(chunk)-1], len(chunk)-int(res.RowsAffected))}
 			}
 		}
+		// A statement per target database, not per shard: the flip is
+		// under the batch's fence.
+		byTarget := map[string][]int{}
 		for _, s := range shards {
-			res := tx.Exec("UPDATE "+t+" SET db_name = ? WHERE shard = ? AND db_name = ?", moves[s], s, from)
-			if res.Error != nil {
-				return res.Error
-			}
-			if res.RowsAffected != 1 {
-				return &catalogConflict{fmt.Sprintf("shard %d is no longer on %s", s, from)}
+			byTarget[moves[s]] = append(byTarget[moves[s]], s)
+		}
+		targets := make([]string, 0, len(byTarget))
+		for d := range byTarget {
+			targets = append(targets, d)
+		}
+		slices.Sort(targets)
+		for _, d := range targets {
+			for lo := 0; lo < len(byTarget[d]); lo += 500 {
+				chunk := byTarget[d][lo:min(lo+500, len(byTarget[d]))]
+				res := tx.Exec("UPDATE "+t+" SET db_name = ? WHERE shard IN ? AND db_name = ?", d, chunk, from)
+				if res.Error != nil {
+					return res.Error
+				}
+				if res.RowsAffected != int64(len(chunk)) {
+					return &catalogConflict{fmt.Sprintf("of shards %d to %d, %d are no longer on %s", chunk[0], chunk[len(chunk)-1], len(chunk)-int(res.RowsAffected), from)}
+				}
 			}
 		}
 		version, err = bumpVersion(tx, t, version)
