@@ -22,9 +22,12 @@ import (
 // photos, 80% comments, with foreign keys) into SHARDID_SPLIT_SHARDS
 // logical shards (2,000) on two databases, in batches of
 // SHARDID_SPLIT_BATCH (250), while 4 writers insert, update and delete
-// through the map, after a bare COPY of the same tables from the monolith
-// to one of the targets, the floor (under CI=true: 20,000 rows, 100 shards,
-// batches of 50, unless the variables say otherwise). Run it once:
+// through the map (SHARDID_SPLIT_WRITERS writers, each writing as fast as
+// it can, or SHARDID_SPLIT_WRITE_RATE times a second), after a bare COPY of
+// the same tables from the monolith to one of the targets, the floor, and
+// the creation of as many empty schemas as shards, the floor of the
+// schemas (under CI=true: 20,000 rows, 100 shards, batches of 50, unless
+// the variables say otherwise). Run it once:
 //
 //	flock /tmp/shardid-db.lock go test -run '^$' -bench BenchmarkSplitPostgres -benchtime 1x ./reshard
 func BenchmarkSplitPostgres(b *testing.B) {
@@ -70,6 +73,10 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 	rows = envInt("SHARDID_SPLIT_ROWS", rows)
 	shards = envInt("SHARDID_SPLIT_SHARDS", shards)
 	batch = envInt("SHARDID_SPLIT_BATCH", batch)
+	writers := 4 // SHARDID_SPLIT_WRITERS: how many writers write through the map meanwhile
+	if v, err := strconv.Atoi(os.Getenv("SHARDID_SPLIT_WRITERS")); err == nil && v >= 0 {
+		writers = v
+	}
 	users := rows / 50
 	e := newEnv(shards, users) // 2% + 18% + 72%: comments topped up below
 	ctx := context.Background()
@@ -112,14 +119,25 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		} else {
 			e.dbs[1].Exec("DROP SCHEMA floor CASCADE")
 		}
+		// The floor of the schemas: as many schemas (databases on MySQL)
+		// as shards, with the floor's tables and the monolith's indexes,
+		// half on each target at once, in transactions of 50 (MySQL: a
+		// statement at a time), and no rows: what no split can do
+		// without.
+		ddl := floorSchemas(b, e, shards, floorDefs)
 
 		plan, err := reshard.PlanSplit(ctx, e.cfg, []string{e.names[1], e.names[2]}, batch)
 		if err != nil {
 			b.Fatal(err)
 		}
 		w := newSplitWriters(e)
+		// SHARDID_SPLIT_WRITE_RATE: writes a second per writer (0, the
+		// default: as fast as they can).
+		if v, err := strconv.Atoi(os.Getenv("SHARDID_SPLIT_WRITE_RATE")); err == nil && v > 0 {
+			w.pace = time.Second / time.Duration(v)
+		}
 		wctx, stop := context.WithCancel(ctx)
-		wg := w.run(wctx, 4, int64(users))
+		wg := w.run(wctx, writers, int64(users))
 		var copied int64
 		var copyTime, maxFence time.Duration
 		// Where the time goes: each stage's time since the one before,
@@ -158,6 +176,8 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			}
 		}
 		created := stages["created"]
+		b.ReportMetric(ddl.Seconds(), "floor-ddl-s")
+		b.ReportMetric(split.Seconds()/(floor+ddl).Seconds(), "x-floor-and-ddl")
 		b.ReportMetric(float64(total)/floor.Seconds(), "floor-rows/s")
 		b.ReportMetric(float64(total)/split.Seconds(), "split-rows/s")
 		b.ReportMetric(float64(copied)/copyTime.Seconds(), "copy-rows/s")
@@ -167,8 +187,8 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		b.ReportMetric(float64(w.stall.Milliseconds()), "max-stall-ms")
 		b.ReportMetric(float64(maxFence.Milliseconds()), "max-fence-ms")
 		b.ReportMetric(float64(w.ops), "writes")
-		b.Logf("%d rows, %d shards in batches of %d: floor %v, split %v (copy %v), longest stall %v, longest fence %v, %d writes",
-			total, shards, batch, floor, split, copyTime, w.stall, maxFence, w.ops)
+		b.Logf("%d rows, %d shards in batches of %d: floor %v (copy) + %v (schemas), split %v (copy %v), longest stall %v, longest fence %v, %d writes",
+			total, shards, batch, floor, ddl, split, copyTime, w.stall, maxFence, w.ops)
 		var spent []string
 		for _, s := range order {
 			spent = append(spent, fmt.Sprintf("%s %v", s, stages[s].Round(time.Millisecond)))
@@ -282,4 +302,67 @@ func bareCopyMySQL(ctx context.Context, src, dst *gorm.DB, table, dstTable strin
 		return err
 	}
 	return tx.Commit().Error
+}
+
+// floorSchemas creates shards schemas (MySQL: databases) of the floor's
+// tables with an index on photos.user_id and comments.photo_id, half on
+// each target at once, and returns how long it took; it drops them after.
+func floorSchemas(b *testing.B, e *splitEnv, shards int, defs map[string]string) time.Duration {
+	mysql := e.dbs[0].Dialector.Name() == "mysql"
+	name := func(s int) string { return fmt.Sprintf("floor_ddl_%d_%04d", os.Getpid(), s) }
+	script := func(s int) []string {
+		n := name(s)
+		q := func(t string) string { return `"` + n + `"."` + t + `"` }
+		out := []string{`CREATE SCHEMA "` + n + `"`}
+		if mysql {
+			q = func(t string) string { return "`" + n + "`.`" + t + "`" }
+			out = []string{"CREATE DATABASE `" + n + "`"}
+		}
+		for _, t := range []string{"users", "photos", "comments"} {
+			out = append(out, "CREATE TABLE "+q(t)+" "+defs[t])
+		}
+		return append(out, "CREATE INDEX floor_pu ON "+q("photos")+" (user_id)", "CREATE INDEX floor_cp ON "+q("comments")+" (photo_id)")
+	}
+	start := time.Now()
+	errs := make(chan error, 2)
+	for half := range 2 {
+		go func() {
+			db := e.dbs[1+half]
+			for lo := half; lo < shards; lo += 100 {
+				var stmts []string
+				for s := lo; s < min(lo+100, shards); s += 2 {
+					stmts = append(stmts, script(s)...)
+				}
+				var err error
+				if mysql {
+					for _, q := range stmts {
+						if err = db.Exec(q).Error; err != nil {
+							break
+						}
+					}
+				} else {
+					err = db.Transaction(func(tx *gorm.DB) error { return tx.Exec(strings.Join(stmts, ";\n")).Error })
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	for s := range shards {
+		if mysql {
+			e.dbs[1+s%2].Exec("DROP DATABASE `" + name(s) + "`")
+		} else {
+			e.dbs[1+s%2].Exec(`DROP SCHEMA "` + name(s) + `" CASCADE`)
+		}
+	}
+	return took
 }

@@ -145,6 +145,9 @@ type splitWriters struct {
 	stall   time.Duration
 	ops     int
 	errs    []error
+	// pace, if above 0, is the time each writer waits between two
+	// writes (unthrottled otherwise).
+	pace time.Duration
 }
 
 func (w *splitWriters) write(ctx context.Context, key int64, table string, f func(db *gorm.DB, tbl string) error) bool {
@@ -178,6 +181,13 @@ func (w *splitWriters) run(ctx context.Context, n int, users int64) *sync.WaitGr
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(i), 7))
 			for ctx.Err() == nil {
+				if w.pace > 0 {
+					select {
+					case <-time.After(w.pace):
+					case <-ctx.Done():
+						return
+					}
+				}
 				switch r.IntN(4) {
 				case 0: // a new user with a photo
 					uid := w.nextID.Add(1)

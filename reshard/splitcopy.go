@@ -390,61 +390,23 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// copyTableBatches copies the batch's rows of t in key order (MySQL/
-// MariaDB), 20,000 rows at a time read from the monolith, each with its
-// shard and its hash: written to each target in one transaction let
-// through its fence, with multi-row INSERTs into each shard's table, and
-// counted and summed (b.sent) for verifyCopy.
+// copyTableBatches copies the batch's rows of t (MySQL/MariaDB): one read
+// of them on the monolith, each with its shard and its hash, written 20,000
+// rows at a time to each target in one transaction let through its fence,
+// with multi-row INSERTs into each shard's table, and counted and summed
+// (b.sent) for verifyCopy.
 func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
 	cols := b.cols[t.Name].write
-	rel := b.sp.rel(t, b.shards)
-	sel := "SELECT shardid_s, " + rowHash(b.sp.mono, b.cols[t.Name].all) + ", " + columnList(b.sp.mono, cols) + " FROM " + rel
+	q := "SELECT shardid_s, " + rowHash(b.sp.mono, b.cols[t.Name].all) + ", " + columnList(b.sp.mono, cols) + " FROM " + b.sp.rel(t, b.shards)
 	sent := map[int]*sentRows{}
 	for _, s := range b.shards {
 		sent[s] = &sentRows{}
 	}
 	const page = 20000
-	var after any
+	per := map[int][][]any{}
+	held := 0
 	var copied int64
-	for {
-		q, args := sel+" ORDER BY id LIMIT "+strconv.Itoa(page), []any(nil)
-		if after != nil {
-			q, args = sel+" WHERE id > ? ORDER BY id LIMIT "+strconv.Itoa(page), []any{after}
-		}
-		var rows [][]any
-		err := readSession(ctx, b.sp.mono, func(qr querier) error {
-			rs, err := qr.QueryContext(ctx, q, args...)
-			if err != nil {
-				return err
-			}
-			rows, err = scanAll(rs, len(cols)+2)
-			return err
-		})
-		if err != nil {
-			return copied, fmt.Errorf("shardid: reading %s from the monolith: %w", t.Name, err)
-		}
-		if len(rows) == 0 {
-			break
-		}
-		after = rows[len(rows)-1][2]
-		per := map[int][][]any{}
-		for _, r := range rows {
-			s, err := asInt64(r[0])
-			if err != nil {
-				return copied, err
-			}
-			h, err := hashOf(r[1])
-			if err != nil {
-				return copied, err
-			}
-			st, ok := sent[int(s)]
-			if !ok {
-				return copied, fmt.Errorf("shardid: a row of %s of shard %d, not one of the batch's", t.Name, s)
-			}
-			st.rows++
-			st.sum += h
-			per[int(s)] = append(per[int(s)], r[2:])
-		}
+	write := func() error {
 		targets, shards := b.byTarget()
 		for _, d := range targets {
 			db := b.sp.cfg.DBs[d]
@@ -460,16 +422,62 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 				return nil
 			})
 			if err != nil {
-				return copied, fmt.Errorf("shardid: writing %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
+				return fmt.Errorf("shardid: writing %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
 			}
 		}
-		copied += int64(len(rows))
+		copied += int64(held)
+		clear(per)
+		held = 0
 		if progress != nil {
 			progress(copied)
 		}
-		if len(rows) < page {
-			break
+		return nil
+	}
+	err := readSession(ctx, b.sp.mono, func(qr querier) error {
+		rows, err := qr.QueryContext(ctx, q)
+		if err != nil {
+			return err
 		}
+		defer rows.Close()
+		n := len(cols) + 2
+		for rows.Next() {
+			vals := make([]any, n)
+			ptrs := make([]any, n)
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return err
+			}
+			s, err := asInt64(vals[0])
+			if err != nil {
+				return err
+			}
+			h, err := hashOf(vals[1])
+			if err != nil {
+				return err
+			}
+			st, ok := sent[int(s)]
+			if !ok {
+				return fmt.Errorf("shardid: a row of %s of shard %d, not one of the batch's", t.Name, s)
+			}
+			st.rows++
+			st.sum += h
+			per[int(s)] = append(per[int(s)], vals[2:])
+			// Written while the read goes on: the rows held stay few.
+			if held++; held == page {
+				if err := write(); err != nil {
+					return err
+				}
+			}
+		}
+		return rows.Err()
+	})
+	if err == nil {
+		err = write()
+	}
+	if err != nil {
+		return copied, fmt.Errorf("shardid: copying %s: %w", t.Name, err)
 	}
 	if b.sent == nil {
 		b.sent = map[string]map[int]*sentRows{}
