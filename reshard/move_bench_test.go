@@ -98,6 +98,7 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 	for b.Loop() {
 		b.StopTimer()
 		r, seeded := setup()
+		floor := moveFloor(b, r)
 		rngs := make([]*rand.Rand, moveBenchWriters)
 		for w := range rngs {
 			rngs[w] = rand.New(rand.NewPCG(1, uint64(w)))
@@ -136,8 +137,9 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 		b.ReportMetric(float64(seen.stall.Microseconds())/1000, "stall-ms")
 		b.ReportMetric(float64(res.Copied)/res.CopyTime.Seconds(), "copy-rows/s")
 		b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
-		b.Logf("%d rows: moved in %v, fenced %v, writer's longest stall %v (from +%v) over %d writes; stages: %s",
-			rows, took, res.Fenced, seen.stall, seen.stallAt.Sub(start).Round(time.Millisecond), seen.ops, strings.Join(stages, ", "))
+		b.ReportMetric(took.Seconds()/floor.Seconds(), "x-floor")
+		b.Logf("%d rows: moved in %v (a bare copy of them just before: %v), fenced %v, writer's longest stall %v (from +%v) over %d writes; stages: %s",
+			rows, took, floor, res.Fenced, seen.stall, seen.stallAt.Sub(start).Round(time.Millisecond), seen.ops, strings.Join(stages, ", "))
 		b.StartTimer()
 	}
 }
@@ -206,4 +208,42 @@ func seedIDs(b *testing.B, n int) []int64 {
 		ids[i] = int64(id)
 	}
 	return ids
+}
+
+// moveFloor copies shard 1's table of r from its database to the other
+// one, into a table of its own, as bareCopy (PostgreSQL: COPY TO piped
+// into COPY FROM) or bareCopyMySQL would, with no writers, and returns how
+// long it took: the floor a move is compared with.
+func moveFloor(b *testing.B, r *shardid.Router) time.Duration {
+	src, dst := r.Databases()[0], r.Databases()[1]
+	ctx := context.Background()
+	schema := "shardid_floor"
+	if dst.Dialector.Name() == "mysql" {
+		dst.Exec("DROP DATABASE IF EXISTS " + schema)
+		if err := dst.Exec("CREATE DATABASE " + schema).Error; err != nil {
+			b.Fatal(err)
+		}
+		defer dst.Exec("DROP DATABASE IF EXISTS " + schema)
+	} else {
+		dst.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
+		if err := dst.Exec("CREATE SCHEMA " + schema).Error; err != nil {
+			b.Fatal(err)
+		}
+		defer dst.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
+	}
+	if err := dst.Table(schema + ".r_photos").AutoMigrate(&RPhoto{}); err != nil {
+		b.Fatal(err)
+	}
+	from := r.Schema(1) + ".r_photos"
+	start := time.Now()
+	var err error
+	if dst.Dialector.Name() == "mysql" {
+		err = bareCopyMySQL(ctx, src, dst, from, schema+".r_photos")
+	} else {
+		err = bareCopy(ctx, src, dst, from, schema+".r_photos")
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
 }
