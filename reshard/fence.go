@@ -131,12 +131,49 @@ var mysqlFenceEvents = [...]struct{ letter, event string }{{"i", "INSERT"}, {"u"
 
 // fenceTriggerMySQL is the statement that creates the fence's trigger
 // name for event on table of schema.
+//
+// A MySQL trigger runs for each row, and its read of the fence's state
+// costs several times the write of a small row. A mover writing many rows
+// reads the state once per transaction instead (passFenceMySQL), with the
+// same lock and the same test, and then names the schema in
+// @shardid_fence_checked: the trigger skips its read for a mover's session
+// that names its schema.
 func fenceTriggerMySQL(schema, table, name, event string) string {
 	return fmt.Sprintf("CREATE TRIGGER `%[1]s`.`%[2]s` BEFORE %[3]s ON `%[1]s`.`%[4]s` FOR EACH ROW BEGIN "+
 		"DECLARE u DATETIME(6); DECLARE m BOOLEAN; "+
+		"IF NOT (COALESCE(@shardid_mover, 0) = 1 AND COALESCE(@shardid_fence_checked, '') = '%[1]s') THEN "+
 		"SELECT fenced_until, mover_only INTO u, m FROM `%[1]s`.`%[5]s` WHERE id = 1 LOCK IN SHARE MODE; "+
-		"IF u > UTC_TIMESTAMP(6) AND NOT (m AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; END",
+		"IF u > UTC_TIMESTAMP(6) AND NOT (m AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '%[6]s'; END IF; "+
+		"END IF; END",
 		schema, name, event, table, fenceTable, shardid.FenceMessage)
+}
+
+// fenceTriggerMark is in the body of every fence trigger fenceTriggerMySQL
+// creates; ensureFenceMySQL replaces one without it.
+const fenceTriggerMark = "@shardid_fence_checked"
+
+// passFenceMySQL does in tx, a mover's transaction on a MySQL session of
+// moverSession, what schema's fence triggers do for each row: it takes the
+// shared lock on the fence's state, which it keeps to the end of tx, so
+// that the fence cannot change before tx ends, and refuses, as the
+// triggers would, if the fence holds off the mover too. Then it tells the
+// triggers of schema that tx has been checked (@shardid_fence_checked), so
+// that they skip their read for the writes of tx that follow.
+//
+// The caller runs it again in every transaction, and before writing to
+// another schema; moverSession clears the mark before the session goes
+// back to the pool.
+func passFenceMySQL(ctx context.Context, tx *sql.Tx, schema string) error {
+	var refused bool
+	err := tx.QueryRowContext(ctx, fmt.Sprintf("SELECT fenced_until > UTC_TIMESTAMP(6) AND NOT mover_only FROM `%s`.`%s` WHERE id = 1 LOCK IN SHARE MODE", schema, fenceTable)).Scan(&refused)
+	if err != nil {
+		return fmt.Errorf("shardid: reading the fence of %s: %w", schema, err)
+	}
+	if refused {
+		return fmt.Errorf("%w: %s: %s", shardid.ErrShardMoving, schema, shardid.FenceMessage)
+	}
+	_, err = tx.ExecContext(ctx, "SET @shardid_fence_checked = ?", schema)
+	return err
 }
 
 // fenceTableMySQL is the definition of the fence's state table, as it
@@ -176,10 +213,10 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 		for _, ev := range mysqlFenceEvents {
 			name := "shardid_fence_" + ev.letter + "_" + t
 			body, ok := bodies[name]
-			if ok && strings.Contains(body, "mover_only") {
+			if ok && strings.Contains(body, fenceTriggerMark) {
 				continue
 			}
-			if ok { // a trigger of an older version: its expiry written in, or no mover's bypass
+			if ok { // a trigger of an older version: its expiry written in, no mover's bypass, or a read for each of a mover's rows
 				stmts = append(stmts, fmt.Sprintf("DROP TRIGGER IF EXISTS `%s`.`%s`", schema, name))
 			}
 			stmts = append(stmts, fenceTriggerMySQL(schema, t, name, ev.event))
@@ -424,7 +461,17 @@ func fenceForMoverTx(tx *gorm.DB, schema string, tables []string) (int64, error)
 // PostgreSQL: the setting shardid.mover, local to the transaction.
 // MySQL: the session's @shardid_mover, cleared before the session goes
 // back to the pool (or the session is dropped if that fails).
-func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err error) {
+func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) error {
+	return moverSession(ctx, db, func(conn *sql.Conn, settings string) error {
+		return txOn(ctx, conn, nil, settings, f)
+	})
+}
+
+// moverSession runs f on one session of db set up as moverTx's are: each
+// transaction f begins on conn must first run settings (if not empty) to
+// be let through a mover-only fence. The session is reset before it goes
+// back to the pool, or dropped if that fails.
+func moverSession(ctx context.Context, db *gorm.DB, f func(conn *sql.Conn, settings string) error) error {
 	pool, err := db.DB()
 	if err != nil {
 		return err
@@ -441,11 +488,11 @@ func moverTx(ctx context.Context, db *gorm.DB, f func(tx *sql.Tx) error) (err er
 		// Its session reads and writes TIMESTAMPs in UTC, as the source's
 		// (readSession) do.
 		return withSessionVars(ctx, conn, "SET @shardid_fkc = @@session.foreign_key_checks, @shardid_tz = @@session.time_zone,"+
-			" @shardid_mover = 1, FOREIGN_KEY_CHECKS = 0, time_zone = '+00:00'",
-			"SET FOREIGN_KEY_CHECKS = @shardid_fkc, time_zone = @shardid_tz, @shardid_mover = NULL, @shardid_fkc = NULL, @shardid_tz = NULL",
-			func() error { return txOn(ctx, conn, nil, "", f) })
+			" @shardid_mover = 1, @shardid_fence_checked = NULL, FOREIGN_KEY_CHECKS = 0, time_zone = '+00:00'",
+			"SET FOREIGN_KEY_CHECKS = @shardid_fkc, time_zone = @shardid_tz, @shardid_mover = NULL, @shardid_fence_checked = NULL, @shardid_fkc = NULL, @shardid_tz = NULL",
+			func() error { return f(conn, "") })
 	}
-	return txOn(ctx, conn, nil, moverSettingsPG, f)
+	return f(conn, moverSettingsPG)
 }
 
 // txOn runs f in a transaction (of opts) on conn, after settings (if

@@ -174,8 +174,8 @@ func TestMoveBetweenTwoNamesOfOneDatabaseMariaDB(t *testing.T) {
 	for s := range guardShards {
 		a.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_gdm_%04d", s))
 	}
-	b := openGuardDB(t, "mysql", strings.Replace(envOr("SHARDID_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true"), "/test?", "/shardid_test2?", 1))
 	openGuardDB(t, "mysql", envOr("SHARDID_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true")).Exec("CREATE DATABASE IF NOT EXISTS shardid_test2")
+	b := openGuardDB(t, "mysql", strings.Replace(envOr("SHARDID_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true"), "/test?", "/shardid_test2?", 1))
 	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: guardShards})
 	r := guardRouter(t, p, "shardid_gdm", []*gorm.DB{a, b}, []string{"my1", "my1b"}, []int{0, 0, 0, 0})
 	if err := r.Migrate(ctx, &RPhoto{}); err != nil {

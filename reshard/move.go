@@ -304,6 +304,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// to the shard's tables is recorded. Then the fence's triggers
 	// (unfenced), and a first copy while the source takes writes.
 	cp := newShardCopier(src, dst, schema, tables, opts.Batch, opts.Progress)
+	cp.fencedTarget = true // createTarget fenced it for the mover
 	cp.caughtUp = mv.CaughtUp
 	defer func() {
 		// Failed, aborted or done: no trigger is left logging writes.

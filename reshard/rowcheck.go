@@ -68,6 +68,16 @@ type querier interface {
 // READ UNCOMMITTED re-read could copy a row whose writer then rolls back,
 // and its change log entry with it.
 func readSession(ctx context.Context, db *gorm.DB, f func(q querier) error) error {
+	return readConn(ctx, db, func(conn *sql.Conn, settings string) error {
+		return txOn(ctx, conn, readCommitted, settings, func(tx *sql.Tx) error { return f(tx) })
+	})
+}
+
+// readConn runs f on one session of db set up as readSession's are: each
+// transaction f begins on conn must first run settings (if not empty).
+// The session is reset before it goes back to the pool, or dropped if
+// that fails.
+func readConn(ctx context.Context, db *gorm.DB, f func(conn *sql.Conn, settings string) error) error {
 	pool, err := sqlDB(db)
 	if err != nil {
 		return err
@@ -77,11 +87,10 @@ func readSession(ctx context.Context, db *gorm.DB, f func(q querier) error) erro
 		return err
 	}
 	defer conn.Close()
-	g := func(tx *sql.Tx) error { return f(tx) }
 	if db.Dialector.Name() == "mysql" {
-		return withSessionVars(ctx, conn, hashSettingsMySQL, hashRestoreMySQL, func() error { return txOn(ctx, conn, readCommitted, "", g) })
+		return withSessionVars(ctx, conn, hashSettingsMySQL, hashRestoreMySQL, func() error { return f(conn, "") })
 	}
-	return txOn(ctx, conn, readCommitted, hashSettingsPG, g)
+	return f(conn, hashSettingsPG)
 }
 
 // readCommitted is readSession's transaction.

@@ -31,6 +31,11 @@ type shardCopier struct {
 	// changes it applied and how many wait in the log (MoveRecord.CaughtUp).
 	caughtUp func(applied, backlog int64)
 
+	// fencedTarget says that the target's tables carry a move's fence
+	// (a move's do, fenceForMover): on MySQL the copy passes it once per
+	// transaction (passFenceMySQL).
+	fencedTarget bool
+
 	cols   map[string]columns   // by table
 	checks map[string]*rowCheck // by table, once both sides were compared
 }
@@ -40,6 +45,15 @@ const changeBatchSize = 5000
 
 func newShardCopier(src, dst *gorm.DB, schema string, tables []string, batch int, progress func(string, int64)) *shardCopier {
 	return &shardCopier{src: src, dst: dst, schema: schema, tables: tables, batch: batch, progress: progress}
+}
+
+// fenceOf is the schema whose fence the copy passes: c.schema if the
+// target is fenced, else none ("").
+func (c *shardCopier) fenceOf() string {
+	if c.fencedTarget {
+		return c.schema
+	}
+	return ""
 }
 
 func (c *shardCopier) table(t string) string { return quoteTable(c.src, c.schema, t) }
@@ -95,7 +109,7 @@ func (c *shardCopier) copy(ctx context.Context) (int64, error) {
 		if c.progress != nil {
 			progress = func(n int64) { c.progress(t, n) }
 		}
-		n, err := copySnapshot(ctx, c.src, c.dst, c.table(t), c.cols[t].write, c.batch, progress)
+		n, err := copySnapshot(ctx, c.src, c.dst, c.fenceOf(), c.table(t), c.cols[t].write, c.batch, progress)
 		if err != nil {
 			return total, err
 		}

@@ -66,8 +66,9 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 // from src: on PostgreSQL with the COPY protocol (COPY TO STDOUT on the
 // source piped into COPY FROM STDIN on the target, one statement and so
 // one snapshot), on MySQL with multi-row INSERT batches in key order.
-// progress, if not nil, is called as rows arrive.
-func copySnapshot(ctx context.Context, src, dst *gorm.DB, table string, cols []string, batch int, progress func(int64)) (int64, error) {
+// progress, if not nil, is called as rows arrive. fence, if not "", is
+// the schema whose fence a MySQL target passes (copyBatches).
+func copySnapshot(ctx context.Context, src, dst *gorm.DB, fence, table string, cols []string, batch int, progress func(int64)) (int64, error) {
 	// The target is fenced for all but the mover (fenceForMover): every
 	// write here goes through moverTx or its equivalent.
 	if src.Dialector.Name() != "mysql" {
@@ -82,7 +83,7 @@ func copySnapshot(ctx context.Context, src, dst *gorm.DB, table string, cols []s
 			return n, err
 		}
 	}
-	return copyBatches(ctx, src, dst, table, cols, batch, progress)
+	return copyBatches(ctx, src, dst, fence, table, cols, batch, progress)
 }
 
 // withPgx runs f with the *pgx.Conn under a connection of db's pool, or
@@ -242,8 +243,13 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 }
 
 // copyBatches copies table from src to dst in key order, batch rows per
-// multi-row INSERT, reading the next batch while it writes one.
-func copyBatches(ctx context.Context, src, dst *gorm.DB, table string, cols []string, batch int, progress func(int64)) (int64, error) {
+// multi-row INSERT, reading the next batch while it writes one. Each side
+// keeps one session for the whole copy; a read is a transaction of its own
+// (no snapshot held across the copy), and the writes commit every
+// copyCommitRows rows. On MySQL each transaction passes the fence of the
+// schema named fence (if not ""), the target's, once (passFenceMySQL), not
+// once for each row.
+func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, cols []string, batch int, progress func(int64)) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type read struct {
@@ -262,56 +268,115 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, table string, cols []st
 		defer close(batches)
 		sel := "SELECT " + columnList(src, cols) + " FROM " + table
 		order := " ORDER BY id LIMIT " + strconv.Itoa(batch)
-		var after any // none yet: the first batch has no lower bound
-		for {
-			q, args := sel+order, []any(nil)
-			if after != nil {
-				q, args = sel+" WHERE id > "+placeholders(src, 0, 1)+order, []any{after}
-			}
-			// Read and written in sessions set up alike (readSession,
-			// moverTx): a TIMESTAMP is read and written in the session's
-			// time zone.
-			var b read
-			b.err = readSession(ctx, src, func(qr querier) error {
-				rs, err := qr.QueryContext(ctx, q, args...)
-				if err != nil {
-					return err
+		err := readConn(ctx, src, func(conn *sql.Conn, settings string) error {
+			var after any // none yet: the first batch has no lower bound
+			for {
+				q, args := sel+order, []any(nil)
+				if after != nil {
+					q, args = sel+" WHERE id > "+placeholders(src, 0, 1)+order, []any{after}
 				}
-				b.rows, err = scanAll(rs, len(cols))
-				return err
-			})
-			if b.err == nil && len(b.rows) > 0 {
-				after, b.err = asInt64(b.rows[len(b.rows)-1][0])
+				// Read and written in sessions set up alike (readConn,
+				// moverSession): a TIMESTAMP is read and written in the
+				// session's time zone.
+				var b read
+				b.err = txOn(ctx, conn, readCommitted, settings, func(tx *sql.Tx) error {
+					rs, err := tx.QueryContext(ctx, q, args...)
+					if err != nil {
+						return err
+					}
+					b.rows, err = scanAll(rs, len(cols))
+					return err
+				})
+				if b.err == nil && len(b.rows) > 0 {
+					after, b.err = asInt64(b.rows[len(b.rows)-1][0])
+				}
+				select {
+				case batches <- b:
+				case <-ctx.Done():
+					return nil
+				}
+				if b.err != nil || len(b.rows) == 0 {
+					return nil
+				}
 			}
+		})
+		if err != nil {
 			select {
-			case batches <- b:
+			case batches <- read{err: err}:
 			case <-ctx.Done():
-				return
-			}
-			if b.err != nil || len(b.rows) == 0 {
-				return
 			}
 		}
 	}()
-	var copied int64
-	for b := range batches {
-		if b.err != nil {
-			return copied, fmt.Errorf("shardid: reading %s: %w", table, b.err)
+	var copied int64 // committed
+	err := moverSession(ctx, dst, func(conn *sql.Conn, settings string) error {
+		var tx *sql.Tx
+		defer func() {
+			if tx != nil {
+				_ = tx.Rollback()
+			}
+		}()
+		var inTx int64
+		commit := func() error {
+			err := tx.Commit()
+			tx = nil
+			if err != nil {
+				return fmt.Errorf("shardid: writing %s: %w", table, err)
+			}
+			copied += inTx
+			inTx = 0
+			return nil
 		}
-		if len(b.rows) == 0 {
-			return copied, nil
+		for b := range batches {
+			if b.err != nil {
+				return fmt.Errorf("shardid: reading %s: %w", table, b.err)
+			}
+			if len(b.rows) == 0 {
+				break
+			}
+			if tx == nil {
+				var err error
+				if tx, err = conn.BeginTx(ctx, nil); err != nil {
+					return fmt.Errorf("shardid: writing %s: %w", table, err)
+				}
+				if settings != "" {
+					if _, err := tx.ExecContext(ctx, settings); err != nil {
+						return fmt.Errorf("shardid: writing %s: %w", table, err)
+					}
+				}
+				if fence != "" && dst.Dialector.Name() == "mysql" {
+					if err := passFenceMySQL(ctx, tx, fence); err != nil {
+						return err
+					}
+				}
+			}
+			if err := insertRows(ctx, dst, tx.ExecContext, table, cols, b.rows, false); err != nil {
+				return fmt.Errorf("shardid: writing %s: %w", table, err)
+			}
+			inTx += int64(len(b.rows))
+			if progress != nil {
+				progress(copied + inTx)
+			}
+			if inTx >= copyCommitRows {
+				if err := commit(); err != nil {
+					return err
+				}
+			}
 		}
-		err := moverTx(ctx, dst, func(tx *sql.Tx) error { return insertRows(ctx, dst, tx.ExecContext, table, cols, b.rows, false) })
-		if err != nil {
-			return copied, fmt.Errorf("shardid: writing %s: %w", table, err)
+		if tx != nil {
+			return commit()
 		}
-		copied += int64(len(b.rows))
-		if progress != nil {
-			progress(copied)
-		}
+		return nil
+	})
+	if err != nil {
+		return copied, err
 	}
 	return copied, ctx.Err()
 }
+
+// copyCommitRows is how many rows copyBatches writes per transaction: few
+// enough commits that their flushes cost little beside the rows, and a
+// transaction small enough for the target's undo log.
+const copyCommitRows = 20000
 
 // asInt64 converts a scanned id to int64.
 func asInt64(v any) (int64, error) {

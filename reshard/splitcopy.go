@@ -393,7 +393,8 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 // copyTableBatches copies the batch's rows of t (MySQL/MariaDB): one read
 // of them on the monolith, each with its shard and its hash, written 20,000
 // rows at a time to each target in one transaction let through its fence,
-// with multi-row INSERTs into each shard's table, and counted and summed
+// with multi-row INSERTs into each shard's table, each after a pass of its
+// shard's fence (passFenceMySQL), and counted and summed
 // (b.sent) for verifyCopy.
 func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
 	cols := b.cols[t.Name].write
@@ -414,6 +415,9 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 				for _, s := range shards[d] {
 					if len(per[s]) == 0 {
 						continue
+					}
+					if err := passFenceMySQL(ctx, tx, b.schemaOf(s)); err != nil {
+						return fmt.Errorf("shard %d: %w", s, err)
 					}
 					if err := insertRows(ctx, db, tx.ExecContext, quoteTable(db, b.schemaOf(s), t.Name), cols, per[s], false); err != nil {
 						return fmt.Errorf("shard %d: %w", s, err)
