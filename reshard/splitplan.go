@@ -119,9 +119,7 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 	for i, s := range todo {
 		p.To[s] = targets[i*len(targets)/len(todo)]
 	}
-	for lo := 0; lo < len(todo); lo += batch {
-		p.Batches = append(p.Batches, todo[lo:min(lo+batch, len(todo))])
-	}
+	p.Batches = splitBatches(todo, p.To, targets, batch)
 	refuse := func(kind, table, detail string, ids []int64) {
 		p.Refusals = append(p.Refusals, SplitRefusal{Kind: kind, Table: table, Detail: detail, IDs: ids})
 	}
@@ -160,6 +158,34 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 		return p, p.refused()
 	}
 	return p, nil
+}
+
+// splitBatches cuts todo (in order, each shard's target in to) into
+// batches of size shards, each taking its shards from every target in
+// turn: a batch's schemas are created, filled and verified on all its
+// targets at once, not on one target while the others wait. Within a
+// batch the shards are in order.
+func splitBatches(todo []int, to map[int]string, targets []string, size int) [][]int {
+	per := map[string][]int{}
+	for _, s := range todo {
+		per[to[s]] = append(per[to[s]], s)
+	}
+	var order []int
+	for len(order) < len(todo) {
+		for _, t := range targets {
+			if len(per[t]) > 0 {
+				order = append(order, per[t][0])
+				per[t] = per[t][1:]
+			}
+		}
+	}
+	var out [][]int
+	for lo := 0; lo < len(order); lo += size {
+		b := slices.Clone(order[lo:min(lo+size, len(order))])
+		slices.Sort(b)
+		out = append(out, b)
+	}
+	return out
 }
 
 // refused is the error of a plan with refusals.
