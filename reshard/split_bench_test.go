@@ -145,12 +145,20 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		stages := map[string]time.Duration{}
 		var order []string
 		last := time.Now()
+		// timeline: when each batch reached each stage, to place the
+		// longest stall.
+		type reached struct {
+			at    time.Time
+			stage string
+		}
+		var timeline []reached
 		onStage := func(s string) {
 			if _, ok := stages[s]; !ok {
 				order = append(order, s)
 			}
 			stages[s] += time.Since(last)
 			last = time.Now()
+			timeline = append(timeline, reached{last, s})
 		}
 		start = time.Now()
 		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: onStage}, func(i int, res reshard.SplitResult) {
@@ -194,6 +202,17 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			spent = append(spent, fmt.Sprintf("%s %v", s, stages[s].Round(time.Millisecond)))
 		}
 		b.Logf("time to each stage, over all batches: %s", strings.Join(spent, ", "))
+		if !w.stallAt.IsZero() {
+			before := "the split's start"
+			for _, r := range timeline {
+				if r.at.After(w.stallAt) {
+					break
+				}
+				before = fmt.Sprintf("%q of a batch at +%v", r.stage, r.at.Sub(start).Round(time.Millisecond))
+			}
+			b.Logf("the longest stall, %v, a write to %s from +%v, after %s", w.stall.Round(time.Millisecond), w.stallOn,
+				w.stallAt.Sub(start).Round(time.Millisecond), before)
+		}
 		// Every acknowledged write where it belongs, once; the monolith's
 		// sharded tables empty.
 		w.check(b, nil)

@@ -143,6 +143,8 @@ type splitWriters struct {
 	comment map[int64]string // id -> body ("" deleted)
 	cphoto  map[int64]int64  // comment -> photo
 	stall   time.Duration
+	stallAt time.Time // when the longest stall began
+	stallOn string    // and the table it wrote
 	ops     int
 	errs    []error
 	// pace, if above 0, is the time each writer waits between two
@@ -157,7 +159,9 @@ func (w *splitWriters) write(ctx context.Context, key int64, table string, f fun
 		err := f(db, tbl)
 		if err == nil {
 			w.mu.Lock()
-			w.stall = max(w.stall, time.Since(start))
+			if d := time.Since(start); d > w.stall {
+				w.stall, w.stallAt, w.stallOn = d, start, table
+			}
 			w.ops++
 			w.mu.Unlock()
 			return true
