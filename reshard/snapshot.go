@@ -324,6 +324,13 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, co
 			}
 			copied += inTx
 			inTx = 0
+			if fence != "" && dst.Dialector.Name() == "mysql" {
+				// The pass held for that transaction only: the next one
+				// passes the fence again.
+				if _, err := conn.ExecContext(ctx, "SET @shardid_fence_checked = NULL"); err != nil {
+					return err
+				}
+			}
 			return nil
 		}
 		for b := range batches {
