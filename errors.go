@@ -164,9 +164,11 @@ var (
 	ErrWrongShard = errors.New("shardid: row belongs to another shard than the statement is routed to")
 
 	// ErrShardMoving is returned by routed writes to a logical shard whose
-	// tables are fenced for a move (package reshard). It is retryable: once
-	// the router follows the new map, the write goes to the shard's new
-	// database.
+	// tables are fenced for a move (package reshard), and on MySQL/MariaDB
+	// by a write that opened the shard's table in the instant a move took
+	// its change log down (error 1146 for shardid_changes: the statement
+	// did not run). It is retryable: once the router follows the new map,
+	// the write goes to the shard's new database.
 	ErrShardMoving = errors.New("shardid: shard is moving; retry")
 
 	// ErrUnroutedSQL is returned for raw SQL (Raw, Exec) run through a

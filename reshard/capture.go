@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/shardid/shardid/internal/routesql"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -34,7 +35,7 @@ import (
 // move only. The trigger and its row commit or roll back with the write.
 
 // changeTable is the change log of a moving shard, in the shard's schema.
-const changeTable = "shardid_changes"
+const changeTable = routesql.ChangeLogTable
 
 // captureTrigger names the capture trigger of table for event (i, u, d on
 // MySQL, which has no trigger for several events), within 64 characters.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardid/shardid/internal/routesql"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -128,7 +129,7 @@ func (e *splitEnv) qt(schema, table string) string {
 
 // isFenced reports whether err is the fence's refusal.
 func isFenced(err error) bool {
-	return err != nil && strings.Contains(err.Error(), shardid.FenceMessage)
+	return errors.Is(err, shardid.ErrShardMoving) || routesql.IsFence(err)
 }
 
 // splitWriters writes through the map as a router would: inserts users,

@@ -44,6 +44,20 @@ func TestErrors(t *testing.T) {
 	if !IsFence(fmt.Errorf("ERROR: %s (SQLSTATE 55000)", FenceMessage)) || IsFence(errors.New("other")) || IsFence(nil) {
 		t.Error("IsFence")
 	}
+	// A move's change log gone under a write that opened its table as the
+	// capture was taken down: a refusal of the moving shard too. Another
+	// missing table is not.
+	for msg, want := range map[string]bool{
+		"Error 1146 (42S02): Table 'app_0010.shardid_changes' doesn't exist":                                          true,
+		"shardid: shard 1 on database my1: Error 1146 (42S02): Table 'shardid_mv_0001.shardid_changes' doesn't exist": true,
+		"Error 1146 (42S02): Table 'app_0010.photos' doesn't exist":                                                   false,
+		"Error 1146 (42S02): Table 'app_0010.shardid_changes_old' doesn't exist":                                      false,
+		`ERROR: relation "shardid_changes" does not exist (SQLSTATE 42P01)`:                                           false,
+	} {
+		if got := IsFence(errors.New(msg)); got != want {
+			t.Errorf("IsFence(%q) = %v, want %v", msg, got, want)
+		}
+	}
 	if !IsPooledStatement(fmt.Errorf("x: %w", stateErr("42P05"))) || !IsPooledStatement(stateErr("26000")) || IsPooledStatement(stateErr("23505")) {
 		t.Error("IsPooledStatement")
 	}
