@@ -63,8 +63,15 @@ func TestSegmentAllocatorClose(t *testing.T) {
 				go func() { defer wg.Done(); s.Close() }()
 			}
 			wg.Wait()
+			// The fetch's goroutine has signalled Close as it returns (its
+			// deferred Done): it may still be on its way out for a moment.
+			// One that stays is a leak.
+			deadline = time.Now().Add(2 * time.Second)
+			for segmentGoroutines() != 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
 			if n := segmentGoroutines(); n != 0 {
-				t.Errorf("%d goroutines of the allocator are left after Close", n)
+				t.Errorf("%d goroutines of the allocator are left 2 s after Close", n)
 			}
 			if _, err := s.Next(ctx); !errors.Is(err, shardid.ErrClosed) {
 				t.Errorf("Next after Close: %v, want ErrClosed", err)
