@@ -165,10 +165,11 @@ var (
 
 	// ErrShardMoving is returned by routed writes to a logical shard whose
 	// tables are fenced for a move (package reshard), and on MySQL/MariaDB
-	// by a write that opened the shard's table in the instant a move took
-	// its change log down (error 1146 for shardid_changes: the statement
-	// did not run). It is retryable: once the router follows the new map,
-	// the write goes to the shard's new database.
+	// by a write that opened the shard's table while a move or a split
+	// created or dropped the triggers on it (error 1146 for a table only
+	// those triggers read, such as shardid_changes: MariaDB's MDEV-26048;
+	// the statement did not run). It is retryable: once the router follows
+	// the new map, the write goes to the shard's new database.
 	ErrShardMoving = errors.New("shardid: shard is moving; retry")
 
 	// ErrUnroutedSQL is returned for raw SQL (Raw, Exec) run through a

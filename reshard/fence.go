@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/shardid/shardid/internal/routesql"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +22,7 @@ import (
 // once and never dropped while a shard moves, so changing the fence (from
 // a move's temporary fence to the old copy's fence for good) is one update
 // of a row, with no moment without a fence.
-const fenceTable = "shardid_fence_state"
+const fenceTable = routesql.FenceStateTable
 
 // ensureFence creates what the fence needs on tables of schema, where it
 // is missing: the state row (unfenced), the trigger function (PostgreSQL)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/shardid/shardid/internal/routesql"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,8 +177,8 @@ func newSplitter(ctx context.Context, cfg SplitConfig) (*splitter, error) {
 // splitStateTable, splitChangeTable: the split's own tables, in the
 // monolith's schema.
 const (
-	splitStateTable  = "shardid_split_state"
-	splitChangeTable = "shardid_split_changes"
+	splitStateTable  = routesql.SplitStateTable
+	splitChangeTable = routesql.SplitChangeLogTable
 )
 
 // isInternalSplitTable reports whether table is one of the split's or a

@@ -26,29 +26,46 @@ const Placeholder = "{{schema}}"
 // PostgreSQL and 45000 (SIGNAL, error 1644) on MySQL.
 const FenceMessage = "shardid: shard is fenced for a move"
 
-// ChangeLogTable is the name of a moving shard's change log, in the
-// shard's schema (reshard's capture).
-const ChangeLogTable = "shardid_changes"
+// The tables that only shardid's triggers read, in a shard's schema or in
+// a monolith being split (package reshard): a move's change log, a fence's
+// state, a split's state and its change log.
+const (
+	ChangeLogTable      = "shardid_changes"
+	FenceStateTable     = "shardid_fence_state"
+	SplitStateTable     = "shardid_split_state"
+	SplitChangeLogTable = "shardid_split_changes"
+)
 
 // IsFence reports whether err is the error the fence of a moving shard
 // raised, or the error a write meets on MySQL/MariaDB when it opens a
-// shard's table in the instant a move takes the table's capture down: the
-// capture's triggers name a change log that is no longer there ("Table
-// 'app_0001.shardid_changes' doesn't exist", error 1146; seen in
-// MariaDB under load, for a write routed to the old copy of a shard whose
-// move was ending, which the old copy's fence would have refused). In
-// both cases the statement did not run and the shard is moving or has
-// moved: the write is to be routed again. The message is matched, not a
-// driver's type, so it holds for pgx's *pgconn.PgError,
-// go-sql-driver/mysql's *MySQLError and any other driver that reports the
-// server's message.
+// table in the instant a move or a split creates or drops the triggers
+// that read one of shardid's own tables: "Table 'app_0001.shardid_changes'
+// doesn't exist" (error 1146) although the table is there or was just
+// dropped with its triggers. MariaDB fails a statement that way when it
+// opens a table while another session changes the table's triggers
+// (MDEV-26048), and the LOCK TABLES shardid holds for those changes
+// narrows that window without closing it. In both cases the statement did
+// not run and the shard is moving: the write is to be routed again. The
+// message is matched, not a driver's type, so it holds for pgx's
+// *pgconn.PgError, go-sql-driver/mysql's *MySQLError and any other driver
+// that reports the server's message.
 func IsFence(err error) bool {
 	if err == nil {
 		return false
 	}
 	msg := err.Error()
-	return strings.Contains(msg, FenceMessage) ||
-		strings.Contains(msg, "Table '") && strings.Contains(msg, "."+ChangeLogTable+"' doesn't exist")
+	if strings.Contains(msg, FenceMessage) {
+		return true
+	}
+	if !strings.Contains(msg, "Table '") {
+		return false
+	}
+	for _, t := range []string{ChangeLogTable, FenceStateTable, SplitStateTable, SplitChangeLogTable} {
+		if strings.Contains(msg, "."+t+"' doesn't exist") {
+			return true
+		}
+	}
+	return false
 }
 
 // sqlStater is what a driver's error offers when it carries a SQLSTATE, as
