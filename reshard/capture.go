@@ -382,7 +382,6 @@ func columnList(db *gorm.DB, cols []string) string {
 // INSERT statements of at most 60,000 values each, through exec. With
 // upsert, a row whose key exists replaces it in place.
 func insertRows(ctx context.Context, db *gorm.DB, exec execFunc, table string, cols []string, rows [][]any, upsert bool) error {
-	per := max(1, min(1000, 60000/len(cols)))
 	head := "INSERT INTO " + table + " (" + columnList(db, cols) + ") VALUES "
 	if db.Dialector.Name() != "mysql" {
 		// The source's values, identity columns too.
@@ -392,20 +391,31 @@ func insertRows(ctx context.Context, db *gorm.DB, exec execFunc, table string, c
 	if upsert {
 		tail = upsertClause(db, cols)
 	}
+	return eachInsert(db, head, tail, len(cols), rows, func(q string, args []any, n int) error {
+		_, err := exec(ctx, q, args...)
+		return err
+	})
+}
+
+// eachInsert calls f with the statements that insert rows (of width values
+// each): head, a list of rows of at most 60,000 values (1,000 rows at
+// most), then tail; with each statement's arguments and its row count.
+func eachInsert(db *gorm.DB, head, tail string, width int, rows [][]any, f func(q string, args []any, n int) error) error {
+	per := max(1, min(1000, 60000/width))
 	for len(rows) > 0 {
 		n := min(len(rows), per)
 		var b strings.Builder
 		b.WriteString(head)
-		args := make([]any, 0, n*len(cols))
+		args := make([]any, 0, n*width)
 		for i, row := range rows[:n] {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString("(" + placeholders(db, len(args), len(cols)) + ")")
+			b.WriteString("(" + placeholders(db, len(args), width) + ")")
 			args = append(args, row...)
 		}
 		b.WriteString(tail)
-		if _, err := exec(ctx, b.String(), args...); err != nil {
+		if err := f(b.String(), args, n); err != nil {
 			return err
 		}
 		rows = rows[n:]

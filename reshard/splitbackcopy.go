@@ -305,7 +305,6 @@ func (bc *backCopy) deleteKeys(ctx context.Context, tx *sql.Tx, t SplitTable, id
 // the shard's; if one is not, it fails with ErrKeyCollision.
 func (bc *backCopy) insert(ctx context.Context, tx *sql.Tx, t SplitTable, cols []string, rows [][]any, inPlace bool) error {
 	db := bc.sp.mono
-	per := max(1, min(1000, 60000/len(cols)))
 	head := "INSERT INTO " + bc.sp.q(t.Name) + " (" + columnList(db, cols) + ") VALUES "
 	tail := ""
 	if !bc.sp.mysql {
@@ -321,20 +320,8 @@ func (bc *backCopy) insert(ctx context.Context, tx *sql.Tx, t SplitTable, cols [
 		}
 		tail = " ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ") + " WHERE " + bc.guard(t, "x")
 	}
-	for len(rows) > 0 {
-		n := min(len(rows), per)
-		var b strings.Builder
-		b.WriteString(head)
-		args := make([]any, 0, n*len(cols))
-		for i, row := range rows[:n] {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString("(" + placeholders(db, len(args), len(cols)) + ")")
-			args = append(args, row...)
-		}
-		b.WriteString(tail)
-		res, err := tx.ExecContext(ctx, b.String(), args...)
+	return eachInsert(db, head, tail, len(cols), rows, func(q string, args []any, n int) error {
+		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -343,7 +330,6 @@ func (bc *backCopy) insert(ctx context.Context, tx *sql.Tx, t SplitTable, cols [
 			// another shard's row since checkTaken.
 			return withDetail(ErrKeyCollision, fmt.Sprintf("%d of shard %d's rows of %s have keys that rows of other shards took in the monolith meanwhile", int64(n)-k, bc.shard, t.Name))
 		}
-		rows = rows[n:]
-	}
-	return nil
+		return nil
+	})
 }
