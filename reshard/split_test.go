@@ -333,12 +333,28 @@ func (w *splitWriters) check(t testing.TB, wantRows map[string]int64) {
 			t.Errorf("%s: %d rows on the targets, want %d", tbl, got[tbl], want)
 		}
 	}
+	w.checkAcked(t)
+}
+
+// checkAcked checks that every acknowledged write is where the map says,
+// exactly once, in its last acknowledged state.
+func (w *splitWriters) checkAcked(t testing.TB) {
+	t.Helper()
+	e := w.e
 	for id, name := range w.users {
 		db, tbl := e.table(id, "users")
 		var got []string
 		db.Raw("SELECT name FROM "+tbl+" WHERE id = ?", id).Scan(&got)
 		if len(got) != 1 || got[0] != name {
 			t.Errorf("user %d: %q, want %q once", id, got, name)
+		}
+	}
+	for id, uid := range w.photos {
+		db, tbl := e.table(uid, "photos")
+		var got []int64
+		db.Raw("SELECT user_id FROM "+tbl+" WHERE id = ?", id).Scan(&got)
+		if len(got) != 1 || got[0] != uid {
+			t.Errorf("photo %d: users %v, want %d once", id, got, uid)
 		}
 	}
 	for id, body := range w.comment {

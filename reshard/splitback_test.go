@@ -182,30 +182,7 @@ func (w *splitWriters) checkBack(t *testing.T, shards []int, wantRows map[string
 			t.Errorf("%s: %d rows in all, want %d", tbl, n, want)
 		}
 	}
-	for id, name := range w.users {
-		db, tbl := e.table(id, "users")
-		var got []string
-		db.Raw("SELECT name FROM "+tbl+" WHERE id = ?", id).Scan(&got)
-		if len(got) != 1 || got[0] != name {
-			t.Errorf("user %d: %q, want %q once", id, got, name)
-		}
-	}
-	for id, uid := range w.photos {
-		db, tbl := e.table(uid, "photos")
-		var got []int64
-		db.Raw("SELECT user_id FROM "+tbl+" WHERE id = ?", id).Scan(&got)
-		if len(got) != 1 || got[0] != uid {
-			t.Errorf("photo %d: users %v, want %d once", id, got, uid)
-		}
-	}
-	for id, body := range w.comment {
-		db, tbl := e.table(w.photos[w.cphoto[id]], "comments")
-		var got []string
-		db.Raw("SELECT body FROM "+tbl+" WHERE id = ?", id).Scan(&got)
-		if body == "" && len(got) != 0 || body != "" && (len(got) != 1 || got[0] != body) {
-			t.Errorf("comment %d: %q, want %q", id, got, body)
-		}
-	}
+	w.checkAcked(t)
 }
 
 // sharedRows counts the rows of table tbl in the monolith whose shard the
