@@ -52,6 +52,16 @@ type MoveOptions struct {
 	// and "flipped" (the catalog and the router name the target).
 	OnStage func(stage string)
 
+	// CompareSource, if set, compares the source with the copy once the
+	// copy is made, by sums over buckets of keys, which costs a second
+	// read of the source's rows. Without it the copy verifies itself: the
+	// sums over the target's rows must equal those of the rows sent,
+	// computed by the source as it read them; from then on the change log
+	// carries every write. The comparison also catches writes to the
+	// source that no trigger saw (a session with session_replication_role
+	// = replica, a trigger disabled by hand), which the change log misses.
+	CompareSource bool
+
 	// LockWait is how long MoveShard waits for the shard's move lock while
 	// another session holds it: a mover that was killed, whose session
 	// the server has not ended yet, or a move under way. If 0,
@@ -84,9 +94,10 @@ type TableCheck struct {
 // MoveShard moves logical shard to the database named target, with every ID
 // unchanged: it creates the shard's schema and tables on the target, starts
 // a change log on the source (triggers record the key of every row
-// written), copies the rows (COPY on PostgreSQL), compares both sides row
-// by row once (by a hash of each row, computed by the databases) and
-// applies the change log, verifying every row as it writes it, while the
+// written), copies the rows (COPY on PostgreSQL), checks that the target
+// holds what it sent (by a hash of each row, computed by the databases:
+// MoveOptions.CompareSource) and applies the change log, verifying every
+// row as it writes it, while the
 // source takes writes; then it fences the source (its tables refuse
 // writes, so a router still on the old map gets ErrShardMoving instead of
 // writing to the wrong place), applies the rest of the change log,
@@ -305,6 +316,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// (unfenced), and a first copy while the source takes writes.
 	cp := newShardCopier(src, dst, schema, tables, opts.Batch, opts.Progress)
 	cp.fencedTarget = true // createTarget fenced it for the mover
+	cp.compareSource = opts.CompareSource
 	cp.caughtUp = mv.CaughtUp
 	defer func() {
 		// Failed, aborted or done: no trigger is left logging writes.

@@ -25,3 +25,21 @@ func CopyShard(ctx context.Context, src, dst *gorm.DB, schema string, tables []s
 	fence()
 	return c.finish(ctx)
 }
+
+// CopyVerifiesItself runs the capture and the copy of a move of the tables
+// of schema from src to dst, then tamper (if not nil), and reports whether
+// the copy then verifies itself against what it sent (verifySent).
+func CopyVerifiesItself(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, tamper func()) (bool, error) {
+	c := newShardCopier(src, dst, schema, tables, 1000, nil)
+	defer c.release(context.WithoutCancel(ctx))
+	if err := c.capture(ctx); err != nil {
+		return false, err
+	}
+	if _, err := c.copy(ctx); err != nil {
+		return false, err
+	}
+	if tamper != nil {
+		tamper()
+	}
+	return c.verifySent(ctx)
+}

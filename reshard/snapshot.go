@@ -62,17 +62,21 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 	return out, nil
 }
 
-// copySnapshot empties table (quoted) on dst and copies every row of it
-// from src: on PostgreSQL with the COPY protocol (COPY TO STDOUT on the
-// source piped into COPY FROM STDIN on the target, one statement and so
-// one snapshot), on MySQL with multi-row INSERT batches in key order.
-// progress, if not nil, is called as rows arrive. fence, if not "", is
-// the schema whose fence a MySQL target passes (copyBatches).
-func copySnapshot(ctx context.Context, src, dst *gorm.DB, fence, table string, cols []string, batch int, progress func(int64)) (int64, error) {
+// copySnapshot copies every row of table (quoted) from src into dst,
+// where it is empty: on PostgreSQL with the COPY protocol (COPY TO STDOUT
+// on the source piped into COPY FROM STDIN on the target, one statement
+// and so one snapshot), on MySQL with multi-row INSERT batches in key
+// order. It writes cols.write and returns, besides the rows copied, what
+// it sent of each bucket of keys (id modulo compareBuckets): the rows and
+// the sum of their hashes over cols.all, computed by the source as it
+// read them (rowHash), for the target to be checked against
+// (verifySent). progress, if not nil, is called as rows arrive. fence, if
+// not "", is the schema whose fence a MySQL target passes (copyBatches).
+func copySnapshot(ctx context.Context, src, dst *gorm.DB, fence, table string, cols columns, batch int, progress func(int64)) (int64, bucketSent, error) {
 	// The target is fenced for all but the mover (fenceForMover): every
 	// write here goes through moverTx or its equivalent.
 	if src.Dialector.Name() != "mysql" {
-		n, err := copyPG(ctx, src, dst, table, cols, batch, progress)
+		n, sent, err := copyPG(ctx, src, dst, table, cols, batch, progress)
 		if err == nil {
 			// Statistics for the new rows now, not when autovacuum comes
 			// by: the verification's lookups by key, and the shard's
@@ -80,11 +84,30 @@ func copySnapshot(ctx context.Context, src, dst *gorm.DB, fence, table string, c
 			err = dst.WithContext(ctx).Exec("ANALYZE " + table).Error
 		}
 		if !errors.Is(err, errNotPgx) {
-			return n, err
+			return n, sent, err
 		}
 	}
 	return copyBatches(ctx, src, dst, fence, table, cols, batch, progress)
 }
+
+// bucketSent is what a copy sent of a table, by bucket of keys (id modulo
+// compareBuckets).
+type bucketSent map[int64]*sentRows
+
+// add counts a row of key bucket b and hash h.
+func (s bucketSent) add(b int64, h uint64) {
+	r := s[b]
+	if r == nil {
+		r = &sentRows{}
+		s[b] = r
+	}
+	r.rows++
+	r.sum += h
+}
+
+// bucketKey is the SQL expression of a row's bucket of keys, as bucketSums
+// groups them.
+func bucketKey() string { return "MOD(id, " + strconv.Itoa(compareBuckets) + ")" }
 
 // withPgx runs f with the *pgx.Conn under a connection of db's pool, or
 // returns errNotPgx when db's driver is not pgx's.
@@ -109,14 +132,19 @@ func withPgx(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
 
 // copyPG pipes COPY TO STDOUT of table on src into COPY FROM STDIN on dst,
 // in text format, counting rows by their line ends (text COPY escapes
-// newlines inside values) and reporting them every every rows.
-func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string, every int, progress func(int64)) (int64, error) {
-	list := columnList(src, cols)
+// newlines inside values) and reporting them every every rows. Each row
+// leaves the source with its bucket and its hash in front, which a
+// bucketSummer adds up and cuts off.
+func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols columns, every int, progress func(int64)) (int64, bucketSent, error) {
+	list := columnList(src, cols.write)
+	q := "COPY (SELECT " + bucketKey() + ", " + rowHash(src, cols.all) + ", " + list + " FROM " + table + ") TO STDOUT"
 	var copied int64
+	var sent bucketSent
 	err := withPgx(ctx, src, func(sc *pgx.Conn) error {
 		return withPgx(ctx, dst, func(dc *pgx.Conn) error {
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
+			sum := &bucketSummer{sent: bucketSent{}}
 			go func() {
 				// In a transaction that prints values as the target's
 				// reads them (hashSettingsPG, moverSettingsPG): a date
@@ -128,7 +156,11 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 						// Buffered: COPY TO writes a message per row, and
 						// COPY FROM sends a message per read.
 						bw := &rowBuffer{w: pw, every: max(every, 1)}
-						if _, err = sc.PgConn().CopyTo(ctx, bw, "COPY "+table+" ("+list+") TO STDOUT"); err == nil {
+						sum.w = bw
+						if _, err = sc.PgConn().CopyTo(ctx, sum, q); err == nil {
+							err = sum.close()
+						}
+						if err == nil {
 							err = bw.Flush()
 						}
 					}
@@ -156,13 +188,16 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
 				err = rerr
 			}
+			if err == nil && tag.RowsAffected() != sum.rows {
+				err = fmt.Errorf("COPY wrote %d rows of %d sent", tag.RowsAffected(), sum.rows)
+			}
 			if err == nil {
 				err = tx.Commit(ctx)
 			}
 			if err != nil {
 				return err
 			}
-			copied = tag.RowsAffected()
+			copied, sent = tag.RowsAffected(), sum.sent
 			if progress != nil {
 				progress(copied)
 			}
@@ -172,7 +207,47 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols []string,
 	if err != nil && !errors.Is(err, errNotPgx) {
 		err = fmt.Errorf("shardid: copying %s: %w", table, err)
 	}
-	return copied, err
+	return copied, sent, err
+}
+
+// bucketSummer is the io.Writer that COPY TO STDOUT writes a copy's rows
+// to, each as "bucket\thash\tcolumns...\n": it adds the row up in sent and
+// passes its columns on to w, a row a write.
+type bucketSummer struct {
+	w       io.Writer
+	sent    bucketSent
+	rows    int64
+	partial []byte
+}
+
+func (s *bucketSummer) Write(p []byte) (int, error) {
+	if err := eachLine(&s.partial, p, s.line); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (s *bucketSummer) line(l []byte) error {
+	b, rest, ok := cutInt(l)
+	if !ok {
+		return fmt.Errorf("shardid: a copied row with no bucket: %.60q", l)
+	}
+	h, data, ok := cutInt(rest)
+	if !ok {
+		return fmt.Errorf("shardid: a copied row with no hash: %.60q", l)
+	}
+	s.sent.add(b, uint64(h))
+	s.rows++
+	_, err := s.w.Write(data)
+	return err
+}
+
+// close fails if the source's output ended inside a row.
+func (s *bucketSummer) close() error {
+	if len(s.partial) > 0 {
+		return fmt.Errorf("shardid: a copy ended in the middle of a row: %.60q", s.partial)
+	}
+	return nil
 }
 
 // rowBuffer gathers the rows that COPY TO writes (a write per row) and
@@ -243,13 +318,15 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 }
 
 // copyBatches copies table from src to dst in key order, batch rows per
-// multi-row INSERT, reading the next batch while it writes one. Each side
+// multi-row INSERT, reading the next batch while it writes one, each row
+// read with its bucket and hash, which it adds up (copySnapshot). Each side
 // keeps one session for the whole copy; a read is a transaction of its own
 // (no snapshot held across the copy), and the writes commit every
 // copyCommitRows rows. On MySQL each transaction passes the fence of the
 // schema named fence (if not ""), the target's, once (passFenceMySQL), not
 // once for each row.
-func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, cols []string, batch int, progress func(int64)) (int64, error) {
+func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, columns columns, batch int, progress func(int64)) (int64, bucketSent, error) {
+	cols := columns.write
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type read struct {
@@ -266,7 +343,7 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, co
 	go func() {
 		defer reader.Done()
 		defer close(batches)
-		sel := "SELECT " + columnList(src, cols) + " FROM " + table
+		sel := "SELECT " + columnList(src, cols) + ", " + bucketKey() + ", " + rowHash(src, columns.all) + " FROM " + table
 		order := " ORDER BY id LIMIT " + strconv.Itoa(batch)
 		err := readConn(ctx, src, func(conn *sql.Conn, settings string) error {
 			var after any // none yet: the first batch has no lower bound
@@ -284,7 +361,7 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, co
 					if err != nil {
 						return err
 					}
-					b.rows, err = scanAll(rs, len(cols))
+					b.rows, err = scanAll(rs, len(cols)+2)
 					return err
 				})
 				if b.err == nil && len(b.rows) > 0 {
@@ -308,6 +385,8 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, co
 		}
 	}()
 	var copied int64 // committed
+	// What was sent: if a write fails, the copy does.
+	sent := bucketSent{}
 	err := moverSession(ctx, dst, func(conn *sql.Conn, settings string) error {
 		var tx *sql.Tx
 		defer func() {
@@ -324,6 +403,7 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, co
 			}
 			copied += inTx
 			inTx = 0
+
 			if fence != "" && dst.Dialector.Name() == "mysql" {
 				// The pass held for that transaction only: the next one
 				// passes the fence again.
@@ -339,6 +419,19 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, co
 			}
 			if len(b.rows) == 0 {
 				break
+			}
+			// The bucket and the hash, added up and cut off.
+			for i, row := range b.rows {
+				bucket, err := asInt64(row[len(cols)])
+				if err != nil {
+					return fmt.Errorf("shardid: reading %s: the bucket: %w", table, err)
+				}
+				h, err := hashOf(row[len(cols)+1])
+				if err != nil {
+					return fmt.Errorf("shardid: reading %s: %w", table, err)
+				}
+				sent.add(bucket, h)
+				b.rows[i] = row[:len(cols)]
 			}
 			if tx == nil {
 				var err error
@@ -375,9 +468,9 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, co
 		return nil
 	})
 	if err != nil {
-		return copied, err
+		return copied, sent, err
 	}
-	return copied, ctx.Err()
+	return copied, sent, ctx.Err()
 }
 
 // copyCommitRows is how many rows copyBatches writes per transaction: few

@@ -70,23 +70,32 @@ func newCopyRouter(shards []int, send func(copyChunkOf) error, progress func(int
 // Write takes in what COPY TO STDOUT sends: a row a call, as pgx passes
 // it on, but a row in pieces is put back together.
 func (r *copyRouter) Write(p []byte) (int, error) {
-	n := len(p)
-	if len(r.partial) > 0 {
-		r.partial = append(r.partial, p...)
-		p, r.partial = r.partial, nil
+	if err := eachLine(&r.partial, p, r.line); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// eachLine calls line with each whole line (its "\n" included) of what
+// partial holds, the start of a line that a write before cut short, and
+// p; it keeps the end of a line that p cuts short in partial.
+func eachLine(partial *[]byte, p []byte, line func([]byte) error) error {
+	if len(*partial) > 0 {
+		p = append(*partial, p...)
+		*partial = nil
 	}
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
-			r.partial = append([]byte(nil), p...)
-			break
+			*partial = append([]byte(nil), p...)
+			return nil
 		}
-		if err := r.line(p[:i+1]); err != nil {
-			return 0, err
+		if err := line(p[:i+1]); err != nil {
+			return err
 		}
 		p = p[i+1:]
 	}
-	return n, nil
+	return nil
 }
 
 // line routes one row: "shard\thash\tcolumns...\n".
