@@ -75,7 +75,35 @@ func ensureFencePG(tx *gorm.DB, in, final string, tables []string) error {
 // missing: ensureFencePG's, before the triggers.
 func fenceStatementsPG(in, final string) []string {
 	schema := in
-	fn := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
+	return []string{
+		"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
+		fmt.Sprintf(`ALTER TABLE "%s".%s ADD COLUMN IF NOT EXISTS mover_only BOOLEAN NOT NULL DEFAULT FALSE`, schema, fenceTable),
+		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
+		fenceFunctionPG(schema, final),
+	}
+}
+
+// freshMoverFencePG are the statements that give a schema created in the
+// same transaction, which no other session can see yet, its fence, fenced
+// for the mover with token 1 (fenceForMover's): the state ensureFencePG and
+// fenceForMoverTx leave, in fewer statements, with no lock to take.
+func freshMoverFencePG(schema string, tables []string) []string {
+	out := []string{
+		fmt.Sprintf(`CREATE TABLE "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE)`, schema, fenceTable),
+		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed, mover_only) VALUES (1, 'infinity', 1, FALSE, TRUE)`, schema, fenceTable),
+		fenceFunctionPG(schema, schema),
+	}
+	for _, t := range tables {
+		out = append(out, fenceTriggerPG(schema, t))
+	}
+	return out
+}
+
+// fenceFunctionPG is the statement that creates (or replaces) the fence's
+// trigger function of schema in, reading the state of schema final.
+func fenceFunctionPG(in, final string) string {
+	return fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_fence() RETURNS trigger LANGUAGE plpgsql
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE u timestamptz; m boolean;
 BEGIN
@@ -84,14 +112,7 @@ BEGIN
 		RAISE EXCEPTION '%[3]s' USING ERRCODE = '55000';
 	END IF;
 	RETURN NULL;
-END $$`, schema, fenceTable, shardid.FenceMessage, final)
-	return []string{
-		"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
-		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
-		fmt.Sprintf(`ALTER TABLE "%s".%s ADD COLUMN IF NOT EXISTS mover_only BOOLEAN NOT NULL DEFAULT FALSE`, schema, fenceTable),
-		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
-		fn,
-	}
+END $$`, in, fenceTable, shardid.FenceMessage, final)
 }
 
 // fenceTriggerPG is the statement that creates the fence's trigger on

@@ -103,3 +103,42 @@ func testSplitCarriesForeignKeys(t *testing.T, e *splitEnv) {
 		}
 	}
 }
+
+// A split's targets refuse every writer but the mover from the moment
+// they are created until the flip (their fence for the mover), and take
+// writes after it.
+func TestSplitTargetsRefuseWritersUntilTheFlipPostgres(t *testing.T) {
+	testSplitTargetsRefuseWriters(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestSplitTargetsRefuseWritersUntilTheFlipMariaDB is
+// TestSplitTargetsRefuseWritersUntilTheFlipPostgres on MariaDB.
+func TestSplitTargetsRefuseWritersUntilTheFlipMariaDB(t *testing.T) {
+	testSplitTargetsRefuseWriters(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testSplitTargetsRefuseWriters(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	insert := func() error {
+		return e.dbs[1].Exec("INSERT INTO " + e.qt(e.m.SchemaOf(0), "users") + " (id, name) VALUES (900000, 'stray')").Error
+	}
+	var tried []string
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{OnStage: func(s string) {
+		if s != "created" && s != "copied" && s != "sealed" {
+			return
+		}
+		tried = append(tried, s)
+		if err := insert(); !isFenced(err) {
+			t.Errorf("a write to a target at %q: %v, want the fence's refusal", s, err)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tried) != 3 {
+		t.Errorf("tried the targets at %v", tried)
+	}
+	if err := insert(); err != nil {
+		t.Errorf("a write to a target after the flip: %v", err)
+	}
+}

@@ -137,12 +137,8 @@ func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 								script = append(script, fmt.Sprintf(ix, `"`+sc+`"`))
 							}
 						}
-						script = append(script, fenceStatementsPG(sc, sc)...)
-						for _, t := range tables {
-							script = append(script, fenceTriggerPG(sc, t))
-						}
 						// fenceForMover's fence, of a fresh state row.
-						script = append(script, `UPDATE "`+sc+`".`+fenceTable+` SET fenced_until = 'infinity', token = 1, sealed = FALSE, mover_only = TRUE WHERE id = 1`)
+						script = append(script, freshMoverFencePG(sc, tables)...)
 						mu.Lock()
 						tokens[s] = 1
 						b.fresh[s] = true
