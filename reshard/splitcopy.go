@@ -112,87 +112,114 @@ func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 	if b.sp.mysql {
 		return tokens, b.createTargetsMySQL(ctx, tables, tokens)
 	}
-	errs := make(chan error, len(targets))
+	// On each target, ddlSessions sessions at once, each taking the next
+	// chunk of 50 shards: DDL is mostly the server's CPU, and a split must
+	// not get less of it than the writers beside it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(targets)*ddlSessions)
 	for _, d := range targets {
-		go func() {
-			db := b.sp.cfg.DBs[d]
-			for lo := 0; lo < len(shards[d]); lo += 50 {
-				chunk := shards[d][lo:min(lo+50, len(shards[d]))]
-				err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error {
-					var have []string
-					if err := tx.Raw("SELECT nspname FROM pg_namespace WHERE nspname IN ?", shardSchemas(b, chunk)).Scan(&have).Error; err != nil {
-						return err
-					}
-					// New schemas: one script, one round trip.
-					var script []string
-					for _, s := range chunk {
-						sc := b.schemaOf(s)
-						if slices.Contains(have, sc) {
-							continue
-						}
-						script = append(script, `CREATE SCHEMA "`+sc+`"`)
-						for _, t := range tables {
-							script = append(script, "CREATE TABLE "+quoteTable(db, sc, t)+defs[t])
-							for _, ix := range indexes[t] {
-								script = append(script, fmt.Sprintf(ix, `"`+sc+`"`))
-							}
-						}
-						// fenceForMover's fence, of a fresh state row.
-						script = append(script, freshMoverFencePG(sc, tables)...)
-						mu.Lock()
-						tokens[s] = 1
-						b.fresh[s] = true
-						mu.Unlock()
-					}
-					if len(script) > 0 {
-						if err := tx.Exec(strings.Join(script, ";\n")).Error; err != nil {
-							return err
-						}
-					}
-					// Schemas found (a batch run again): as a move does.
-					for _, s := range chunk {
-						sc := b.schemaOf(s)
-						if !slices.Contains(have, sc) {
-							continue
-						}
-						for _, t := range tables {
-							if err := tx.Exec("CREATE TABLE IF NOT EXISTS " + quoteTable(db, sc, t) + defs[t]).Error; err != nil {
-								return err
-							}
-							for _, ix := range indexes[t] {
-								if err := tx.Exec(fmt.Sprintf(ix, `"`+sc+`"`)).Error; err != nil {
-									return err
-								}
-							}
-						}
-						if err := ensureFencePG(tx, sc, sc, tables); err != nil {
-							return err
-						}
-						tok, err := fenceForMoverTx(tx, sc, tables)
-						if err != nil {
-							return err
-						}
-						mu.Lock()
-						tokens[s] = tok
-						mu.Unlock()
-					}
-					return nil
-				})
-				if err != nil {
-					errs <- fmt.Errorf("shardid: creating shards %d to %d on %s: %w", chunk[0], chunk[len(chunk)-1], b.sp.cfg.Map.Databases()[d], err)
-					return
-				}
-			}
-			errs <- nil
-		}()
+		// Chunks of at most 50 shards, at least one a session.
+		size := min(50, max(1, (len(shards[d])+ddlSessions-1)/ddlSessions))
+		chunks := make(chan []int, (len(shards[d])+size-1)/size)
+		for lo := 0; lo < len(shards[d]); lo += size {
+			chunks <- shards[d][lo:min(lo+size, len(shards[d]))]
+		}
+		close(chunks)
+		for range ddlSessions {
+			go func() {
+				errs <- b.createChunks(ctx, d, chunks, tables, defs, indexes, tokens, &mu)
+			}()
+		}
 	}
 	var first error
-	for range targets {
-		if err := <-errs; err != nil && first == nil {
+	for range len(targets) * ddlSessions {
+		if err := <-errs; err != nil && (first == nil || errors.Is(first, context.Canceled)) {
 			first = err
+			cancel() // the other sessions stop at their next chunk
 		}
 	}
 	return tokens, first
+}
+
+// ddlSessions is how many sessions of each target createTargets creates
+// schemas in at once.
+const ddlSessions = 4
+
+// createChunks creates the schemas of each chunk of shards that chunks
+// brings on target d, a chunk a transaction, until chunks is drained.
+func (b *splitBatch) createChunks(ctx context.Context, d int, chunks <-chan []int, tables []string, defs map[string]string,
+	indexes map[string][]string, tokens map[int]int64, mu *sync.Mutex) error {
+	db := b.sp.cfg.DBs[d]
+	for chunk := range chunks {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := lockedTx(ctx, db, b.schemaOf(chunk[0]), func(tx *gorm.DB) error {
+			var have []string
+			if err := tx.Raw("SELECT nspname FROM pg_namespace WHERE nspname IN ?", shardSchemas(b, chunk)).Scan(&have).Error; err != nil {
+				return err
+			}
+			// New schemas: one script, one round trip.
+			var script []string
+			for _, s := range chunk {
+				sc := b.schemaOf(s)
+				if slices.Contains(have, sc) {
+					continue
+				}
+				script = append(script, `CREATE SCHEMA "`+sc+`"`)
+				for _, t := range tables {
+					script = append(script, "CREATE TABLE "+quoteTable(db, sc, t)+defs[t])
+					for _, ix := range indexes[t] {
+						script = append(script, fmt.Sprintf(ix, `"`+sc+`"`))
+					}
+				}
+				// fenceForMover's fence, of a fresh state row.
+				script = append(script, freshMoverFencePG(sc, tables)...)
+				mu.Lock()
+				tokens[s] = 1
+				b.fresh[s] = true
+				mu.Unlock()
+			}
+			if len(script) > 0 {
+				if err := tx.Exec(strings.Join(script, ";\n")).Error; err != nil {
+					return err
+				}
+			}
+			// Schemas found (a batch run again): as a move does.
+			for _, s := range chunk {
+				sc := b.schemaOf(s)
+				if !slices.Contains(have, sc) {
+					continue
+				}
+				for _, t := range tables {
+					if err := tx.Exec("CREATE TABLE IF NOT EXISTS " + quoteTable(db, sc, t) + defs[t]).Error; err != nil {
+						return err
+					}
+					for _, ix := range indexes[t] {
+						if err := tx.Exec(fmt.Sprintf(ix, `"`+sc+`"`)).Error; err != nil {
+							return err
+						}
+					}
+				}
+				if err := ensureFencePG(tx, sc, sc, tables); err != nil {
+					return err
+				}
+				tok, err := fenceForMoverTx(tx, sc, tables)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				tokens[s] = tok
+				mu.Unlock()
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("shardid: creating shards %d to %d on %s: %w", chunk[0], chunk[len(chunk)-1], b.sp.cfg.Map.Databases()[d], err)
+		}
+	}
+	return nil
 }
 
 // secondaryIndexesPG returns the definitions of the indexes of tables of

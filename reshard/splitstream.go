@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,19 +191,31 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	targets, _ := b.byTarget()
-	feeds := map[int]chan copyChunkOf{}
-	errs := make(chan error, len(targets))
-	var wg sync.WaitGroup
+	// copyLanes sessions of each target, each writing its share of the
+	// target's shards in a transaction of its own.
+	targets, shards := b.byTarget()
+	type lane struct{ d, i int }
+	laneOf := map[int]lane{}
+	feeds := map[lane]chan copyChunkOf{}
 	for _, d := range targets {
+		for i, s := range shards[d] {
+			laneOf[s] = lane{d, i % copyLanes}
+		}
+	}
+	errs := make(chan error, len(targets)*copyLanes)
+	var wg sync.WaitGroup
+	for _, l := range slices.Collect(maps.Values(laneOf)) {
+		if feeds[l] != nil {
+			continue
+		}
 		feed := make(chan copyChunkOf, 4)
-		feeds[d] = feed
+		feeds[l] = feed
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := b.copyInto(ctx, d, t.Name, columnList(b.sp.cfg.DBs[d], cols.write), feed)
+			err := b.copyInto(ctx, l.d, t.Name, columnList(b.sp.cfg.DBs[l.d], cols.write), feed)
 			if err != nil {
-				cancel(fmt.Errorf("shardid: copying %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err))
+				cancel(fmt.Errorf("shardid: copying %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[l.d], err))
 				for range feed { // the reader stops at the cancellation
 				}
 			}
@@ -210,7 +224,7 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 	}
 	send := func(c copyChunkOf) error {
 		select {
-		case feeds[b.to[c.shard]] <- c:
+		case feeds[laneOf[c.shard]] <- c:
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -256,6 +270,10 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 	return router.total, nil
 }
 
+// copyLanes is how many sessions of each target a split's copy writes
+// through at once: a COPY into a shard's table is mostly the server's CPU.
+const copyLanes = 2
+
 // copyInto writes the chunks of table that feed brings into their shards'
 // tables on target d, in one transaction let through the fence for the
 // mover, committed once feed is closed, unless ctx is cancelled by then.
@@ -299,11 +317,34 @@ func (b *splitBatch) verifyCopy(ctx context.Context) (bool, error) {
 	}
 	checks := map[string]map[int]*rowCheck{}
 	targets, shards := b.byTarget()
+	// Every table on every target summed at once, a session each.
+	type sums struct {
+		got map[int]sentRows
+		err error
+	}
+	type job struct {
+		t string
+		d int
+	}
+	results := map[job]*sums{}
+	var wg sync.WaitGroup
+	for _, t := range b.sp.tables {
+		for _, d := range targets {
+			r := &sums{}
+			results[job{t.Name, d}] = r
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.got, r.err = tableSums(ctx, b.sp.cfg.DBs[d], shards[d], b.schemaOf, t.Name, b.cols[t.Name].all)
+			}()
+		}
+	}
+	wg.Wait()
 	for _, t := range b.sp.tables {
 		checks[t.Name] = map[int]*rowCheck{}
 		for _, d := range targets {
 			db := b.sp.cfg.DBs[d]
-			got, err := tableSums(ctx, db, shards[d], b.schemaOf, t.Name, b.cols[t.Name].all)
+			got, err := results[job{t.Name, d}].got, results[job{t.Name, d}].err
 			if err != nil {
 				return false, fmt.Errorf("shardid: verifying the copy of %s on %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
 			}
