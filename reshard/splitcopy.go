@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 )
@@ -415,7 +416,8 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 
 // copyTableBatches copies the batch's rows of t (MySQL/MariaDB): one read
 // of them on the monolith, each with its shard and its hash, written 20,000
-// rows at a time to each target in one transaction let through its fence,
+// rows at a time to each target (on a goroutine of each, while the read
+// goes on) in one transaction let through its fence,
 // with multi-row INSERTs into each shard's table, each after a pass of its
 // shard's fence (passFenceMySQL), and counted and summed
 // (b.sent) for verifyCopy.
@@ -427,37 +429,64 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 		sent[s] = &sentRows{}
 	}
 	const page = 20000
-	per := map[int][][]any{}
-	held := 0
-	var copied int64
-	write := func() error {
-		targets, shards := b.byTarget()
-		for _, d := range targets {
+	// Each target writes on a goroutine of its own, a page behind the
+	// read at most: the read goes on while they write.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	targets, _ := b.byTarget()
+	pages := map[int]chan map[int][][]any{}
+	var wg sync.WaitGroup
+	var copied atomic.Int64
+	var reported sync.Mutex
+	for _, d := range targets {
+		ch := make(chan map[int][][]any, 1)
+		pages[d] = ch
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			db := b.sp.cfg.DBs[d]
-			err := moverTx(ctx, db, func(tx *sql.Tx) error {
-				for _, s := range shards[d] {
-					if len(per[s]) == 0 {
-						continue
-					}
-					if err := passFenceMySQL(ctx, tx, b.schemaOf(s)); err != nil {
-						return fmt.Errorf("shard %d: %w", s, err)
-					}
-					if err := insertRows(ctx, db, tx.ExecContext, quoteTable(db, b.schemaOf(s), t.Name), cols, per[s], false); err != nil {
-						return fmt.Errorf("shard %d: %w", s, err)
-					}
+			for per := range ch {
+				if ctx.Err() != nil {
+					continue // drained: the reader stops at the cancellation
 				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("shardid: writing %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
+				n := 0
+				err := moverTx(ctx, db, func(tx *sql.Tx) error {
+					for _, s := range sortedKeys(per) {
+						if err := passFenceMySQL(ctx, tx, b.schemaOf(s)); err != nil {
+							return fmt.Errorf("shard %d: %w", s, err)
+						}
+						if err := insertRows(ctx, db, tx.ExecContext, quoteTable(db, b.schemaOf(s), t.Name), cols, per[s], false); err != nil {
+							return fmt.Errorf("shard %d: %w", s, err)
+						}
+						n += len(per[s])
+					}
+					return nil
+				})
+				if err != nil {
+					cancel(fmt.Errorf("shardid: writing %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err))
+					continue
+				}
+				// One report at a time, in order.
+				reported.Lock()
+				if total := copied.Add(int64(n)); progress != nil {
+					progress(total)
+				}
+				reported.Unlock()
+			}
+		}()
+	}
+	per := map[int]map[int][][]any{} // by target, by shard
+	held := 0
+	write := func() error {
+		for d, p := range per {
+			select {
+			case pages[d] <- p:
+			case <-ctx.Done():
+				return context.Cause(ctx)
 			}
 		}
-		copied += int64(held)
-		clear(per)
+		per = map[int]map[int][][]any{}
 		held = 0
-		if progress != nil {
-			progress(copied)
-		}
 		return nil
 	}
 	err := readSession(ctx, b.sp.mono, func(qr querier) error {
@@ -490,7 +519,11 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 			}
 			st.rows++
 			st.sum += h
-			per[int(s)] = append(per[int(s)], vals[2:])
+			d := b.to[int(s)]
+			if per[d] == nil {
+				per[d] = map[int][][]any{}
+			}
+			per[d][int(s)] = append(per[d][int(s)], vals[2:])
 			// Written while the read goes on: the rows held stay few.
 			if held++; held == page {
 				if err := write(); err != nil {
@@ -503,14 +536,21 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 	if err == nil {
 		err = write()
 	}
+	for _, ch := range pages {
+		close(ch)
+	}
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil {
+		err = cause // a writer's failure, which stopped the read too
+	}
 	if err != nil {
-		return copied, fmt.Errorf("shardid: copying %s: %w", t.Name, err)
+		return copied.Load(), fmt.Errorf("shardid: copying %s: %w", t.Name, err)
 	}
 	if b.sent == nil {
 		b.sent = map[string]map[int]*sentRows{}
 	}
 	b.sent[t.Name] = sent
-	return copied, nil
+	return copied.Load(), nil
 }
 
 // compare reads every table of the batch on both sides once (the
