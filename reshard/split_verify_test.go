@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardid/shardid/reshard"
 	"gorm.io/gorm"
@@ -140,5 +141,31 @@ func testSplitTargetsRefuseWriters(t *testing.T, e *splitEnv) {
 	}
 	if err := insert(); err != nil {
 		t.Errorf("a write to a target after the flip: %v", err)
+	}
+}
+
+// A split whose targets' pools open one session each still finishes: its
+// copy writes through as many sessions of a target as the pool allows, not
+// more (a second one, waiting for the session that the first holds until
+// the read ends, would wait for ever).
+func TestSplitThroughOneSessionPerTarget(t *testing.T) {
+	// More shards on each target than a lane's feed holds chunks.
+	e := newSplitEnvPG(t, 48, 200, 2, 2)
+	for _, db := range e.dbs[1:] {
+		pool, err := db.DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.SetMaxOpenConns(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var shards []int
+	var to []string
+	for s := range 48 {
+		shards, to = append(shards, s), append(to, e.names[1+s%2])
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, shards, to, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

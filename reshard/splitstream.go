@@ -198,8 +198,9 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 	laneOf := map[int]lane{}
 	feeds := map[lane]chan copyChunkOf{}
 	for _, d := range targets {
+		n := lanesOf(b.sp.cfg.DBs[d])
 		for i, s := range shards[d] {
-			laneOf[s] = lane{d, i % copyLanes}
+			laneOf[s] = lane{d, i % n}
 		}
 	}
 	errs := make(chan error, len(targets)*copyLanes)
@@ -273,6 +274,21 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 // copyLanes is how many sessions of each target a split's copy writes
 // through at once: a COPY into a shard's table is mostly the server's CPU.
 const copyLanes = 2
+
+// lanesOf is how many lanes a copy writes to db through: copyLanes, but
+// never more than db's pool may open. Each lane holds a session until the
+// read ends; a lane waiting for a session that another lane holds would
+// wait for ever, and the read with it.
+func lanesOf(db *gorm.DB) int {
+	pool, err := sqlDB(db)
+	if err != nil {
+		return 1
+	}
+	if m := pool.Stats().MaxOpenConnections; m > 0 {
+		return max(1, min(copyLanes, m))
+	}
+	return copyLanes
+}
 
 // copyInto writes the chunks of table that feed brings into their shards'
 // tables on target d, in one transaction let through the fence for the
