@@ -317,33 +317,56 @@ func targetRows(ctx context.Context, db *gorm.DB, schemas []string) ([]targetTab
 	if err := db.WithContext(ctx).Raw(q, schemas).Scan(&found).Error; err != nil {
 		return nil, err
 	}
+	// Which tables hold a row: one query for 200 tables at a time.
+	var tables []struct{ Schema, Table string }
+	for _, f := range found {
+		if !isInternalSplitTable(f.Table) {
+			tables = append(tables, f)
+		}
+	}
+	dual := ""
+	if db.Dialector.Name() == "mysql" {
+		dual = " FROM DUAL"
+	}
+	var full []struct{ Schema, Table string }
+	for lo := 0; lo < len(tables); lo += 200 {
+		chunk := tables[lo:min(lo+200, len(tables))]
+		parts := make([]string, len(chunk))
+		for i, f := range chunk {
+			parts[i] = "SELECT " + strconv.Itoa(i) + dual + " WHERE EXISTS (SELECT 1 FROM " + quoteTable(db, f.Schema, f.Table) + ")"
+		}
+		var idx []int
+		if err := db.WithContext(ctx).Raw(strings.Join(parts, " UNION ALL ")).Scan(&idx).Error; err != nil {
+			return nil, err
+		}
+		for _, i := range idx {
+			full = append(full, chunk[i])
+		}
+	}
 	fenced := map[string]bool{}
 	var out []targetTable
-	for _, f := range found {
-		if f.Table == fenceTable {
+	for _, f := range full {
+		mover, ok := fenced[f.Schema]
+		if !ok {
 			st, err := readFence(ctx, db, f.Schema)
 			if err != nil {
 				return nil, err
 			}
-			fenced[f.Schema] = st.MoverOnly
-		}
-	}
-	for _, f := range found {
-		if isInternalSplitTable(f.Table) {
-			continue
+			mover = st.MoverOnly
+			fenced[f.Schema] = mover
 		}
 		var ids []int64
 		if err := db.WithContext(ctx).Raw("SELECT id FROM " + quoteTable(db, f.Schema, f.Table) + " ORDER BY id LIMIT 5").Scan(&ids).Error; err != nil {
 			return nil, err
 		}
 		if len(ids) == 0 {
-			continue
+			continue // emptied since
 		}
 		var n int64
 		if err := db.WithContext(ctx).Raw("SELECT count(*) FROM " + quoteTable(db, f.Schema, f.Table)).Scan(&n).Error; err != nil {
 			return nil, err
 		}
-		out = append(out, targetTable{schema: f.Schema, table: f.Table, rows: n, ids: ids, moverFenced: fenced[f.Schema]})
+		out = append(out, targetTable{schema: f.Schema, table: f.Table, rows: n, ids: ids, moverFenced: mover})
 	}
 	return out, nil
 }
