@@ -228,17 +228,13 @@ func (s *bucketSummer) Write(p []byte) (int, error) {
 }
 
 func (s *bucketSummer) line(l []byte) error {
-	b, rest, ok := cutInt(l)
-	if !ok {
-		return fmt.Errorf("shardid: a copied row with no bucket: %.60q", l)
+	b, h, data, err := cutKeyHash(l, "bucket")
+	if err != nil {
+		return err
 	}
-	h, data, ok := cutInt(rest)
-	if !ok {
-		return fmt.Errorf("shardid: a copied row with no hash: %.60q", l)
-	}
-	s.sent.add(b, uint64(h))
+	s.sent.add(b, h)
 	s.rows++
-	_, err := s.w.Write(data)
+	_, err = s.w.Write(data)
 	return err
 }
 

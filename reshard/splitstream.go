@@ -102,13 +102,9 @@ func eachLine(partial *[]byte, p []byte, line func([]byte) error) error {
 
 // line routes one row: "shard\thash\tcolumns...\n".
 func (r *copyRouter) line(l []byte) error {
-	s, rest, ok := cutInt(l)
-	if !ok {
-		return fmt.Errorf("shardid: a copied row with no shard: %.60q", l)
-	}
-	h, data, ok := cutInt(rest)
-	if !ok {
-		return fmt.Errorf("shardid: a copied row with no hash: %.60q", l)
+	s, h, data, err := cutKeyHash(l, "shard")
+	if err != nil {
+		return err
 	}
 	sent, ok := r.sent[int(s)]
 	if !ok {
@@ -117,7 +113,7 @@ func (r *copyRouter) line(l []byte) error {
 	r.bufs[int(s)] = append(r.bufs[int(s)], data...)
 	r.rows[int(s)]++
 	sent.rows++
-	sent.sum += uint64(h)
+	sent.sum += h
 	r.held += len(data)
 	r.total++
 	if r.progress != nil && r.total%10000 == 0 {
@@ -155,6 +151,21 @@ func (r *copyRouter) flushAll() error {
 		r.progress(r.total)
 	}
 	return nil
+}
+
+// cutKeyHash parses the start of a copied row, "key\thash\t", where key
+// is what names the row's place (what: its shard, its bucket), and returns
+// them and the row's columns after them.
+func cutKeyHash(l []byte, what string) (key int64, h uint64, data []byte, err error) {
+	key, rest, ok := cutInt(l)
+	if !ok {
+		return 0, 0, nil, fmt.Errorf("shardid: a copied row with no %s: %.60q", what, l)
+	}
+	hash, data, ok := cutInt(rest)
+	if !ok {
+		return 0, 0, nil, fmt.Errorf("shardid: a copied row with no hash: %.60q", l)
+	}
+	return key, uint64(hash), data, nil
 }
 
 // cutInt parses the decimal integer at the start of l, up to a tab, and

@@ -85,3 +85,45 @@ func TestSumOf(t *testing.T) {
 		t.Error(`sumOf("1e3"): no error`)
 	}
 }
+
+// bucketSummer adds up a move's copied rows by bucket whatever the pieces
+// COPY TO STDOUT writes them in, passes each row's columns on, a row a
+// write, and refuses a line it cannot read or a copy that ends in a row.
+func TestBucketSummer(t *testing.T) {
+	var out []string
+	w := writerFunc(func(p []byte) (int, error) { out = append(out, string(p)); return len(p), nil })
+	s := &bucketSummer{w: w, sent: bucketSent{}}
+	in := "-3\t-1\t-3\tab\\tc\n5\t7\t5\tx\n-3\t2\t-4099\ty\\n\n"
+	for _, piece := range []string{in[:2], in[2:9], in[9:21], in[21:]} {
+		if n, err := s.Write([]byte(piece)); err != nil || n != len(piece) {
+			t.Fatalf("Write(%q) = %d, %v", piece, n, err)
+		}
+	}
+	if err := s.close(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"-3\tab\\tc\n", "5\tx\n", "-4099\ty\\n\n"}; strings.Join(out, "|") != strings.Join(want, "|") {
+		t.Errorf("passed on %q, want %q", out, want)
+	}
+	if s.rows != 3 || *s.sent[-3] != (sentRows{rows: 2, sum: 1}) || *s.sent[5] != (sentRows{rows: 1, sum: 7}) {
+		t.Errorf("summed %d rows: %+v %+v", s.rows, s.sent[-3], s.sent[5])
+	}
+	for _, bad := range []string{"x\t1\t2\n", "1\tnohash\t2\n", "1\n"} {
+		s := &bucketSummer{w: w, sent: bucketSent{}}
+		if _, err := s.Write([]byte(bad)); err == nil {
+			t.Errorf("Write(%q): no error", bad)
+		}
+	}
+	s = &bucketSummer{w: w, sent: bucketSent{}}
+	if _, err := s.Write([]byte("1\t2\t3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.close(); err == nil {
+		t.Error("a copy that ended in a row closed without an error")
+	}
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -44,6 +44,7 @@ func newMoveCmd(s *streams) *cobra.Command {
 	fs.StringVar(&f.dropOn, "drop-copy-on", "", "drop the copy a finished move left on this database")
 	fs.DurationVar(&f.fenceFor, "fence-for", time.Minute, "how long the source stays fenced if the move dies")
 	intFlag(fs, &f.batch, "batch", 5000, "rows per copy statement")
+	fs.BoolVar(&f.compareSource, "compare-source", false, "after the copy, also compare the source with it (a second read of the source), which sees writes that fired no trigger")
 	return cmd
 }
 
@@ -51,7 +52,7 @@ func newMoveCmd(s *streams) *cobra.Command {
 type moveFlagSet struct {
 	catalogDSN, table, to, dropOn string
 	shard                         optInt
-	dryRun, abort                 bool
+	dryRun, abort, compareSource  bool
 	fenceFor                      time.Duration
 	batch                         int
 }
@@ -249,7 +250,7 @@ func runMove(ios *streams, f *moveFlagSet, changed func(string) bool) error {
 	bar := startProgress(stdout, "copying", total) // the copy; changes made meanwhile are applied after it
 	// The bar shows the router's figures of the move, what its metrics show.
 	stage := ""
-	res, err := reshard.MoveShard(ctx, r, c, s, *to, reshard.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor,
+	res, err := reshard.MoveShard(ctx, r, c, s, *to, reshard.MoveOptions{Tables: setup.Tables, Batch: *batch, FenceFor: *fenceFor, CompareSource: f.compareSource,
 		Progress: func(string, int64) { bar.Set(moveStats(r, s).RowsCopied) },
 		OnStage: func(st string) {
 			stage = st

@@ -94,7 +94,7 @@ func TestMoveCommand(t *testing.T) {
 		t.Errorf("a dry run changed the catalog to version %d", v)
 	}
 
-	code, out, errs = shardidCmd(t, "", append(base, "--to", "pg2", "--batch", "50")...)
+	code, out, errs = shardidCmd(t, "", append(base, "--to", "pg2", "--batch", "50", "--compare-source")...)
 	if code != 0 || !strings.Contains(out, "moved shard 1 to pg2 (catalog version 2)") || !strings.Contains(out, "photos: 300 rows") {
 		t.Fatalf("the move: %d\n%s\n%s", code, out, errs)
 	}
