@@ -253,6 +253,14 @@ var (
 	ErrNotShared = errors.New("shardid: the shard is not in the monolith's shared tables")
 )
 
+// ErrPoolTooSmall is returned by MoveShard, the split's and roll-back's
+// functions, Fence, Unfence and DropShardCopy when the database whose lock
+// they take has a pool of one connection (SetMaxOpenConns(1)): the lock
+// holds a connection for the whole run, and every other statement on that
+// database would wait for it for ever. Nothing is changed; allow the pool
+// two connections or more.
+var ErrPoolTooSmall = errors.New("shardid: the database's pool allows one connection, which the move lock would hold: allow it two or more")
+
 // These errors can be returned by RollbackSplit and AbortRollback.
 var (
 	// ErrRollbackRefused is returned when shards cannot be rolled back into

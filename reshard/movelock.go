@@ -61,6 +61,9 @@ func lockMove(ctx context.Context, db *gorm.DB, schema string, wait time.Duratio
 	if err != nil {
 		return nil, err
 	}
+	if sqlDB.Stats().MaxOpenConnections == 1 {
+		return nil, withDetail(ErrPoolTooSmall, fmt.Sprintf("the lock of %s", schema))
+	}
 	l := &moveLock{db: db, schema: schema, key: moveLockKey(db.Dialector.Name(), schema)}
 	lk, err := sqllock.Acquire(ctx, sqlDB, db.Dialector.Name(), l.key, sqllock.Options{})
 	if errors.Is(err, sqllock.ErrHeld) && wait > 0 {

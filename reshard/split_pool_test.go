@@ -69,3 +69,41 @@ func TestSplitThroughTransactionPool(t *testing.T) {
 		t.Errorf("advisory locks held after the split: %v", locks)
 	}
 }
+
+// A split, an abort and a move whose lock would take the only connection
+// of a database's pool are refused at once with ErrPoolTooSmall, nothing
+// changed, instead of waiting for ever for a second connection.
+func TestLockRefusesAPoolOfOne(t *testing.T) {
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	pool, err := e.dbs[0].DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.SetMaxOpenConns(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrPoolTooSmall) {
+		t.Errorf("a split over a monolith with a pool of one: %v, want ErrPoolTooSmall", err)
+	}
+	if _, err := reshard.AbortSplit(ctx, e.cfg); !errors.Is(err, reshard.ErrPoolTooSmall) {
+		t.Errorf("an abort over a monolith with a pool of one: %v, want ErrPoolTooSmall", err)
+	}
+	if v := e.m.Load(); !v.Shared(0) || !v.Shared(1) {
+		t.Error("a refused split changed the map")
+	}
+	pool.SetMaxOpenConns(2)
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Errorf("the same split with a pool of two: %v", err)
+	}
+
+	r, c, _ := freshMoveSetup(t)
+	src, err := r.Databases()[0].DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.SetMaxOpenConns(1)
+	defer src.SetMaxOpenConns(0)
+	if _, err := reshard.MoveShard(ctx, r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}}); !errors.Is(err, reshard.ErrPoolTooSmall) {
+		t.Errorf("a move from a database with a pool of one: %v, want ErrPoolTooSmall", err)
+	}
+}
