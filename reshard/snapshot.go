@@ -91,18 +91,15 @@ func copySnapshot(ctx context.Context, src, dst *gorm.DB, fence, table string, c
 }
 
 // bucketSent is what a copy sent of a table, by bucket of keys (id modulo
-// compareBuckets).
-type bucketSent map[int64]*sentRows
+// compareBuckets), as bucketSums sums a table.
+type bucketSent map[int64]sentRows
 
 // add counts a row of key bucket b and hash h.
 func (s bucketSent) add(b int64, h uint64) {
 	r := s[b]
-	if r == nil {
-		r = &sentRows{}
-		s[b] = r
-	}
 	r.rows++
 	r.sum += h
+	s[b] = r
 }
 
 // bucketKey is the SQL expression of a row's bucket of keys, as bucketSums

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"gorm.io/gorm"
 )
@@ -459,7 +458,7 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 	targets, _ := b.byTarget()
 	pages := map[int]chan map[int][][]any{}
 	var wg sync.WaitGroup
-	var copied atomic.Int64
+	var copied int64 // and the reports of it: one at a time, in order
 	var reported sync.Mutex
 	for _, d := range targets {
 		ch := make(chan map[int][][]any, 1)
@@ -489,10 +488,10 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 					cancel(fmt.Errorf("shardid: writing %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err))
 					continue
 				}
-				// One report at a time, in order.
 				reported.Lock()
-				if total := copied.Add(int64(n)); progress != nil {
-					progress(total)
+				copied += int64(n)
+				if progress != nil {
+					progress(copied)
 				}
 				reported.Unlock()
 			}
@@ -567,13 +566,13 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 		err = cause // a writer's failure, which stopped the read too
 	}
 	if err != nil {
-		return copied.Load(), fmt.Errorf("shardid: copying %s: %w", t.Name, err)
+		return copied, fmt.Errorf("shardid: copying %s: %w", t.Name, err)
 	}
 	if b.sent == nil {
 		b.sent = map[string]map[int]*sentRows{}
 	}
 	b.sent[t.Name] = sent
-	return copied.Load(), nil
+	return copied, nil
 }
 
 // compare reads every table of the batch on both sides once (the

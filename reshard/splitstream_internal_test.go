@@ -105,7 +105,7 @@ func TestBucketSummer(t *testing.T) {
 	if want := []string{"-3\tab\\tc\n", "5\tx\n", "-4099\ty\\n\n"}; strings.Join(out, "|") != strings.Join(want, "|") {
 		t.Errorf("passed on %q, want %q", out, want)
 	}
-	if s.rows != 3 || *s.sent[-3] != (sentRows{rows: 2, sum: 1}) || *s.sent[5] != (sentRows{rows: 1, sum: 7}) {
+	if s.rows != 3 || s.sent[-3] != (sentRows{rows: 2, sum: 1}) || s.sent[5] != (sentRows{rows: 1, sum: 7}) {
 		t.Errorf("summed %d rows: %+v %+v", s.rows, s.sent[-3], s.sent[5])
 	}
 	for _, bad := range []string{"x\t1\t2\n", "1\tnohash\t2\n", "1\n"} {
