@@ -286,4 +286,16 @@ var (
 	// before its fence and the shard stays on its target.
 	// errors.Is(err, ErrRollbackRefused) also holds.
 	ErrKeyCollision error = &kindError{"shardid: a key of the shard is taken in the monolith", ErrRollbackRefused}
+
+	// ErrMonolithEmptied is returned when a roll-back would take writes
+	// into a monolith that the split's last batch emptied (PostgreSQL),
+	// without RollbackOptions.AfterLastBatch: its tables refuse every
+	// write since, which is what refuses a router whose map is from
+	// before the split. Rolling back drops that refusal, and such a
+	// router's UPDATE or DELETE of a shard still split would then find no
+	// row and succeed, having changed nothing. Nothing is changed; set
+	// AfterLastBatch (shardid split rollback --after-last-batch) once
+	// every router has loaded the catalog's map since the last batch.
+	// errors.Is(err, ErrRollbackRefused) also holds.
+	ErrMonolithEmptied error = &kindError{"shardid: the split's last batch emptied the monolith", ErrRollbackRefused}
 )

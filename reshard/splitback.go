@@ -48,6 +48,17 @@ type RollbackOptions struct {
 
 	// OnShard, if not nil, hears each shard's result once it is back.
 	OnShard func(res RollbackResult)
+
+	// AfterLastBatch lets a roll-back take writes into a monolith that
+	// the split's last batch emptied (PostgreSQL): the triggers that
+	// refuse every write to its sharded tables since are dropped, as the
+	// first shard comes back. Set it only once every router has loaded
+	// the catalog's map since the last batch (they follow the catalog, or
+	// were restarted): a router with a map from before it would find no
+	// row there for the shards still split, and its UPDATE or DELETE would
+	// succeed having changed nothing. Without it, such a roll-back fails
+	// with ErrMonolithEmptied before it changes anything.
+	AfterLastBatch bool
 }
 
 // RollbackResult says how one shard came back into the monolith.
@@ -151,6 +162,16 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 	todo, err := sp.planBack(ctx, slices.Sorted(slices.Values(shards)), b.cols)
 	if err != nil {
 		return nil, err
+	}
+	if len(todo) > 0 && !opts.AfterLastBatch {
+		emptied, err := sp.refusesEveryWritePG(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if emptied {
+			return nil, withDetail(ErrMonolithEmptied, fmt.Sprintf("%s refuses every write since; once a roll-back lets writes in, a router with a map from before the split would update and delete nothing there for the shards still split, and get no error. "+
+				"Set AfterLastBatch (shardid split rollback --after-last-batch) once every router has loaded the catalog's map since the last batch", sp.cfg.Monolith))
+		}
 	}
 	var out []RollbackResult
 	for _, bs := range todo {

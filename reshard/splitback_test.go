@@ -265,7 +265,7 @@ func testSplitRollbackWithWriters(t *testing.T, e *splitEnv) {
 	time.Sleep(300 * time.Millisecond)
 	var longest time.Duration
 	for _, shards := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}} {
-		res, err := reshard.RollbackSplit(ctx, e.cfg, shards, reshard.RollbackOptions{})
+		res, err := reshard.RollbackSplit(ctx, e.cfg, shards, reshard.RollbackOptions{AfterLastBatch: true})
 		if err != nil {
 			stop()
 			wg.Wait()
@@ -292,7 +292,7 @@ func testSplitRollbackWithWriters(t *testing.T, e *splitEnv) {
 		t.Errorf("a writer stalled %v, the longest fence %v", w.stall, longest)
 	}
 	// Run again: nothing to do.
-	if res, err := reshard.RollbackSplit(ctx, e.cfg, allShards(16), reshard.RollbackOptions{}); err != nil || len(res) != 0 {
+	if res, err := reshard.RollbackSplit(ctx, e.cfg, allShards(16), reshard.RollbackOptions{AfterLastBatch: true}); err != nil || len(res) != 0 {
 		t.Errorf("a roll-back run again: %v, %v", res, err)
 	}
 }
@@ -319,7 +319,7 @@ func testSplitRollbackStopResume(t *testing.T, dialect string) {
 			wg := w.run(wctx, 2, 20)
 			time.Sleep(100 * time.Millisecond)
 			ctx, cancel := context.WithCancel(context.Background())
-			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{OnStage: func(s int, st string) {
+			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{AfterLastBatch: true, OnStage: func(s int, st string) {
 				if s == 0 && st == stage {
 					cancel()
 				}
@@ -379,7 +379,7 @@ func testSplitRollbackStopResume(t *testing.T, dialect string) {
 					t.Errorf("shard 0's change log is gone after a stop at %s", stage)
 				}
 			}
-			res, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0, 1}, reshard.RollbackOptions{})
+			res, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0, 1}, reshard.RollbackOptions{AfterLastBatch: true})
 			if err != nil {
 				stopW()
 				wg.Wait()
@@ -417,7 +417,7 @@ func TestSplitRollbackTwoOperatorsPostgres(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{OnStage: func(s int, st string) {
+		_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{AfterLastBatch: true, OnStage: func(s int, st string) {
 			if s == 0 && st == "copied" {
 				close(started)
 				<-release
@@ -431,7 +431,7 @@ func TestSplitRollbackTwoOperatorsPostgres(t *testing.T) {
 		t.Fatalf("the roll-back: %v", err)
 	}
 	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 2*time.Second) }
-	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{2}, reshard.RollbackOptions{LockWait: -1}); !errors.Is(err, reshard.ErrMoveInProgress) {
+	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{2}, reshard.RollbackOptions{AfterLastBatch: true, LockWait: -1}); !errors.Is(err, reshard.ErrMoveInProgress) {
 		t.Errorf("a second roll-back: %v, want ErrMoveInProgress", err)
 	}
 	c, cancel := short()
@@ -460,6 +460,50 @@ func TestSplitRollbackTwoOperatorsPostgres(t *testing.T) {
 	}
 	w := newSplitWriters(e)
 	w.checkBack(t, []int{0, 1}, w.wantRows(20, 2, 2))
+}
+
+// TestSplitRollbackRefusesAnEmptiedMonolith rolls a shard back into a
+// monolith that the last batch emptied. Its tables refuse every write
+// since, which is what refuses a router whose map is from before the
+// split: a roll-back without AfterLastBatch is refused (ErrMonolithEmptied,
+// an ErrRollbackRefused) and changes nothing, such a router's writes still
+// refused. With AfterLastBatch the shard comes back, and the cost the
+// option's documentation names is real: that router's UPDATE of a shard
+// still split finds no row in the monolith, and no error.
+func TestSplitRollbackRefusesAnEmptiedMonolith(t *testing.T) {
+	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
+	e.splitBatches(t, 0, 4, 4)
+	ctx := context.Background()
+	// A router with the map from before the split: users 4 and 5 are in
+	// shards 0 and 1, in the monolith.
+	staleUpdate := func(id int) (int64, error) {
+		res := e.dbs[0].Exec("UPDATE users SET name = 'stale' WHERE id = ?", id)
+		return res.RowsAffected, res.Error
+	}
+	if _, err := staleUpdate(5); !isFenced(err) {
+		t.Fatalf("a stale router's update after the last batch: %v, want the monolith's refusal", err)
+	}
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	if !errors.Is(err, reshard.ErrMonolithEmptied) || !errors.Is(err, reshard.ErrRollbackRefused) {
+		t.Fatalf("a roll-back into the emptied monolith: %v, want ErrMonolithEmptied", err)
+	}
+	if _, err := staleUpdate(5); !isFenced(err) {
+		t.Errorf("a stale router's update after the refused roll-back: %v, want the monolith's refusal", err)
+	}
+	st, err := reshard.ReadSplitStatus(ctx, e.cfg)
+	if err != nil || st.Shared != 0 || len(st.Moving) != 0 {
+		t.Errorf("status after the refused roll-back: %+v, %v; want every shard still split", st, err)
+	}
+	res, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true})
+	if err != nil || len(res) != 1 {
+		t.Fatalf("the roll-back with AfterLastBatch: %v, %v", res, err)
+	}
+	if n, err := staleUpdate(4); err != nil || n != 1 {
+		t.Errorf("an update of shard 0, back in the monolith: %d rows, %v", n, err)
+	}
+	if n, err := staleUpdate(5); err != nil || n != 0 {
+		t.Errorf("a stale router's update of shard 1, still split, once the monolith takes writes: %d rows, %v; want 0 rows and no error, the cost AfterLastBatch names", n, err)
+	}
 }
 
 // TestSplitRollbackAllButLastPostgres splits every batch of a plan but the
@@ -499,7 +543,7 @@ func testSplitRollbackAllButLast(t *testing.T, dialect string) {
 	wctx, stopW := context.WithCancel(ctx)
 	wg := w.run(wctx, 4, 100)
 	time.Sleep(200 * time.Millisecond)
-	res, err := reshard.RollbackSplit(ctx, e.cfg, allShards(16), reshard.RollbackOptions{})
+	res, err := reshard.RollbackSplit(ctx, e.cfg, allShards(16), reshard.RollbackOptions{AfterLastBatch: true})
 	if err != nil {
 		stopW()
 		wg.Wait()
@@ -608,7 +652,7 @@ func testSplitRollbackRefusals(t *testing.T, dialect string) {
 			}
 			c.setup()
 			defer c.undo()
-			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{})
+			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{AfterLastBatch: true})
 			if !errors.Is(err, c.want) || !errors.Is(err, reshard.ErrRollbackRefused) {
 				t.Fatalf("RollbackSplit: %v, want %v", err, c.want)
 			}
@@ -618,12 +662,12 @@ func testSplitRollbackRefusals(t *testing.T, dialect string) {
 	}
 	// A shard never split: nothing to do. A map that is not the catalog's:
 	// refused.
-	if res, err := reshard.RollbackSplit(ctx, e.cfg, []int{2}, reshard.RollbackOptions{}); err != nil || len(res) != 0 {
+	if res, err := reshard.RollbackSplit(ctx, e.cfg, []int{2}, reshard.RollbackOptions{AfterLastBatch: true}); err != nil || len(res) != 0 {
 		t.Errorf("the roll-back of a shard never split: %v, %v", res, err)
 	}
 	stale := e.cfg
 	stale.Map, _ = shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(), Assign: make([]int, 4), Shared: allShards(4)})
-	if _, err := reshard.RollbackSplit(ctx, stale, []int{0}, reshard.RollbackOptions{}); !errors.Is(err, reshard.ErrMapDiffers) {
+	if _, err := reshard.RollbackSplit(ctx, stale, []int{0}, reshard.RollbackOptions{AfterLastBatch: true}); !errors.Is(err, reshard.ErrMapDiffers) {
 		t.Errorf("a roll-back with a stale map: %v, want ErrMapDiffers", err)
 	}
 	// The old copy of a shard still split is its home: not dropped.
@@ -633,7 +677,7 @@ func testSplitRollbackRefusals(t *testing.T, dialect string) {
 	// A key another shard takes while the roll-back copies: it stops
 	// before its fence, the shard's schema takes writes, the monolith's rows
 	// of the shard stay sealed; once the key is free, it runs again.
-	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(s int, st string) {
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true, OnStage: func(s int, st string) {
 		if st == "captured" {
 			exec(a, "INSERT INTO "+sc0("photos")+" (id, user_id, caption) VALUES (900003, 8, 'on shard 0')")
 			exec(mono, "INSERT INTO photos (id, user_id, caption) VALUES (900003, 3, 'on shard 3')")
@@ -650,7 +694,7 @@ func testSplitRollbackRefusals(t *testing.T, dialect string) {
 		t.Errorf("a write to shard 0 in the monolith after the collision: %v, want the fence's refusal", err)
 	}
 	exec(mono, "DELETE FROM photos WHERE id = 900003")
-	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{}); err != nil {
+	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{AfterLastBatch: true}); err != nil {
 		t.Fatal(err)
 	}
 	var name string
@@ -685,7 +729,7 @@ func testSplitRollbackAbort(t *testing.T, dialect string) {
 			e := newBackEnv(t, dialect, 4, 20, 2, 2)
 			e.splitBatches(t, 0, 4, 2)
 			ctx, cancel := context.WithCancel(context.Background())
-			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
+			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true, OnStage: func(_ int, st string) {
 				if st == stage {
 					cancel()
 				}
@@ -717,7 +761,7 @@ func testSplitRollbackAbort(t *testing.T, dialect string) {
 				t.Errorf("CleanSplit after the abort: %v", err)
 			}
 			// Rolled back from the start.
-			if _, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+			if _, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true}); err != nil {
 				t.Fatal(err)
 			}
 			var name string
@@ -760,7 +804,7 @@ func TestRollbackHelperProcess(t *testing.T) {
 	cfg := reshard.SplitConfig{Map: m, DBs: dbs, Monolith: "mono", Catalog: cat, Global: []string{"plans"},
 		Tables: []reshard.SplitTable{{Name: "users", Key: "id"}, {Name: "photos", Key: "user_id"}, {Name: "comments", Parent: "photos", Via: "photo_id"}}}
 	die := os.Getenv("SHARDID_DIE_AT")
-	_, err = reshard.RollbackSplit(context.Background(), cfg, []int{0, 1}, reshard.RollbackOptions{FenceFor: 2 * time.Second,
+	_, err = reshard.RollbackSplit(context.Background(), cfg, []int{0, 1}, reshard.RollbackOptions{AfterLastBatch: true, FenceFor: 2 * time.Second,
 		OnStage: func(s int, stage string) {
 			if s == 0 && stage == die {
 				os.Exit(3)
@@ -820,7 +864,7 @@ func TestSplitRollbackKilledAtEachStagePostgres(t *testing.T) {
 			if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{}); err != nil {
+			if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0, 1}, reshard.RollbackOptions{AfterLastBatch: true}); err != nil {
 				t.Fatalf("the roll-back run again after a kill at %s: %v", stage, err)
 			}
 			w := newSplitWriters(e)

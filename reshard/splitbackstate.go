@@ -166,16 +166,25 @@ func (ids identities) same(ctx context.Context, dbs []*gorm.DB, a, b int) (bool,
 // there are: the monolith takes a shard's writes again. Its split
 // triggers still refuse the writes of the shards sealed there.
 func (sp *splitter) takeWritesAgainPG(ctx context.Context) error {
-	if sp.mysql {
-		return nil
-	}
-	var n int64
-	q := "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = ?"
-	if err := sp.mono.WithContext(ctx).Raw(q, sp.schema, splitDoneFunction).Scan(&n).Error; err != nil || n == 0 {
+	emptied, err := sp.refusesEveryWritePG(ctx)
+	if err != nil || !emptied {
 		return err
 	}
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
 		// The function's triggers go with it.
 		return tx.Exec(`DROP FUNCTION IF EXISTS "` + sp.schema + `".` + splitDoneFunction + "() CASCADE").Error
 	})
+}
+
+// refusesEveryWritePG reports whether the monolith's sharded tables refuse
+// every write, emptied by the split's last batch (refuseWritesPG): never
+// on MySQL.
+func (sp *splitter) refusesEveryWritePG(ctx context.Context) (bool, error) {
+	if sp.mysql {
+		return false, nil
+	}
+	var n int64
+	q := "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = ?"
+	err := sp.mono.WithContext(ctx).Raw(q, sp.schema, splitDoneFunction).Scan(&n).Error
+	return n > 0, err
 }

@@ -18,7 +18,7 @@ import (
 
 // splitSynopsis is the split command's synopsis.
 const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] | status | abort | clean |\n" +
-	"  rollback --shards LIST [--fence-for D] | drop-copies --shards LIST) --config FILE"
+	"  rollback --shards LIST [--fence-for D] [--after-last-batch] | drop-copies --shards LIST) --config FILE"
 
 // splitFile is the split command's configuration: the databases (the
 // monolith and the targets), the map's shape, and which tables are
@@ -69,6 +69,7 @@ func newSplitCmd(s *streams) *cobra.Command {
 	fs.StringVar(&f.plan, "plan", "", "run: the plan `FILE` that plan wrote (required)")
 	fs.DurationVar(&f.fenceFor, "fence-for", time.Minute, "run, rollback: how long a batch's rows (a shard's schema) stay fenced if the mover dies")
 	fs.StringVar(&f.shards, "shards", "", "rollback, drop-copies: the logical shards, a `LIST` such as 0-15,20, or all (required)")
+	fs.BoolVar(&f.afterLast, "after-last-batch", false, "rollback: let writes into a monolith the last batch emptied (PostgreSQL), once every router has loaded the catalog's map since")
 	return cmd
 }
 
@@ -78,6 +79,7 @@ type splitFlags struct {
 	shards                string
 	batch                 int
 	fenceFor              time.Duration
+	afterLast             bool
 }
 
 // runSplit runs split's action with flags f; changed tells which flags the
@@ -95,6 +97,9 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 	}
 	if changed("plan") && action != "run" {
 		return badFlag("--plan is for run")
+	}
+	if changed("after-last-batch") && action != "rollback" {
+		return badFlag("--after-last-batch is for rollback")
 	}
 	if changed("fence-for") && action != "run" && action != "rollback" {
 		return badFlag("--fence-for is for run and rollback")
@@ -152,7 +157,7 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 		if action == "drop-copies" {
 			return splitDropCopies(ctx, stdout, env, shards)
 		}
-		return splitRollback(ctx, stdout, env, in, shards, *fenceFor, *config, f.shards)
+		return splitRollback(ctx, stdout, env, in, shards, *fenceFor, f.afterLast, *config, f.shards)
 	case "clean":
 		n, err := reshard.CleanSplit(ctx, env.cfg)
 		if err != nil {

@@ -45,7 +45,7 @@ func shardList(v string, n int) ([]int, error) {
 }
 
 // splitRollback rolls shards back into the monolith with a line per shard.
-func splitRollback(ctx context.Context, w io.Writer, env *splitEnv, in *interrupt, shards []int, fenceFor time.Duration, config, list string) error {
+func splitRollback(ctx context.Context, w io.Writer, env *splitEnv, in *interrupt, shards []int, fenceFor time.Duration, afterLast bool, config, list string) error {
 	if env.noMap {
 		return fmt.Errorf("the catalog holds no map: nothing was split from %s", env.cfg.Monolith)
 	}
@@ -55,7 +55,8 @@ func splitRollback(ctx context.Context, w io.Writer, env *splitEnv, in *interrup
 	var from []string
 	var copied int64
 	res, err := reshard.RollbackSplit(ctx, env.cfg, shards, reshard.RollbackOptions{
-		FenceFor: fenceFor,
+		FenceFor:       fenceFor,
+		AfterLastBatch: afterLast,
 		OnStage: func(s int, stage string) {
 			switch stage {
 			case "sealed":

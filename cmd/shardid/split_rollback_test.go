@@ -90,7 +90,16 @@ func TestSplitRollbackCommandPostgres(t *testing.T) {
 	sh(2, "split", "status", "--config", "split.json", "--shards", "all")
 	sh(2, "split", "rollback", "--config", "split.json", "--shards", "all", "--plan", "plan.json")
 
-	out := shown("split", "rollback", "--config", "split.json", "--shards", "0-7")
+	// The last batch emptied the monolith: refused without
+	// --after-last-batch, which names the condition.
+	args := []string{"split", "rollback", "--config", "split.json", "--shards", "0-7"}
+	out := sh(1, args...)
+	fmt.Fprintf(&transcript, "$ shardid %s\n%s", strings.Join(args, " "), out)
+	if !strings.Contains(out, "emptied the monolith") || !strings.Contains(out, "--after-last-batch") {
+		t.Errorf("rollback into the emptied monolith:\n%s", out)
+	}
+	sh(2, "split", "status", "--config", "split.json", "--after-last-batch")
+	out = shown("split", "rollback", "--config", "split.json", "--shards", "0-7", "--after-last-batch")
 	if !strings.Contains(out, "rolled back 8 shard(s)") || !strings.Contains(out, "shard 7 back from pg_a") {
 		t.Errorf("rollback output:\n%s", out)
 	}
