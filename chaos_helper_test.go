@@ -163,7 +163,7 @@ func TestChaosHelper(t *testing.T) {
 		return
 	case "mover":
 		chaosMover()
-	case "splitter":
+	case "splitter", "rollbacker", "rollbacker-after-last":
 		chaosSplitterMain()
 	default:
 		chaosWriter(t)

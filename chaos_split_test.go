@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/shardid/shardid/reshard"
@@ -82,6 +83,12 @@ type chaosSplitPlan struct {
 
 // chooseSplit picks, from rng, what befalls a split, and counts it.
 func chooseSplit(rng *rand.Rand, counts map[string]int) chaosSplitPlan {
+	return chooseSplitFault(rng, counts, "split", chaosSplitStages)
+}
+
+// chooseSplitFault picks, from rng, what befalls the first run of what (a
+// split, a roll-back), whose stages are stages, and counts it under what.
+func chooseSplitFault(rng *rand.Rand, counts map[string]int, what string, stages []string) chaosSplitPlan {
 	var p chaosSplitPlan
 	stage := func(stages []string) string { return stages[rng.IntN(len(stages))] }
 	switch rng.IntN(6) {
@@ -89,27 +96,27 @@ func chooseSplit(rng *rand.Rand, counts map[string]int) chaosSplitPlan {
 	case 1:
 		if rng.IntN(2) == 0 {
 			p.killAfter = time.Duration(200+rng.IntN(4000)) * time.Millisecond
-			counts["split killed"]++
+			counts[what+" killed"]++
 		} else {
-			p.killAt = stage(chaosSplitStages)
-			counts["split killed at "+p.killAt]++
+			p.killAt = stage(stages)
+			counts[what+" killed at "+p.killAt]++
 		}
 	case 2:
-		p.pauseAt = stage(chaosSplitStages)
+		p.pauseAt = stage(stages)
 		p.pause = time.Duration(1000+rng.IntN(7000)) * time.Millisecond
-		counts["split paused at "+p.pauseAt]++
+		counts[what+" paused at "+p.pauseAt]++
 	case 3, 4:
 		p.lose = []string{"terminate", "idle"}[rng.IntN(2)]
-		p.loseAt = stage(chaosSplitStages[:5])
+		p.loseAt = stage(stages[:5])
 		p.rival = []string{"abort", "run"}[rng.IntN(2)]
 		if w := rng.IntN(4); w > 0 {
 			p.rivalWait = time.Duration(w) * 500 * time.Millisecond
 		}
-		counts["split lock "+p.lose]++
-		counts["split rival "+p.rival]++
+		counts[what+" lock "+p.lose]++
+		counts[what+" rival "+p.rival]++
 	case 5:
-		p.cancelAt = stage(chaosSplitStages)
-		counts["split cancelled at "+p.cancelAt]++
+		p.cancelAt = stage(stages)
+		counts[what+" cancelled at "+p.cancelAt]++
 	}
 	p.abort = rng.IntN(4) == 0
 	return p
@@ -125,6 +132,10 @@ type chaosSplitter struct {
 	plan    *reshard.SplitPlan
 	count   func(string)
 	flipped bool // a batch was found split
+
+	// lastDone is when a batch was last found split: the routers have
+	// all loaded the catalog's map since chaosCaughtUp after it.
+	lastDone time.Time
 }
 
 // config returns the split's configuration over dbs (as chaosNames), on a
@@ -137,11 +148,13 @@ func (c *chaosCluster) splitConfig(ctx context.Context, dbs []*gorm.DB) (reshard
 	return reshard.SplitConfig{Map: m, DBs: dbs, Monolith: chaosNames[chaosMono], Tables: chaosSplitTables, Catalog: c.catalog}, nil
 }
 
-// next returns the plan of the next batch to split: the first batch of the
-// operator's plan whose shards are all still in the monolith, as a plan of
-// its own (a step of the plan run alone). It makes the plan first, once.
-// It returns nil when every batch is split.
-func (sp *chaosSplitter) next() (*reshard.SplitPlan, error) {
+// next returns the plan of the next batch to split: the shards still in
+// the monolith of the first batch of the operator's plan that has any (all
+// of it, or those a roll-back brought back), as a plan of its own (a step
+// of the plan run alone), unless skip says one of them must wait (its old
+// copy from a roll-back is not dropped yet). It makes the plan first,
+// once. It returns nil when no batch is left to split.
+func (sp *chaosSplitter) next(skip func(int) bool) (*reshard.SplitPlan, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
@@ -170,17 +183,19 @@ func (sp *chaosSplitter) next() (*reshard.SplitPlan, error) {
 		return nil, err
 	}
 	for _, b := range sp.plan.Batches {
-		shared := true
+		var shared []int // all of b, or the shards of b that a roll-back brought back
 		for _, s := range b {
-			shared = shared && final[s].Shared
+			if final[s].Shared {
+				shared = append(shared, s)
+			}
 		}
-		if !shared {
+		if len(shared) == 0 || slices.ContainsFunc(shared, skip) {
 			continue
 		}
 		one := *sp.plan
-		one.Batches = [][]int{b}
+		one.Batches = [][]int{shared}
 		one.To = map[int]string{}
-		for _, s := range b {
+		for _, s := range shared {
 			one.To[s] = sp.plan.To[s]
 		}
 		return &one, nil
@@ -231,6 +246,7 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 				}
 			}
 			sp.count("split batches done")
+			sp.lastDone = time.Now()
 			sp.flipped = true
 			return msgs, true
 		}
@@ -250,6 +266,7 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 			if err == nil {
 				note("%s: run again (run %d): done", name, try+2)
 				sp.count("split batches done")
+				sp.lastDone = time.Now()
 				sp.flipped = true
 				return msgs, true
 			}
@@ -315,6 +332,19 @@ func (sp *chaosSplitter) abort() (reshard.AbortResult, error) {
 // stage, with a rival, or cancelled at a stage. It returns the run's
 // error and what the rival met.
 func (sp *chaosSplitter) runOnce(plan *reshard.SplitPlan, p chaosSplitPlan) ([]string, error) {
+	name := fmt.Sprintf("split of shards %v", plan.Batches[0])
+	return sp.runFaulted(name, p, func(ctx context.Context, cfg reshard.SplitConfig, onStage func(string)) error {
+		return reshard.RunSplit(ctx, cfg, plan, reshard.SplitOptions{FenceFor: chaosSplitFenceFor, OnStage: onStage}, nil)
+	}, func() string { return sp.rival(plan, p.rival) })
+}
+
+// runFaulted runs run once (name says what it is), as p says: on
+// connections with idle_session_timeout if it is to lose its lock so;
+// cancelled at p.cancelAt; or, at p.loseAt, its lock lost (its session
+// terminated, or idle past the timeout) and rival started, whose report
+// it waits for p.rivalWait at most (0: until it is done). It returns
+// run's error and what the rival met.
+func (sp *chaosSplitter) runFaulted(name string, p chaosSplitPlan, run func(ctx context.Context, cfg reshard.SplitConfig, onStage func(string)) error, rival func() string) ([]string, error) {
 	c := sp.c
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -347,7 +377,7 @@ func (sp *chaosSplitter) runOnce(plan *reshard.SplitPlan, p chaosSplitPlan) ([]s
 	onStage := func(stage string) {
 		switch {
 		case stage == p.cancelAt:
-			c.note("split of shards %v: cancelled at %s", plan.Batches[0], stage)
+			c.note("%s: cancelled at %s", name, stage)
 			rcancel()
 		case stage == p.loseAt && p.lose != "" && !rivalRan:
 			rivalRan = true
@@ -357,12 +387,12 @@ func (sp *chaosSplitter) runOnce(plan *reshard.SplitPlan, p chaosSplitPlan) ([]s
 				if n == 0 {
 					sp.count("split lock not found")
 				}
-				c.note("split of shards %v at %s: terminated %d sessions holding advisory locks on pg1's server", plan.Batches[0], stage, n)
+				c.note("%s at %s: terminated %d sessions holding advisory locks on pg1's server", name, stage, n)
 			case "idle":
 				time.Sleep(1500 * time.Millisecond)
-				c.note("split of shards %v at %s: the splitter slept past idle_session_timeout", plan.Batches[0], stage)
+				c.note("%s at %s: it slept past idle_session_timeout", name, stage)
 			}
-			go func() { rivalMsg <- sp.rival(plan, p.rival) }()
+			go func() { rivalMsg <- rival() }()
 			if p.rivalWait == 0 {
 				rivals = append(rivals, <-rivalMsg)
 				return
@@ -374,7 +404,7 @@ func (sp *chaosSplitter) runOnce(plan *reshard.SplitPlan, p chaosSplitPlan) ([]s
 			}
 		}
 	}
-	err = reshard.RunSplit(rctx, cfg, plan, reshard.SplitOptions{FenceFor: chaosSplitFenceFor, OnStage: onStage}, nil)
+	err = run(rctx, cfg, onStage)
 	if rivalRan && len(rivals) == 0 {
 		rivals = append(rivals, <-rivalMsg)
 	}

@@ -27,13 +27,35 @@ import (
 // p.pauseAt for p.pause, and returns what became of it.
 func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan) string {
 	shards := plan.Batches[0]
-	var list, to []string
+	var to []string
 	for _, s := range shards {
-		list = append(list, strconv.Itoa(s))
 		to = append(to, plan.To[s])
 	}
+	return c.stageProcess("splitter", fmt.Sprintf("split of shards %v", shards), shards, to, p)
+}
+
+// rollbackProcess rolls shards back into the monolith in a process
+// (RollbackSplit, with AfterLastBatch if afterLast), as splitterProcess
+// splits them.
+func (c *chaosCluster) rollbackProcess(shards []int, afterLast bool, p chaosSplitPlan) string {
+	mode := "rollbacker"
+	if afterLast {
+		mode = "rollbacker-after-last"
+	}
+	return c.stageProcess(mode, fmt.Sprintf("rollback of the split of shards %v", shards), shards, nil, p)
+}
+
+// stageProcess runs a process of the test binary in mode (splitter, or
+// rollbacker) over shards (onto to) that is killed after p.killAfter, dies
+// at p.killAt, or stops at p.pauseAt for p.pause, and returns what became
+// of it (name says what it does).
+func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string, p chaosSplitPlan) string {
+	var list []string
+	for _, s := range shards {
+		list = append(list, strconv.Itoa(s))
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosHelper$", "-test.v=false")
-	cmd.Env = append(os.Environ(), "SHARDID_CHAOS_MODE=splitter", "SHARDID_CHAOS_SHARDS="+strings.Join(list, ","),
+	cmd.Env = append(os.Environ(), "SHARDID_CHAOS_MODE="+mode, "SHARDID_CHAOS_SHARDS="+strings.Join(list, ","),
 		"SHARDID_CHAOS_TARGETS="+strings.Join(to, ","), "SHARDID_CHAOS_DIE_AT="+p.killAt, "SHARDID_CHAOS_PAUSE_AT="+p.pauseAt)
 	cmd.Env = append(cmd.Env, c.chaosEnvDSNs()...)
 	cmd.Stderr = os.Stderr
@@ -42,7 +64,7 @@ func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan
 		return err.Error()
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Sprintf("split of shards %v: starting a splitter: %v", shards, err)
+		return fmt.Sprintf("%s: starting a %s: %v", name, mode, err)
 	}
 	var timer *time.Timer
 	if p.killAfter > 0 {
@@ -53,7 +75,7 @@ func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 		if sc.Text() == "paused" {
-			c.note("split of shards %v: the splitter stopped at %s, for %v", shards, p.pauseAt, p.pause)
+			c.note("%s: the %s stopped at %s, for %v", name, mode, p.pauseAt, p.pause)
 			time.Sleep(p.pause)
 			cmd.Process.Signal(syscall.SIGCONT)
 		}
@@ -71,12 +93,14 @@ func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan
 	case p.pauseAt != "":
 		how = fmt.Sprintf("stopped at %s for %v", p.pauseAt, p.pause)
 	}
-	return fmt.Sprintf("split of shards %v: a splitter process %s: %v (%s)", shards, how, err, strings.Join(lines, "; "))
+	return fmt.Sprintf("%s: a %s process %s: %v (%s)", name, mode, how, err, strings.Join(lines, "; "))
 }
 
 // chaosSplitterMain is a splitter process: it splits the shards
 // SHARDID_CHAOS_SHARDS onto SHARDID_CHAOS_TARGETS (SplitShards, as the
-// split command runs a batch), says each stage on its standard output,
+// split command runs a batch), or, in mode rollbacker, rolls them back
+// into the monolith (RollbackSplit; rollbacker-after-last: with
+// AfterLastBatch), says each stage on its standard output,
 // and dies (exit 3, no clean-up) at SHARDID_CHAOS_DIE_AT, or stops itself
 // (SIGSTOP) at SHARDID_CHAOS_PAUSE_AT until the driver sends SIGCONT.
 func chaosSplitterMain() {
@@ -102,28 +126,36 @@ func chaosSplitterMain() {
 		shards = append(shards, n)
 	}
 	cfg := reshard.SplitConfig{Map: m, DBs: dbs, Monolith: chaosNames[chaosMono], Tables: chaosSplitTables, Catalog: c}
+	onStage := func(stage string) {
+		fmt.Println("stage", stage)
+		switch stage {
+		case chaosEnv("DIE_AT"):
+			os.Exit(3)
+		case chaosEnv("PAUSE_AT"):
+			fmt.Println("paused")
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+	}
+	if mode := chaosEnv("MODE"); mode != "splitter" {
+		_, err := reshard.RollbackSplit(ctx, cfg, shards, reshard.RollbackOptions{FenceFor: chaosSplitFenceFor,
+			AfterLastBatch: mode == "rollbacker-after-last", OnStage: func(_ int, stage string) { onStage(stage) }})
+		fmt.Println("rollback", err)
+		return
+	}
 	_, err := reshard.SplitShards(ctx, cfg, shards, strings.Split(chaosEnv("TARGETS"), ","), reshard.SplitOptions{
-		FenceFor: chaosSplitFenceFor,
-		OnStage: func(stage string) {
-			fmt.Println("stage", stage)
-			switch stage {
-			case chaosEnv("DIE_AT"):
-				os.Exit(3)
-			case chaosEnv("PAUSE_AT"):
-				fmt.Println("paused")
-				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-			}
-		}})
+		FenceFor: chaosSplitFenceFor, OnStage: onStage})
 	fmt.Println("split", err)
 }
 
 // splitDriver is the driver's side of the splits of a run: one at a time,
 // in the background.
 type splitDriver struct {
-	sp   *chaosSplitter
-	busy atomic.Bool // a split runs
-	mu   sync.Mutex
-	left int // batches left to split, -1 until known (under mu)
+	sp      *chaosSplitter
+	busy    atomic.Bool // a split or a roll-back runs
+	mu      sync.Mutex
+	left    int               // batches left to split, -1 until known (under mu)
+	flipped int               // batches of the plan split whole (under mu)
+	copies  map[int]splitCopy // old copies that roll-backs left, to drop (by the one split or roll-back running)
 }
 
 // exhausted reports whether every batch of the plan is split.
@@ -133,13 +165,23 @@ func (d *splitDriver) exhausted() bool {
 	return d.left == 0
 }
 
+// canRollback reports whether a batch of the plan is split whole.
+func (d *splitDriver) canRollback() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.flipped > 0
+}
+
 // run splits the next batch, as p says, with splitting (under mu) holding
 // its shards meanwhile, and returns what happened.
 func (d *splitDriver) run(p chaosSplitPlan, mu *sync.Mutex, splitting map[int]bool) []string {
-	var msgs []string
-	plan, err := d.sp.next()
+	msgs := d.dropCopies()
+	plan, err := d.sp.next(func(s int) bool { _, ok := d.copies[s]; return ok })
 	if err != nil {
 		return append(msgs, fmt.Sprintf("split: %v", err))
+	}
+	if plan == nil && len(d.copies) > 0 {
+		return append(msgs, "split: skipped, the shards left wait for their old copies to be dropped")
 	}
 	if plan == nil {
 		d.mu.Lock()
@@ -162,16 +204,26 @@ func (d *splitDriver) run(p chaosSplitPlan, mu *sync.Mutex, splitting map[int]bo
 	}()
 	m, _ := d.sp.split(plan, p)
 	msgs = append(msgs, m...)
-	left := 0
-	if final, err := d.sp.c.loadMap(); err == nil {
-		for _, b := range d.sp.plan.Batches {
-			if slices.ContainsFunc(b, func(s int) bool { return final[s].Shared }) {
-				left++
-			}
-		}
-		d.mu.Lock()
-		d.left = left
-		d.mu.Unlock()
-	}
+	d.recount()
 	return msgs
+}
+
+// recount counts the plan's batches left to split and those split whole,
+// from the catalog.
+func (d *splitDriver) recount() {
+	final, err := d.sp.c.loadMap()
+	if err != nil {
+		return
+	}
+	left, flipped := 0, 0
+	for _, b := range d.sp.plan.Batches {
+		if slices.ContainsFunc(b, func(s int) bool { return final[s].Shared }) {
+			left++
+		} else {
+			flipped++
+		}
+	}
+	d.mu.Lock()
+	d.left, d.flipped = left, flipped
+	d.mu.Unlock()
 }

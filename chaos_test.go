@@ -83,7 +83,13 @@ var (
 //   - split: a batch of the monolith's shards split onto pg1 and pg2, its
 //     first run killed or paused at a stage, losing its lock with a rival
 //     operator, or cancelled at a stage, then run again or aborted as the
-//     guide says (chaos_split_test.go).
+//     guide says (chaos_split_test.go);
+//   - rollback: a batch that a split took out, or one shard of it, rolled
+//     back into the monolith, its first run killed or paused at a stage,
+//     losing its lock with a rival operator, or cancelled at a stage, then
+//     run again or aborted as the guide says, and its old copies dropped
+//     once every router follows the catalog (chaos_rollback_test.go); a
+//     later split takes the shards out again.
 //
 // The operator repairs only what the documentation tells an operator to:
 // a failed move is run again until it is done, and when a mover was killed
@@ -429,7 +435,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		}
 	})
 
-	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move", "stale", "lock", "split"}
+	kinds := []string{"pause", "kill", "restart", "freeze", "clock", "move", "stale", "lock", "split", "rollback"}
 	if *chaosFaultsFlag != "" {
 		kinds = strings.Split(*chaosFaultsFlag, ",")
 	}
@@ -452,13 +458,14 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		plan = append(plan, kinds[i])
 	}
 	var (
-		moving     sync.WaitGroup
-		movesBusy  atomic.Bool
-		movesMu    sync.Mutex
-		leftovers  = map[int]string{} // shard → database holding its old copy
-		splitting  = map[int]bool{}   // the shards of a split batch under way: no move takes them
-		moveCounts = map[string]int{} // what the operators met, for the fault counts
-		late       [][2]string        // violations found during the run: kind, message
+		moving      sync.WaitGroup
+		movesBusy   atomic.Bool
+		rollingBack atomic.Bool // a roll-back runs: no move begins
+		movesMu     sync.Mutex
+		leftovers   = map[int]string{} // shard → database holding its old copy
+		splitting   = map[int]bool{}   // the shards of a split batch under way: no move takes them
+		moveCounts  = map[string]int{} // what the operators met, for the fault counts
+		late        [][2]string        // violations found during the run: kind, message
 	)
 	count := func(k string) {
 		movesMu.Lock()
@@ -471,7 +478,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	if r.rng.IntN(2) == 0 {
 		targets = []string{"pg2", "pg1"}
 	}
-	splits := &splitDriver{left: -1, sp: &chaosSplitter{c: c, batch: 2 + r.rng.IntN(3), targets: targets, count: count}}
+	splits := &splitDriver{left: -1, copies: map[int]splitCopy{}, sp: &chaosSplitter{c: c, batch: 2 + r.rng.IntN(3), targets: targets, count: count}}
 	restarts := map[int]time.Time{} // slot → when its killed writer is replaced
 	end := time.Now().Add(r.duration)
 	next := time.Now().Add(time.Second)
@@ -511,8 +518,14 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		if len(plan) > 0 {
 			kind, plan = plan[0], plan[1:]
 		}
-		if (kind == "move" || kind == "stale" || kind == "lock") && movesBusy.Load() ||
-			kind == "split" && (splits.busy.Load() || splits.exhausted() || end.Sub(now) < chaosSplitTail) {
+		if kind == "rollback" && !splits.canRollback() {
+			kind = "split" // nothing to roll back yet
+		}
+		// A roll-back and the moves do not overlap: the moves take
+		// shards in schemas, a roll-back's among them.
+		if (kind == "move" || kind == "stale" || kind == "lock") && (movesBusy.Load() || rollingBack.Load()) ||
+			kind == "split" && (splits.busy.Load() || splits.exhausted() || end.Sub(now) < chaosSplitTail) ||
+			kind == "rollback" && (splits.busy.Load() || movesBusy.Load() || end.Sub(now) < chaosSplitTail) {
 			kind = "clock"
 		}
 		var running []int
@@ -590,6 +603,27 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 				defer moving.Done()
 				defer splits.busy.Store(false)
 				msgs := splits.run(p, &movesMu, splitting)
+				movesMu.Lock()
+				r.moves = append(r.moves, msgs...)
+				movesMu.Unlock()
+			}()
+		case "rollback":
+			// The choices now, from the seed; the work in the background.
+			p := chooseSplitFault(r.rng, r.faultCounts, "rollback", chaosRollbackStages)
+			pick, whole := r.rng.IntN(1000), r.rng.IntN(2) == 0
+			if whole {
+				r.faultCounts["rollback of a batch"]++
+			} else {
+				r.faultCounts["rollback of a shard"]++
+			}
+			splits.busy.Store(true)
+			rollingBack.Store(true)
+			moving.Add(1)
+			go func() {
+				defer moving.Done()
+				defer rollingBack.Store(false)
+				defer splits.busy.Store(false)
+				msgs := splits.rollback(p, pick, whole, &movesMu, splitting)
 				movesMu.Lock()
 				r.moves = append(r.moves, msgs...)
 				movesMu.Unlock()
