@@ -265,21 +265,21 @@ func (sp *chaosSplitter) rollbackRival(shards []int, kind string) string {
 	defer cancel()
 	cfg, err := sp.c.splitConfig(ctx, sp.c.dbs)
 	if err != nil {
-		return fmt.Sprintf("rival %s of the rollback of shards %v: %v", kind, shards, err)
+		return fmt.Sprintf("rival %s of the rollback of the split of shards %v: %v", kind, shards, err)
 	}
 	switch kind {
 	case "abort":
 		var res reshard.RollbackAbortResult
 		if res, err = reshard.AbortRollback(ctx, cfg); err == nil {
-			return fmt.Sprintf("rival abort of the rollback of shards %v: done (%+v): the split's lock was lost", shards, res)
+			return fmt.Sprintf("rival abort of the rollback of the split of shards %v: done (%+v): the split's lock was lost", shards, res)
 		}
 	default:
 		_, err = reshard.RollbackSplit(ctx, cfg, shards, reshard.RollbackOptions{FenceFor: chaosSplitFenceFor, AfterLastBatch: sp.afterLastBatch()})
 	}
 	if err != nil {
-		return fmt.Sprintf("rival %s of the rollback of shards %v: %v", kind, shards, err)
+		return fmt.Sprintf("rival %s of the rollback of the split of shards %v: %v", kind, shards, err)
 	}
-	return fmt.Sprintf("rival %s of the rollback of shards %v: done (the split's lock was lost)", kind, shards)
+	return fmt.Sprintf("rival %s of the rollback of the split of shards %v: done (the split's lock was lost)", kind, shards)
 }
 
 // abortRollback runs AbortRollback, with a map loaded from the catalog.

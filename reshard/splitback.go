@@ -388,5 +388,5 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	if !lock.reclaim(cctx) {
 		return version, fmt.Errorf("the shard is back in the catalog, but its roll-back is still recorded (run the roll-back again): %w", ErrMoveLockLost)
 	}
-	return version, sp.unmarkBack(cctx, s, false)
+	return version, sp.unmarkBack(cctx, s, "")
 }

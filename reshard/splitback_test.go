@@ -724,19 +724,24 @@ func TestSplitRollbackAbortPostgres(t *testing.T) { testSplitRollbackAbort(t, "p
 func TestSplitRollbackAbortMariaDB(t *testing.T) { testSplitRollbackAbort(t, "mysql") }
 
 func testSplitRollbackAbort(t *testing.T, dialect string) {
-	for _, stage := range []string{"copied", "sealed"} {
-		t.Run(stage, func(t *testing.T) {
+	// Stopped at copied and at sealed, every shard split (the last batch
+	// ran), and at copied with shards 2 and 3 still in the monolith.
+	for _, c := range []struct {
+		stage string
+		split int
+	}{{"copied", 4}, {"sealed", 4}, {"copied", 2}} {
+		t.Run(fmt.Sprintf("%s/%d-split", c.stage, c.split), func(t *testing.T) {
 			e := newBackEnv(t, dialect, 4, 20, 2, 2)
-			e.splitBatches(t, 0, 4, 2)
+			e.splitBatches(t, 0, c.split, 2)
 			ctx, cancel := context.WithCancel(context.Background())
 			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true, OnStage: func(_ int, st string) {
-				if st == stage {
+				if st == c.stage {
 					cancel()
 				}
 			}})
 			cancel()
 			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("a roll-back stopped at %s: %v", stage, err)
+				t.Fatalf("a roll-back stopped at %s: %v", c.stage, err)
 			}
 			var n int64
 			e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&n)
@@ -744,21 +749,38 @@ func testSplitRollbackAbort(t *testing.T, dialect string) {
 				t.Fatalf("%d users of shard 0 in the monolith after the stop, want the 5 copied", n)
 			}
 			res, err := reshard.AbortRollback(context.Background(), e.cfg)
-			if err != nil || !slices.Equal(res.Undone, []int{0}) || res.Deleted == 0 {
-				t.Fatalf("AbortRollback: %+v, %v", res, err)
+			if err != nil || !slices.Equal(res.Undone, []int{0}) {
+				t.Fatalf("AbortRollback: %+v, %v; want shard 0 undone", res, err)
 			}
+			if res.Deleted != 0 {
+				t.Errorf("AbortRollback deleted %d rows from the monolith, want none", res.Deleted)
+			}
+			// The shard's rows stay in the monolith, sealed: a router with
+			// a map from before the split is refused there, where it
+			// would otherwise update nothing and be told it succeeded.
 			e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&n)
-			if n != 0 {
-				t.Errorf("%d users of shard 0 left in the monolith after the abort", n)
+			if n != 5 {
+				t.Errorf("%d users of shard 0 in the monolith after the abort, want the 5 kept, sealed", n)
+			}
+			for _, q := range []string{"UPDATE users SET name = 'stale' WHERE id = 4", "DELETE FROM comments WHERE photo_id IN (SELECT id FROM photos WHERE user_id = 4)"} {
+				if err := e.dbs[0].Exec(q).Error; !isFenced(err) {
+					t.Errorf("a stale router's %q in the monolith after the abort: %v, want the seal's refusal", q, err)
+				}
 			}
 			v := e.m.Load()
 			if err := e.dbs[v.DB(0)].Exec("UPDATE " + e.qt(v.Schema(0), "users") + " SET name = 'after the abort' WHERE id = 4").Error; err != nil {
 				t.Errorf("a write to shard 0's schema after the abort: %v", err)
 			}
-			// The split's clean-up finds what it verified (MySQL: it deletes
-			// the other shards' rows; PostgreSQL emptied the monolith).
+			// The split's clean-up finds what the abort verified of the
+			// rows it kept (once every shard is split: MySQL deletes the
+			// split shards' rows; PostgreSQL emptied the monolith at the
+			// last batch, and empties it again).
 			if _, err := reshard.CleanSplit(context.Background(), e.cfg); err != nil {
 				t.Errorf("CleanSplit after the abort: %v", err)
+			}
+			e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&n)
+			if want := map[bool]int64{true: 0, false: 5}[c.split == 4]; n != want {
+				t.Errorf("%d users of shard 0 in the monolith after CleanSplit, want %d", n, want)
 			}
 			// Rolled back from the start.
 			if _, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true}); err != nil {

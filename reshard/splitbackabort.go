@@ -3,6 +3,7 @@ package reshard
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,23 +16,26 @@ import (
 // RollbackAbortResult says what AbortRollback did.
 type RollbackAbortResult struct {
 	// Undone are the shards whose roll-back was undone: they stay on their
-	// targets, which take their writes, and the rows the roll-back had
-	// copied into the monolith are deleted.
+	// targets, which take their writes, and their rows in the monolith
+	// stay there, sealed, as the split left its own.
 	Undone []int
 	// Finished are the shards whose roll-back was flipped before it
 	// stopped: already in the monolith, which now takes their writes.
 	Finished []int
-	// Deleted counts the rows deleted from the monolith.
+	// Deleted counts the rows deleted from the monolith: the roll-back's
+	// copies of rows of no shard (their parent missing).
 	Deleted int64
 }
 
 // AbortRollback undoes the roll-backs of cfg's monolith that were stopped
 // before their flip (RollbackSplit): each shard stays on its target, whose
 // fence (a seal too, if the roll-back sealed it) is lifted and whose change
-// log is dropped; the rows the roll-back copied into the monolith are
-// deleted (the shard's rows there, sealed since the split, and the rows of
-// no shard whose keys the shard's schema holds), and the monolith's split
-// state gets back what the split verified of it. A roll-back stopped after
+// log is dropped. The shard's rows in the monolith, which the roll-back
+// wrote over the split's, stay there, sealed (a router whose map is from
+// before the split is refused there, where it would update or delete no
+// row and be told it succeeded), and the monolith's split state verifies
+// them anew, for the split's clean-up; the roll-back's copies of rows of no
+// shard whose keys the shard's schema holds are deleted. A roll-back stopped after
 // the monolith took the shard's writes cannot be undone so (ErrShardMoved:
 // run RollbackSplit again), and one stopped after its flip is finished.
 // It waits for the split's lock (ErrMoveInProgress while a roll-back runs).
@@ -113,16 +117,18 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 		// roll-back run again finishes it.
 		return 0, withDetail(ErrShardMoved, "the monolith takes its writes already: run the roll-back again to finish it")
 	}
-	// The monolith's rows first, under its seal: stopped here, the
-	// roll-back can still be run again.
-	if err := ensure("deleting the roll-back's rows from the monolith"); err != nil {
-		return 0, err
-	}
-	n, err := bc.empty(ctx)
-	if err != nil {
-		return n, err
-	}
+	// The monolith's rows of the shard stay, sealed, as the split left
+	// its own there: a router whose map is from before the split finds
+	// them and is refused, where, deleted, it would find no row to update
+	// or delete and be told it succeeded. What the split verified of them
+	// becomes what they hold now (the roll-back wrote over them), so that
+	// the split's clean-up deletes them. Only the copies of rows of no
+	// shard (their parent missing) go: a stale router reaches none.
+	var n int64
 	if home && ok {
+		if err := ensure("deleting the roll-back's rows of no shard from the monolith"); err != nil {
+			return 0, err
+		}
 		k, err := bc.emptyOrphans(ctx)
 		n += k
 		if err != nil {
@@ -154,7 +160,31 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 	if err := lock.ensure(ctx, "restoring the split's state"); err != nil {
 		return n, err
 	}
-	return n, sp.unmarkBack(ctx, s, true)
+	verified, err := sp.shardSums(ctx, s, cols)
+	if err != nil {
+		return n, err
+	}
+	return n, sp.unmarkBack(ctx, s, verified)
+}
+
+// shardSums returns what the monolith's tables hold of shard s, as a
+// split verifies it (shardCheck by table, as JSON): the rows, and the sum
+// of their hashes over cols.
+func (sp *splitter) shardSums(ctx context.Context, s int, cols map[string]columns) (string, error) {
+	m := map[string]shardCheck{}
+	for _, t := range sp.tables {
+		var c shardCheck
+		err := sp.eachRowHash(ctx, t, []int{s}, cols[t.Name].all, func(_ int64, _ int, h uint64) {
+			c.Rows++
+			c.Sum += h
+		})
+		if err != nil {
+			return "", fmt.Errorf("shardid: summing shard %d's rows of %s in the monolith: %w", s, t.Name, err)
+		}
+		m[t.Name] = c
+	}
+	j, err := json.Marshal(m)
+	return string(j), err
 }
 
 // emptyOrphans deletes the monolith's rows of no shard whose keys the

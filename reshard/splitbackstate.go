@@ -14,7 +14,7 @@ import (
 // again: the database it comes back from, what the split verified of it
 // (its state row's verified, cleared meanwhile, so that no split's clean-up
 // deletes the rows the roll-back copies: deleteCopied keeps a shard's rows
-// without a verification), and the token of the fence the roll-back set on
+// without a verification; an abort verifies them anew), and the token of the fence the roll-back set on
 // the shard's schema (0 before its fence), by which a roll-back run again
 // tells its own seal of that schema from a move's.
 
@@ -87,13 +87,12 @@ func (sp *splitter) setBackToken(ctx context.Context, s int, token int64) error 
 }
 
 // unmarkBack deletes the roll-back's row of s: the shard takes writes on
-// the monolith again, or (with restore, an abort) its state row gets the
-// split's verification back.
-func (sp *splitter) unmarkBack(ctx context.Context, s int, restore bool) error {
+// the monolith again or, with verified (an abort), its state row gets that
+// verification of the shard's rows the monolith keeps, sealed.
+func (sp *splitter) unmarkBack(ctx context.Context, s int, verified string) error {
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		if restore {
-			q := "UPDATE " + sp.q(splitStateTable) + " SET verified = (SELECT verified FROM " + sp.q(splitBackTable) + " WHERE shard = ?) WHERE shard = ?"
-			if err := tx.Exec(q, s, s).Error; err != nil {
+		if verified != "" {
+			if err := tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET verified = ? WHERE shard = ?", verified, s).Error; err != nil {
 				return err
 			}
 		}
