@@ -795,6 +795,82 @@ func testSplitRollbackAbort(t *testing.T, dialect string) {
 	}
 }
 
+// TestSplitRollbackRunAgainWithoutItsLogPostgres stops a roll-back after
+// its first copy, drops the shard's change log as Unfence does, deletes a
+// row of the shard on its target meanwhile (a write no log saw) and runs
+// the roll-back again: it starts over, and the monolith ends with what the
+// schema holds, the deleted row gone. While it starts over, the rows the
+// first run copied stay in the monolith, sealed: a router with a map from
+// before the split is refused there.
+func TestSplitRollbackRunAgainWithoutItsLogPostgres(t *testing.T) {
+	testSplitRollbackRunAgainWithoutItsLog(t, "postgres")
+}
+
+// TestSplitRollbackRunAgainWithoutItsLogMariaDB is
+// TestSplitRollbackRunAgainWithoutItsLogPostgres on MariaDB.
+func TestSplitRollbackRunAgainWithoutItsLogMariaDB(t *testing.T) {
+	testSplitRollbackRunAgainWithoutItsLog(t, "mysql")
+}
+
+func testSplitRollbackRunAgainWithoutItsLog(t *testing.T, dialect string) {
+	e := newBackEnv(t, dialect, 4, 20, 2, 2)
+	e.splitBatches(t, 0, 2, 2) // shards 0 and 1; 2 and 3 stay in the monolith
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
+		if st == "copied" {
+			cancel()
+		}
+	}})
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a roll-back stopped at copied: %v", err)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, Names: e.names, ShardMap: e.m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.Unfence(context.Background(), r, 0, []any{"users", "photos", "comments"}); err != nil {
+		t.Fatal(err)
+	}
+	v := e.m.Load()
+	db, comments := e.dbs[v.DB(0)], e.qt(v.Schema(0), "comments")
+	var gone int64
+	db.Raw("SELECT min(id) FROM " + comments).Scan(&gone)
+	if err := db.Exec("DELETE FROM "+comments+" WHERE id = ?", gone).Error; err != nil {
+		t.Fatal(err)
+	}
+	staleErr := errors.New("the roll-back reached no stage")
+	res, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
+		if st == "captured" {
+			staleErr = e.dbs[0].Exec("UPDATE users SET name = 'stale' WHERE id = 4").Error
+		}
+	}})
+	if err != nil || len(res) != 1 {
+		t.Fatalf("the roll-back run again: %v, %v", res, err)
+	}
+	if !isFenced(staleErr) {
+		t.Errorf("a stale router's update of shard 0 in the monolith while the roll-back starts over: %v, want the seal's refusal", staleErr)
+	}
+	var n int64
+	e.dbs[0].Raw("SELECT count(*) FROM comments WHERE id = ?", gone).Scan(&n)
+	if n != 0 {
+		t.Errorf("comment %d, deleted on the target while no log ran, is back in the monolith", gone)
+	}
+	for _, tbl := range []string{"users", "photos", "comments"} {
+		var want int64
+		db.Raw("SELECT count(*) FROM " + e.qt(v.Schema(0), tbl)).Scan(&want)
+		q := map[string]string{
+			"users":    "SELECT count(*) FROM users WHERE id % 4 = 0",
+			"photos":   "SELECT count(*) FROM photos WHERE user_id % 4 = 0",
+			"comments": "SELECT count(*) FROM comments c JOIN photos p ON p.id = c.photo_id WHERE p.user_id % 4 = 0",
+		}[tbl]
+		e.dbs[0].Raw(q).Scan(&n)
+		if n != want {
+			t.Errorf("%s: the monolith holds %d rows of shard 0, its old copy %d", tbl, n, want)
+		}
+	}
+}
+
 // TestRollbackHelperProcess is not a test: it is the body of the helper
 // process of TestSplitRollbackKilledAtEachStagePostgres, which rolls shards
 // 0 and 1 of the env that SHARDID_ROLLBACK_DSNS names back and dies (exit

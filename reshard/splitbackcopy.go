@@ -77,30 +77,6 @@ func (bc *backCopy) inArgs(ids []int64) (string, []any) {
 	return placeholders(bc.sp.mono, 0, len(ids)), args
 }
 
-// empty deletes the shard's rows from the monolith, children first: those
-// a roll-back stopped without its change log left there.
-func (bc *backCopy) empty(ctx context.Context) (int64, error) {
-	var n int64
-	for i := len(bc.sp.tables) - 1; i >= 0; i-- {
-		t := bc.sp.tables[i]
-		from, shard := bc.sp.from(t)
-		q := "DELETE FROM " + bc.sp.q(t.Name) + " WHERE id IN (SELECT id FROM (SELECT x.id FROM " + from + " WHERE " + shard + " = " + strconv.Itoa(bc.shard) + ") AS d)"
-		err := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, q)
-			if err != nil {
-				return err
-			}
-			k, _ := res.RowsAffected()
-			n += k
-			return nil
-		})
-		if err != nil {
-			return n, fmt.Errorf("shardid: emptying shard %d's rows of %s in the monolith: %w", bc.shard, t.Name, err)
-		}
-	}
-	return n, nil
-}
-
 // dropExtras deletes the shard's rows in the monolith whose keys its
 // schema does not hold, children first, and returns how many: the rows the
 // split left there, sealed since, that the schema deleted before this

@@ -86,16 +86,15 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	if err := ensure("starting the change log"); err != nil {
 		return res, err
 	}
-	fresh, err := bc.capture(ctx, bs.marked)
-	if err != nil {
+	// Run again after its change log was dropped (Unfence drops it), it
+	// starts a new one and copies over what it copied before, as over the
+	// split's rows: the copy overwrites every row the schema holds, and
+	// dropExtras deletes those it no longer holds. The monolith's rows of
+	// the shard are never emptied: sealed, they refuse a router whose map
+	// is from before the split, which would find none to update or delete
+	// and be told it succeeded.
+	if _, err := bc.capture(ctx, bs.marked); err != nil {
 		return res, err
-	}
-	if fresh && bs.marked {
-		// Run again, but its change log is gone (Unfence drops it): what
-		// it copied cannot be told from what changed since. Start over.
-		if _, err := bc.empty(ctx); err != nil {
-			return res, err
-		}
 	}
 	stage("captured")
 	// 3. The first copy, over the rows the split left and what a stopped
