@@ -525,33 +525,38 @@ func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verifi
 // and with unseal a seal too (an abort before the flip, which the caller
 // checked). Moving is cleared.
 func (sp *splitter) liftShards(ctx context.Context, shards []int, tokens map[int]int64, unseal bool) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		return sp.liftShardsTx(tx, shards, tokens, unseal)
+	})
+}
+
+// liftShardsTx is liftShards in tx.
+func (sp *splitter) liftShardsTx(tx *gorm.DB, shards []int, tokens map[int]int64, unseal bool) error {
 	open := "'-infinity'"
 	if sp.mysql {
 		open = "'1000-01-01'"
 	}
-	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		var cur []struct {
-			Shard  int
-			Token  int64
-			Sealed bool
+	var cur []struct {
+		Shard  int
+		Token  int64
+		Sealed bool
+	}
+	if err := tx.Raw("SELECT shard, token, sealed FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " ORDER BY shard FOR UPDATE").Scan(&cur).Error; err != nil {
+		return err
+	}
+	var lift []int
+	for _, c := range cur {
+		switch {
+		case tokens != nil && tokens[c.Shard] != c.Token:
+		case c.Sealed && !unseal:
+		default:
+			lift = append(lift, c.Shard)
 		}
-		if err := tx.Raw("SELECT shard, token, sealed FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " ORDER BY shard FOR UPDATE").Scan(&cur).Error; err != nil {
-			return err
-		}
-		var lift []int
-		for _, c := range cur {
-			switch {
-			case tokens != nil && tokens[c.Shard] != c.Token:
-			case c.Sealed && !unseal:
-			default:
-				lift = append(lift, c.Shard)
-			}
-		}
-		if len(lift) == 0 {
-			return nil
-		}
-		return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET fenced_until = " + open + ", token = token + 1, sealed = FALSE, moving = FALSE WHERE shard " + inList(lift)).Error
-	})
+	}
+	if len(lift) == 0 {
+		return nil
+	}
+	return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET fenced_until = " + open + ", token = token + 1, sealed = FALSE, moving = FALSE WHERE shard " + inList(lift)).Error
 }
 
 // installTriggersMySQL is installTriggers on MySQL/MariaDB: AFTER row

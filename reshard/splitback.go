@@ -354,10 +354,24 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	if err := lock.ensure(ctx, "lifting the monolith's seal"); err != nil {
 		return 0, err
 	}
-	if err := sp.takeWritesAgainPG(ctx); err != nil {
-		return 0, fmt.Errorf("letting the monolith take writes again: %w", err)
+	// One transaction: the monolith's refusal of every write (if the last
+	// batch emptied it) goes with the shard's seal, never without it, so
+	// that an abort of this roll-back never finds the refusal gone and the
+	// shard still sealed.
+	emptied, err := sp.refusesEveryWritePG(ctx)
+	if err != nil {
+		return 0, err
 	}
-	if err := sp.liftShards(ctx, []int{s}, nil, true); err != nil {
+	err = lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		if emptied {
+			// The function's triggers go with it.
+			if err := tx.Exec(`DROP FUNCTION IF EXISTS "` + sp.schema + `".` + splitDoneFunction + "() CASCADE").Error; err != nil {
+				return fmt.Errorf("letting the monolith take writes again: %w", err)
+			}
+		}
+		return sp.liftShardsTx(tx, []int{s}, nil, true)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("letting the monolith take its writes: %w", err)
 	}
 	stage("unsealed")
@@ -376,7 +390,7 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 			}
 		}
 	}
-	err := sp.cfg.Map.Update(func(p []shardmap.Placement) error {
+	err = sp.cfg.Map.Update(func(p []shardmap.Placement) error {
 		p[s] = shardmap.Placement{DB: sp.monoIdx, Shared: true}
 		return nil
 	})

@@ -160,21 +160,6 @@ func (ids identities) same(ctx context.Context, dbs []*gorm.DB, a, b int) (bool,
 	return ids[a].same(ids[b]), nil
 }
 
-// takeWritesAgainPG drops the triggers that refuse every write to the
-// monolith's sharded tables once a split emptied them (refuseWritesPG), if
-// there are: the monolith takes a shard's writes again. Its split
-// triggers still refuse the writes of the shards sealed there.
-func (sp *splitter) takeWritesAgainPG(ctx context.Context) error {
-	emptied, err := sp.refusesEveryWritePG(ctx)
-	if err != nil || !emptied {
-		return err
-	}
-	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		// The function's triggers go with it.
-		return tx.Exec(`DROP FUNCTION IF EXISTS "` + sp.schema + `".` + splitDoneFunction + "() CASCADE").Error
-	})
-}
-
 // refusesEveryWritePG reports whether the monolith's sharded tables refuse
 // every write, emptied by the split's last batch (refuseWritesPG): never
 // on MySQL.
