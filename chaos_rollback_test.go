@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -48,9 +49,10 @@ type splitCopy struct {
 	at   time.Time // when the shard was found back in the monolith
 }
 
-// rollback rolls back a batch of the plan that is split, its first shard
-// only unless whole, the batch chosen by pick, as p says, with splitting
-// (under mu) holding its shards meanwhile, and returns what happened.
+// rollback rolls back a batch of the plan that is split whole, or one
+// shard of it unless whole (both chosen by pick), as p says, with
+// splitting (under mu) holding its shards meanwhile, and returns what
+// happened.
 func (d *splitDriver) rollback(p chaosSplitPlan, pick int, whole bool, mu *sync.Mutex, splitting map[int]bool) []string {
 	msgs := d.dropCopies()
 	final, err := d.sp.c.loadMap()
@@ -74,17 +76,10 @@ func (d *splitDriver) rollback(p chaosSplitPlan, pick int, whole bool, mu *sync.
 	}
 	from := map[int]string{}
 	for _, s := range shards {
-		splitting[s] = true
 		from[s] = chaosNames[final[s].DB]
 	}
 	mu.Unlock()
-	defer func() {
-		mu.Lock()
-		for _, s := range shards {
-			delete(splitting, s)
-		}
-		mu.Unlock()
-	}()
+	defer holdShards(mu, splitting, shards)()
 	m, _ := d.sp.rollback(shards, p)
 	msgs = append(msgs, m...)
 	if final, err := d.sp.c.loadMap(); err == nil {
@@ -104,7 +99,7 @@ func (d *splitDriver) rollback(p chaosSplitPlan, pick int, whole bool, mu *sync.
 // next time.
 func (d *splitDriver) dropCopies() []string {
 	var msgs []string
-	for _, s := range sortedKeys(d.copies) {
+	for _, s := range slices.Sorted(maps.Keys(d.copies)) {
 		cp := d.copies[s]
 		if wait := time.Until(cp.at.Add(chaosCaughtUp)); wait > 0 {
 			time.Sleep(wait)
@@ -126,16 +121,6 @@ func (d *splitDriver) dropCopies() []string {
 		}
 	}
 	return msgs
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[int]V) []int {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // rollback rolls shards back into the monolith as the operator would, with

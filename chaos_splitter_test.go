@@ -189,23 +189,29 @@ func (d *splitDriver) run(p chaosSplitPlan, mu *sync.Mutex, splitting map[int]bo
 		d.mu.Unlock()
 		return append(msgs, "split: skipped, every batch is split")
 	}
-	shards := plan.Batches[0]
-	mu.Lock()
-	for _, s := range shards {
-		splitting[s] = true
-	}
-	mu.Unlock()
-	defer func() {
-		mu.Lock()
-		for _, s := range shards {
-			delete(splitting, s)
-		}
-		mu.Unlock()
-	}()
+	defer holdShards(mu, splitting, plan.Batches[0])()
 	m, _ := d.sp.split(plan, p)
 	msgs = append(msgs, m...)
 	d.recount()
 	return msgs
+}
+
+// holdShards marks shards in held (under mu), so that no move takes them
+// while a split or a roll-back runs, and returns the function that
+// unmarks them.
+func holdShards(mu *sync.Mutex, held map[int]bool, shards []int) func() {
+	mu.Lock()
+	for _, s := range shards {
+		held[s] = true
+	}
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		for _, s := range shards {
+			delete(held, s)
+		}
+		mu.Unlock()
+	}
 }
 
 // recount counts the plan's batches left to split and those split whole,
