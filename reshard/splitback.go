@@ -88,8 +88,11 @@ type RollbackResult struct {
 // database holds a copy (moved since the split: ErrNotSplit), one whose
 // schema holds a table or a column the monolith's tables do not, or one
 // with a key that a row of another shard holds in the monolith
-// (ErrKeyCollision). A key taken while it copies stops the shard before
-// its fence. cfg.Map must be the catalog's (ErrMapDiffers).
+// (ErrKeyCollision); and, on PostgreSQL, a monolith that the split's last
+// batch emptied, unless opts.AfterLastBatch (ErrMonolithEmptied; a
+// roll-back stopped part way there is run again with it too). A key taken
+// while it copies stops the shard before its fence. cfg.Map must be the
+// catalog's (ErrMapDiffers).
 //
 // It holds the split's lock (a split, a clean-up, an abort or a second
 // roll-back wait, then fail with ErrMoveInProgress) and each shard's move
@@ -170,7 +173,7 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 		}
 		if emptied {
 			return nil, withDetail(ErrMonolithEmptied, fmt.Sprintf("%s refuses every write since; once a roll-back lets writes in, a router with a map from before the split would update and delete nothing there for the shards still split, and get no error. "+
-				"Set AfterLastBatch (shardid split rollback --after-last-batch) once every router has loaded the catalog's map since the last batch", sp.cfg.Monolith))
+				"Set AfterLastBatch (shardid split rollback --after-last-batch) once every router has loaded the catalog's map since the last batch (a roll-back stopped part way is run again with it too, or undone with AbortRollback)", sp.cfg.Monolith))
 		}
 	}
 	var out []RollbackResult
@@ -402,5 +405,5 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	if !lock.reclaim(cctx) {
 		return version, fmt.Errorf("the shard is back in the catalog, but its roll-back is still recorded (run the roll-back again): %w", ErrMoveLockLost)
 	}
-	return version, sp.unmarkBack(cctx, s, "")
+	return version, sp.unmarkBack(cctx, s, "", nil)
 }

@@ -164,7 +164,10 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 	if err != nil {
 		return n, err
 	}
-	return n, sp.unmarkBack(ctx, s, verified)
+	if err := lock.ensure(ctx, "restoring the split's state"); err != nil {
+		return n, err
+	}
+	return n, sp.unmarkBack(ctx, s, verified, &m)
 }
 
 // shardSums returns what the monolith's tables hold of shard s, as a

@@ -87,11 +87,21 @@ func (sp *splitter) setBackToken(ctx context.Context, s int, token int64) error 
 }
 
 // unmarkBack deletes the roll-back's row of s: the shard takes writes on
-// the monolith again or, with verified (an abort), its state row gets that
-// verification of the shard's rows the monolith keeps, sealed.
-func (sp *splitter) unmarkBack(ctx context.Context, s int, verified string) error {
+// the monolith again or, with m (an abort, which read the row as m), its
+// state row gets verified, the verification of the shard's rows the
+// monolith keeps, sealed. A row that another roll-back changed since the
+// abort read it (the abort lost its lock meanwhile) fails with
+// ErrMoveInProgress, and nothing changes.
+func (sp *splitter) unmarkBack(ctx context.Context, s int, verified string, m *backMark) error {
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		if verified != "" {
+		if m != nil {
+			var cur []backMark
+			if err := tx.Raw("SELECT shard, source, verified, token FROM "+sp.q(splitBackTable)+" WHERE shard = ? FOR UPDATE", s).Scan(&cur).Error; err != nil {
+				return err
+			}
+			if len(cur) != 1 || cur[0].Source != m.Source || cur[0].Token != m.Token {
+				return withDetail(ErrMoveInProgress, fmt.Sprintf("the roll-back of shard %d changed while it was being aborted (another operator ran it): see shardid split status, then run it or the abort again", s))
+			}
 			if err := tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET verified = ? WHERE shard = ?", verified, s).Error; err != nil {
 				return err
 			}

@@ -69,7 +69,7 @@ func newSplitCmd(s *streams) *cobra.Command {
 	fs.StringVar(&f.plan, "plan", "", "run: the plan `FILE` that plan wrote (required)")
 	fs.DurationVar(&f.fenceFor, "fence-for", time.Minute, "run, rollback: how long a batch's rows (a shard's schema) stay fenced if the mover dies")
 	fs.StringVar(&f.shards, "shards", "", "rollback, drop-copies: the logical shards, a `LIST` such as 0-15,20, or all (required)")
-	fs.BoolVar(&f.afterLast, "after-last-batch", false, "rollback: let writes into a monolith the last batch emptied (PostgreSQL), once every router has loaded the catalog's map since")
+	fs.BoolVar(&f.afterLast, "after-last-batch", false, "rollback: let writes into a monolith the last batch emptied (PostgreSQL; MySQL needs no flag), once every router has loaded the catalog's map since")
 	return cmd
 }
 

@@ -125,8 +125,8 @@ func abortRollback(ctx context.Context, w io.Writer, env *splitEnv) error {
 		return err
 	}
 	if len(res.Undone) > 0 {
-		fmt.Fprintf(w, "aborted the roll-back of %d shard(s) %s: they stay on their targets; %d rows deleted from %s\n",
-			len(res.Undone), shardRange(res.Undone), res.Deleted, env.cfg.Monolith)
+		fmt.Fprintf(w, "aborted the roll-back of %d shard(s) %s: they stay on their targets; their rows in %s stay there, sealed, for the split's clean-up (%d rows of no shard deleted)\n",
+			len(res.Undone), shardRange(res.Undone), env.cfg.Monolith, res.Deleted)
 	}
 	if len(res.Finished) > 0 {
 		fmt.Fprintf(w, "%d shard(s) %s were rolled back already: %s takes their writes\n", len(res.Finished), shardRange(res.Finished), env.cfg.Monolith)
