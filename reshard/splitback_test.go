@@ -506,6 +506,51 @@ func TestSplitRollbackRefusesAnEmptiedMonolith(t *testing.T) {
 	}
 }
 
+// TestSplitRollbackKeepsTheRefusalWithTheSeal rolls a shard back into a
+// monolith that the last batch emptied, and makes the lift of the shard's
+// seal there fail (a trigger of the test's own on the split's state): the
+// monolith's refusal of every write, which the roll-back drops in the same
+// transaction, stays, and a router with a map from before the split is
+// still refused for a shard still split. Run again without the fault, the
+// roll-back finishes.
+func TestSplitRollbackKeepsTheRefusalWithTheSeal(t *testing.T) {
+	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
+	e.splitBatches(t, 0, 4, 4)
+	ctx := context.Background()
+	fault := []string{
+		`CREATE FUNCTION test_fail_lift() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF OLD.sealed AND NOT NEW.sealed THEN
+		RAISE EXCEPTION 'the test refuses to lift the seal';
+	END IF;
+	RETURN NEW;
+END $$`,
+		"CREATE TRIGGER test_fail_lift BEFORE UPDATE ON shardid_split_state FOR EACH ROW EXECUTE FUNCTION test_fail_lift()",
+	}
+	for _, q := range fault {
+		if err := e.dbs[0].Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true})
+	if err == nil || !strings.Contains(err.Error(), "the test refuses to lift the seal") {
+		t.Fatalf("a roll-back whose seal cannot be lifted: %v", err)
+	}
+	if err := e.dbs[0].Exec("UPDATE users SET name = 'stale' WHERE id = 5").Error; !isFenced(err) {
+		t.Errorf("a stale router's update of shard 1, still split, after the failed lift: %v, want the monolith's refusal", err)
+	}
+	if err := e.dbs[0].Exec("DROP TRIGGER test_fail_lift ON shardid_split_state").Error; err != nil {
+		t.Fatal(err)
+	}
+	res, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true})
+	if err != nil || len(res) != 1 {
+		t.Fatalf("the roll-back run again: %v, %v", res, err)
+	}
+	if err := e.dbs[0].Exec("UPDATE users SET name = 'back' WHERE id = 4").Error; err != nil {
+		t.Errorf("a write to shard 0, back in the monolith: %v", err)
+	}
+}
+
 // TestSplitRollbackAllButLastPostgres splits every batch of a plan but the
 // last (the run stopped), then rolls back every shard while writers write:
 // the shards of the last batch, never split, are left alone. Then the old
