@@ -916,6 +916,55 @@ func testSplitRollbackRunAgainWithoutItsLog(t *testing.T, dialect string) {
 	}
 }
 
+// TestSplitRollbackAbortFailsOnAChangedRecord aborts a stopped roll-back
+// while the roll-back's record changes under it, as a second operator's
+// roll-back would change it had the abort lost its lock (a trigger of the
+// test's own bumps the record's token when the abort deletes the
+// roll-back's rows of no shard): the abort fails with ErrMoveInProgress
+// and leaves the record, which the roll-back run again then finishes.
+func TestSplitRollbackAbortFailsOnAChangedRecord(t *testing.T) {
+	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
+	e.splitBatches(t, 0, 2, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
+		if st == "copied" {
+			cancel()
+		}
+	}})
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a roll-back stopped at copied: %v", err)
+	}
+	for _, q := range []string{
+		`CREATE FUNCTION test_rival() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE shardid_split_rollback SET token = token + 1 WHERE shard = 0;
+	RETURN NULL;
+END $$`,
+		"CREATE TRIGGER test_rival AFTER DELETE ON comments FOR EACH STATEMENT EXECUTE FUNCTION test_rival()",
+		"ALTER TABLE comments ENABLE ALWAYS TRIGGER test_rival",
+	} {
+		if err := e.dbs[0].Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = reshard.AbortRollback(context.Background(), e.cfg)
+	if !errors.Is(err, reshard.ErrMoveInProgress) {
+		t.Fatalf("an abort whose roll-back record changed under it: %v, want ErrMoveInProgress", err)
+	}
+	var n int64
+	e.dbs[0].Raw("SELECT count(*) FROM shardid_split_rollback WHERE shard = 0").Scan(&n)
+	if n != 1 {
+		t.Errorf("the roll-back's record of shard 0: %d rows after the failed abort, want it kept", n)
+	}
+	if err := e.dbs[0].Exec("DROP TRIGGER test_rival ON comments").Error; err != nil {
+		t.Fatal(err)
+	}
+	if res, err := reshard.RollbackSplit(context.Background(), e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil || len(res) != 1 {
+		t.Fatalf("the roll-back run again: %v, %v", res, err)
+	}
+}
+
 // TestRollbackHelperProcess is not a test: it is the body of the helper
 // process of TestSplitRollbackKilledAtEachStagePostgres, which rolls shards
 // 0 and 1 of the env that SHARDID_ROLLBACK_DSNS names back and dies (exit
