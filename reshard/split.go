@@ -413,12 +413,8 @@ func (sp *splitter) setMoving(ctx context.Context, shards []int, moving bool) er
 func (sp *splitter) fenceShards(ctx context.Context, shards []int, d int64) (map[int]int64, error) {
 	tokens := map[int]int64{}
 	err := lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		var cur []struct {
-			Shard  int
-			Token  int64
-			Sealed bool
-		}
-		if err := tx.Raw("SELECT shard, token, sealed FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " ORDER BY shard FOR UPDATE").Scan(&cur).Error; err != nil {
+		cur, err := sp.lockStates(tx, shards)
+		if err != nil {
 			return err
 		}
 		if len(cur) != len(shards) {
@@ -530,18 +526,30 @@ func (sp *splitter) liftShards(ctx context.Context, shards []int, tokens map[int
 	})
 }
 
+// shardState is a shard's row of the split's state, as a fence or a lift
+// reads it.
+type shardState struct {
+	Shard  int
+	Token  int64
+	Sealed bool
+}
+
+// lockStates reads the state rows of shards, in shard order, locked for
+// the rest of tx.
+func (sp *splitter) lockStates(tx *gorm.DB, shards []int) ([]shardState, error) {
+	var cur []shardState
+	err := tx.Raw("SELECT shard, token, sealed FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " ORDER BY shard FOR UPDATE").Scan(&cur).Error
+	return cur, err
+}
+
 // liftShardsTx is liftShards in tx.
 func (sp *splitter) liftShardsTx(tx *gorm.DB, shards []int, tokens map[int]int64, unseal bool) error {
 	open := "'-infinity'"
 	if sp.mysql {
 		open = "'1000-01-01'"
 	}
-	var cur []struct {
-		Shard  int
-		Token  int64
-		Sealed bool
-	}
-	if err := tx.Raw("SELECT shard, token, sealed FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " ORDER BY shard FOR UPDATE").Scan(&cur).Error; err != nil {
+	cur, err := sp.lockStates(tx, shards)
+	if err != nil {
 		return err
 	}
 	var lift []int

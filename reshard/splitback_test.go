@@ -239,6 +239,23 @@ func stopWriters(t *testing.T, w *splitWriters, stop func(), wait func()) {
 	t.Logf("writers: %d writes, longest stall %v", w.ops, w.stall)
 }
 
+// stopRollback rolls shard back, after the last batch if that ran
+// (AfterLastBatch), and cancels it at stage: the run must fail with
+// context.Canceled.
+func (e *splitEnv) stopRollback(t *testing.T, shard int, stage string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{shard}, reshard.RollbackOptions{AfterLastBatch: true, OnStage: func(_ int, st string) {
+		if st == stage {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a roll-back stopped at %s: %v, want context.Canceled", stage, err)
+	}
+}
+
 // TestSplitRollbackPostgresWithWriters splits a monolith of 16 shards in
 // batches of 4 and rolls every shard back while writers write through the
 // map: every acknowledged write is found exactly once in the monolith.
@@ -778,16 +795,7 @@ func testSplitRollbackAbort(t *testing.T, dialect string) {
 		t.Run(fmt.Sprintf("%s/%d-split", c.stage, c.split), func(t *testing.T) {
 			e := newBackEnv(t, dialect, 4, 20, 2, 2)
 			e.splitBatches(t, 0, c.split, 2)
-			ctx, cancel := context.WithCancel(context.Background())
-			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{AfterLastBatch: true, OnStage: func(_ int, st string) {
-				if st == c.stage {
-					cancel()
-				}
-			}})
-			cancel()
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("a roll-back stopped at %s: %v", c.stage, err)
-			}
+			e.stopRollback(t, 0, c.stage)
 			var n int64
 			e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&n)
 			if n != 5 {
@@ -860,16 +868,7 @@ func TestSplitRollbackRunAgainWithoutItsLogMariaDB(t *testing.T) {
 func testSplitRollbackRunAgainWithoutItsLog(t *testing.T, dialect string) {
 	e := newBackEnv(t, dialect, 4, 20, 2, 2)
 	e.splitBatches(t, 0, 2, 2) // shards 0 and 1; 2 and 3 stay in the monolith
-	ctx, cancel := context.WithCancel(context.Background())
-	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
-		if st == "copied" {
-			cancel()
-		}
-	}})
-	cancel()
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("a roll-back stopped at copied: %v", err)
-	}
+	e.stopRollback(t, 0, "copied")
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, Names: e.names, ShardMap: e.m})
 	if err != nil {
 		t.Fatal(err)
@@ -925,16 +924,7 @@ func testSplitRollbackRunAgainWithoutItsLog(t *testing.T, dialect string) {
 func TestSplitRollbackAbortFailsOnAChangedRecord(t *testing.T) {
 	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
 	e.splitBatches(t, 0, 2, 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
-		if st == "copied" {
-			cancel()
-		}
-	}})
-	cancel()
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("a roll-back stopped at copied: %v", err)
-	}
+	e.stopRollback(t, 0, "copied")
 	for _, q := range []string{
 		`CREATE FUNCTION test_rival() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -948,7 +938,7 @@ END $$`,
 			t.Fatal(err)
 		}
 	}
-	_, err = reshard.AbortRollback(context.Background(), e.cfg)
+	_, err := reshard.AbortRollback(context.Background(), e.cfg)
 	if !errors.Is(err, reshard.ErrMoveInProgress) {
 		t.Fatalf("an abort whose roll-back record changed under it: %v, want ErrMoveInProgress", err)
 	}
