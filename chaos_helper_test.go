@@ -175,8 +175,14 @@ func TestChaosHelper(t *testing.T) {
 // or static), a router of its own over the two databases following the
 // catalog, and the plugin on it.
 type chaosSession struct {
-	lease  *shardid.Lease
-	r      *shardid.Router
+	lease *shardid.Lease
+	r     *shardid.Router
+	// fresh is, for a laggard, a second router on its plugin that follows
+	// the catalog: the laggard inserts through either, and changes its rows
+	// through r alone. A row inserted on a shard's new home after a flip
+	// that r has not heard of is then changed through r on the old one,
+	// where it never was: refused, never "0 rows changed" (routesql.Left).
+	fresh  *shardid.Router
 	dbs    []*gorm.DB
 	cancel context.CancelFunc
 	token  func() string
@@ -357,7 +363,11 @@ func chaosWriter(t *testing.T) {
 		before := sess.token()
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		db := sess.r.ForKey(rows[0].UserID).WithContext(ctx)
+		ins := sess.r
+		if sess.fresh != nil && rng.IntN(2) == 0 {
+			ins = sess.fresh
+		}
+		db := ins.ForKey(rows[0].UserID).WithContext(ctx)
 		switch table {
 		case "chaos_bs":
 			bs := make([]ChaosB, n)
@@ -373,7 +383,7 @@ func chaosWriter(t *testing.T) {
 			for i, r := range rows {
 				cs[i] = ChaosC{AID: shardid.ID(r.UserID), Proc: r.Proc, Attempt: r.Attempt, Idx: r.Idx}
 			}
-			err = sess.r.ForID(owned[parent].id).WithContext(ctx).Create(&cs).Error
+			err = ins.ForID(owned[parent].id).WithContext(ctx).Create(&cs).Error
 			for i := range rows {
 				rows[i].ID = cs[i].ID
 			}
@@ -514,6 +524,12 @@ func (s *chaosSession) connect(gen *shardid.Generator) error {
 	lag := time.Duration(chaosEnvInt("FOLLOW_MS")) * time.Millisecond
 	if lag <= 0 {
 		return reshard.Follow(ctx, s.r, c, 100*time.Millisecond, nil)
+	}
+	if s.fresh, err = shardid.NewRouter(shardid.RouterConfig{Databases: s.dbs, ShardMap: chaosMap(), Plugin: p}); err != nil {
+		return err
+	}
+	if err := reshard.Follow(ctx, s.fresh, c, 100*time.Millisecond, nil); err != nil {
+		return err
 	}
 	// A laggard: it loads the catalog's map every lag, and hears of no
 	// move in between (no notification), as a process that reloads its

@@ -172,6 +172,15 @@ var (
 	// the new map, the write goes to the shard's new database.
 	ErrShardMoving = errors.New("shardid: shard is moving; retry")
 
+	// ErrUncheckedWrite is returned by a routed UPDATE or DELETE that
+	// changed no row when the router could not ask the database whether a
+	// split or a move had taken the shard away from it (a router whose map
+	// is stale would otherwise report a write it lost as "0 rows changed"):
+	// the role may not call shardid_split_sealed (PostgreSQL) or read
+	// shardid_split_state or a shard's shardid_fence_state (MySQL). The
+	// error names the grant that fixes it; the write itself changed nothing.
+	ErrUncheckedWrite = errors.New("shardid: a write that changed no row could not be checked against a split or a move")
+
 	// ErrUnroutedSQL is returned for raw SQL (Raw, Exec) run through a
 	// Router's *gorm.DB when the router has a SchemaPattern and the SQL
 	// neither has SchemaPlaceholder nor names the shard's schema: its

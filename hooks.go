@@ -2,6 +2,7 @@ package shardid
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
@@ -16,9 +17,9 @@ import (
 const FenceMessage = routesql.FenceMessage
 
 // markMoving turns the fence's error into ErrShardMoving. It is registered
-// after GORM's create, update and delete callbacks. The fence's error is
-// told by its message (routesql.IsFence), as the database/sql and pgx
-// routers tell it.
+// after GORM's create, update, delete and raw (Exec) callbacks. The
+// fence's error is told by its message (routesql.IsFence), as the
+// database/sql and pgx routers tell it.
 func markMoving(db *gorm.DB) {
 	if db.Error != nil && !errors.Is(db.Error, ErrShardMoving) && routesql.IsFence(db.Error) {
 		db.Error = errors.Join(ErrShardMoving, db.Error)
@@ -61,4 +62,49 @@ func MigrateSchema(ctx context.Context, db *gorm.DB, schema string, models ...an
 		return withDetail(ErrInvalidConfig, "schema name "+schema+": want "+schemaName.String())
 	}
 	return migrateShard(ctx, db, schema, models)
+}
+
+// checkLeft checks a routed UPDATE or DELETE (or raw SQL that is one) that
+// changed no row: if the database it ran on had given its shard up (a
+// split sealed the shard's rows there, or, on MySQL, a move fenced its
+// schema), the router's map was stale and the row, if it exists, is on the
+// shard's new home. The write then fails with ErrShardMoving instead of
+// reporting success (routesql.Left). It is registered after GORM's update
+// and delete callbacks; checkLeftRaw after its raw one.
+func checkLeft(db *gorm.DB) {
+	if db.Error != nil || db.Statement.RowsAffected != 0 || db.DryRun {
+		return
+	}
+	v, ok := db.Statement.Settings.Load(settingRoute)
+	if !ok {
+		return
+	}
+	rt := v.(route)
+	if rt.r.smap.SchemaPattern() == "" {
+		return // every shard shared: nothing can have split or moved it
+	}
+	ctx := db.Statement.Context
+	pool := db.Statement.ConnPool
+	left, err := routesql.Left(db.Dialector.Name(), rt.schema, rt.schema == "", rt.shard, func(q string, args ...any) (int64, bool, error) {
+		var n int64
+		err := pool.QueryRowContext(ctx, q, args...).Scan(&n)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return n, err == nil, err
+	})
+	switch {
+	case err != nil:
+		db.AddError(fmt.Errorf("%w: %w", ErrUncheckedWrite, err))
+	case left:
+		db.AddError(routesql.Gone(ErrShardMoving, rt.shard, rt.schema == ""))
+	}
+}
+
+// checkLeftRaw is checkLeft for raw SQL (Exec) that is an UPDATE or a
+// DELETE.
+func checkLeftRaw(db *gorm.DB) {
+	if db.Error == nil && db.Statement.RowsAffected == 0 && routesql.ChangesRows(db.Statement.SQL.String()) {
+		checkLeft(db)
+	}
 }

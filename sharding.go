@@ -28,6 +28,10 @@ const callbackRoute = PluginName + ":route"
 // callbackMoving is the name of the callbacks that report fenced writes.
 const callbackMoving = PluginName + ":moving"
 
+// callbackLeft is the name of the callbacks that check a routed write that
+// changed no row (checkLeft).
+const callbackLeft = PluginName + ":left"
+
 // callbackShardError is the name of the callbacks that wrap the error of a
 // routed statement in a *ShardError.
 const callbackShardError = PluginName + ":shard_error"
@@ -333,11 +337,32 @@ func (r *Router) register(db *gorm.DB) error {
 		{cb.Create().Get(callbackMoving) != nil, cb.Create().After("gorm:create").Register},
 		{cb.Update().Get(callbackMoving) != nil, cb.Update().After("gorm:update").Register},
 		{cb.Delete().Get(callbackMoving) != nil, cb.Delete().After("gorm:delete").Register},
+		{cb.Raw().Get(callbackMoving) != nil, cb.Raw().After("gorm:raw").Register},
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackMoving, markMoving); err != nil {
 				return err
 			}
+		}
+	}
+	// A routed UPDATE or DELETE that changed no row is checked against a
+	// split or a move that left the database it ran on.
+	for _, reg := range []struct {
+		registered bool
+		add        func(string, func(*gorm.DB)) error
+	}{
+		{cb.Update().Get(callbackLeft) != nil, cb.Update().After("gorm:update").Register},
+		{cb.Delete().Get(callbackLeft) != nil, cb.Delete().After("gorm:delete").Register},
+	} {
+		if !reg.registered {
+			if err := reg.add(callbackLeft, checkLeft); err != nil {
+				return err
+			}
+		}
+	}
+	if cb.Raw().Get(callbackLeft) == nil {
+		if err := cb.Raw().After("gorm:raw").Register(callbackLeft, checkLeftRaw); err != nil {
+			return err
 		}
 	}
 	return registerStats(db)

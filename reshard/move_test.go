@@ -549,6 +549,31 @@ func TestMoveShardMariaDB(t *testing.T) {
 	if err := src.Exec("INSERT INTO shardid_mm_0001.r_photos (id, user_id) VALUES (1, 1)").Error; err == nil {
 		t.Error("the old copy accepted a write")
 	}
+	// A router with the map of before the move: its update and delete of a
+	// photo written on the target after the flip reach the old copy, where
+	// the photo never was. MySQL has no statement triggers: the router
+	// asks the old copy's fence and refuses, rather than report 0 rows.
+	staleR, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
+		LogicalShards: 4, SchemaPattern: "shardid_mm_%04d", Plugin: p, Map: []int{0, 0, 0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := RPhoto{UserID: 1}
+	if err := r.ForKey(1).Create(&late).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := staleR.ForKey(1).Model(&late).Update("user_id", 5).Error; !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("a stale router's update of a photo written after the move: %v; want ErrShardMoving", err)
+	}
+	if err := staleR.ForKey(1).Exec("DELETE FROM {{schema}}.r_photos WHERE id = ?", late.ID).Error; !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("a stale router's delete of a photo written after the move: %v; want ErrShardMoving", err)
+	}
+	if res := staleR.ForKey(2).Exec("DELETE FROM {{schema}}.r_photos WHERE id = 1"); res.Error != nil || res.RowsAffected != 0 {
+		t.Errorf("a delete of no row of shard 2, which did not move: %d rows, %v; want 0 and no error", res.RowsAffected, res.Error)
+	}
+	if err := r.Get(ctx, &RPhoto{}, late.ID); err != nil {
+		t.Errorf("the photo written after the move: %v", err)
+	}
 	if err := reshard.DropShardCopy(ctx, r, 1, "my1"); err != nil {
 		t.Error(err)
 	}

@@ -290,6 +290,12 @@ END $$`, sp.schema, st, log, shardid.FenceMessage)
 			strconv.Itoa(sp.shards-1) + ") AS g ON CONFLICT (shard) DO NOTHING",
 		"CREATE TABLE IF NOT EXISTS " + log + " (seq BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, id BIGINT NOT NULL, shard INT NOT NULL)",
 		check,
+		// What a router asks after an UPDATE or a DELETE of a shard that
+		// changed no row here (routesql.Left): if the split sealed the
+		// shard, the router's map is stale and the row is on the target.
+		fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".%[2]s(s int) RETURNS boolean LANGUAGE sql STABLE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$ SELECT coalesce((SELECT sealed FROM %[3]s WHERE shard = s), false) $$`,
+			sp.schema, routesql.SplitSealedFunction, st),
 	}
 	for _, t := range sp.tables {
 		fn := fmt.Sprintf(`"%s".%s`, sp.schema, splitFunction(t.Name))

@@ -32,6 +32,7 @@ package shardpgx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -302,7 +303,37 @@ func (s Shard) exec(ctx context.Context, q querier, query string, args []any) (p
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := q.Exec(ctx, text, args...)
+	if err == nil && tag.RowsAffected() == 0 && (tag.Update() || tag.Delete()) {
+		err = s.checkLeft(ctx, q)
+	}
 	return tag, s.Wrap(err)
+}
+
+// checkLeft checks an UPDATE or a DELETE that changed no row: if a split
+// sealed the shard's rows on the database it ran on, the router's map was
+// stale and the row, if it exists, is on the shard's new home, so the write
+// fails with shardid.ErrShardMoving rather than report success. It runs on
+// q, in the write's transaction if any, and cannot fail that transaction.
+func (s Shard) checkLeft(ctx context.Context, q querier) error {
+	if s.Shard < 0 || s.r.m.SchemaPattern() == "" {
+		return nil
+	}
+	shared := s.Schema == ""
+	left, err := routesql.Left("postgres", s.Schema, shared, s.Shard, func(query string, args ...any) (int64, bool, error) {
+		var n int64
+		err := q.QueryRow(ctx, query, args...).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, nil
+		}
+		return n, err == nil, err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", shardid.ErrUncheckedWrite, err)
+	case left:
+		return routesql.Gone(shardid.ErrShardMoving, s.Shard, shared)
+	}
+	return nil
 }
 
 func (s Shard) query(ctx context.Context, q querier, query string, args []any) (pgx.Rows, error) {

@@ -35,6 +35,7 @@ package shardsql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -341,7 +342,47 @@ func (s Shard) ExecContext(ctx context.Context, query string, args ...any) (sql.
 		return nil, err
 	}
 	res, err := s.DB.ExecContext(ctx, text, args...)
+	if err == nil {
+		err = s.checkLeft(ctx, s.DB, res, query)
+	}
 	return res, s.Wrap(err)
+}
+
+// rowQuerier is what a pool and a transaction share for checkLeft.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// checkLeft checks an UPDATE or a DELETE that changed no row: if the
+// database it ran on had given the shard up (a split sealed the shard's
+// rows there, or, on MySQL, a move fenced its schema), the router's map
+// was stale and the row, if it exists, is on the shard's new home, so the
+// write fails with shardid.ErrShardMoving rather than report success. It
+// runs on q, in the write's transaction if any, and cannot fail that
+// transaction.
+func (s Shard) checkLeft(ctx context.Context, q rowQuerier, res sql.Result, query string) error {
+	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ChangesRows(query) {
+		return nil
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 0 {
+		return nil
+	}
+	shared := s.Schema == ""
+	left, err := routesql.Left(s.r.dialect, s.Schema, shared, s.Shard, func(query string, args ...any) (int64, bool, error) {
+		var n int64
+		err := q.QueryRowContext(ctx, query, args...).Scan(&n)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return n, err == nil, err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", shardid.ErrUncheckedWrite, err)
+	case left:
+		return routesql.Gone(shardid.ErrShardMoving, s.Shard, shared)
+	}
+	return nil
 }
 
 // QueryContext runs query in the shard. Errors that Next, Scan and Err of
@@ -449,6 +490,9 @@ func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Re
 		return nil, err
 	}
 	res, err := t.Tx.ExecContext(ctx, text, args...)
+	if err == nil {
+		err = t.sh.checkLeft(ctx, t.Tx, res, query)
+	}
 	return res, t.sh.Wrap(err)
 }
 

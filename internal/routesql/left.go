@@ -1,0 +1,147 @@
+package routesql
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// A router whose map is stale sends a shard's writes to the database that
+// held the shard before a split or a move. An INSERT is refused there, and
+// so is an UPDATE or a DELETE of a row that is still there (sealed or
+// fenced: the triggers of package reshard raise FenceMessage). But a row
+// written on the shard's new home after the flip has no copy on the old
+// one, so an UPDATE or a DELETE of it there matches no row and fires no
+// row trigger: without a check it would report "0 rows changed" and the
+// write would be lost without an error. PostgreSQL's fence of a moved
+// shard's schema is a statement trigger, which fires for no row too; a
+// split monolith's tables, shared by every shard, and MySQL, which has no
+// statement triggers, need the router to ask after such a write whether
+// the database still holds the shard.
+
+// SplitSealedFunction is the function a split of a PostgreSQL monolith
+// (package reshard) creates in the monolith's schema: given a logical
+// shard, it reports whether the split sealed that shard's rows there. It
+// runs as its owner (SECURITY DEFINER), so a role that may only read and
+// write rows can call it without reading SplitStateTable.
+const SplitSealedFunction = "shardid_split_sealed"
+
+// ChangesRows reports whether query is an UPDATE or a DELETE (or a WITH,
+// which may be either): the statements whose "no row changed" a router
+// checks with Left. Blanks and comments before the first word are skipped.
+func ChangesRows(query string) bool {
+	switch strings.ToUpper(firstWord(query)) {
+	case "UPDATE", "DELETE", "WITH":
+		return true
+	}
+	return false
+}
+
+// firstWord returns the first word of query, after blanks, comments and
+// opening parentheses.
+func firstWord(q string) string {
+	i := 0
+	for i < len(q) {
+		switch c := q[i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '(':
+			i++
+		case strings.HasPrefix(q[i:], "--") || c == '#':
+			end := strings.IndexByte(q[i:], '\n')
+			if end < 0 {
+				return ""
+			}
+			i += end + 1
+		case strings.HasPrefix(q[i:], "/*"):
+			end := strings.Index(q[i+2:], "*/")
+			if end < 0 {
+				return ""
+			}
+			i += end + 4
+		default:
+			j := i
+			for j < len(q) && identByte(q[j]) {
+				j++
+			}
+			return q[i:j]
+		}
+	}
+	return ""
+}
+
+// ErrCannotCheck is the cause Left returns when the database does not let
+// the router's role ask whether it still holds the shard.
+var ErrCannotCheck = errors.New("the write changed no row and the router cannot check that the database still holds the shard")
+
+// OneValue runs query with args on the connection that ran the write (in
+// its transaction, if any) and returns the integer of the first column of
+// its first row; found is false when it returns no row.
+type OneValue func(query string, args ...any) (v int64, found bool, err error)
+
+// Left reports whether, after an UPDATE or a DELETE routed to shard on a
+// database of dialect ("postgres" or "mysql") changed no row, that
+// database had given the shard up: a split sealed its rows there (shared,
+// the shard's rows in the database's own tables), or a move fenced its
+// schema (MySQL: PostgreSQL's fence refuses the statement itself). The
+// write is then to be routed again, with the map of the moment: report
+// it as the fence's refusal. schema is the shard's schema (MySQL:
+// database), "" when shared. A database that never held a split or a move
+// answers false at the cost of one query.
+//
+// The PostgreSQL check cannot fail a transaction: it calls
+// SplitSealedFunction only once a first query found it, and callable. A
+// role that may not call it gets ErrCannotCheck, as does a MySQL role that
+// may not read the state, rather than a "0 rows changed" the router cannot
+// vouch for.
+func Left(dialect, schema string, shared bool, shard int, one OneValue) (bool, error) {
+	switch {
+	case dialect == "postgres" && shared:
+		sig := SplitSealedFunction + "(integer)"
+		v, _, err := one("SELECT CASE WHEN p IS NULL THEN 0 WHEN has_function_privilege(p, 'EXECUTE') THEN 1 ELSE 2 END FROM (SELECT to_regprocedure('" + sig + "') AS p) AS f")
+		switch {
+		case err != nil:
+			return false, err
+		case v == 0:
+			return false, nil
+		case v == 2:
+			return false, fmt.Errorf("%w: the role may not execute %s, which a split of this database created: GRANT EXECUTE ON FUNCTION %s TO the role", ErrCannotCheck, sig, sig)
+		}
+		v, _, err = one("SELECT CASE WHEN " + SplitSealedFunction + "(" + strconv.Itoa(shard) + ") THEN 1 ELSE 0 END")
+		return v == 1, err
+	case dialect == "mysql" && shared:
+		return leftMySQL(one, SplitStateTable, "SELECT CASE WHEN sealed THEN 1 ELSE 0 END FROM "+SplitStateTable+" WHERE shard = "+strconv.Itoa(shard))
+	case dialect == "mysql" && schema != "":
+		t := "`" + schema + "`." + FenceStateTable
+		return leftMySQL(one, FenceStateTable, "SELECT CASE WHEN fenced_until > UTC_TIMESTAMP(6) THEN 1 ELSE 0 END FROM "+t+" WHERE id = 1")
+	}
+	return false, nil
+}
+
+// leftMySQL runs q, whose table is table: a table that does not exist (no
+// split, no move ever) holds the shard; a table the role may not read is
+// ErrCannotCheck. A failed query does not end a MySQL transaction.
+func leftMySQL(one OneValue, table, q string) (bool, error) {
+	v, found, err := one(q)
+	if err != nil {
+		msg := err.Error()
+		switch {
+		case strings.Contains(msg, table+"' doesn't exist"):
+			return false, nil
+		case strings.Contains(msg, "command denied"):
+			return false, fmt.Errorf("%w: GRANT SELECT ON %s (in the database of the shard's tables) TO the role: %w", ErrCannotCheck, table, err)
+		}
+		return false, err
+	}
+	return found && v == 1, nil
+}
+
+// Gone is the error of a write that Left found on a database that had
+// given its shard up: moving (shardid.ErrShardMoving), retryable, with
+// what happened to the shard there.
+func Gone(moving error, shard int, shared bool) error {
+	why := "a move fenced its schema there"
+	if shared {
+		why = "a split sealed its rows there"
+	}
+	return &classified{kind: moving, err: fmt.Errorf("the write changed no row on a database that no longer holds shard %d (%s): route it again with the current map", shard, why)}
+}

@@ -1,0 +1,346 @@
+package reshard_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
+	"github.com/shardid/shardid/shardmap"
+	"github.com/shardid/shardid/shardpgx"
+	"github.com/shardid/shardid/shardsql"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// staleUser is a row of the split env's users, for the GORM router's
+// model statements.
+type staleUser struct {
+	ID   int64
+	Name string
+}
+
+func (staleUser) TableName() string { return "users" }
+
+// staleWriter writes through one router library: exec runs raw SQL with
+// {{schema}} in shard and returns the rows it changed.
+type staleWriter struct {
+	name string
+	exec func(shard int, query string, args ...any) (int64, error)
+}
+
+// staleWriters returns a writer of each router library over m, with
+// connections of their own to the env's databases.
+func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
+	t.Helper()
+	ctx := context.Background()
+	pg := e.dbs[0].Dialector.Name() == "postgres"
+	var gdbs []*gorm.DB
+	var sdbs []*sql.DB
+	for _, dsn := range e.dsns {
+		dial := mysql.Open(dsn)
+		if pg {
+			dial = postgres.Open(dsn)
+		}
+		db, err := gorm.Open(dial, testdb.GormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testdb.CloseAtEnd(t, db)
+		gdbs = append(gdbs, db)
+		s, _ := db.DB()
+		sdbs = append(sdbs, s)
+	}
+	gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []staleWriter{
+		{"GORM Exec", func(shard int, q string, args ...any) (int64, error) {
+			res := gr.ForShard(shard).Exec(q, args...)
+			return res.RowsAffected, res.Error
+		}},
+		{"GORM model, in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			// The statement's own SQL is not used: an UPDATE or a DELETE
+			// of the row by its id, as GORM builds it.
+			var n int64
+			err := gr.ForShard(shard).Transaction(func(tx *gorm.DB) error {
+				var res *gorm.DB
+				if q[0] == 'U' {
+					res = tx.Model(&staleUser{ID: args[0].(int64)}).Update("name", "stale")
+				} else {
+					res = tx.Delete(&staleUser{ID: args[0].(int64)})
+				}
+				n = res.RowsAffected
+				return res.Error
+			})
+			return n, err
+		}},
+		{"shardsql", func(shard int, q string, args ...any) (int64, error) {
+			res, err := sr.ForShard(shard).ExecContext(ctx, q, args...)
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		}},
+		{"shardsql, in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := sr.ForShard(shard).BeginTx(ctx, nil)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback()
+			res, err := tx.ExecContext(ctx, q, args...)
+			if err != nil {
+				return 0, err
+			}
+			// The check left the transaction usable.
+			if err := tx.Tx.QueryRowContext(ctx, "SELECT 1").Scan(new(int)); err != nil {
+				return 0, fmt.Errorf("the transaction after the write: %w", err)
+			}
+			return res.RowsAffected()
+		}},
+	}
+	if !pg {
+		return out
+	}
+	var pools []*pgxpool.Pool
+	for _, dsn := range e.dsns {
+		p, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		pools = append(pools, p)
+	}
+	xr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out,
+		staleWriter{"shardpgx", func(shard int, q string, args ...any) (int64, error) {
+			tag, err := xr.ForShard(shard).Exec(ctx, q, args...)
+			return tag.RowsAffected(), err
+		}},
+		staleWriter{"shardpgx, in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := xr.ForShard(shard).Begin(ctx)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback(ctx)
+			tag, err := tx.Exec(ctx, q, args...)
+			if err != nil {
+				return 0, err
+			}
+			if err := tx.Tx.QueryRow(ctx, "SELECT 1").Scan(new(int)); err != nil {
+				return 0, fmt.Errorf("the transaction after the write: %w", err)
+			}
+			return tag.RowsAffected(), nil
+		}})
+}
+
+// A router whose map is from before a batch sends an UPDATE or a DELETE of
+// a row written on the shard's target after the flip to the monolith,
+// where the row never was: no row matches, no trigger fires. Every router
+// library must then fail the write with ErrShardMoving, not report "0 rows
+// changed" (the write lost without an error). A 0-row write of a shard
+// still in the monolith, or through a router that follows the map, stays
+// a plain 0.
+func TestSplitStaleRoutersRefusedAfterTheFlipPostgres(t *testing.T) {
+	testStaleRoutersAfterTheFlip(t, newSplitEnvPG(t, 4, 8, 1, 1))
+}
+
+// TestSplitStaleRoutersRefusedAfterTheFlipMariaDB is
+// TestSplitStaleRoutersRefusedAfterTheFlipPostgres on MariaDB.
+func TestSplitStaleRoutersRefusedAfterTheFlipMariaDB(t *testing.T) {
+	testStaleRoutersAfterTheFlip(t, newSplitEnvMySQL(t, 4, 8, 1, 1))
+}
+
+func testStaleRoutersAfterTheFlip(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	mysql := e.dbs[0].Dialector.Name() == "mysql"
+	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
+		Assign: make([]int, 4), Shared: allShards(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleW, freshW := staleWriters(t, e, stale), staleWriters(t, e, e.m)
+	// newUser writes a user of shard where the map has it now, as a
+	// router that follows the map would.
+	next := int64(40_000)
+	newUser := func(shard int) int64 {
+		t.Helper()
+		next += 4
+		id := next + int64(shard)
+		db, table := e.table(id, "users")
+		if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	nameOf := func(id int64) string {
+		db, table := e.table(id, "users")
+		var name string
+		db.Raw("SELECT name FROM "+table+" WHERE id = ?", id).Scan(&name)
+		return name
+	}
+	update, remove := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = ?", "DELETE FROM {{schema}}.users WHERE id = ?"
+	if !mysql {
+		update, remove = "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1", "DELETE FROM {{schema}}.users WHERE id = $1"
+	}
+	refused := func(when string, shard int) {
+		t.Helper()
+		for _, w := range staleW {
+			id := newUser(shard)
+			for _, q := range []string{update, remove} {
+				n, err := w.exec(shard, q, id)
+				if !errors.Is(err, shardid.ErrShardMoving) {
+					t.Errorf("%s: %s, with a stale map: %q of a row written after the flip: %d rows, %v; want ErrShardMoving", when, w.name, q, n, err)
+				}
+			}
+			if got := nameOf(id); got != "new" {
+				t.Errorf("%s: %s: the row on the target is %q, want it untouched", when, w.name, got)
+			}
+		}
+	}
+	zero := func(when string, writers []staleWriter, shard int) {
+		t.Helper()
+		for _, w := range writers {
+			for _, q := range []string{update, remove} {
+				if n, err := w.exec(shard, q, int64(1_000_000+shard)); n != 0 || err != nil {
+					t.Errorf("%s: %s: %q of no row of shard %d: %d rows, %v; want 0 and no error", when, w.name, q, shard, n, err)
+				}
+			}
+		}
+	}
+	zero("before the split", staleW, 1)
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refused("after a batch", 1)
+	zero("after a batch, a shard still in the monolith", staleW, 2)
+	zero("after a batch, routers that follow the map", freshW, 1)
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{2, 3}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refused("after the last batch", 3)
+	if mysql {
+		if _, err := reshard.CleanSplit(ctx, e.cfg); err != nil {
+			t.Fatal(err)
+		}
+		refused("after the clean-up", 0)
+	}
+	zero("after the last batch, routers that follow the map", freshW, 3)
+}
+
+// A role that may only read and write the monolith's rows gets the same
+// refusal: on PostgreSQL it calls the split's function, which any role may
+// call unless the owner revokes it; on MySQL it must read the split's
+// state table. A role that may do neither gets ErrUncheckedWrite, naming
+// the grant, never a "0 rows changed" that the router cannot vouch for,
+// and its transaction stays usable.
+func TestSplitStaleRouterOfARestrictedRolePostgres(t *testing.T) {
+	e := newSplitEnvPG(t, 4, 8, 1, 1)
+	role := testdb.PostgresRole(t, "stalerole")
+	for _, q := range []string{"GRANT SELECT, INSERT, UPDATE, DELETE ON users, photos, comments TO \"" + role + "\""} {
+		if err := e.dbs[0].Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dsns []string
+	for _, dsn := range e.dsns {
+		dsns = append(dsns, strings.Replace(dsn, "user=postgres", "user="+role, 1))
+	}
+	testStaleRouterOfARole(t, e, dsns, "pgx",
+		`REVOKE EXECUTE ON FUNCTION shardid_split_sealed(integer) FROM PUBLIC`,
+		`GRANT EXECUTE ON FUNCTION shardid_split_sealed(integer) TO "`+role+`"`)
+}
+
+// TestSplitStaleRouterOfARestrictedRoleMariaDB is
+// TestSplitStaleRouterOfARestrictedRolePostgres on MariaDB.
+func TestSplitStaleRouterOfARestrictedRoleMariaDB(t *testing.T) {
+	e := newSplitEnvMySQL(t, 4, 8, 1, 1)
+	var mono string
+	e.dbs[0].Raw("SELECT DATABASE()").Scan(&mono)
+	user := testdb.MySQLUser(t, e.dbs[0], "stale", "GRANT SELECT, INSERT, UPDATE, DELETE ON "+mono+".users TO %[1]s")
+	var dsns []string
+	for _, dsn := range e.dsns {
+		dsns = append(dsns, testdb.MySQLUserDSN(dsn, user))
+	}
+	testStaleRouterOfARole(t, e, dsns, "mysql", "", "GRANT SELECT ON "+mono+".shardid_split_state TO '"+user+"'@'%'")
+}
+
+// testStaleRouterOfARole splits shards 0 and 1, then updates a row written
+// on shard 1's target after the flip through a shardsql router with the
+// map of before, connected by dsns: refused with ErrShardMoving, then,
+// after revoke (if any), with ErrUncheckedWrite, then, after grant, with
+// ErrShardMoving again.
+func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, revoke, grant string) {
+	ctx := context.Background()
+	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
+		Assign: make([]int, 4), Shared: allShards(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbs []*sql.DB
+	for _, dsn := range dsns {
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	r, err := shardsql.New(shardsql.Config{Databases: dbs, Map: stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const id = 40_001
+	db, table := e.table(id, "users")
+	if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
+		t.Fatal(err)
+	}
+	update := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = ?"
+	if driver == "pgx" {
+		update = "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
+	}
+	write := func(want error, fix string) {
+		t.Helper()
+		tx, err := r.ForShard(1).BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		_, err = tx.ExecContext(ctx, update, id)
+		if !errors.Is(err, want) || fix != "" && !strings.Contains(fmt.Sprint(err), fix) {
+			t.Errorf("a stale router's update of a row written after the flip: %v; want %v naming %q", err, want, fix)
+		}
+		if err := tx.Tx.QueryRowContext(ctx, "SELECT 1").Scan(new(int)); err != nil {
+			t.Errorf("the transaction after the check: %v", err)
+		}
+	}
+	if revoke != "" {
+		write(shardid.ErrShardMoving, "")
+		if err := e.dbs[0].Exec(revoke).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(shardid.ErrUncheckedWrite, "GRANT")
+	if err := e.dbs[0].Exec(grant).Error; err != nil {
+		t.Fatal(err)
+	}
+	write(shardid.ErrShardMoving, "")
+}
