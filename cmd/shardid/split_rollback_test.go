@@ -132,4 +132,58 @@ func TestSplitRollbackCommandPostgres(t *testing.T) {
 	if n != 0 {
 		t.Errorf("the monolith holds %d comments after the split run again", n)
 	}
+
+	// A roll-back stopped before its flip (the lift of the shard's seal on
+	// the monolith fails: a trigger of the test's own), then aborted with
+	// the command: the shard stays on its target, which takes its writes
+	// again.
+	for _, q := range []string{
+		`CREATE FUNCTION test_fail_lift() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF OLD.sealed AND NOT NEW.sealed THEN
+		RAISE EXCEPTION 'the test refuses to lift the seal';
+	END IF;
+	RETURN NEW;
+END $$`,
+		"CREATE TRIGGER test_fail_lift BEFORE UPDATE ON shardid_split_state FOR EACH ROW EXECUTE FUNCTION test_fail_lift()",
+	} {
+		if err := dbs[0].Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	out = sh(1, "split", "rollback", "--config", "split.json", "--shards", "3", "--after-last-batch")
+	if !strings.Contains(out, "the test refuses to lift the seal") {
+		t.Errorf("the roll-back whose lift fails:\n%s", out)
+	}
+	if err := dbs[0].Exec("DROP TRIGGER test_fail_lift ON shardid_split_state").Error; err != nil {
+		t.Fatal(err)
+	}
+	out = sh(0, "split", "status", "--config", "split.json")
+	if !strings.Contains(out, "rolling back") || !strings.Contains(out, "3") {
+		t.Errorf("status of a roll-back stopped before its flip:\n%s", out)
+	}
+	out = sh(0, "split", "abort", "--config", "split.json")
+	if !strings.Contains(out, "aborted the roll-back of 1 shard(s) 3: they stay on their targets") {
+		t.Errorf("the abort of a stopped roll-back:\n%s", out)
+	}
+	out = sh(0, "split", "status", "--config", "split.json")
+	if !strings.Contains(out, "0 shard(s) in mono, 16 split") || strings.Contains(out, "rolling back") {
+		t.Errorf("status after the abort:\n%s", out)
+	}
+	// Shard 3's target takes writes again (a fenced schema refuses even an
+	// UPDATE of no row: a statement trigger).
+	var target string
+	for i, db := range dbs[1:] {
+		var k int64
+		db.Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'shard_0003'").Scan(&k)
+		if k == 1 {
+			target = []string{"pg_a", "pg_b"}[i]
+			if err := db.Exec("UPDATE shard_0003.users SET name = 'after the abort' WHERE id = 3").Error; err != nil {
+				t.Errorf("a write to shard 3 on %s after the abort: %v", target, err)
+			}
+		}
+	}
+	if target == "" {
+		t.Error("no target holds shard 3 after the abort")
+	}
 }
