@@ -168,8 +168,11 @@ var (
 	// by a write that opened the shard's table while a move or a split
 	// created or dropped the triggers on it (error 1146 for a table only
 	// those triggers read, such as shardid_changes: MariaDB's MDEV-26048;
-	// the statement did not run). It is retryable: once the router follows
-	// the new map, the write goes to the shard's new database.
+	// the statement did not run). A routed UPDATE or DELETE that changed no
+	// row on a database that a split or a move took the shard away from
+	// (the router's map is stale) fails with it too. It is retryable: once
+	// the router follows the new map, the write goes to the shard's new
+	// database.
 	ErrShardMoving = errors.New("shardid: shard is moving; retry")
 
 	// ErrUncheckedWrite is returned by a routed UPDATE or DELETE that

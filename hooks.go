@@ -17,7 +17,8 @@ import (
 const FenceMessage = routesql.FenceMessage
 
 // markMoving turns the fence's error into ErrShardMoving. It is registered
-// after GORM's create, update, delete and raw (Exec) callbacks. The
+// after GORM's create, update, delete and raw (Exec) callbacks, and its
+// query and row ones (an UPDATE ... RETURNING through Raw). The
 // fence's error is told by its message (routesql.IsFence), as the
 // database/sql and pgx routers tell it.
 func markMoving(db *gorm.DB) {
@@ -85,24 +86,20 @@ func checkLeft(db *gorm.DB) {
 	}
 	ctx := db.Statement.Context
 	pool := db.Statement.ConnPool
-	left, err := routesql.Left(db.Dialector.Name(), rt.schema, rt.schema == "", rt.shard, func(q string, args ...any) (int64, bool, error) {
+	db.AddError(routesql.Check(db.Dialector.Name(), rt.schema, rt.shard, func(q string, args ...any) (int64, bool, error) {
 		var n int64
 		err := pool.QueryRowContext(ctx, q, args...).Scan(&n)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
 		return n, err == nil, err
-	})
-	switch {
-	case err != nil:
-		db.AddError(fmt.Errorf("%w: %w", ErrUncheckedWrite, err))
-	case left:
-		db.AddError(routesql.Gone(ErrShardMoving, rt.shard, rt.schema == ""))
-	}
+	}, ErrShardMoving, ErrUncheckedWrite))
 }
 
-// checkLeftRaw is checkLeft for raw SQL (Exec) that is an UPDATE or a
-// DELETE.
+// checkLeftRaw is checkLeft for raw SQL that is an UPDATE or a DELETE:
+// Exec, and Raw(...).Find of one with RETURNING, whose RowsAffected is the
+// rows it returned. Raw(...).Scan, Row and Rows hand the rows to the
+// caller before they are read: not checked.
 func checkLeftRaw(db *gorm.DB) {
 	if db.Error == nil && db.Statement.RowsAffected == 0 && routesql.ChangesRows(db.Statement.SQL.String()) {
 		checkLeft(db)

@@ -338,6 +338,9 @@ func (r *Router) register(db *gorm.DB) error {
 		{cb.Update().Get(callbackMoving) != nil, cb.Update().After("gorm:update").Register},
 		{cb.Delete().Get(callbackMoving) != nil, cb.Delete().After("gorm:delete").Register},
 		{cb.Raw().Get(callbackMoving) != nil, cb.Raw().After("gorm:raw").Register},
+		// UPDATE or DELETE ... RETURNING through Raw(...).Find, Scan, Row.
+		{cb.Query().Get(callbackMoving) != nil, cb.Query().After("gorm:query").Register},
+		{cb.Row().Get(callbackMoving) != nil, cb.Row().After("gorm:row").Register},
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackMoving, markMoving); err != nil {
@@ -346,13 +349,15 @@ func (r *Router) register(db *gorm.DB) error {
 		}
 	}
 	// A routed UPDATE or DELETE that changed no row is checked against a
-	// split or a move that left the database it ran on.
+	// split or a move that left the database it ran on: on the write's
+	// connection, before GORM commits its transaction and puts the
+	// session's own pool back in the statement.
 	for _, reg := range []struct {
 		registered bool
 		add        func(string, func(*gorm.DB)) error
 	}{
-		{cb.Update().Get(callbackLeft) != nil, cb.Update().After("gorm:update").Register},
-		{cb.Delete().Get(callbackLeft) != nil, cb.Delete().After("gorm:delete").Register},
+		{cb.Update().Get(callbackLeft) != nil, cb.Update().After("gorm:update").Before("gorm:commit_or_rollback_transaction").Register},
+		{cb.Delete().Get(callbackLeft) != nil, cb.Delete().After("gorm:delete").Before("gorm:commit_or_rollback_transaction").Register},
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackLeft, checkLeft); err != nil {
@@ -360,9 +365,19 @@ func (r *Router) register(db *gorm.DB) error {
 			}
 		}
 	}
-	if cb.Raw().Get(callbackLeft) == nil {
-		if err := cb.Raw().After("gorm:raw").Register(callbackLeft, checkLeftRaw); err != nil {
-			return err
+	// Raw SQL that is an UPDATE or a DELETE: Exec, and Raw(...).Find of
+	// one with RETURNING.
+	for _, reg := range []struct {
+		registered bool
+		add        func(string, func(*gorm.DB)) error
+	}{
+		{cb.Raw().Get(callbackLeft) != nil, cb.Raw().After("gorm:raw").Register},
+		{cb.Query().Get(callbackLeft) != nil, cb.Query().After("gorm:query").Register},
+	} {
+		if !reg.registered {
+			if err := reg.add(callbackLeft, checkLeftRaw); err != nil {
+				return err
+			}
 		}
 	}
 	return registerStats(db)

@@ -526,6 +526,8 @@ func TestMoveShardMariaDB(t *testing.T) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
+	// A session taken before the move, used after it.
+	held := r.ForShard(1)
 	// By table name: the definition comes from SHOW CREATE TABLE on the source.
 	res, err := reshard.MoveShard(ctx, r, nil, 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 100})
 	time.Sleep(200 * time.Millisecond)
@@ -573,6 +575,15 @@ func TestMoveShardMariaDB(t *testing.T) {
 	}
 	if err := r.Get(ctx, &RPhoto{}, late.ID); err != nil {
 		t.Errorf("the photo written after the move: %v", err)
+	}
+	// The held session's update runs on the target, and so does its check
+	// of a write that changed no row: not on the source's sealed copy,
+	// which would refuse it for good.
+	if res := held.Model(&RPhoto{ID: late.ID + 1}).Update("user_id", 5); res.Error != nil || res.RowsAffected != 0 {
+		t.Errorf("a session taken before the move: an update of no row after it: %d rows, %v; want 0 and no error", res.RowsAffected, res.Error)
+	}
+	if res := held.Model(&RPhoto{ID: late.ID}).Update("user_id", 9); res.Error != nil || res.RowsAffected != 1 {
+		t.Errorf("a session taken before the move: an update of the photo after it: %d rows, %v; want 1", res.RowsAffected, res.Error)
 	}
 	if err := reshard.DropShardCopy(ctx, r, 1, "my1"); err != nil {
 		t.Error(err)

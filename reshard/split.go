@@ -293,8 +293,10 @@ END $$`, sp.schema, st, log, shardid.FenceMessage)
 		// What a router asks after an UPDATE or a DELETE of a shard that
 		// changed no row here (routesql.Left): if the split sealed the
 		// shard, the router's map is stale and the row is on the target.
-		fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".%[2]s(s int) RETURNS boolean LANGUAGE sql STABLE
-	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$ SELECT coalesce((SELECT sealed FROM %[3]s WHERE shard = s), false) $$`,
+		// A locking read: it waits for a seal under way, and at REPEATABLE
+		// READ fails on a seal made after the snapshot, never misses it.
+		fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".%[2]s(s int) RETURNS boolean LANGUAGE sql VOLATILE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$ SELECT coalesce((SELECT sealed FROM %[3]s WHERE shard = s FOR SHARE), false) $$`,
 			sp.schema, routesql.SplitSealedFunction, st),
 	}
 	for _, t := range sp.tables {

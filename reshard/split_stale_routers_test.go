@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/testdb"
@@ -114,6 +115,41 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 	if !pg {
 		return out
 	}
+	// UPDATE and DELETE ... RETURNING, read as rows and as a row.
+	out = append(out,
+		staleWriter{"GORM Raw(... RETURNING).Find", func(shard int, q string, args ...any) (int64, error) {
+			var ids []int64
+			res := gr.ForShard(shard).Raw(q+" RETURNING id", args...).Find(&ids)
+			return int64(len(ids)), res.Error
+		}},
+		staleWriter{"shardsql QueryContext(... RETURNING)", func(shard int, q string, args ...any) (int64, error) {
+			rows, err := sr.ForShard(shard).QueryContext(ctx, q+" RETURNING id", args...)
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			n := int64(0)
+			for rows.Next() {
+				n++
+			}
+			return n, rows.Err()
+		}},
+		staleWriter{"shardsql QueryRowContext(... RETURNING), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := sr.ForShard(shard).BeginTx(ctx, nil)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback()
+			var id int64
+			err = tx.QueryRowContext(ctx, q+" RETURNING id", args...).Scan(&id)
+			if errors.Is(err, sql.ErrNoRows) {
+				return 0, nil
+			}
+			if err != nil {
+				return 0, err
+			}
+			return 1, nil
+		}})
 	var pools []*pgxpool.Pool
 	for _, dsn := range e.dsns {
 		p, err := pgxpool.New(ctx, dsn)
@@ -146,6 +182,34 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 				return 0, fmt.Errorf("the transaction after the write: %w", err)
 			}
 			return tag.RowsAffected(), nil
+		}},
+		staleWriter{"shardpgx Query(... RETURNING)", func(shard int, q string, args ...any) (int64, error) {
+			rows, err := xr.ForShard(shard).Query(ctx, q+" RETURNING id", args...)
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			n := int64(0)
+			for rows.Next() {
+				n++
+			}
+			return n, rows.Err()
+		}},
+		staleWriter{"shardpgx QueryRow(... RETURNING), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := xr.ForShard(shard).Begin(ctx)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback(ctx)
+			var id int64
+			err = tx.QueryRow(ctx, q+" RETURNING id", args...).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return 0, nil
+			}
+			if err != nil {
+				return 0, err
+			}
+			return 1, nil
 		}})
 }
 
@@ -224,13 +288,68 @@ func testStaleRoutersAfterTheFlip(t *testing.T, e *splitEnv) {
 		}
 	}
 	zero("before the split", staleW, 1)
+	// A GORM session of a router that follows the map, taken before the
+	// flip: its update runs where the shard is at the time, and so must
+	// the check, not on the database the session was taken for.
+	var gdbs []*gorm.DB
+	var sdbs []*sql.DB
+	for _, db := range e.dbs {
+		s, _ := db.DB()
+		sdbs = append(sdbs, s)
+	}
+	for _, dsn := range e.dsns {
+		dial := postgres.Open(dsn)
+		if mysql {
+			dial = mysqlOpen(dsn)
+		}
+		g, err := gorm.Open(dial, testdb.GormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testdb.CloseAtEnd(t, g)
+		gdbs = append(gdbs, g)
+	}
+	following, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: e.m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := following.ForShard(1)
 	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	refused("after a batch", 1)
 	zero("after a batch, a shard still in the monolith", staleW, 2)
 	zero("after a batch, routers that follow the map", freshW, 1)
-	if _, err := reshard.SplitShards(ctx, e.cfg, []int{2, 3}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+	if res := held.Model(&staleUser{ID: 1_000_001}).Update("name", "none"); res.Error != nil || res.RowsAffected != 0 {
+		t.Errorf("a session taken before the flip, of a router that follows the map: an update of no row: %d rows, %v; want 0 and no error", res.RowsAffected, res.Error)
+	}
+	// A stale router's transaction whose snapshot (REPEATABLE READ) is
+	// older than the next batch's seal: the check must see the seal, not
+	// its snapshot's state (PostgreSQL may fail it as a serialization
+	// failure instead: as loud).
+	staleSQL, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := staleSQL.ForShard(2).BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback()
+	if err := old.Tx.QueryRowContext(ctx, "SELECT count(*) FROM plans").Scan(new(int)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{2}, []string{e.names[1]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	late := newUser(2)
+	_, err = old.ExecContext(ctx, update, late)
+	if !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("a stale router's transaction with a snapshot from before the seal: update of a row written after the flip: %v; want ErrShardMoving", err)
+	}
+	t.Logf("a stale router's transaction with a snapshot from before the seal: %v", err)
+	old.Rollback()
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{3}, []string{e.names[2]}, reshard.SplitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	refused("after the last batch", 3)
@@ -344,3 +463,6 @@ func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, re
 	}
 	write(shardid.ErrShardMoving, "")
 }
+
+// mysqlOpen is mysql.Open, for functions where mysql names a bool.
+var mysqlOpen = mysql.Open

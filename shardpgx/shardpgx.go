@@ -318,22 +318,14 @@ func (s Shard) checkLeft(ctx context.Context, q querier) error {
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" {
 		return nil
 	}
-	shared := s.Schema == ""
-	left, err := routesql.Left("postgres", s.Schema, shared, s.Shard, func(query string, args ...any) (int64, bool, error) {
+	return routesql.Check("postgres", s.Schema, s.Shard, func(query string, args ...any) (int64, bool, error) {
 		var n int64
 		err := q.QueryRow(ctx, query, args...).Scan(&n)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, false, nil
 		}
 		return n, err == nil, err
-	})
-	switch {
-	case err != nil:
-		return fmt.Errorf("%w: %w", shardid.ErrUncheckedWrite, err)
-	case left:
-		return routesql.Gone(shardid.ErrShardMoving, s.Shard, shared)
-	}
-	return nil
+	}, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 }
 
 func (s Shard) query(ctx context.Context, q querier, query string, args []any) (pgx.Rows, error) {
@@ -345,7 +337,7 @@ func (s Shard) query(ctx context.Context, q querier, query string, args []any) (
 	if err != nil {
 		return nil, s.Wrap(err)
 	}
-	return &shardRows{Rows: rows, sh: s}, nil
+	return &shardRows{Rows: rows, sh: s, ctx: ctx, q: q}, nil
 }
 
 func (s Shard) queryRow(ctx context.Context, q querier, query string, args []any) pgx.Row {
@@ -353,7 +345,38 @@ func (s Shard) queryRow(ctx context.Context, q querier, query string, args []any
 	if err != nil {
 		return errRow{err}
 	}
+	if routesql.ChangesRows(query) {
+		// An UPDATE or a DELETE ... RETURNING: its rows tell whether it
+		// changed any row, for the check (shardRows.Next).
+		rows, err := s.query(ctx, q, query, args)
+		return returningRow{rows: rows, err: err}
+	}
 	return shardRow{row: q.QueryRow(ctx, text, args...), sh: s}
+}
+
+// returningRow is the row of an UPDATE or a DELETE ... RETURNING, read
+// through shardRows so that one that changed no row is checked.
+type returningRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r returningRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return r.rows.(*shardRows).sh.Wrap(pgx.ErrNoRows)
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
 }
 
 func (s Shard) copyFrom(ctx context.Context, q querier, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
@@ -475,13 +498,36 @@ func (t *Tx) Commit(ctx context.Context) error { return t.sh.Wrap(t.Tx.Commit(ct
 // Rollback aborts the transaction; its error is a *shardid.ShardError.
 func (t *Tx) Rollback(ctx context.Context) error { return t.sh.Wrap(t.Tx.Rollback(ctx)) }
 
-// shardRows wraps the errors of rows.
+// shardRows wraps the errors of rows, and checks an UPDATE or a DELETE
+// ... RETURNING that changed no row once its rows end (Shard.checkLeft).
 type shardRows struct {
 	pgx.Rows
-	sh Shard
+	sh   Shard
+	ctx  context.Context
+	q    querier // where the rows run, for the check; nil once checked
+	left error   // the check's error
 }
 
-func (r *shardRows) Err() error { return r.sh.Wrap(r.Rows.Err()) }
+func (r *shardRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	if q := r.q; q != nil && r.Rows.Err() == nil {
+		r.q = nil
+		// pgx closed the rows: their connection is free for the check.
+		if tag := r.Rows.CommandTag(); tag.RowsAffected() == 0 && (tag.Update() || tag.Delete()) {
+			r.left = r.sh.checkLeft(r.ctx, q)
+		}
+	}
+	return false
+}
+
+func (r *shardRows) Err() error {
+	if r.left != nil {
+		return r.sh.Wrap(r.left)
+	}
+	return r.sh.Wrap(r.Rows.Err())
+}
 
 func (r *shardRows) Scan(dest ...any) error { return r.sh.Wrap(r.Rows.Scan(dest...)) }
 

@@ -35,11 +35,15 @@ type relay struct {
 	database string
 	row      bool // for a *sql.Row: no row at all is sql.ErrNoRows, wrapped
 	seen     bool // a row was read
+	// left, if not nil, is run when the rows end without a row: the check
+	// of an UPDATE or a DELETE ... RETURNING that changed no row
+	// (Shard.returnsLeft). The real rows are closed by then.
+	left func() error
 }
 
 // wrapRows returns rows relayed, their errors wrapped as the shard's.
-func wrapRows(_ context.Context, rows *sql.Rows, shard int, database string) (*sql.Rows, error) {
-	out, err := relayDB().QueryContext(context.Background(), "", &relay{rows: rows, shard: shard, database: database})
+func wrapRows(_ context.Context, rows *sql.Rows, shard int, database string, left func() error) (*sql.Rows, error) {
+	out, err := relayDB().QueryContext(context.Background(), "", &relay{rows: rows, shard: shard, database: database, left: left})
 	if err != nil {
 		rows.Close()
 		return nil, wrap(shard, database, err)
@@ -49,8 +53,8 @@ func wrapRows(_ context.Context, rows *sql.Rows, shard int, database string) (*s
 
 // wrapRow returns a *sql.Row over rows, its errors wrapped as the shard's.
 // The query runs under its own context; the relay needs none.
-func wrapRow(_ context.Context, rows *sql.Rows, shard int, database string) *sql.Row {
-	return relayDB().QueryRowContext(context.Background(), "", &relay{rows: rows, shard: shard, database: database, row: true})
+func wrapRow(_ context.Context, rows *sql.Rows, shard int, database string, left func() error) *sql.Row {
+	return relayDB().QueryRowContext(context.Background(), "", &relay{rows: rows, shard: shard, database: database, row: true, left: left})
 }
 
 // errorRow returns a *sql.Row whose Scan returns err.
@@ -124,6 +128,13 @@ func (r *relayRows) Next(dest []driver.Value) error {
 	if !r.rows.Next() {
 		if err := r.rows.Err(); err != nil {
 			return wrap(r.shard, r.database, err)
+		}
+		if r.left != nil && !r.seen {
+			left := r.left
+			r.left = nil
+			if err := left(); err != nil {
+				return wrap(r.shard, r.database, err)
+			}
 		}
 		if r.row && !r.seen {
 			// Row.Scan reports an error of Next as it is, and its own

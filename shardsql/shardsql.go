@@ -367,22 +367,30 @@ func (s Shard) checkLeft(ctx context.Context, q rowQuerier, res sql.Result, quer
 	if n, err := res.RowsAffected(); err != nil || n != 0 {
 		return nil
 	}
-	shared := s.Schema == ""
-	left, err := routesql.Left(s.r.dialect, s.Schema, shared, s.Shard, func(query string, args ...any) (int64, bool, error) {
+	return s.left(ctx, q)
+}
+
+// returnsLeft returns, for query, an UPDATE or a DELETE run with
+// QueryContext (RETURNING), the check its rows run when they end without
+// a row: checkLeft's, on q. It returns nil for other queries.
+func (s Shard) returnsLeft(ctx context.Context, q rowQuerier, query string) func() error {
+	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ChangesRows(query) {
+		return nil
+	}
+	return func() error { return s.left(ctx, q) }
+}
+
+// left asks, on q, whether the shard's database had given the shard up,
+// and returns the error of a write that changed no row there (nil if not).
+func (s Shard) left(ctx context.Context, q rowQuerier) error {
+	return routesql.Check(s.r.dialect, s.Schema, s.Shard, func(query string, args ...any) (int64, bool, error) {
 		var n int64
 		err := q.QueryRowContext(ctx, query, args...).Scan(&n)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
 		return n, err == nil, err
-	})
-	switch {
-	case err != nil:
-		return fmt.Errorf("%w: %w", shardid.ErrUncheckedWrite, err)
-	case left:
-		return routesql.Gone(shardid.ErrShardMoving, s.Shard, shared)
-	}
-	return nil
+	}, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 }
 
 // QueryContext runs query in the shard. Errors that Next, Scan and Err of
@@ -396,7 +404,7 @@ func (s Shard) QueryContext(ctx context.Context, query string, args ...any) (*sq
 	if err != nil {
 		return nil, s.Wrap(err)
 	}
-	return wrapRows(ctx, rows, s.Shard, s.Database)
+	return wrapRows(ctx, rows, s.Shard, s.Database, s.returnsLeft(ctx, s.DB, query))
 }
 
 // QueryRowContext runs query in the shard. Its error, as every error of
@@ -411,7 +419,7 @@ func (s Shard) QueryRowContext(ctx context.Context, query string, args ...any) *
 	if err != nil {
 		return errorRow(ctx, s.Wrap(err))
 	}
-	return wrapRow(ctx, rows, s.Shard, s.Database)
+	return wrapRow(ctx, rows, s.Shard, s.Database, s.returnsLeft(ctx, s.DB, query))
 }
 
 // PrepareContext prepares query, in the shard, on the database. database/sql
@@ -506,7 +514,7 @@ func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.
 	if err != nil {
 		return nil, t.sh.Wrap(err)
 	}
-	return wrapRows(ctx, rows, t.sh.Shard, t.sh.Database)
+	return wrapRows(ctx, rows, t.sh.Shard, t.sh.Database, t.sh.returnsLeft(ctx, t.Tx, query))
 }
 
 // QueryRowContext runs query in the transaction, in its shard.
@@ -519,7 +527,7 @@ func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 	if err != nil {
 		return errorRow(ctx, t.sh.Wrap(err))
 	}
-	return wrapRow(ctx, rows, t.sh.Shard, t.sh.Database)
+	return wrapRow(ctx, rows, t.sh.Shard, t.sh.Database, t.sh.returnsLeft(ctx, t.Tx, query))
 }
 
 // PrepareContext prepares query, in the shard, in the transaction.

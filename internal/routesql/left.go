@@ -3,7 +3,6 @@ package routesql
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -82,17 +81,25 @@ type OneValue func(query string, args ...any) (v int64, found bool, err error)
 // database of dialect ("postgres" or "mysql") changed no row, that
 // database had given the shard up: a split sealed its rows there (shared,
 // the shard's rows in the database's own tables), or a move fenced its
-// schema (MySQL: PostgreSQL's fence refuses the statement itself). The
-// write is then to be routed again, with the map of the moment: report
-// it as the fence's refusal. schema is the shard's schema (MySQL:
-// database), "" when shared. A database that never held a split or a move
-// answers false at the cost of one query.
+// schema (MySQL: PostgreSQL's fence refuses the statement itself; on
+// MySQL a 0-row write is so refused during a move's fence too, as every
+// other write is). The write is then to be routed again, with the map of
+// the moment: report it as the fence's refusal. schema is the shard's
+// schema (MySQL: database), "" when shared. A database that never held a
+// split or a move answers false at the cost of one query.
 //
-// The PostgreSQL check cannot fail a transaction: it calls
+// The state is read with a locking read, in the write's transaction: a
+// seal made after the transaction's snapshot (REPEATABLE READ, MySQL's
+// default) is seen, or waited for, not missed. On PostgreSQL at REPEATABLE
+// READ or SERIALIZABLE, such a seal fails the transaction with a
+// serialization error instead, which is as loud.
+//
+// The PostgreSQL check cannot fail a transaction otherwise: it calls
 // SplitSealedFunction only once a first query found it, and callable. A
 // role that may not call it gets ErrCannotCheck, as does a MySQL role that
-// may not read the state, rather than a "0 rows changed" the router cannot
-// vouch for.
+// may not read the state (MySQL and MariaDB answer a table the role has no
+// right on as denied, whether it exists or not), rather than a "0 rows
+// changed" the router cannot vouch for.
 func Left(dialect, schema string, shared bool, shard int, one OneValue) (bool, error) {
 	switch {
 	case dialect == "postgres" && shared:
@@ -106,29 +113,31 @@ func Left(dialect, schema string, shared bool, shard int, one OneValue) (bool, e
 		case v == 2:
 			return false, fmt.Errorf("%w: the role may not execute %s, which a split of this database created: GRANT EXECUTE ON FUNCTION %s TO the role", ErrCannotCheck, sig, sig)
 		}
-		v, _, err = one("SELECT CASE WHEN " + SplitSealedFunction + "(" + strconv.Itoa(shard) + ") THEN 1 ELSE 0 END")
+		v, _, err = one("SELECT CASE WHEN "+SplitSealedFunction+"($1) THEN 1 ELSE 0 END", shard)
 		return v == 1, err
 	case dialect == "mysql" && shared:
-		return leftMySQL(one, SplitStateTable, "SELECT CASE WHEN sealed THEN 1 ELSE 0 END FROM "+SplitStateTable+" WHERE shard = "+strconv.Itoa(shard))
+		return leftMySQL(one, SplitStateTable, "the database of the monolith's tables",
+			"SELECT CASE WHEN sealed THEN 1 ELSE 0 END FROM "+SplitStateTable+" WHERE shard = ? LOCK IN SHARE MODE", shard)
 	case dialect == "mysql" && schema != "":
-		t := "`" + schema + "`." + FenceStateTable
-		return leftMySQL(one, FenceStateTable, "SELECT CASE WHEN fenced_until > UTC_TIMESTAMP(6) THEN 1 ELSE 0 END FROM "+t+" WHERE id = 1")
+		return leftMySQL(one, FenceStateTable, "the shard's database "+schema,
+			"SELECT CASE WHEN fenced_until > UTC_TIMESTAMP(6) THEN 1 ELSE 0 END FROM `"+schema+"`."+FenceStateTable+" WHERE id = 1 LOCK IN SHARE MODE")
 	}
 	return false, nil
 }
 
-// leftMySQL runs q, whose table is table: a table that does not exist (no
-// split, no move ever) holds the shard; a table the role may not read is
-// ErrCannotCheck. A failed query does not end a MySQL transaction.
-func leftMySQL(one OneValue, table, q string) (bool, error) {
-	v, found, err := one(q)
+// leftMySQL runs q with args, whose table is table in where: a table that
+// does not exist (no split, no move ever) holds the shard; a table the
+// role may not read is ErrCannotCheck. A failed query does not end a
+// MySQL transaction.
+func leftMySQL(one OneValue, table, where, q string, args ...any) (bool, error) {
+	v, found, err := one(q, args...)
 	if err != nil {
 		msg := err.Error()
 		switch {
 		case strings.Contains(msg, table+"' doesn't exist"):
 			return false, nil
 		case strings.Contains(msg, "command denied"):
-			return false, fmt.Errorf("%w: GRANT SELECT ON %s (in the database of the shard's tables) TO the role: %w", ErrCannotCheck, table, err)
+			return false, fmt.Errorf("%w: GRANT SELECT on %s (or on the whole database: the table does not exist until a split or a move creates it) TO the role: %w", ErrCannotCheck, table+" in "+where, err)
 		}
 		return false, err
 	}
@@ -144,4 +153,33 @@ func Gone(moving error, shard int, shared bool) error {
 		why = "a split sealed its rows there"
 	}
 	return &classified{kind: moving, err: fmt.Errorf("the write changed no row on a database that no longer holds shard %d (%s): route it again with the current map", shard, why)}
+}
+
+// CheckFailed is the error of a write whose check (Left) failed with err:
+// unchecked (shardid.ErrUncheckedWrite) with err, or moving
+// (shardid.ErrShardMoving) when err is PostgreSQL's serialization failure
+// (SQLSTATE 40001): at REPEATABLE READ or SERIALIZABLE, the split's state
+// of the shard changed after the transaction's snapshot, and the
+// transaction, failed, is to be run again with the map of the moment.
+func CheckFailed(err, moving, unchecked error) error {
+	var s sqlStater
+	if errors.As(err, &s) && s.SQLState() == "40001" {
+		return &classified{kind: moving, err: fmt.Errorf("the split's state of the shard changed after the transaction's snapshot: %w", err)}
+	}
+	return fmt.Errorf("%w: %w", unchecked, err)
+}
+
+// Check is Left as the error of the write that changed no row: nil when
+// the database still holds the shard, Gone's error when it does not, and
+// CheckFailed's when it cannot tell. schema is "" for a shared shard.
+func Check(dialect, schema string, shard int, one OneValue, moving, unchecked error) error {
+	shared := schema == ""
+	left, err := Left(dialect, schema, shared, shard, one)
+	switch {
+	case err != nil:
+		return CheckFailed(err, moving, unchecked)
+	case left:
+		return Gone(moving, shard, shared)
+	}
+	return nil
 }

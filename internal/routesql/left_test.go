@@ -45,12 +45,14 @@ func FuzzChangesRows(f *testing.F) {
 // answers is a OneValue that answers each query by the first key it
 // contains, and records the queries.
 type answers struct {
-	by  map[string]func() (int64, bool, error)
-	ran []string
+	by   map[string]func() (int64, bool, error)
+	ran  []string
+	args []any
 }
 
-func (a *answers) one(q string, _ ...any) (int64, bool, error) {
+func (a *answers) one(q string, args ...any) (int64, bool, error) {
 	a.ran = append(a.ran, q)
+	a.args = append(a.args, args...)
 	for k, f := range a.by {
 		if strings.Contains(q, k) {
 			return f()
@@ -79,8 +81,8 @@ func TestLeft(t *testing.T) {
 		queries         int
 	}{
 		{"postgres, never split", "postgres", "", true, map[string]func() (int64, bool, error){"to_regprocedure": val(0)}, false, nil, 1},
-		{"postgres, sealed", "postgres", "", true, map[string]func() (int64, bool, error){"to_regprocedure": val(1), "shardid_split_sealed(3)": val(1)}, true, nil, 2},
-		{"postgres, not sealed", "postgres", "", true, map[string]func() (int64, bool, error){"to_regprocedure": val(1), "shardid_split_sealed(3)": val(0)}, false, nil, 2},
+		{"postgres, sealed", "postgres", "", true, map[string]func() (int64, bool, error){"to_regprocedure": val(1), "shardid_split_sealed($1)": val(1)}, true, nil, 2},
+		{"postgres, not sealed", "postgres", "", true, map[string]func() (int64, bool, error){"to_regprocedure": val(1), "shardid_split_sealed($1)": val(0)}, false, nil, 2},
 		{"postgres, not callable", "postgres", "", true, map[string]func() (int64, bool, error){"to_regprocedure": val(2)}, false, ErrCannotCheck, 1},
 		{"postgres, a shard's schema: its fence is a statement trigger", "postgres", "s_0003", false, nil, false, nil, 0},
 		{"mysql, sealed", "mysql", "", true, map[string]func() (int64, bool, error){SplitStateTable: val(1)}, true, nil, 1},
@@ -97,6 +99,18 @@ func TestLeft(t *testing.T) {
 		if got != c.want || !errors.Is(err, c.wantErr) || c.wantErr == nil && err != nil || len(a.ran) != c.queries {
 			t.Errorf("%s: Left = %v, %v after %q; want %v, %v after %d queries", c.name, got, err, a.ran, c.want, c.wantErr, c.queries)
 		}
+		for _, q := range a.ran {
+			if strings.Contains(q, SplitStateTable) || strings.Contains(q, FenceStateTable) {
+				if !strings.HasSuffix(q, "LOCK IN SHARE MODE") {
+					t.Errorf("%s: %q is not a locking read", c.name, q)
+				}
+			}
+		}
+		for _, arg := range a.args {
+			if arg != 3 {
+				t.Errorf("%s: argument %v, want the shard, 3", c.name, arg)
+			}
+		}
 	}
 	// Another error of the check is returned as it is.
 	a := &answers{by: map[string]func() (int64, bool, error){"to_regprocedure": fail("connection reset")}}
@@ -105,5 +119,15 @@ func TestLeft(t *testing.T) {
 	}
 	if err := Gone(errors.New("moving"), 3, true); !strings.Contains(err.Error(), "shard 3") || !strings.Contains(err.Error(), "split") {
 		t.Errorf("Gone: %v", err)
+	}
+}
+
+func TestCheckFailed(t *testing.T) {
+	moving, unchecked := errors.New("moving"), errors.New("unchecked")
+	if err := CheckFailed(stateErr("40001"), moving, unchecked); !errors.Is(err, moving) || errors.Is(err, unchecked) || !errors.Is(err, stateErr("40001")) {
+		t.Errorf("a serialization failure: %v, want moving with the driver's error", err)
+	}
+	if err := CheckFailed(stateErr("42501"), moving, unchecked); !errors.Is(err, unchecked) || errors.Is(err, moving) || !errors.Is(err, stateErr("42501")) {
+		t.Errorf("another failure: %v, want unchecked with the driver's error", err)
 	}
 }
