@@ -96,12 +96,20 @@ func checkLeft(db *gorm.DB) {
 	}, ErrShardMoving, ErrUncheckedWrite))
 }
 
-// checkLeftRaw is checkLeft for raw SQL that is an UPDATE or a DELETE:
-// Exec, and Raw(...).Find of one with RETURNING, whose RowsAffected is the
-// rows it returned. Raw(...).Scan, Row and Rows hand the rows to the
+// checkLeftRaw is checkLeft for raw SQL run with Exec that is an UPDATE or
+// a DELETE (or a WITH). Raw(...).Scan, Row and Rows hand the rows to the
 // caller before they are read: not checked.
 func checkLeftRaw(db *gorm.DB) {
 	if db.Error == nil && db.Statement.RowsAffected == 0 && routesql.ChangesRows(db.Statement.SQL.String()) {
+		checkLeft(db)
+	}
+}
+
+// checkLeftReturning is checkLeft for a query that is an UPDATE or a
+// DELETE ... RETURNING (Raw(...).Find), whose RowsAffected is the rows it
+// returned.
+func checkLeftReturning(db *gorm.DB) {
+	if db.Error == nil && db.Statement.RowsAffected == 0 && routesql.ReturnsChanges(db.Statement.SQL.String()) {
 		checkLeft(db)
 	}
 }

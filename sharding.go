@@ -370,12 +370,13 @@ func (r *Router) register(db *gorm.DB) error {
 	for _, reg := range []struct {
 		registered bool
 		add        func(string, func(*gorm.DB)) error
+		check      func(*gorm.DB)
 	}{
-		{cb.Raw().Get(callbackLeft) != nil, cb.Raw().After("gorm:raw").Register},
-		{cb.Query().Get(callbackLeft) != nil, cb.Query().After("gorm:query").Register},
+		{cb.Raw().Get(callbackLeft) != nil, cb.Raw().After("gorm:raw").Register, checkLeftRaw},
+		{cb.Query().Get(callbackLeft) != nil, cb.Query().After("gorm:query").Register, checkLeftReturning},
 	} {
 		if !reg.registered {
-			if err := reg.add(callbackLeft, checkLeftRaw); err != nil {
+			if err := reg.add(callbackLeft, reg.check); err != nil {
 				return err
 			}
 		}

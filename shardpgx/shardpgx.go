@@ -345,7 +345,7 @@ func (s Shard) queryRow(ctx context.Context, q querier, query string, args []any
 	if err != nil {
 		return errRow{err}
 	}
-	if routesql.ChangesRows(query) {
+	if routesql.ReturnsChanges(query) {
 		// An UPDATE or a DELETE ... RETURNING: its rows tell whether it
 		// changed any row, for the check (shardRows.Next).
 		rows, err := s.query(ctx, q, query, args)

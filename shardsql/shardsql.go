@@ -374,7 +374,7 @@ func (s Shard) checkLeft(ctx context.Context, q rowQuerier, res sql.Result, quer
 // QueryContext (RETURNING), the check its rows run when they end without
 // a row: checkLeft's, on q. It returns nil for other queries.
 func (s Shard) returnsLeft(ctx context.Context, q rowQuerier, query string) func() error {
-	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ChangesRows(query) {
+	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ReturnsChanges(query) {
 		return nil
 	}
 	return func() error { return s.left(ctx, q) }

@@ -37,6 +37,19 @@ func ChangesRows(query string) bool {
 	return false
 }
 
+// ReturnsChanges reports whether query, run for its rows, is an UPDATE or
+// a DELETE (... RETURNING): the queries whose rows, when there are none,
+// a router checks with Left. Unlike ChangesRows it leaves out WITH, which
+// is most often a SELECT: a WITH ... UPDATE ... RETURNING read as rows is
+// not checked.
+func ReturnsChanges(query string) bool {
+	switch strings.ToUpper(firstWord(query)) {
+	case "UPDATE", "DELETE":
+		return true
+	}
+	return false
+}
+
 // firstWord returns the first word of query, after blanks, comments and
 // opening parentheses.
 func firstWord(q string) string {

@@ -25,6 +25,9 @@ func TestChangesRows(t *testing.T) {
 		if got := ChangesRows(q); got != want {
 			t.Errorf("ChangesRows(%q) = %v, want %v", q, got, want)
 		}
+		if got := ReturnsChanges(q); got != (want && !strings.HasPrefix(q, "WITH")) {
+			t.Errorf("ReturnsChanges(%q) = %v", q, got)
+		}
 	}
 }
 
