@@ -58,16 +58,19 @@ func (p *routedPool) ExecContext(ctx context.Context, query string, args ...any)
 	return pool.ExecContext(ctx, query, args...)
 }
 
-// QueryContext implements [gorm.ConnPool].
+// QueryContext implements [gorm.ConnPool]. The rows of an UPDATE or a
+// DELETE ... RETURNING are relayed, and checked if they end without a row
+// (Router.returning).
 func (p *routedPool) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	pool, _, _ := p.current()
-	return pool.QueryContext(ctx, query, args...)
+	pool, d, schema := p.current()
+	rows, err := pool.QueryContext(ctx, query, args...)
+	return p.r.relayRows(rows, err, d, p.shard, p.r.returning(ctx, pool, d, schema, p.shard, query))
 }
 
-// QueryRowContext implements [gorm.ConnPool].
+// QueryRowContext implements [gorm.ConnPool], as QueryContext.
 func (p *routedPool) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	pool, _, _ := p.current()
-	return pool.QueryRowContext(ctx, query, args...)
+	pool, d, schema := p.current()
+	return p.r.relayRow(ctx, pool, d, p.shard, p.r.returning(ctx, pool, d, schema, p.shard, query), query, args)
 }
 
 // BeginTx implements [gorm.ConnPoolBeginner]: the transaction runs on the
@@ -112,6 +115,17 @@ type routedTx struct {
 	// a shared shard): its statements keep that placement's table names
 	// whatever the map says later, as they keep its database.
 	schema string
+}
+
+// QueryContext implements [gorm.ConnPool], as routedPool's.
+func (t *routedTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	rows, err := t.ConnPool.QueryContext(ctx, query, args...)
+	return t.r.relayRows(rows, err, t.db, t.shard, t.r.returning(ctx, t.ConnPool, t.db, t.schema, t.shard, query))
+}
+
+// QueryRowContext implements [gorm.ConnPool], as routedPool's.
+func (t *routedTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.r.relayRow(ctx, t.ConnPool, t.db, t.shard, t.r.returning(ctx, t.ConnPool, t.db, t.schema, t.shard, query), query, args)
 }
 
 // Commit implements [gorm.TxCommitter].

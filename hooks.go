@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shardid/shardid/internal/relay"
 	"github.com/shardid/shardid/internal/routesql"
 	"github.com/shardid/shardid/shardmap"
 	"gorm.io/gorm"
@@ -84,32 +85,73 @@ func checkLeft(db *gorm.DB) {
 	if rt.r.smap.SchemaPattern() == "" {
 		return // every shard shared: nothing can have split or moved it
 	}
-	ctx := db.Statement.Context
-	pool := db.Statement.ConnPool
-	db.AddError(routesql.Check(db.Dialector.Name(), rt.schema, rt.shard, func(q string, args ...any) (int64, bool, error) {
+	db.AddError(checkOn(db.Statement.Context, db.Statement.ConnPool, db.Dialector.Name(), rt.schema, rt.shard))
+}
+
+// checkOn runs routesql.Check on pool, the connection (or transaction) of
+// the write, for shard, in schema ("" when shared) of a database of
+// dialect.
+func checkOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int) error {
+	return routesql.Check(dialect, schema, shard, func(q string, args ...any) (int64, bool, error) {
 		var n int64
 		err := pool.QueryRowContext(ctx, q, args...).Scan(&n)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
 		return n, err == nil, err
-	}, ErrShardMoving, ErrUncheckedWrite))
+	}, ErrShardMoving, ErrUncheckedWrite)
+}
+
+// returning returns, for query, an UPDATE or a DELETE ... RETURNING run
+// for its rows on pool (database d, shard in schema), the check its rows
+// run if they end without a row (the rows are relayed: package
+// internal/relay); nil for any other query. It is how GORM's Find, Scan,
+// Row and Rows of such a raw query are checked.
+func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schema string, shard int, query string) func() error {
+	if r.smap.SchemaPattern() == "" || !routesql.ReturnsChanges(query) {
+		return nil
+	}
+	dialect := r.dbs[d].Dialector.Name()
+	return func() error { return checkOn(ctx, pool, dialect, schema, shard) }
+}
+
+// relayErr names the shard in an error of relayed rows, as nameShard does
+// for a statement's error, with ErrShardMoving for a fence's (markMoving);
+// sql.ErrNoRows stays itself, as Row.Scan gives it.
+func relayErr(shard int, database string, err error) error {
+	var se *ShardError
+	if err == nil || errors.Is(err, sql.ErrNoRows) || errors.As(err, &se) {
+		return err
+	}
+	return &ShardError{Shard: shard, Database: database, Err: hintPooler(routesql.Classify(err, ErrShardMoving, ErrPooledPreparedStatement))}
+}
+
+// relayRows relays rows with check (if not nil) run when they end without
+// a row.
+func (r *Router) relayRows(rows *sql.Rows, err error, d, shard int, check func() error) (*sql.Rows, error) {
+	if err != nil || check == nil {
+		return rows, err
+	}
+	return relay.Rows(rows, relayErr, shard, r.names[d], check)
+}
+
+// relayRow is relayRows for QueryRowContext: it runs the query with
+// QueryContext to relay its rows.
+func (r *Router) relayRow(ctx context.Context, pool gorm.ConnPool, d, shard int, check func() error, query string, args []any) *sql.Row {
+	if check == nil {
+		return pool.QueryRowContext(ctx, query, args...)
+	}
+	rows, err := pool.QueryContext(ctx, query, args...)
+	if err != nil {
+		return relay.ErrorRow(relayErr(shard, r.names[d], err))
+	}
+	return relay.Row(rows, relayErr, shard, r.names[d], check)
 }
 
 // checkLeftRaw is checkLeft for raw SQL run with Exec that is an UPDATE or
-// a DELETE (or a WITH). Raw(...).Scan, Row and Rows hand the rows to the
-// caller before they are read: not checked.
+// a DELETE (or a WITH).
 func checkLeftRaw(db *gorm.DB) {
 	if db.Error == nil && db.Statement.RowsAffected == 0 && routesql.ChangesRows(db.Statement.SQL.String()) {
-		checkLeft(db)
-	}
-}
-
-// checkLeftReturning is checkLeft for a query that is an UPDATE or a
-// DELETE ... RETURNING (Raw(...).Find), whose RowsAffected is the rows it
-// returned.
-func checkLeftReturning(db *gorm.DB) {
-	if db.Error == nil && db.Statement.RowsAffected == 0 && routesql.ReturnsChanges(db.Statement.SQL.String()) {
 		checkLeft(db)
 	}
 }

@@ -122,6 +122,24 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			res := gr.ForShard(shard).Raw(q+" RETURNING id", args...).Find(&ids)
 			return int64(len(ids)), res.Error
 		}},
+		staleWriter{"GORM Raw(... RETURNING).Scan", func(shard int, q string, args ...any) (int64, error) {
+			var ids []int64
+			res := gr.ForShard(shard).Raw(q+" RETURNING id", args...).Scan(&ids)
+			return int64(len(ids)), res.Error
+		}},
+		staleWriter{"GORM Raw(... RETURNING).Row, in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			var n int64
+			err := gr.ForShard(shard).Transaction(func(tx *gorm.DB) error {
+				var id int64
+				err := tx.Raw(q+" RETURNING id", args...).Row().Scan(&id)
+				if errors.Is(err, sql.ErrNoRows) {
+					return nil
+				}
+				n = 1
+				return err
+			})
+			return n, err
+		}},
 		staleWriter{"shardsql QueryContext(... RETURNING)", func(shard int, q string, args ...any) (int64, error) {
 			rows, err := sr.ForShard(shard).QueryContext(ctx, q+" RETURNING id", args...)
 			if err != nil {

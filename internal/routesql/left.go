@@ -30,11 +30,8 @@ const SplitSealedFunction = "shardid_split_sealed"
 // which may be either): the statements whose "no row changed" a router
 // checks with Left. Blanks and comments before the first word are skipped.
 func ChangesRows(query string) bool {
-	switch strings.ToUpper(firstWord(query)) {
-	case "UPDATE", "DELETE", "WITH":
-		return true
-	}
-	return false
+	w := firstWord(query)
+	return strings.EqualFold(w, "UPDATE") || strings.EqualFold(w, "DELETE") || strings.EqualFold(w, "WITH")
 }
 
 // ReturnsChanges reports whether query, run for its rows, is an UPDATE or
@@ -43,11 +40,8 @@ func ChangesRows(query string) bool {
 // is most often a SELECT: a WITH ... UPDATE ... RETURNING read as rows is
 // not checked.
 func ReturnsChanges(query string) bool {
-	switch strings.ToUpper(firstWord(query)) {
-	case "UPDATE", "DELETE":
-		return true
-	}
-	return false
+	w := firstWord(query)
+	return strings.EqualFold(w, "UPDATE") || strings.EqualFold(w, "DELETE")
 }
 
 // firstWord returns the first word of query, after blanks, comments and

@@ -31,6 +31,16 @@ func TestChangesRows(t *testing.T) {
 	}
 }
 
+// The check of every query a router runs for its rows costs no
+// allocation.
+func TestReturnsChangesAllocs(t *testing.T) {
+	for _, q := range []string{"SELECT * FROM photos WHERE id = $1", "select 1", "/* c */ update photos set a = 1"} {
+		if n := testing.AllocsPerRun(100, func() { ReturnsChanges(q); ChangesRows(q) }); n != 0 {
+			t.Errorf("%q: %v allocations", q, n)
+		}
+	}
+}
+
 // FuzzChangesRows: any text, no panic; a statement that starts with
 // UPDATE or DELETE after blanks is one.
 func FuzzChangesRows(f *testing.F) {
