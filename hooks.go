@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/shardid/shardid/internal/relay"
 	"github.com/shardid/shardid/internal/routesql"
@@ -77,6 +78,12 @@ func checkLeft(db *gorm.DB) {
 	if db.Error != nil || db.Statement.RowsAffected != 0 || db.DryRun {
 		return
 	}
+	if _, ret := db.Statement.Clauses["RETURNING"]; ret && slices.Contains(db.Statement.BuildClauses, "RETURNING") && routedConn(db) {
+		// GORM ran it with QueryContext, for its RETURNING (which the
+		// dialect supports: the processor's clauses name it): the routed
+		// connection checked its rows (Router.returning).
+		return
+	}
 	v, ok := db.Statement.Settings.Load(settingRoute)
 	if !ok {
 		return
@@ -115,15 +122,16 @@ func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schem
 	return func() error { return checkOn(ctx, pool, dialect, schema, shard) }
 }
 
-// relayErr names the shard in an error of relayed rows, as nameShard does
-// for a statement's error, with ErrShardMoving for a fence's (markMoving);
-// sql.ErrNoRows stays itself, as Row.Scan gives it.
-func relayErr(shard int, database string, err error) error {
-	var se *ShardError
-	if err == nil || errors.Is(err, sql.ErrNoRows) || errors.As(err, &se) {
-		return err
+// relayErr passes an error of relayed rows on as the driver gave it, for
+// GORM's TranslateError (whose dialects assert the driver's type) and
+// nameShard, which name the errors of a statement's callbacks; a fence's
+// error gets ErrShardMoving (as markMoving gives it), for Row and Rows,
+// whose errors come after the callbacks.
+func relayErr(_ int, _ string, err error) error {
+	if routesql.IsFence(err) && !errors.Is(err, ErrShardMoving) {
+		return routesql.Classify(err, ErrShardMoving, ErrPooledPreparedStatement)
 	}
-	return &ShardError{Shard: shard, Database: database, Err: hintPooler(routesql.Classify(err, ErrShardMoving, ErrPooledPreparedStatement))}
+	return err
 }
 
 // relayRows relays rows with check (if not nil) run when they end without
@@ -146,6 +154,27 @@ func (r *Router) relayRow(ctx context.Context, pool gorm.ConnPool, d, shard int,
 		return relay.ErrorRow(relayErr(shard, r.names[d], err))
 	}
 	return relay.Row(rows, relayErr, shard, r.names[d], check)
+}
+
+// routedConn reports whether the statement ran on a connection of the
+// router (not replaced by dbresolver's or a PrepareStmt session's pool),
+// whose QueryContext checks an UPDATE or a DELETE ... RETURNING itself.
+func routedConn(db *gorm.DB) bool {
+	switch db.Statement.ConnPool.(type) {
+	case *routedPool, *routedTx:
+		return true
+	}
+	return false
+}
+
+// checkLeftFound is checkLeft for Raw(UPDATE or DELETE ... RETURNING).Find
+// run on a pool that replaced the router's (dbresolver, a PrepareStmt
+// session): its RowsAffected is the rows it returned. Scan, Row and Rows
+// on such a pool are not checked.
+func checkLeftFound(db *gorm.DB) {
+	if db.Error == nil && db.Statement.RowsAffected == 0 && !routedConn(db) && routesql.ReturnsChanges(db.Statement.SQL.String()) {
+		checkLeft(db)
+	}
 }
 
 // checkLeftRaw is checkLeft for raw SQL run with Exec that is an UPDATE or

@@ -368,9 +368,18 @@ func (r *Router) register(db *gorm.DB) error {
 	// Raw SQL that is an UPDATE or a DELETE, run with Exec. One with
 	// RETURNING, run for its rows (Find, Scan, Row, Rows), is checked by
 	// the routed pool as its rows end (Router.returning).
-	if cb.Raw().Get(callbackLeft) == nil {
-		if err := cb.Raw().After("gorm:raw").Register(callbackLeft, checkLeftRaw); err != nil {
-			return err
+	for _, reg := range []struct {
+		registered bool
+		add        func(string, func(*gorm.DB)) error
+		check      func(*gorm.DB)
+	}{
+		{cb.Raw().Get(callbackLeft) != nil, cb.Raw().After("gorm:raw").Register, checkLeftRaw},
+		{cb.Query().Get(callbackLeft) != nil, cb.Query().After("gorm:query").Register, checkLeftFound},
+	} {
+		if !reg.registered {
+			if err := reg.add(callbackLeft, reg.check); err != nil {
+				return err
+			}
 		}
 	}
 	return registerStats(db)

@@ -19,6 +19,7 @@ import (
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // staleUser is a row of the split env's users, for the GORM router's
@@ -122,6 +123,11 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			res := gr.ForShard(shard).Raw(q+" RETURNING id", args...).Find(&ids)
 			return int64(len(ids)), res.Error
 		}},
+		staleWriter{"GORM Raw(... RETURNING).Find in a PrepareStmt session (a pool not the router's)", func(shard int, q string, args ...any) (int64, error) {
+			var ids []int64
+			res := gr.ForShard(shard).Session(&gorm.Session{PrepareStmt: true}).Raw(q+" RETURNING id", args...).Find(&ids)
+			return int64(len(ids)), res.Error
+		}},
 		staleWriter{"GORM Raw(... RETURNING).Scan", func(shard int, q string, args ...any) (int64, error) {
 			var ids []int64
 			res := gr.ForShard(shard).Raw(q+" RETURNING id", args...).Scan(&ids)
@@ -200,6 +206,14 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 				return 0, fmt.Errorf("the transaction after the write: %w", err)
 			}
 			return tag.RowsAffected(), nil
+		}},
+		staleWriter{"shardpgx Query(... RETURNING), closed unread", func(shard int, q string, args ...any) (int64, error) {
+			rows, err := xr.ForShard(shard).Query(ctx, q+" RETURNING id", args...)
+			if err != nil {
+				return 0, err
+			}
+			rows.Close()
+			return 0, rows.Err()
 		}},
 		staleWriter{"shardpgx Query(... RETURNING)", func(shard int, q string, args ...any) (int64, error) {
 			rows, err := xr.ForShard(shard).Query(ctx, q+" RETURNING id", args...)
@@ -364,6 +378,10 @@ func testStaleRoutersAfterTheFlip(t *testing.T, e *splitEnv) {
 		}
 	}
 	zero("after a batch, a shard still in the monolith", staleW, 2)
+	if !mysql {
+		checksOfOneWrite(t, e, staleG)
+	}
+	translatedMidStream(t, e, sdbs, stale)
 	zero("after a batch, routers that follow the map", freshW, 1)
 	if res := held.Model(&staleUser{ID: 1_000_001}).Update("name", "none"); res.Error != nil || res.RowsAffected != 0 {
 		t.Errorf("a session taken before the flip, of a router that follows the map: an update of no row: %d rows, %v; want 0 and no error", res.RowsAffected, res.Error)
@@ -507,3 +525,83 @@ func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, re
 
 // mysqlOpen is mysql.Open, for functions where mysql names a bool.
 var mysqlOpen = mysql.Open
+
+// checksOfOneWrite counts the checks a GORM model update and delete with a
+// RETURNING clause make when they change no row of a shared shard (2, on
+// the monolith): one each, by the routed connection that read their rows,
+// not a second by the update and delete callbacks. The split's function is
+// replaced for the count by one that counts its calls; the next batch
+// puts the split's back.
+func checksOfOneWrite(t *testing.T, e *splitEnv, r *shardid.Router) {
+	t.Helper()
+	mono := e.dbs[0]
+	var body string
+	if err := mono.Raw("SELECT pg_get_functiondef('shardid_split_sealed(integer)'::regprocedure)").Scan(&body).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"CREATE SEQUENCE test_checks",
+		`CREATE OR REPLACE FUNCTION shardid_split_sealed(s int) RETURNS boolean LANGUAGE sql VOLATILE SECURITY DEFINER
+			AS $$ SELECT nextval('public.test_checks') < 0 OR coalesce((SELECT sealed FROM public.shardid_split_state WHERE shard = s FOR SHARE), false) $$`,
+	} {
+		if err := mono.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		mono.Exec(body)
+		mono.Exec("DROP SEQUENCE test_checks")
+	}()
+	calls := func() int64 {
+		var n int64
+		mono.Raw("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM test_checks").Scan(&n)
+		return n
+	}
+	res := r.ForShard(2).Model(&staleUser{ID: 1_000_002}).Clauses(clause.Returning{}).Update("name", "none")
+	if res.Error != nil || res.RowsAffected != 0 || calls() != 1 {
+		t.Errorf("a model update with RETURNING of no row: %d rows, %v, %d checks; want 0, no error, 1 check", res.RowsAffected, res.Error, calls())
+	}
+	res = r.ForShard(2).Clauses(clause.Returning{}).Delete(&staleUser{ID: 1_000_002})
+	if res.Error != nil || res.RowsAffected != 0 || calls() != 2 {
+		t.Errorf("a model delete with RETURNING of no row: %d rows, %v, %d checks in all; want 0, no error, 2", res.RowsAffected, res.Error, calls())
+	}
+}
+
+// translatedMidStream deletes, with RETURNING, two users of shard 3 (still
+// in the monolith) in a router whose GORM translates errors: the second
+// has photos, and its foreign key fails the statement after the first
+// row (MariaDB sends that error after the first row). The relayed rows
+// must pass the driver's error on as GORM's dialect knows it:
+// gorm.ErrForeignKeyViolated.
+func translatedMidStream(t *testing.T, e *splitEnv, sdbs []*sql.DB, m *shardmap.Map) {
+	t.Helper()
+	var gdbs []*gorm.DB
+	for _, db := range e.dbs {
+		cfg := testdb.GormConfig()
+		cfg.TranslateError = true
+		g, err := gorm.Open(db.Dialector, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gdbs = append(gdbs, g)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var withPhotos int64
+	e.dbs[0].Raw("SELECT user_id FROM photos WHERE user_id % 4 = 3 ORDER BY user_id DESC LIMIT 1").Scan(&withPhotos)
+	const alone = 3 // below every user with photos: deleted first
+	if err := e.dbs[0].Exec("INSERT INTO users (id, name) VALUES (?, 'alone')", int64(alone)).Error; err != nil && !strings.Contains(err.Error(), "uplicate") {
+		t.Fatal(err)
+	}
+	q := "DELETE FROM {{schema}}.users WHERE id IN (?, ?) ORDER BY id RETURNING id"
+	if e.dbs[0].Dialector.Name() == "postgres" {
+		q = "DELETE FROM {{schema}}.users WHERE id IN (?, ?) RETURNING id"
+	}
+	var ids []int64
+	err = r.ForShard(3).Raw(q, int64(alone), withPhotos).Find(&ids).Error
+	if !errors.Is(err, gorm.ErrForeignKeyViolated) {
+		t.Errorf("a routed DELETE ... RETURNING failed by a foreign key after its first row: %v (rows %v); want gorm.ErrForeignKeyViolated", err, ids)
+	}
+}

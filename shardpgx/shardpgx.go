@@ -39,6 +39,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/routesql"
@@ -345,9 +346,10 @@ func (s Shard) queryRow(ctx context.Context, q querier, query string, args []any
 	if err != nil {
 		return errRow{err}
 	}
-	if routesql.ReturnsChanges(query) {
-		// An UPDATE or a DELETE ... RETURNING: its rows tell whether it
-		// changed any row, for the check (shardRows.Next).
+	if routesql.ChangesRows(query) {
+		// An UPDATE or a DELETE ... RETURNING (or a WITH: its command
+		// tag tells): its rows tell whether it changed any row, for the
+		// check (shardRows.Next).
 		rows, err := s.query(ctx, q, query, args)
 		return returningRow{rows: rows, err: err}
 	}
@@ -366,6 +368,13 @@ func (r returningRow) Scan(dest ...any) error {
 		return r.err
 	}
 	defer r.rows.Close()
+	for _, d := range dest {
+		if _, ok := d.(*pgtype.DriverBytes); ok {
+			// As pgx's own row: the bytes would point into a buffer
+			// reused once the row is closed.
+			return r.rows.(*shardRows).sh.Wrap(errors.New("cannot scan into *pgtype.DriverBytes from QueryRow"))
+		}
+	}
 	if !r.rows.Next() {
 		if err := r.rows.Err(); err != nil {
 			return err
@@ -512,14 +521,28 @@ func (r *shardRows) Next() bool {
 	if r.Rows.Next() {
 		return true
 	}
-	if q := r.q; q != nil && r.Rows.Err() == nil {
-		r.q = nil
-		// pgx closed the rows: their connection is free for the check.
-		if tag := r.Rows.CommandTag(); tag.RowsAffected() == 0 && (tag.Update() || tag.Delete()) {
-			r.left = r.sh.checkLeft(r.ctx, q)
-		}
-	}
+	r.check()
 	return false
+}
+
+// Close closes the rows, and checks them as Next does at their end: pgx
+// reads a closed query to its end, so its command tag is known.
+func (r *shardRows) Close() {
+	r.Rows.Close()
+	r.check()
+}
+
+// check runs Shard.checkLeft once, on rows that ended (closed: their
+// connection is free) as an UPDATE or a DELETE that changed no row.
+func (r *shardRows) check() {
+	q := r.q
+	if q == nil || r.Rows.Err() != nil {
+		return
+	}
+	r.q = nil
+	if tag := r.Rows.CommandTag(); tag.RowsAffected() == 0 && (tag.Update() || tag.Delete()) {
+		r.left = r.sh.checkLeft(r.ctx, q)
+	}
 }
 
 func (r *shardRows) Err() error {

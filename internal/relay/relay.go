@@ -1,3 +1,14 @@
+// Package relay hands a query's rows to the caller as a *sql.Rows or a
+// *sql.Row whose errors a router has wrapped. database/sql makes a
+// *sql.Rows or a *sql.Row only from a driver's rows, and reports the errors
+// of Next, Scan and Err as the driver gave them. To name the shard in
+// those errors too (a write refused by a move's fence in INSERT ...
+// RETURNING surfaces in Row.Scan), and to check an UPDATE or a DELETE ...
+// RETURNING that returned no row once its rows end, a query's rows are
+// relayed through an in-memory driver of this package: its rows read the
+// real *sql.Rows and wrap their errors. No server is involved; the relay's
+// connections are in-memory values. The routers of package shardid and
+// package shardsql share it.
 package relay
 
 import (
@@ -10,18 +21,6 @@ import (
 	"sync"
 )
 
-// Package relay hands a query's rows to the caller as a *sql.Rows or a
-// *sql.Row whose errors a router has wrapped. database/sql makes a
-// *sql.Rows or a *sql.Row only from a driver's rows, and reports the errors
-// of Next, Scan and Err as the driver gave them. To name the shard in
-// those errors too (a write refused by a move's fence in INSERT ...
-// RETURNING surfaces in Row.Scan), and to check an UPDATE or a DELETE ...
-// RETURNING that returned no row once its rows end, a query's rows are
-// relayed through an in-memory driver of this package: its rows read the
-// real *sql.Rows and wrap their errors. No server is involved; the relay's
-// connections are in-memory values. The routers of package shardid and
-// package shardsql share it.
-
 // relayDB is the pool of the relay driver, shared by every router: it holds
 // no configuration, only in-memory connections.
 var relayDB = sync.OnceValue(func() *sql.DB {
@@ -31,7 +30,7 @@ var relayDB = sync.OnceValue(func() *sql.DB {
 })
 
 // Wrap wraps an error of the rows of shard on database (the router's
-// *shardid.ShardError). It is a plain function, not a closure, so that a
+// *shardid.ShardError). It is given no nil error. It is a plain function, not a closure, so that a
 // relayed query allocates no more than it must.
 type Wrap func(shard int, database string, err error) error
 
@@ -135,7 +134,12 @@ type relayRows struct {
 
 func (r *relayRows) Columns() []string { return r.cols }
 
-func (r *relayRows) Close() error { return r.wrap(r.shard, r.database, r.rows.Close()) }
+func (r *relayRows) Close() error {
+	if err := r.rows.Close(); err != nil {
+		return r.wrap(r.shard, r.database, err)
+	}
+	return nil
+}
 
 func (r *relayRows) Next(dest []driver.Value) error {
 	if !r.rows.Next() {

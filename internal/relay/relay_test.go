@@ -1,0 +1,98 @@
+package relay_test
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid/internal/relay"
+	"github.com/shardid/shardid/internal/testdb"
+)
+
+// wrapped marks the errors the relay wrapped.
+type wrapped struct {
+	shard int
+	err   error
+}
+
+func (w *wrapped) Error() string { return fmt.Sprintf("shard %d: %v", w.shard, w.err) }
+func (w *wrapped) Unwrap() error { return w.err }
+
+func wrap(shard int, _ string, err error) error { return &wrapped{shard, err} }
+
+// TestRelay relays real rows of PostgreSQL: their values and types as the
+// driver gave them, the check run once and only when they end without a
+// row, and errors wrapped.
+func TestRelay(t *testing.T) {
+	db := testdb.OpenSQL(t, "postgres", "test")
+	checks := 0
+	left := func() error { checks++; return nil }
+	now := time.Now().UTC().Truncate(time.Microsecond)
+
+	rows, err := db.Query("SELECT 1::bigint, 'a'::text, NULL::text, $1::timestamptz, '\\x0102'::bytea", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := relay.Rows(rows, wrap, 7, "db", left)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		n  int64
+		s  string
+		ns sql.NullString
+		ts time.Time
+		b  []byte
+	)
+	if !out.Next() {
+		t.Fatalf("no row: %v", out.Err())
+	}
+	if err := out.Scan(&n, &s, &ns, &ts, &b); err != nil || n != 1 || s != "a" || ns.Valid || !ts.Equal(now) || string(b) != "\x01\x02" {
+		t.Errorf("relayed %v %q %v %v %v: %v", n, s, ns, ts, b, err)
+	}
+	if out.Next() || out.Err() != nil || out.Close() != nil || checks != 0 {
+		t.Errorf("the end of a row's rows: err %v, %d checks; want none", out.Err(), checks)
+	}
+
+	rows = query(t, db, "SELECT 1 WHERE false")
+	out, _ = relay.Rows(rows, wrap, 7, "db", left)
+	for out.Next() {
+	}
+	out.Close()
+	if checks != 1 {
+		t.Errorf("rows that end without a row: %d checks, want 1", checks)
+	}
+
+	failing := errors.New("the check failed")
+	rows = query(t, db, "SELECT 1 WHERE false")
+	var w *wrapped
+	if err := relay.Row(rows, wrap, 7, "db", func() error { return failing }).Scan(&n); !errors.Is(err, failing) || !errors.As(err, &w) || w.shard != 7 {
+		t.Errorf("a row whose check fails: %v, want it wrapped", err)
+	}
+	rows = query(t, db, "SELECT 1 WHERE false")
+	if err := relay.Row(rows, wrap, 7, "db", nil).Scan(&n); !errors.Is(err, sql.ErrNoRows) || !errors.As(err, &w) {
+		t.Errorf("no row: %v, want sql.ErrNoRows wrapped", err)
+	}
+	rows = query(t, db, "SELECT 1/(2-g) FROM generate_series(1, 3) AS g")
+	out, _ = relay.Rows(rows, wrap, 7, "db", left)
+	for out.Next() {
+	}
+	if err := out.Err(); err == nil || !errors.As(err, &w) || checks != 1 {
+		t.Errorf("a division by zero after a row: %v (%d checks), want it wrapped and no check", err, checks)
+	}
+	out.Close()
+	if err := relay.ErrorRow(failing).Scan(&n); !errors.Is(err, failing) {
+		t.Errorf("ErrorRow: %v", err)
+	}
+}
+
+func query(t *testing.T, db *sql.DB, q string) *sql.Rows {
+	t.Helper()
+	rows, err := db.Query(q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return rows
+}
