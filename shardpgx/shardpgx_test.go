@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/testdb"
@@ -176,6 +178,20 @@ func TestStatements(t *testing.T) {
 	}
 	if err := f.r.ForShard(1).QueryRow(ctx, "SELECT title FROM {{schema}}.photos WHERE id = 0").Scan(new(string)); !errors.Is(err, pgx.ErrNoRows) || !errors.As(err, &se) {
 		t.Errorf("no rows: %v", err)
+	}
+	// An UPDATE ... RETURNING read as a row behaves as pgx's own row: its
+	// value, no row, and no *pgtype.DriverBytes (whose bytes would outlive
+	// the row's buffer).
+	var title string
+	if err := f.r.ForID(ids[1]).QueryRow(ctx, "UPDATE {{schema}}.photos SET title = title WHERE id = $1 RETURNING title", ids[1]).Scan(&title); err != nil || title != "photo 1" {
+		t.Errorf("UPDATE ... RETURNING as a row: %q, %v", title, err)
+	}
+	if err := f.r.ForShard(1).QueryRow(ctx, "UPDATE {{schema}}.photos SET title = 'z' WHERE id = 0 RETURNING title").Scan(&title); !errors.Is(err, pgx.ErrNoRows) || !errors.As(err, &se) {
+		t.Errorf("UPDATE ... RETURNING of no row as a row: %v", err)
+	}
+	var raw pgtype.DriverBytes
+	if err := f.r.ForID(ids[1]).QueryRow(ctx, "UPDATE {{schema}}.photos SET title = title WHERE id = $1 RETURNING title", ids[1]).Scan(&raw); err == nil || !strings.Contains(err.Error(), "DriverBytes") {
+		t.Errorf("UPDATE ... RETURNING into *pgtype.DriverBytes: %v, want pgx's refusal", err)
 	}
 	// Rows collected by pgx's helpers; an error mid-way names the shard.
 	if _, err := f.r.ForShard(0).Exec(ctx, "INSERT INTO {{schema}}.photos VALUES ($1, 'y')", idOf(t, 0, 2)); err != nil {
