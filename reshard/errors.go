@@ -291,9 +291,12 @@ var (
 	// into a monolith that the split's last batch emptied (PostgreSQL),
 	// without RollbackOptions.AfterLastBatch: its tables refuse every
 	// write since, which is what refuses a router whose map is from
-	// before the split. Rolling back drops that refusal, and such a
-	// router's UPDATE or DELETE of a shard still split would then find no
-	// row and succeed, having changed nothing. Nothing is changed; set
+	// before the split. Rolling back drops that refusal: such a router's
+	// UPDATE or DELETE of a shard still split then finds no row, which the
+	// routers' check of a write that changed no row still refuses
+	// (ErrShardMoving), but which SQL run outside them, or through the
+	// calls they do not check, reports as a success that changed nothing.
+	// Nothing is changed; set
 	// AfterLastBatch (shardid split rollback --after-last-batch) once
 	// every router has loaded the catalog's map since the last batch.
 	// errors.Is(err, ErrRollbackRefused) also holds.

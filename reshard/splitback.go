@@ -55,9 +55,11 @@ type RollbackOptions struct {
 	// first shard comes back. Set it only once every router has loaded
 	// the catalog's map since the last batch (they follow the catalog, or
 	// were restarted): a router with a map from before it would find no
-	// row there for the shards still split, and its UPDATE or DELETE would
-	// succeed having changed nothing. Without it, such a roll-back fails
-	// with ErrMonolithEmptied before it changes anything.
+	// row there for the shards still split; the routers' check of a write
+	// that changed no row refuses its UPDATE or DELETE, but the same SQL
+	// run outside them would succeed having changed nothing. Without it,
+	// such a roll-back fails with ErrMonolithEmptied before it changes
+	// anything.
 	AfterLastBatch bool
 }
 
@@ -172,7 +174,7 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 			return nil, err
 		}
 		if emptied {
-			return nil, withDetail(ErrMonolithEmptied, fmt.Sprintf("%s refuses every write since; once a roll-back lets writes in, a router with a map from before the split would update and delete nothing there for the shards still split, and get no error. "+
+			return nil, withDetail(ErrMonolithEmptied, fmt.Sprintf("%s refuses every write since; once a roll-back lets writes in, SQL from a process with a map from before the split would update and delete nothing there for the shards still split, and, outside shardid's routers, get no error. "+
 				"Set AfterLastBatch (shardid split rollback --after-last-batch) once every router has loaded the catalog's map since the last batch (a roll-back stopped part way is run again with it too, or undone with AbortRollback)", sp.cfg.Monolith))
 		}
 	}

@@ -2,6 +2,7 @@ package reshard_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 	"github.com/shardid/shardid/shardmap"
+	"github.com/shardid/shardid/shardsql"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -520,6 +522,26 @@ func TestSplitRollbackRefusesAnEmptiedMonolith(t *testing.T) {
 	}
 	if n, err := staleUpdate(5); err != nil || n != 0 {
 		t.Errorf("a stale router's update of shard 1, still split, once the monolith takes writes: %d rows, %v; want 0 rows and no error, the cost AfterLastBatch names", n, err)
+	}
+	// Through a router (shardsql, its map from before the split), the same
+	// update is refused by the routers' check of a write that changed no
+	// row: the split still seals shard 1 on the monolith.
+	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
+		Assign: make([]int, 4), Shared: allShards(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sdbs []*sql.DB
+	for _, db := range e.dbs {
+		s, _ := db.DB()
+		sdbs = append(sdbs, s)
+	}
+	r, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ForShard(1).ExecContext(ctx, "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1", 5); !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("a stale router's update of shard 1, still split, once the monolith takes writes: %v; want ErrShardMoving", err)
 	}
 }
 

@@ -89,9 +89,10 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 // (RunSplit, SplitShards), and triggers then refuse every write to those
 // tables; CleanSplit finishes a clean-up that failed. On MySQL/MariaDB,
 // which has no statement triggers, an UPDATE or DELETE that finds no row
-// cannot be refused: run CleanSplit once no process can still route with
-// a map from before the split (every router follows the catalog, or was
-// restarted since the last batch). While a roll-back (RollbackSplit) is
+// is refused only by the routers' check of a write that changed no row,
+// not when it comes from SQL run outside them: run CleanSplit once no
+// process can still route with a map from before the split (every router
+// follows the catalog, or was restarted since the last batch). While a roll-back (RollbackSplit) is
 // under way it only adds the foreign keys: the monolith holds that shard's
 // rows the roll-back copied.
 func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
