@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/testdb"
@@ -205,48 +204,6 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			}
 			if err := tx.Tx.QueryRow(ctx, "SELECT 1").Scan(new(int)); err != nil {
 				return 0, fmt.Errorf("the transaction after the write: %w", err)
-			}
-			return tag.RowsAffected(), nil
-		}},
-		staleWriter{"shardpgx SendBatch", func(shard int, q string, args ...any) (int64, error) {
-			b := &pgx.Batch{}
-			b.Queue(q, args...)
-			br := xr.ForShard(shard).SendBatch(ctx, b)
-			tag, err := br.Exec()
-			if cerr := br.Close(); err == nil {
-				err = cerr
-			}
-			return tag.RowsAffected(), err
-		}},
-		staleWriter{"shardpgx SendBatch in a transaction (checked at Close)", func(shard int, q string, args ...any) (int64, error) {
-			tx, err := xr.ForShard(shard).Begin(ctx)
-			if err != nil {
-				return 0, err
-			}
-			defer tx.Rollback(ctx)
-			b := &pgx.Batch{}
-			b.Queue(q, args...)
-			b.Queue(q+" RETURNING id", args...)
-			br := tx.SendBatch(ctx, b)
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return 0, err
-			}
-			rows, err := br.Query()
-			if err != nil {
-				br.Close()
-				return 0, err
-			}
-			for rows.Next() {
-				tag = pgconn.NewCommandTag("UPDATE 1")
-			}
-			rows.Close()
-			if err := br.Close(); err != nil {
-				return 0, err
-			}
-			if err := tx.Tx.QueryRow(ctx, "SELECT 1").Scan(new(int)); err != nil {
-				return 0, fmt.Errorf("the transaction after the batch: %w", err)
 			}
 			return tag.RowsAffected(), nil
 		}},

@@ -515,9 +515,6 @@ type shardRows struct {
 	ctx  context.Context
 	q    querier // where the rows run, for the check; nil once checked
 	left error   // the check's error
-	// batch, if not nil, is the transaction's batch the rows are of: the
-	// check waits for its Close.
-	batch *shardBatch
 }
 
 func (r *shardRows) Next() bool {
@@ -538,13 +535,6 @@ func (r *shardRows) Close() {
 // check runs Shard.checkLeft once, on rows that ended (closed: their
 // connection is free) as an UPDATE or a DELETE that changed no row.
 func (r *shardRows) check() {
-	if b := r.batch; b != nil {
-		if tag := r.Rows.CommandTag(); r.Rows.Err() == nil && tag.RowsAffected() == 0 && (tag.Update() || tag.Delete()) {
-			b.pending = true
-		}
-		r.batch = nil
-		return
-	}
 	q := r.q
 	if q == nil || r.Rows.Err() != nil {
 		return
@@ -585,9 +575,7 @@ func (r errRow) Scan(...any) error { return r.err }
 // SendBatch sends the queries of b in one round trip, each in the shard
 // (the DBTX of sqlc's :batch queries). b is left as it was: a copy of its
 // queries, rewritten, is sent. The errors of the results are
-// *shardid.ShardError. An UPDATE or a DELETE of the batch that changes no
-// row on a database a split or a move took the shard from fails with
-// shardid.ErrShardMoving, as Exec does (Tx.SendBatch: at Close).
+// *shardid.ShardError.
 func (s Shard) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := s.Err(); err != nil {
 		return errBatch{err}
@@ -595,13 +583,9 @@ func (s Shard) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return s.sendBatch(ctx, s.Pool, b)
 }
 
-// batcher is what a pool and a transaction share for SendBatch.
-type batcher interface {
-	querier
+func (s Shard) sendBatch(ctx context.Context, q interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}
-
-func (s Shard) sendBatch(ctx context.Context, q batcher, b *pgx.Batch) pgx.BatchResults {
+}, b *pgx.Batch) pgx.BatchResults {
 	routed := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(b.QueuedQueries))}
 	for i, qq := range b.QueuedQueries {
 		text, err := s.SQL(qq.SQL)
@@ -612,66 +596,36 @@ func (s Shard) sendBatch(ctx context.Context, q batcher, b *pgx.Batch) pgx.Batch
 		c.SQL = text
 		routed.QueuedQueries[i] = &c
 	}
-	sb := &shardBatch{br: q.SendBatch(ctx, routed), sh: s, ctx: ctx, q: q}
-	_, sb.inTx = q.(pgx.Tx)
-	return sb
+	return shardBatch{br: q.SendBatch(ctx, routed), sh: s}
 }
 
-// SendBatch sends the queries of b in the transaction, in its shard. The
-// transaction's connection is busy with the batch until it is closed: an
-// UPDATE or a DELETE of it that changed no row is checked then, and Close
-// returns shardid.ErrShardMoving if its database no longer holds the shard.
+// SendBatch sends the queries of b in the transaction, in its shard.
 func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return t.sh.sendBatch(ctx, t.Tx, b)
 }
 
-// shardBatch wraps the errors of batch results, and checks an UPDATE or a
-// DELETE of the batch that changed no row (Shard.checkLeft): at once, on
-// another connection of the pool, for a batch sent on the pool; at Close
-// for a batch sent in a transaction, whose connection is busy with the
-// batch until then.
+// shardBatch wraps the errors of batch results.
 type shardBatch struct {
-	br      pgx.BatchResults
-	sh      Shard
-	ctx     context.Context
-	q       batcher
-	inTx    bool
-	pending bool // a write of the batch, in a transaction, to check at Close
+	br pgx.BatchResults
+	sh Shard
 }
 
-func (b *shardBatch) Exec() (pgconn.CommandTag, error) {
+func (b shardBatch) Exec() (pgconn.CommandTag, error) {
 	tag, err := b.br.Exec()
-	if err == nil && tag.RowsAffected() == 0 && (tag.Update() || tag.Delete()) {
-		if b.inTx {
-			b.pending = true
-		} else {
-			err = b.sh.checkLeft(b.ctx, b.q)
-		}
-	}
 	return tag, b.sh.Wrap(err)
 }
 
-func (b *shardBatch) Query() (pgx.Rows, error) {
+func (b shardBatch) Query() (pgx.Rows, error) {
 	rows, err := b.br.Query()
 	if err != nil {
 		return rows, b.sh.Wrap(err)
 	}
-	if b.inTx {
-		return &shardRows{Rows: rows, sh: b.sh, batch: b}, nil
-	}
-	return &shardRows{Rows: rows, sh: b.sh, ctx: b.ctx, q: b.q}, nil
+	return &shardRows{Rows: rows, sh: b.sh}, nil
 }
 
-func (b *shardBatch) QueryRow() pgx.Row { return shardRow{row: b.br.QueryRow(), sh: b.sh} }
+func (b shardBatch) QueryRow() pgx.Row { return shardRow{row: b.br.QueryRow(), sh: b.sh} }
 
-func (b *shardBatch) Close() error {
-	err := b.br.Close()
-	if err == nil && b.pending {
-		b.pending = false
-		err = b.sh.checkLeft(b.ctx, b.q)
-	}
-	return b.sh.Wrap(err)
-}
+func (b shardBatch) Close() error { return b.sh.Wrap(b.br.Close()) }
 
 // errBatch is batch results that fail with err.
 type errBatch struct{ err error }
