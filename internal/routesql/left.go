@@ -144,7 +144,7 @@ func leftMySQL(one OneValue, table, where, q string, args ...any) (bool, error) 
 		case strings.Contains(msg, table+"' doesn't exist"):
 			return false, nil
 		case strings.Contains(msg, "command denied"):
-			return false, fmt.Errorf("%w: GRANT SELECT on %s (or on the whole database: the table does not exist until a split or a move creates it) TO the role: %w", ErrCannotCheck, table+" in "+where, err)
+			return false, fmt.Errorf("%w: GRANT SELECT (MySQL 8: and UPDATE or LOCK TABLES, for a locking read) on %s (or on the whole database: the table does not exist until a split or a move creates it) TO the role: %w", ErrCannotCheck, table+" in "+where, err)
 		}
 		return false, err
 	}
