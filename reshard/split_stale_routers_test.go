@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -603,5 +604,101 @@ func translatedMidStream(t *testing.T, e *splitEnv, sdbs []*sql.DB, m *shardmap.
 	err = r.ForShard(3).Raw(q, int64(alone), withPhotos).Find(&ids).Error
 	if !errors.Is(err, gorm.ErrForeignKeyViolated) {
 		t.Errorf("a routed DELETE ... RETURNING failed by a foreign key after its first row: %v (rows %v); want gorm.ErrForeignKeyViolated", err, ids)
+	}
+}
+
+// TestSplitStaleRouterOnAPoolOfOne: the check of a 0-row write takes no
+// second connection while the write holds one: on pools of one connection
+// (pgxpool's pool_max_conns=1, database/sql's SetMaxOpenConns(1)) a stale
+// router's update and UPDATE ... RETURNING read as rows are refused, not
+// blocked.
+func TestSplitStaleRouterOnAPoolOfOne(t *testing.T) {
+	e := newSplitEnvPG(t, 4, 8, 1, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
+		Assign: make([]int, 4), Shared: allShards(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pools []*pgxpool.Pool
+	var sdbs []*sql.DB
+	for _, dsn := range e.dsns {
+		p, err := pgxpool.New(ctx, dsn+" pool_max_conns=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		pools = append(pools, p)
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+		sdbs = append(sdbs, db)
+	}
+	xr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const id = 40_001
+	db, table := e.table(id, "users")
+	if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
+		t.Fatal(err)
+	}
+	update := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
+	if _, err := xr.ForShard(1).Exec(ctx, update, id); !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("shardpgx Exec on a pool of one: %v; want ErrShardMoving", err)
+	}
+	rows, err := xr.ForShard(1).Query(ctx, update+" RETURNING id", id)
+	if err == nil {
+		for rows.Next() {
+		}
+		err = rows.Err()
+	}
+	if !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("shardpgx Query(... RETURNING) on a pool of one: %v; want ErrShardMoving", err)
+	}
+	if _, err := sr.ForShard(1).ExecContext(ctx, update, id); !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("shardsql ExecContext on a pool of one: %v; want ErrShardMoving", err)
+	}
+	var got int64
+	if err := sr.ForShard(1).QueryRowContext(ctx, update+" RETURNING id", id).Scan(&got); !errors.Is(err, shardid.ErrShardMoving) {
+		t.Errorf("shardsql QueryRowContext(... RETURNING) on a pool of one: %v; want ErrShardMoving", err)
+	}
+	// GORM, with and without its default transaction.
+	for _, skip := range []bool{false, true} {
+		var gdbs []*gorm.DB
+		for _, dsn := range e.dsns {
+			cfg := testdb.GormConfig()
+			cfg.SkipDefaultTransaction = skip
+			g, err := gorm.Open(postgres.Open(dsn), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testdb.CloseAtEnd(t, g)
+			s, _ := g.DB()
+			s.SetMaxOpenConns(1)
+			gdbs = append(gdbs, g)
+		}
+		gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: stale})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gr.ForShard(1).WithContext(ctx).Model(&staleUser{ID: id}).Update("name", "stale").Error; !errors.Is(err, shardid.ErrShardMoving) {
+			t.Errorf("GORM (SkipDefaultTransaction %v) model update on a pool of one: %v; want ErrShardMoving", skip, err)
+		}
+		var ids []int64
+		if err := gr.ForShard(1).WithContext(ctx).Raw(update+" RETURNING id", id).Scan(&ids).Error; !errors.Is(err, shardid.ErrShardMoving) {
+			t.Errorf("GORM (SkipDefaultTransaction %v) Raw(... RETURNING).Scan on a pool of one: %v; want ErrShardMoving", skip, err)
+		}
 	}
 }
