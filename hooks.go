@@ -99,14 +99,7 @@ func checkLeft(db *gorm.DB) {
 // the write, for shard, in schema ("" when shared) of a database of
 // dialect.
 func checkOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int) error {
-	return routesql.Check(dialect, schema, shard, func(q string, args ...any) (int64, bool, error) {
-		var n int64
-		err := pool.QueryRowContext(ctx, q, args...).Scan(&n)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, false, nil
-		}
-		return n, err == nil, err
-	}, ErrShardMoving, ErrUncheckedWrite)
+	return routesql.Check(dialect, schema, shard, routesql.OneOn(ctx, pool), ErrShardMoving, ErrUncheckedWrite)
 }
 
 // returning returns, for query, an UPDATE or a DELETE ... RETURNING run

@@ -351,28 +351,18 @@ func (r *Router) register(db *gorm.DB) error {
 	// A routed UPDATE or DELETE that changed no row is checked against a
 	// split or a move that left the database it ran on: on the write's
 	// connection, before GORM commits its transaction and puts the
-	// session's own pool back in the statement.
-	for _, reg := range []struct {
-		registered bool
-		add        func(string, func(*gorm.DB)) error
-	}{
-		{cb.Update().Get(callbackLeft) != nil, cb.Update().After("gorm:update").Before("gorm:commit_or_rollback_transaction").Register},
-		{cb.Delete().Get(callbackLeft) != nil, cb.Delete().After("gorm:delete").Before("gorm:commit_or_rollback_transaction").Register},
-	} {
-		if !reg.registered {
-			if err := reg.add(callbackLeft, checkLeft); err != nil {
-				return err
-			}
-		}
-	}
-	// Raw SQL that is an UPDATE or a DELETE, run with Exec. One with
-	// RETURNING, run for its rows (Find, Scan, Row, Rows), is checked by
-	// the routed pool as its rows end (Router.returning).
+	// session's own pool back in the statement. Raw SQL that is one is
+	// checked after Exec; run for its rows (Find, Scan, Row, Rows) with
+	// RETURNING, by the routed connection as its rows end
+	// (Router.returning), or after Find on a pool that replaced the
+	// router's.
 	for _, reg := range []struct {
 		registered bool
 		add        func(string, func(*gorm.DB)) error
 		check      func(*gorm.DB)
 	}{
+		{cb.Update().Get(callbackLeft) != nil, cb.Update().After("gorm:update").Before("gorm:commit_or_rollback_transaction").Register, checkLeft},
+		{cb.Delete().Get(callbackLeft) != nil, cb.Delete().After("gorm:delete").Before("gorm:commit_or_rollback_transaction").Register, checkLeft},
 		{cb.Raw().Get(callbackLeft) != nil, cb.Raw().After("gorm:raw").Register, checkLeftRaw},
 		{cb.Query().Get(callbackLeft) != nil, cb.Query().After("gorm:query").Register, checkLeftFound},
 	} {

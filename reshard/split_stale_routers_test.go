@@ -39,6 +39,30 @@ type staleWriter struct {
 	exec func(shard int, query string, args ...any) (int64, error)
 }
 
+// readAll reads rows to their end: how many, and their error.
+func readAll(rows interface {
+	Next() bool
+	Err() error
+}) (int64, error) {
+	n := int64(0)
+	for rows.Next() {
+		n++
+	}
+	return n, rows.Err()
+}
+
+// oneRow is what a row's Scan returned, as rows and error: no row (the
+// error of database/sql or of pgx) is 0 rows and no error.
+func oneRow(err error) (int64, error) {
+	switch {
+	case errors.Is(err, sql.ErrNoRows), errors.Is(err, pgx.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return 1, nil
+}
+
 // staleWriters returns a writer of each router library over m, with
 // connections of their own to the env's databases.
 func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
@@ -136,13 +160,8 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 		}},
 		staleWriter{"GORM Raw(... RETURNING).Row, in a transaction", func(shard int, q string, args ...any) (int64, error) {
 			var n int64
-			err := gr.ForShard(shard).Transaction(func(tx *gorm.DB) error {
-				var id int64
-				err := tx.Raw(q+" RETURNING id", args...).Row().Scan(&id)
-				if errors.Is(err, sql.ErrNoRows) {
-					return nil
-				}
-				n = 1
+			err := gr.ForShard(shard).Transaction(func(tx *gorm.DB) (err error) {
+				n, err = oneRow(tx.Raw(q+" RETURNING id", args...).Row().Scan(new(int64)))
 				return err
 			})
 			return n, err
@@ -153,11 +172,7 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 				return 0, err
 			}
 			defer rows.Close()
-			n := int64(0)
-			for rows.Next() {
-				n++
-			}
-			return n, rows.Err()
+			return readAll(rows)
 		}},
 		staleWriter{"shardsql QueryRowContext(... RETURNING), in a transaction", func(shard int, q string, args ...any) (int64, error) {
 			tx, err := sr.ForShard(shard).BeginTx(ctx, nil)
@@ -165,15 +180,7 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 				return 0, err
 			}
 			defer tx.Rollback()
-			var id int64
-			err = tx.QueryRowContext(ctx, q+" RETURNING id", args...).Scan(&id)
-			if errors.Is(err, sql.ErrNoRows) {
-				return 0, nil
-			}
-			if err != nil {
-				return 0, err
-			}
-			return 1, nil
+			return oneRow(tx.QueryRowContext(ctx, q+" RETURNING id", args...).Scan(new(int64)))
 		}})
 	var pools []*pgxpool.Pool
 	for _, dsn := range e.dsns {
@@ -222,11 +229,7 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 				return 0, err
 			}
 			defer rows.Close()
-			n := int64(0)
-			for rows.Next() {
-				n++
-			}
-			return n, rows.Err()
+			return readAll(rows)
 		}},
 		staleWriter{"shardpgx QueryRow(... RETURNING), in a transaction", func(shard int, q string, args ...any) (int64, error) {
 			tx, err := xr.ForShard(shard).Begin(ctx)
@@ -234,15 +237,7 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 				return 0, err
 			}
 			defer tx.Rollback(ctx)
-			var id int64
-			err = tx.QueryRow(ctx, q+" RETURNING id", args...).Scan(&id)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return 0, nil
-			}
-			if err != nil {
-				return 0, err
-			}
-			return 1, nil
+			return oneRow(tx.QueryRow(ctx, q+" RETURNING id", args...).Scan(new(int64)))
 		}})
 }
 
@@ -527,10 +522,11 @@ func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, re
 // mysqlOpen is mysql.Open, for functions where mysql names a bool.
 var mysqlOpen = mysql.Open
 
-// checksOfOneWrite counts the checks a GORM model update and delete with a
-// RETURNING clause make when they change no row of a shared shard (2, on
-// the monolith): one each, by the routed connection that read their rows,
-// not a second by the update and delete callbacks. The split's function is
+// checksOfOneWrite counts the checks GORM's writes of a shared shard (2,
+// on the monolith) make: a model update and delete with a RETURNING
+// clause that change no row, one each, by the routed connection that read
+// their rows, not a second by the update and delete callbacks; an update
+// that changes a row, none; an Exec that changes none, one. The split's function is
 // replaced for the count by one that counts its calls; the next batch
 // puts the split's back.
 func checksOfOneWrite(t *testing.T, e *splitEnv, r *shardid.Router) {
@@ -565,6 +561,17 @@ func checksOfOneWrite(t *testing.T, e *splitEnv, r *shardid.Router) {
 	res = r.ForShard(2).Clauses(clause.Returning{}).Delete(&staleUser{ID: 1_000_002})
 	if res.Error != nil || res.RowsAffected != 0 || calls() != 2 {
 		t.Errorf("a model delete with RETURNING of no row: %d rows, %v, %d checks in all; want 0, no error, 2", res.RowsAffected, res.Error, calls())
+	}
+	// A write that changes a row asks nothing; one that changes none, once.
+	var user int64
+	mono.Raw("SELECT id FROM users WHERE id % 4 = 2 ORDER BY id LIMIT 1").Scan(&user)
+	res = r.ForShard(2).Model(&staleUser{ID: user}).Update("name", "changed")
+	if res.Error != nil || res.RowsAffected != 1 || calls() != 2 {
+		t.Errorf("a model update of a row: %d rows, %v, %d checks in all; want 1, no error, still 2", res.RowsAffected, res.Error, calls())
+	}
+	res = r.ForShard(2).Exec("UPDATE {{schema}}.users SET name = 'none' WHERE id = ?", 1_000_002)
+	if res.Error != nil || res.RowsAffected != 0 || calls() != 3 {
+		t.Errorf("an Exec update of no row: %d rows, %v, %d checks in all; want 0, no error, 3", res.RowsAffected, res.Error, calls())
 	}
 }
 

@@ -93,7 +93,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	// the shard are never emptied: sealed, they refuse a router whose map
 	// is from before the split, which would find none to update or delete
 	// and be told it succeeded.
-	if _, err := bc.capture(ctx, bs.marked); err != nil {
+	if err := bc.capture(ctx, bs.marked); err != nil {
 		return res, err
 	}
 	stage("captured")

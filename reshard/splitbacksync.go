@@ -13,20 +13,19 @@ import (
 // capture starts the change log of the shard's schema on its target
 // (startCapture), unless keep and a whole one is there already: a
 // roll-back run again after it was stopped goes on with the log it left,
-// which holds every write since its first copy began. It reports whether
-// it started a new one.
-func (bc *backCopy) capture(ctx context.Context, keep bool) (bool, error) {
+// which holds every write since its first copy began.
+func (bc *backCopy) capture(ctx context.Context, keep bool) error {
 	tables := bc.tableNames()
 	if keep {
 		whole, err := captureWhole(ctx, bc.src, bc.schema, tables)
 		if err != nil || whole {
-			return false, err
+			return err
 		}
 	}
 	if err := startCapture(ctx, bc.src, bc.schema, tables); err != nil {
-		return false, fmt.Errorf("shardid: starting the change log of %s: %w", bc.schema, err)
+		return fmt.Errorf("shardid: starting the change log of %s: %w", bc.schema, err)
 	}
-	return true, nil
+	return nil
 }
 
 func (bc *backCopy) tableNames() []string {

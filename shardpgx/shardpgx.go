@@ -351,35 +351,32 @@ func (s Shard) queryRow(ctx context.Context, q querier, query string, args []any
 		// tag tells): its rows tell whether it changed any row, for the
 		// check (shardRows.Next).
 		rows, err := s.query(ctx, q, query, args)
-		return returningRow{rows: rows, err: err}
+		if err != nil {
+			return errRow{err}
+		}
+		return returningRow{rows: rows.(*shardRows)}
 	}
 	return shardRow{row: q.QueryRow(ctx, text, args...), sh: s}
 }
 
 // returningRow is the row of an UPDATE or a DELETE ... RETURNING, read
 // through shardRows so that one that changed no row is checked.
-type returningRow struct {
-	rows pgx.Rows
-	err  error
-}
+type returningRow struct{ rows *shardRows }
 
 func (r returningRow) Scan(dest ...any) error {
-	if r.err != nil {
-		return r.err
-	}
 	defer r.rows.Close()
 	for _, d := range dest {
 		if _, ok := d.(*pgtype.DriverBytes); ok {
 			// As pgx's own row: the bytes would point into a buffer
 			// reused once the row is closed.
-			return r.rows.(*shardRows).sh.Wrap(errors.New("cannot scan into *pgtype.DriverBytes from QueryRow"))
+			return r.rows.sh.Wrap(errors.New("cannot scan into *pgtype.DriverBytes from QueryRow"))
 		}
 	}
 	if !r.rows.Next() {
 		if err := r.rows.Err(); err != nil {
 			return err
 		}
-		return r.rows.(*shardRows).sh.Wrap(pgx.ErrNoRows)
+		return r.rows.sh.Wrap(pgx.ErrNoRows)
 	}
 	if err := r.rows.Scan(dest...); err != nil {
 		return err

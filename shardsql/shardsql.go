@@ -35,7 +35,6 @@ package shardsql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -348,11 +347,6 @@ func (s Shard) ExecContext(ctx context.Context, query string, args ...any) (sql.
 	return res, s.Wrap(err)
 }
 
-// rowQuerier is what a pool and a transaction share for checkLeft.
-type rowQuerier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // checkLeft checks an UPDATE or a DELETE that changed no row: if the
 // database it ran on had given the shard up (a split sealed the shard's
 // rows there, or, on MySQL, a move fenced its schema), the router's map
@@ -360,7 +354,7 @@ type rowQuerier interface {
 // write fails with shardid.ErrShardMoving rather than report success. It
 // runs on q, in the write's transaction if any, and cannot fail that
 // transaction.
-func (s Shard) checkLeft(ctx context.Context, q rowQuerier, res sql.Result, query string) error {
+func (s Shard) checkLeft(ctx context.Context, q routesql.RowQuerier, res sql.Result, query string) error {
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ChangesRows(query) {
 		return nil
 	}
@@ -373,7 +367,7 @@ func (s Shard) checkLeft(ctx context.Context, q rowQuerier, res sql.Result, quer
 // returnsLeft returns, for query, an UPDATE or a DELETE run with
 // QueryContext (RETURNING), the check its rows run when they end without
 // a row: checkLeft's, on q. It returns nil for other queries.
-func (s Shard) returnsLeft(ctx context.Context, q rowQuerier, query string) func() error {
+func (s Shard) returnsLeft(ctx context.Context, q routesql.RowQuerier, query string) func() error {
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ReturnsChanges(query) {
 		return nil
 	}
@@ -382,15 +376,8 @@ func (s Shard) returnsLeft(ctx context.Context, q rowQuerier, query string) func
 
 // left asks, on q, whether the shard's database had given the shard up,
 // and returns the error of a write that changed no row there (nil if not).
-func (s Shard) left(ctx context.Context, q rowQuerier) error {
-	return routesql.Check(s.r.dialect, s.Schema, s.Shard, func(query string, args ...any) (int64, bool, error) {
-		var n int64
-		err := q.QueryRowContext(ctx, query, args...).Scan(&n)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, false, nil
-		}
-		return n, err == nil, err
-	}, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+func (s Shard) left(ctx context.Context, q routesql.RowQuerier) error {
+	return routesql.Check(s.r.dialect, s.Schema, s.Shard, routesql.OneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 }
 
 // QueryContext runs query in the shard. Errors that Next, Scan and Err of

@@ -1,6 +1,8 @@
 package routesql
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -84,6 +86,25 @@ var ErrCannotCheck = errors.New("the write changed no row and the router cannot 
 // its first row; found is false when it returns no row.
 type OneValue func(query string, args ...any) (v int64, found bool, err error)
 
+// RowQuerier is what a database/sql pool, a transaction and a GORM
+// connection pool share for OneOn.
+type RowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// OneOn is the OneValue of q, a database/sql pool or transaction (or a
+// GORM connection pool over one), under ctx.
+func OneOn(ctx context.Context, q RowQuerier) OneValue {
+	return func(query string, args ...any) (int64, bool, error) {
+		var n int64
+		err := q.QueryRowContext(ctx, query, args...).Scan(&n)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return n, err == nil, err
+	}
+}
+
 // Left reports whether, after an UPDATE or a DELETE routed to shard on a
 // database of dialect ("postgres" or "mysql") changed no row, that
 // database had given the shard up: a split sealed its rows there (shared,
@@ -95,7 +116,8 @@ type OneValue func(query string, args ...any) (v int64, found bool, err error)
 // schema (MySQL: database), "" when shared. A database that never held a
 // split or a move answers false at the cost of one query.
 //
-// The state is read with a locking read, in the write's transaction: a
+// The state is read with a locking read, in the write's transaction if it
+// has one: a
 // seal made after the transaction's snapshot (REPEATABLE READ, MySQL's
 // default) is seen, or waited for, not missed. On PostgreSQL at REPEATABLE
 // READ or SERIALIZABLE, such a seal fails the transaction with a
