@@ -709,3 +709,98 @@ func TestSplitStaleRouterOnAPoolOfOne(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitStaleRoutersThroughPgBouncer: the check of a 0-row write sets
+// nothing on the session and needs no statement to survive, so it works
+// through PgBouncer in transaction mode (one server connection, pgx's
+// simple protocol): a stale router's update of a row written after the
+// flip is refused by each router library, alone and in a transaction.
+func TestSplitStaleRoutersThroughPgBouncer(t *testing.T) {
+	e := newSplitEnvPG(t, 4, 8, 1, 1)
+	ctx := context.Background()
+	var names []string
+	for _, dsn := range e.dsns {
+		for _, f := range strings.Fields(dsn) {
+			if v, ok := strings.CutPrefix(f, "dbname="); ok {
+				names = append(names, v)
+			}
+		}
+	}
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: names})
+	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
+		Assign: make([]int, 4), Shared: allShards(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gdbs []*gorm.DB
+	var sdbs []*sql.DB
+	var pools []*pgxpool.Pool
+	for _, n := range names {
+		gdbs = append(gdbs, b.Open(n, "postgres"))
+		s, _ := gdbs[len(gdbs)-1].DB()
+		sdbs = append(sdbs, s)
+		p, err := pgxpool.New(ctx, b.SimpleDSN(n, "postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		pools = append(pools, p)
+	}
+	gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: stale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const id = 40_001
+	db, table := e.table(id, "users")
+	if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
+		t.Fatal(err)
+	}
+	update := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
+	for name, write := range map[string]func() error{
+		"GORM model update": func() error { return gr.ForShard(1).Model(&staleUser{ID: id}).Update("name", "stale").Error },
+		"GORM Raw(... RETURNING).Scan": func() error {
+			var ids []int64
+			return gr.ForShard(1).Raw(update+" RETURNING id", id).Scan(&ids).Error
+		},
+		"shardsql": func() error { _, err := sr.ForShard(1).ExecContext(ctx, update, id); return err },
+		"shardsql, in a transaction": func() error {
+			tx, err := sr.ForShard(1).BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			_, err = tx.ExecContext(ctx, update, id)
+			return err
+		},
+		"shardpgx": func() error { _, err := xr.ForShard(1).Exec(ctx, update, id); return err },
+		"shardpgx, in a transaction": func() error {
+			tx, err := xr.ForShard(1).Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(ctx)
+			_, err = tx.Exec(ctx, update, id)
+			return err
+		},
+	} {
+		if err := write(); !errors.Is(err, shardid.ErrShardMoving) {
+			t.Errorf("%s through PgBouncer, with a stale map: %v; want ErrShardMoving", name, err)
+		}
+	}
+	var got string
+	db.Raw("SELECT name FROM "+table+" WHERE id = ?", id).Scan(&got)
+	if got != "new" {
+		t.Errorf("the row on the target: %q, want it untouched", got)
+	}
+}
