@@ -67,9 +67,12 @@ func (in *interrupt) loop() {
 				in.mu.Unlock()
 				continue
 			}
+			// Cancelled before the lock is let go: whoever sees the signal
+			// (Interrupted) or holds after it (Hold) finds the context
+			// cancelled already, never a step begun between the two.
+			in.cancel()
 			in.mu.Unlock()
 			fmt.Fprintf(in.w, "\n%v: stopping and cleaning up (press Ctrl-C again to exit at once)\n", sig)
-			in.cancel()
 		}
 	}
 }
