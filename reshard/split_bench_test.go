@@ -28,7 +28,7 @@ import (
 // monolith's indexes built after it, the floor, and
 // the creation of as many empty schemas as shards, the floor of the
 // schemas (under CI=true: 20,000 rows, 100 shards, batches of 50, unless
-// the variables say otherwise). Run it once:
+// the variables say otherwise). It logs the plan's warnings. Run it once:
 //
 //	flock /tmp/shardid-db.lock go test -run '^$' -bench BenchmarkSplitPostgres -benchtime 1x ./reshard
 func BenchmarkSplitPostgres(b *testing.B) {
@@ -46,7 +46,9 @@ func BenchmarkSplitPostgres(b *testing.B) {
 // and both targets are databases of the local server, and the floor is
 // the copy a user would write by hand without shardid: each table read in
 // one query and written with multi-row INSERTs of 1,000 rows, in
-// transactions of 20,000.
+// transactions of 20,000. SHARDID_SPLIT_TABLE_CACHE=N sets the server's
+// table_definition_cache and table_open_cache to N for the run, as the
+// plan's table-cache warning asks, and puts them back after.
 //
 //	flock /tmp/shardid-db.lock go test -run '^$' -bench BenchmarkSplitMariaDB -benchtime 1x ./reshard
 func BenchmarkSplitMariaDB(b *testing.B) {
@@ -138,6 +140,22 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		plan, err := reshard.PlanSplit(ctx, e.cfg, []string{e.names[1], e.names[2]}, batch)
 		if err != nil {
 			b.Fatal(err)
+		}
+		for _, w := range plan.Warnings {
+			b.Logf("the plan warns: %s", w)
+		}
+		// SHARDID_SPLIT_TABLE_CACHE (MySQL): the server's
+		// table_definition_cache and table_open_cache for the run, as the
+		// plan's table-cache warning says to set them; put back after.
+		if n := envInt("SHARDID_SPLIT_TABLE_CACHE", 0); mysql && n > 0 {
+			var def, open int
+			e.dbs[0].Raw("SELECT @@table_definition_cache").Scan(&def)
+			e.dbs[0].Raw("SELECT @@table_open_cache").Scan(&open)
+			if err := e.dbs[0].Exec(fmt.Sprintf("SET GLOBAL table_definition_cache = %d, table_open_cache = %d", n, n)).Error; err != nil {
+				b.Fatal(err)
+			}
+			defer e.dbs[0].Exec(fmt.Sprintf("SET GLOBAL table_definition_cache = %d, table_open_cache = %d", def, open))
+			b.Logf("table_definition_cache and table_open_cache %d for the run (were %d and %d)", n, def, open)
 		}
 		w := newSplitWriters(e)
 		// SHARDID_SPLIT_WRITE_RATE: writes a second per writer (0, the

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 )
 
@@ -420,5 +422,56 @@ func TestSplitPlanRefusalsMariaDB(t *testing.T) {
 	a.Raw("SELECT count(*) FROM " + e.qt(e.m.SchemaOf(3), "shares")).Scan(&n)
 	if n != 1 {
 		t.Errorf("shard 3 has %d shares, want 1", n)
+	}
+}
+
+// TestSplitPlanTableCacheMariaDB: the plan warns of a server whose table
+// caches are smaller than the tables it will hold once split, counting
+// both targets of one server together, and still runs; a split that
+// fits gets no warning.
+func TestSplitPlanTableCacheMariaDB(t *testing.T) {
+	ctx := context.Background()
+	var v struct{ Def, Open, Tables int64 }
+	err := testdb.OpenMySQL(t).Raw("SELECT @@table_definition_cache AS def, @@table_open_cache AS open," +
+		" (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')) AS tables").Scan(&v).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At least 2,000 shards, and enough that their databases (3 tables
+	// and the fence's each), on the one server of both targets, overflow
+	// its caches, if the layout has that many shards.
+	shards := int(max(2000, (min(v.Def, v.Open)-v.Tables)/4+100))
+	if shards > 8192 {
+		t.Logf("table_definition_cache %d, table_open_cache %d: the warning is not tested", v.Def, v.Open)
+	} else {
+		e := newSplitEnvMySQL(t, shards, 40, 1, 1)
+		p, err := reshard.PlanSplit(ctx, e.cfg, []string{"my_a", "my_b"}, 250)
+		if err != nil {
+			t.Fatalf("a plan with warnings runs: %v", err)
+		}
+		if len(p.Warnings) != 1 || p.Warnings[0].Kind != "table-cache" || p.Warnings[0].Database != "my_a" {
+			t.Fatalf("table_definition_cache %d, table_open_cache %d, %d tables: warnings %v, want one table-cache of my_a",
+				v.Def, v.Open, v.Tables, p.Warnings)
+		}
+		w := p.Warnings[0].String()
+		t.Log(w)
+		for _, want := range []string{strconv.Itoa(shards*4) + " new", "table_definition_cache (" + strconv.FormatInt(v.Def, 10) + ")",
+			"SET GLOBAL table_definition_cache = ", ", table_open_cache = "} {
+			if !strings.Contains(w, want) {
+				t.Errorf("warning %q lacks %q", w, want)
+			}
+		}
+		b, _ := json.Marshal(p)
+		if q, err := reshard.ParseSplitPlan(b); err != nil || len(q.Warnings) != 1 {
+			t.Errorf("read back: %v, %v", err, q)
+		}
+	}
+	// A split that fits: 8 shards, 32 tables more.
+	if v.Tables+100 <= min(v.Def, v.Open) {
+		small := newSplitEnvMySQL(t, 8, 40, 1, 1)
+		p, err := reshard.PlanSplit(ctx, small.cfg, []string{"my_a", "my_b"}, 4)
+		if err != nil || len(p.Warnings) != 0 {
+			t.Errorf("8 shards: %v, warnings %v", err, p.Warnings)
+		}
 	}
 }

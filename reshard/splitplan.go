@@ -48,7 +48,22 @@ type SplitPlan struct {
 	// Refusals are what cannot be split safely. A plan with refusals
 	// cannot be run.
 	Refusals []SplitRefusal `json:",omitempty"`
+	// Warnings are what the split can do, but slowly or with long stalls
+	// of the writers: a plan with warnings runs.
+	Warnings []SplitWarning `json:",omitempty"`
 }
+
+// SplitWarning is a condition in which a split runs, but at a cost to the
+// writers that the operator can avoid first.
+type SplitWarning struct {
+	// Kind is "table-cache": a MySQL server whose table caches are
+	// smaller than the tables it will hold once split.
+	Kind     string
+	Database string // the target database concerned
+	Detail   string // the condition and its fix
+}
+
+func (w SplitWarning) String() string { return w.Kind + ": " + w.Database + ": " + w.Detail }
 
 // SplitRefusal is one reason a monolith cannot be split safely.
 type SplitRefusal struct {
@@ -69,14 +84,23 @@ func (r SplitRefusal) String() string {
 	return s
 }
 
-// Estimates of PlanSplit: rows per second of a whole split (copy,
-// verification, change log, clean-up) and the cost of each shard's schema,
-// as measured on PostgreSQL with 4 writers running, on a small, loaded
-// machine (BenchmarkSplitPostgres, NOTES-split.md): a pessimistic figure.
-const (
-	splitRowsPerSecond = 2_000
-	splitPerShard      = 50 * time.Millisecond
-)
+// splitEstimate returns PlanSplit's estimates for a monolith on
+// PostgreSQL or on MySQL: the rows per second of a whole split (copy,
+// verification, change log, clean-up) and the cost of each shard's schema.
+// They are the slowest runs of BenchmarkSplitPostgres and
+// BenchmarkSplitMariaDB (1,000,000 rows into 2,000 shards beside 4 writers
+// as fast as they can, on 2 cores shared by the servers, the writers and
+// the split; docs/resharding.md, "What it costs"), rounded down: a
+// pessimistic figure on a server of its own.
+func splitEstimate(mysql bool) (rowsPerSecond int64, perShard time.Duration) {
+	if mysql {
+		// Schemas: 22 ms each (a database, its tables, the fence's
+		// table and 9 triggers); rows: 24,000 a second after them.
+		return 15_000, 30 * time.Millisecond
+	}
+	// Schemas: 5 to 6 ms each; rows: 43,000 to 62,000 a second after them.
+	return 30_000, 8 * time.Millisecond
+}
 
 // PlanSplit plans the split of the shards still shared on cfg.Monolith
 // onto targets (contiguous ranges of shards, one per target, in order),
@@ -88,7 +112,9 @@ const (
 // cannot hold once they are apart); a table of the monolith that neither
 // Tables nor Global lists (shardid's own tables, shardid_*, aside); a
 // shard's schema on its target that holds rows. With refusals it returns
-// the plan and an error matching ErrSplitRefused listing them.
+// the plan and an error matching ErrSplitRefused listing them. It also
+// warns (Warnings), and returns no error for it, of a MySQL server whose
+// table caches are smaller than the tables it will hold once split.
 func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int) (*SplitPlan, error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {
@@ -107,8 +133,8 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 	}
 	p := &SplitPlan{Monolith: cfg.Monolith, Schema: sp.schema, Databases: cfg.Map.Databases(), LogicalShards: sp.shards,
 		SchemaPattern: cfg.Map.SchemaPattern(), Tables: sp.tables, Global: cfg.Global, To: map[int]string{},
-		Rows: map[string]int64{}, RowsPerDB: map[string]int64{}, ShardRows: map[int]int64{},
-		RowsPerSecond: splitRowsPerSecond, PerShard: splitPerShard}
+		Rows: map[string]int64{}, RowsPerDB: map[string]int64{}, ShardRows: map[int]int64{}}
+	p.RowsPerSecond, p.PerShard = splitEstimate(sp.mysql)
 	v := cfg.Map.Load()
 	var todo []int
 	for s := range sp.shards {
@@ -146,6 +172,11 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 				if !r.moverFenced {
 					refuse("target-holds-data", r.schema+"."+r.table, fmt.Sprintf("%s holds %d row(s): a split writes only into empty schemas", p.Databases[d], r.rows), r.ids)
 				}
+			}
+		}
+		if sp.mysql {
+			if err := sp.checkTableCaches(ctx, p, targetsIdx, shards); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -442,6 +473,63 @@ func (p *SplitPlan) check(cfg SplitConfig) error {
 	}
 	if len(p.Refusals) > 0 {
 		return p.refused()
+	}
+	return nil
+}
+
+// checkTableCaches warns (Warnings, "table-cache") of each MySQL server of
+// the targets whose table_definition_cache or table_open_cache is smaller
+// than the tables it will hold once the split is done: those it holds now
+// and a database of len(sp.tables)+1 tables (the fence's) for each shard
+// it gets. Below that the server evicts and reopens tables all the time
+// (Table_open_cache_overflows), and a write waits in "Opening tables":
+// BenchmarkSplitMariaDB's writers stalled 2.6 and 5.0 s at the defaults
+// (400 and 2,000 for 8,000 tables), 0.34 s with both at 12,000.
+func (sp *splitter) checkTableCaches(ctx context.Context, p *SplitPlan, targets []int, shards map[int][]int) error {
+	type server struct {
+		name      string // of its first target
+		now, more int64
+		def, open int64
+	}
+	var servers []*server
+	byID := map[string]*server{}
+	for _, d := range targets {
+		var v struct {
+			ID        string
+			Def, Open int64
+			Tables    int64
+		}
+		// A server is told apart by its host, port and data directory:
+		// targets (and the monolith) are often databases of one server.
+		// The tables of the shards' databases (a batch that ran before)
+		// are counted with the new ones.
+		skip := append([]string{"mysql", "information_schema", "performance_schema", "sys"}, shardSchemas(&splitBatch{sp: sp}, shards[d])...)
+		err := sp.cfg.DBs[d].WithContext(ctx).Raw("SELECT CONCAT_WS(':', @@hostname, @@port, @@datadir) AS id,"+
+			" @@table_definition_cache AS def, @@table_open_cache AS open,"+
+			" (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN ?) AS tables", skip).
+			Scan(&v).Error
+		if err != nil {
+			return fmt.Errorf("shardid: split: reading the table caches of %s: %w", p.Databases[d], err)
+		}
+		sv := byID[v.ID]
+		if sv == nil {
+			sv = &server{name: p.Databases[d], now: v.Tables, def: v.Def, open: v.Open}
+			byID[v.ID] = sv
+			servers = append(servers, sv)
+		}
+		sv.more += int64(len(shards[d]) * (len(sp.tables) + 1))
+	}
+	for _, sv := range servers {
+		need := sv.now + sv.more
+		if need <= min(sv.def, sv.open) {
+			continue
+		}
+		// The fix, with room: rounded up to the next thousand above 5/4.
+		fix := (need*5/4 + 999) / 1000 * 1000
+		p.Warnings = append(p.Warnings, SplitWarning{Kind: "table-cache", Database: sv.name, Detail: fmt.Sprintf(
+			"its server will hold %d tables once split (%d now, %d new), more than its table_definition_cache (%d) or table_open_cache (%d):"+
+				" writes stall for seconds while it reopens tables; first run SET GLOBAL table_definition_cache = %d, table_open_cache = %d"+
+				" (and set them in its configuration)", need, sv.now, sv.more, sv.def, sv.open, max(fix, sv.def), max(fix, sv.open))})
 	}
 	return nil
 }

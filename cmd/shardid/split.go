@@ -315,7 +315,17 @@ func splitPlan(ctx context.Context, w io.Writer, env *splitEnv, targets []string
 		}
 		fmt.Fprintf(w, "\nrows per shard: min %d, max %d, mean %d\n", lo, hi, total/int64(len(p.To)))
 	}
-	fmt.Fprintf(w, "estimated time: %v (%d rows at %d rows/s, %v per shard's schema)\n", p.Estimate.Round(time.Second), total, p.RowsPerSecond, p.PerShard)
+	est := p.Estimate.Round(time.Second)
+	if p.Estimate < 10*time.Second {
+		est = p.Estimate.Round(100 * time.Millisecond)
+	}
+	fmt.Fprintf(w, "estimated time: %v (%d rows at %d rows/s, %v per shard's schema)\n", est, total, p.RowsPerSecond, p.PerShard)
+	if len(p.Warnings) > 0 {
+		fmt.Fprintf(w, "\nWARNING: the plan runs, but (%d warning(s)):\n", len(p.Warnings))
+		for _, x := range p.Warnings {
+			fmt.Fprintf(w, "  %-18s %s: %s\n", x.Kind, x.Database, x.Detail)
+		}
+	}
 	if len(p.Refusals) > 0 {
 		fmt.Fprintf(w, "\nREFUSED: the monolith cannot be split safely (%d problem(s)):\n", len(p.Refusals))
 		for _, r := range p.Refusals {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardid/shardid/internal/readme"
 	"github.com/shardid/shardid/internal/testdb"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -53,8 +54,13 @@ func TestSplitCommandPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dir := t.TempDir()
-	config := filepath.Join(dir, "split.json")
+	guide, err := filepath.Abs(filepath.Join("..", "..", "docs", "resharding.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Relative paths, as the guide shows them.
+	t.Chdir(t.TempDir())
+	config := "split.json"
 	writeConfig := func(global string) {
 		t.Helper()
 		c := `{"Databases": [` + strings.Join(conf, ", ") + `], "Monolith": "mono", "LogicalShards": 16, "SchemaPattern": "shard_%04d",
@@ -73,7 +79,7 @@ func TestSplitCommandPostgres(t *testing.T) {
 		return out.String() + errb.String()
 	}
 	writeConfig(`"countries"`)
-	plan := filepath.Join(dir, "plan.json")
+	plan := "plan.json"
 	out := sh(1, "split", "plan", "--config", config, "--batch", "5", "--out", plan)
 	if !strings.Contains(out, "REFUSED") || !strings.Contains(out, "unlisted-table") || !strings.Contains(out, "audit") {
 		t.Errorf("plan with a table no rule covers:\n%s", out)
@@ -89,6 +95,9 @@ func TestSplitCommandPostgres(t *testing.T) {
 		}
 	}
 	t.Log("\n" + out)
+	if err := readme.SameOutput(guide, "split plan", "$ shardid split plan --config split.json --batch 5 --out plan.json\n"+out); err != nil {
+		t.Error(err)
+	}
 	out = sh(0, "split", "run", "--config", config, "--plan", plan)
 	for _, want := range []string{"batch 4/4", "every shard is split: 832 rows deleted from mono, whose sharded tables now refuse writes", "split done"} {
 		if !strings.Contains(out, want) {
