@@ -247,6 +247,15 @@ var (
 	// errors.Is(err, ErrSplitRefused) also holds.
 	ErrTargetHoldsData error = &kindError{"shardid: a split's target holds data", ErrSplitRefused}
 
+	// ErrTablesChanged is returned by PlanSplit, SplitShards, RunSplit,
+	// RollbackSplit and CleanSplit when SplitConfig.Tables declares the
+	// monolith's sharded tables otherwise (another key, parent or table)
+	// than the split under way there began with: its triggers, its seals
+	// and the sums it verified follow the first declarations. Declare
+	// them as they were, or roll back every split shard and abort the
+	// split first. errors.Is(err, ErrSplitRefused) also holds.
+	ErrTablesChanged error = &kindError{"shardid: the split's tables are declared otherwise than when it began", ErrSplitRefused}
+
 	// ErrNotShared is returned when a split is asked to move a shard that
 	// the map (or the catalog) does not place in the monolith's shared
 	// tables: split already, or never in this monolith.

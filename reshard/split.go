@@ -184,7 +184,7 @@ const (
 // isInternalSplitTable reports whether table is one of the split's or a
 // move's own.
 func isInternalSplitTable(table string) bool {
-	return table == splitStateTable || table == splitChangeTable || isInternalTable(table)
+	return table == splitStateTable || table == splitChangeTable || table == splitTablesTable || isInternalTable(table)
 }
 
 // q quotes a table of the monolith.

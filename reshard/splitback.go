@@ -134,6 +134,9 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 	if len(shards) == 0 {
 		return nil, withDetail(shardid.ErrInvalidConfig, "roll back: no shards")
 	}
+	if err := sp.checkDeclared(ctx, false); err != nil {
+		return nil, err
+	}
 	seen := map[int]bool{}
 	for _, s := range shards {
 		if s < 0 || s >= sp.shards {

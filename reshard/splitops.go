@@ -100,6 +100,9 @@ func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := sp.checkDeclared(ctx, false); err != nil {
+		return 0, err
+	}
 	lock, err := lockMove(ctx, sp.mono, sp.schema, DefaultLockWait, nil)
 	if err != nil {
 		return 0, fmt.Errorf("shardid: split: %w", err)

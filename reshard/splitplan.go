@@ -68,7 +68,8 @@ func (w SplitWarning) String() string { return w.Kind + ": " + w.Database + ": "
 // SplitRefusal is one reason a monolith cannot be split safely.
 type SplitRefusal struct {
 	// Kind is one of "no-primary-key", "null-key", "cross-shard-key",
-	// "global-key", "unlisted-table", "target-holds-data", "bad-table".
+	// "global-key", "unlisted-table", "target-holds-data", "bad-table",
+	// "tables-changed".
 	Kind   string
 	Table  string
 	Detail string
@@ -153,6 +154,11 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 	if err != nil {
 		return nil, err
 	}
+	if err := sp.checkDeclared(ctx, false); errors.Is(err, ErrTablesChanged) {
+		refuse("tables-changed", sp.cfg.Monolith, strings.TrimPrefix(err.Error(), ErrTablesChanged.Error()+": "), nil)
+	} else if err != nil {
+		return nil, err
+	}
 	if len(todo) > 0 {
 		if err := sp.countRows(ctx, p, todo, ok); err != nil {
 			return nil, err
@@ -227,8 +233,11 @@ func (p *SplitPlan) refused() error {
 	}
 	err := ErrSplitRefused
 	for _, r := range p.Refusals {
-		if r.Kind == "target-holds-data" {
+		switch r.Kind {
+		case "target-holds-data":
 			err = ErrTargetHoldsData
+		case "tables-changed":
+			err = ErrTablesChanged
 		}
 	}
 	return withDetail(err, strings.Join(lines, "; "))
@@ -471,6 +480,9 @@ func (p *SplitPlan) check(cfg SplitConfig) error {
 		!slices.Equal(p.Databases, cfg.Map.Databases()) {
 		return withDetail(ErrInvalidPlan, "the plan was made for another monolith or map")
 	}
+	if err := p.checkPlanTables(cfg); err != nil {
+		return err
+	}
 	if len(p.Refusals) > 0 {
 		return p.refused()
 	}
@@ -483,8 +495,9 @@ func (p *SplitPlan) check(cfg SplitConfig) error {
 // and a database of len(sp.tables)+1 tables (the fence's) for each shard
 // it gets. Below that the server evicts and reopens tables all the time
 // (Table_open_cache_overflows), and a write waits in "Opening tables":
-// BenchmarkSplitMariaDB's writers stalled 2.6 and 5.0 s at the defaults
-// (400 and 2,000 for 8,000 tables), 0.34 s with both at 12,000.
+// in 6 runs of BenchmarkSplitMariaDB the writers' longest stall was 0.24
+// to 5.05 s at the defaults (400 and 2,000, for 8,000 tables), and 0.12 to
+// 1.53 s in 4 runs with both at 11,000 or 12,000.
 func (sp *splitter) checkTableCaches(ctx context.Context, p *SplitPlan, targets []int, shards map[int][]int) error {
 	type server struct {
 		name      string // of its first target

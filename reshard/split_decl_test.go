@@ -1,0 +1,109 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/shardid/shardid/reshard"
+)
+
+// The split's tables declared otherwise between two runs (an operator who
+// edits split.json): before anything is split the new declarations take
+// over, triggers included; once a shard is split every step refuses them.
+func TestSplitTablesChangedPostgres(t *testing.T) {
+	testSplitTablesChanged(t, newSplitEnvPG(t, 8, 40, 3, 2), "pg_a")
+}
+
+func TestSplitTablesChangedMariaDB(t *testing.T) {
+	testSplitTablesChanged(t, newSplitEnvMySQL(t, 8, 40, 3, 2), "my_a")
+}
+
+func testSplitTablesChanged(t *testing.T, e *splitEnv, target string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	// photos.owner_id: another column a first declaration could name.
+	if err := mono.Exec("ALTER TABLE photos ADD COLUMN owner_id BIGINT").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := mono.Exec("UPDATE photos SET owner_id = user_id + 1").Error; err != nil {
+		t.Fatal(err)
+	}
+	byOwner := e.cfg
+	byOwner.Tables = slices.Clone(e.cfg.Tables)
+	byOwner.Tables[1].Key = "owner_id"
+	byUser := e.cfg
+
+	// A first run, declared by owner_id, stopped after its copy: the
+	// monolith keeps its triggers, which compute shards by owner_id.
+	stop := errors.New("stopped")
+	cctx, cancel := context.WithCancelCause(ctx)
+	_, err := reshard.SplitShards(cctx, byOwner, []int{2}, []string{target}, reshard.SplitOptions{OnStage: func(s string) {
+		if s == "copied" {
+			cancel(stop)
+		}
+	}})
+	cancel(nil)
+	if err == nil {
+		t.Fatal("the first run was not stopped")
+	}
+	if _, err := reshard.AbortSplit(ctx, byOwner); err != nil {
+		t.Fatal(err)
+	}
+	// A plan by user_id does not run with owner_id.
+	plan, err := reshard.PlanSplit(ctx, byUser, []string{target}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.RunSplit(ctx, byOwner, plan, reshard.SplitOptions{}, nil); !errors.Is(err, reshard.ErrInvalidPlan) {
+		t.Fatalf("a plan made for other tables: %v", err)
+	}
+
+	// Run again by user_id, nothing split yet: a photo of shard 2 by
+	// user_id (3 by owner_id) updated on the monolith during the copy is
+	// logged, and reaches the target.
+	var id int64
+	if err := mono.Raw("SELECT id FROM photos WHERE user_id % 8 = 2 ORDER BY id LIMIT 1").Scan(&id).Error; err != nil || id == 0 {
+		t.Fatalf("a photo of shard 2: %v", err)
+	}
+	var upd error
+	_, err = reshard.SplitShards(ctx, byUser, []int{2}, []string{target}, reshard.SplitOptions{OnStage: func(s string) {
+		if s == "copied" {
+			upd = mono.Exec("UPDATE photos SET caption = 'changed during the copy' WHERE id = ?", id).Error
+		}
+	}})
+	if err != nil || upd != nil {
+		t.Fatalf("split by user_id: %v (update: %v)", err, upd)
+	}
+	var caption string
+	if err := e.dbs[1].Raw(fmt.Sprintf("SELECT caption FROM %s WHERE id = ?", e.qt(e.m.SchemaOf(2), "photos")), id).Scan(&caption).Error; err != nil {
+		t.Fatal(err)
+	}
+	if caption != "changed during the copy" {
+		t.Errorf("photo %d on its target: %q: the write during the copy was lost", id, caption)
+	}
+
+	// Shard 2 is split by user_id: every step refuses owner_id.
+	if _, err := reshard.PlanSplit(ctx, byOwner, []string{target}, 8); !errors.Is(err, reshard.ErrTablesChanged) || !errors.Is(err, reshard.ErrSplitRefused) {
+		t.Errorf("plan: %v", err)
+	}
+	if _, err := reshard.SplitShards(ctx, byOwner, []int{3}, []string{target}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrTablesChanged) {
+		t.Errorf("split: %v", err)
+	}
+	if _, err := reshard.RollbackSplit(ctx, byOwner, []int{2}, reshard.RollbackOptions{}); !errors.Is(err, reshard.ErrTablesChanged) {
+		t.Errorf("roll back: %v", err)
+	}
+	if _, err := reshard.CleanSplit(ctx, byOwner); !errors.Is(err, reshard.ErrTablesChanged) {
+		t.Errorf("clean: %v", err)
+	}
+	// With the tables as they were, the rest of the split runs.
+	p, err := reshard.PlanSplit(ctx, byUser, []string{target}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.RunSplit(ctx, byUser, p, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
