@@ -249,9 +249,10 @@ var (
 
 	// ErrTablesChanged is returned by PlanSplit, SplitShards, RunSplit,
 	// RollbackSplit and CleanSplit when SplitConfig.Tables declares the
-	// monolith's sharded tables otherwise (another key, parent or table)
-	// than the split under way there began with: its triggers, its seals
-	// and the sums it verified follow the first declarations. Declare
+	// monolith's sharded tables otherwise (another key, parent or table),
+	// or the map has other logical shards, than the split under way there
+	// began with: its triggers, its seals and the sums it verified follow
+	// the first declarations. Declare
 	// them as they were, or roll back every split shard and abort the
 	// split first. errors.Is(err, ErrSplitRefused) also holds.
 	ErrTablesChanged error = &kindError{"shardid: the split's tables are declared otherwise than when it began", ErrSplitRefused}

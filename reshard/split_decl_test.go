@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid/reshard"
+	"github.com/shardid/shardid/shardmap"
 )
 
 // The split's tables declared otherwise between two runs (an operator who
@@ -97,6 +98,18 @@ func testSplitTablesChanged(t *testing.T, e *splitEnv, target string) {
 	}
 	if _, err := reshard.CleanSplit(ctx, byOwner); !errors.Is(err, reshard.ErrTablesChanged) {
 		t.Errorf("clean: %v", err)
+	}
+	// So does a map of other logical shards (a static set-up, no
+	// catalog): a key's shard is the key modulo them.
+	m16, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 16, SchemaPattern: e.m.SchemaPattern(),
+		Assign: make([]int, 16), Shared: allShards(16)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	by16 := byUser
+	by16.Map, by16.Catalog = m16, nil
+	if _, err := reshard.SplitShards(ctx, by16, []int{5}, []string{target}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrTablesChanged) {
+		t.Errorf("split with 16 logical shards: %v", err)
 	}
 	// With the tables as they were, the rest of the split runs.
 	p, err := reshard.PlanSplit(ctx, byUser, []string{target}, 8)

@@ -12,15 +12,22 @@ import (
 )
 
 // splitTablesTable holds, on the monolith, the sharded tables as the split
-// that is under way declared them (SplitConfig.Tables): the triggers, the
-// change log, the seals and the verified sums of the shards split so far
-// all follow those keys. A split run, plan, roll-back or clean-up with
+// that is under way declared them (SplitConfig.Tables) and the map's
+// logical shards: the triggers, the change log, the seals and the verified
+// sums of the shards split so far all follow those keys and that modulus. A split run, plan, roll-back or clean-up with
 // other declarations is refused until nothing is under way.
 const splitTablesTable = "shardid_split_tables"
 
-// declared returns sp's table declarations in a canonical form: sorted by
-// name, as JSON.
-func (sp *splitter) declared() string { return declaredTables(sp.tables) }
+// declared returns what sp's triggers and sums follow in a canonical form,
+// as JSON: the logical shards (a key's shard is the key modulo them) and
+// the table declarations, sorted by name.
+func (sp *splitter) declared() string {
+	b, _ := json.Marshal(struct {
+		LogicalShards int
+		Tables        json.RawMessage
+	}{sp.shards, json.RawMessage(declaredTables(sp.tables))}) // never fails
+	return string(b)
+}
 
 func declaredTables(tables []SplitTable) string {
 	t := slices.Clone(tables)
@@ -84,7 +91,7 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 			return err
 		}
 		if s >= 0 {
-			return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s began with Tables %s, and they are %s now, while shard %d is split or being split: "+
+			return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s began with %s, and the configuration says %s now, while shard %d is split or being split: "+
 				"declare them as they were (or roll back every split shard and abort the split before you change them)", sp.cfg.Monolith, was, now, s))
 		}
 	}
@@ -92,11 +99,11 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 		return nil
 	}
 	if was != "" {
-		var old []SplitTable
+		var old struct{ Tables []SplitTable }
 		if err := json.Unmarshal([]byte(was), &old); err != nil {
 			return fmt.Errorf("shardid: split: the tables it began with: %w", err)
 		}
-		if err := sp.dropSplitTriggers(ctx, old); err != nil {
+		if err := sp.dropSplitTriggers(ctx, old.Tables); err != nil {
 			return fmt.Errorf("shardid: split: dropping the triggers of its tables as they were declared: %w", err)
 		}
 	}
