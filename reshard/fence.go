@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/shardid/shardid/internal/routesql"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -170,6 +171,19 @@ func fenceTriggerMySQL(schema, table, name, event string) string {
 		schema, name, event, table, fenceTable, shardid.FenceMessage)
 }
 
+// fenceTriggerNameMySQL names the fence's trigger of table for event (i,
+// u, d), within MySQL's 64 characters: a table of more than 48 gets a
+// hash of its name.
+func fenceTriggerNameMySQL(letter, table string) string {
+	name := "shardid_fence_" + letter + "_" + table
+	if len(name) > 64 {
+		h := fnv.New64a()
+		h.Write([]byte(table))
+		name = "shardid_fence_" + letter + "_" + strconv.FormatUint(h.Sum64(), 16)
+	}
+	return name
+}
+
 // fenceTriggerMark is in the body of every fence trigger fenceTriggerMySQL
 // creates; ensureFenceMySQL replaces one without it.
 const fenceTriggerMark = "@shardid_fence_checked"
@@ -233,7 +247,7 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 	var stmts []string
 	for _, t := range tables {
 		for _, ev := range mysqlFenceEvents {
-			name := "shardid_fence_" + ev.letter + "_" + t
+			name := fenceTriggerNameMySQL(ev.letter, t)
 			body, ok := bodies[name]
 			if ok && strings.Contains(body, fenceTriggerMark) {
 				continue
@@ -387,7 +401,7 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		// written in: drop them.
 		for _, t := range tables {
 			for _, ev := range mysqlFenceEvents {
-				name := "shardid_fence_" + ev.letter + "_" + t
+				name := fenceTriggerNameMySQL(ev.letter, t)
 				var body string
 				if err := db.WithContext(ctx).Raw("SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME = ?", schema, name).Scan(&body).Error; err != nil {
 					return false, err

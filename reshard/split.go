@@ -600,7 +600,9 @@ func (sp *splitter) installTriggersMySQL(ctx context.Context) error {
 		}
 	}
 	var have []string
-	if err := db.Raw("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_split\\_%'", sp.schema).Scan(&have).Error; err != nil {
+	// Every trigger of the schema: a long table's is named by a hash
+	// (splitTriggerMySQL), not shardid_split_*.
+	if err := db.Raw("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", sp.schema).Scan(&have).Error; err != nil {
 		return err
 	}
 	check := func(t, ref, shard string) string {

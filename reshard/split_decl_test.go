@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardid/shardid/reshard"
@@ -49,6 +50,15 @@ func testSplitTablesChanged(t *testing.T, e *splitEnv, target string) {
 	cancel(nil)
 	if err == nil {
 		t.Fatal("the first run was not stopped")
+	}
+	// Nothing is under way, but the monolith keeps the declarations of
+	// the stopped run (and its copies are on the target): other ones are
+	// refused until the split is aborted.
+	if _, err := reshard.SplitShards(ctx, byUser, []int{2}, []string{target}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrTablesChanged) {
+		t.Fatalf("run again by user_id before an abort: %v", err)
+	}
+	if _, err := reshard.PlanSplit(ctx, byUser, []string{target}, 8); !errors.Is(err, reshard.ErrTablesChanged) {
+		t.Fatalf("plan by user_id before an abort: %v", err)
 	}
 	if _, err := reshard.AbortSplit(ctx, byOwner); err != nil {
 		t.Fatal(err)
@@ -99,6 +109,25 @@ func testSplitTablesChanged(t *testing.T, e *splitEnv, target string) {
 	if _, err := reshard.CleanSplit(ctx, byOwner); !errors.Is(err, reshard.ErrTablesChanged) {
 		t.Errorf("clean: %v", err)
 	}
+	if _, err := reshard.AbortRollback(ctx, byOwner); !errors.Is(err, reshard.ErrTablesChanged) {
+		t.Errorf("abort roll-back: %v", err)
+	}
+	// The record lost while shard 2 is split: every run is refused, as
+	// nothing says what the split began with, until it is put back.
+	var rec string
+	if err := mono.Raw("SELECT tables FROM shardid_split_tables WHERE id = 1").Scan(&rec).Error; err != nil || rec == "" {
+		t.Fatalf("the record: %q, %v", rec, err)
+	}
+	if err := mono.Exec("DELETE FROM shardid_split_tables").Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.SplitShards(ctx, byUser, []int{3}, []string{target}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrTablesChanged) ||
+		!strings.Contains(err.Error(), "no record") {
+		t.Errorf("split without the record: %v", err)
+	}
+	if err := mono.Exec("INSERT INTO shardid_split_tables (id, tables) VALUES (1, ?)", rec).Error; err != nil {
+		t.Fatal(err)
+	}
 	// So does a map of other logical shards (a static set-up, no
 	// catalog): a key's shard is the key modulo them.
 	m16, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 16, SchemaPattern: e.m.SchemaPattern(),
@@ -118,5 +147,39 @@ func testSplitTablesChanged(t *testing.T, e *splitEnv, target string) {
 	}
 	if err := reshard.RunSplit(ctx, byUser, p, reshard.SplitOptions{}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSplitLongTableNameRunAgainMariaDB: a table whose name is too long
+// for the split's trigger names gets hashed names, which a run again finds
+// (it looked for shardid_split_* only, and failed: the trigger exists).
+func TestSplitLongTableNameRunAgainMariaDB(t *testing.T) {
+	e := newSplitEnvMySQL(t, 4, 8, 1, 1)
+	ctx := context.Background()
+	long := "user_preferences_of_the_notification_settings_page_v2" // 53 characters
+	if err := e.dbs[0].Exec("CREATE TABLE " + long + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, user_id BIGINT NOT NULL)").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := e.dbs[0].Exec("INSERT INTO " + long + " (user_id) SELECT seq FROM seq_1_to_8").Error; err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.Tables = append(slices.Clone(cfg.Tables), reshard.SplitTable{Name: long, Key: "user_id"})
+	cctx, cancel := context.WithCancel(ctx)
+	_, err := reshard.SplitShards(cctx, cfg, []int{1}, []string{"my_a"}, reshard.SplitOptions{OnStage: func(s string) {
+		if s == "created" {
+			cancel()
+		}
+	}})
+	cancel()
+	if err == nil {
+		t.Fatal("the first run was not stopped")
+	}
+	if _, err := reshard.SplitShards(ctx, cfg, []int{1}, []string{"my_a"}, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("run again: %v", err)
+	}
+	var n int64
+	if err := e.dbs[1].Raw("SELECT count(*) FROM " + e.qt(e.m.SchemaOf(1), long)).Scan(&n).Error; err != nil || n != 2 {
+		t.Errorf("shard 1's rows of %s on my_a: %d, %v", long, n, err)
 	}
 }

@@ -134,9 +134,6 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 	if len(shards) == 0 {
 		return nil, withDetail(shardid.ErrInvalidConfig, "roll back: no shards")
 	}
-	if err := sp.checkDeclared(ctx, false); err != nil {
-		return nil, err
-	}
 	seen := map[int]bool{}
 	for _, s := range shards {
 		if s < 0 || s >= sp.shards {
@@ -160,6 +157,9 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 	defer lock.release()
 	ctx, unwatch := lock.watch(ctx)
 	defer unwatch()
+	if err := sp.checkDeclared(ctx, false); err != nil {
+		return nil, err
+	}
 	if err := sp.ensureBackTable(ctx); err != nil {
 		return nil, err
 	}

@@ -50,6 +50,9 @@ func AbortRollback(ctx context.Context, cfg SplitConfig) (RollbackAbortResult, e
 		return res, fmt.Errorf("shardid: abort roll-back: %w", err)
 	}
 	defer lock.release()
+	if err := sp.checkDeclared(ctx, false); err != nil {
+		return res, err
+	}
 	marks, err := sp.readBackMarks(ctx)
 	if err != nil || len(marks) == 0 {
 		return res, err

@@ -1215,7 +1215,7 @@ func (b *splitBatch) createTargetMySQL(ctx context.Context, db *gorm.DB, schema 
 		"INSERT INTO "+quoteTable(db, schema, fenceTable)+" (id, fenced_until, token, sealed, mover_only) VALUES (1, '9999-12-31 23:59:59', 1, FALSE, TRUE)")
 	for _, t := range tables {
 		for _, ev := range mysqlFenceEvents {
-			stmts = append(stmts, fenceTriggerMySQL(schema, t, "shardid_fence_"+ev.letter+"_"+t, ev.event))
+			stmts = append(stmts, fenceTriggerMySQL(schema, t, fenceTriggerNameMySQL(ev.letter, t), ev.event))
 		}
 	}
 	// Children before their parents too: the foreign keys are checked

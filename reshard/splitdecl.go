@@ -41,6 +41,11 @@ func declaredTables(tables []SplitTable) string {
 func (sp *splitter) readDeclared(ctx context.Context) (string, error) {
 	var n int64
 	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	if !sp.mysql {
+		// information_schema hides a table the role may not read: the
+		// SELECT below then fails, where a count would say "none".
+		q = "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = ? AND tablename = ?"
+	}
 	if err := sp.mono.WithContext(ctx).Raw(q, sp.schema, splitTablesTable).Scan(&n).Error; err != nil || n == 0 {
 		return "", err
 	}
@@ -54,10 +59,15 @@ func (sp *splitter) readDeclared(ctx context.Context) (string, error) {
 	return got[0], nil
 }
 
-// underWay returns the first shard of the monolith that a split (or a
-// roll-back) left sealed, moving or fenced, or -1 if there is none.
+// underWay returns the first shard of the monolith that a split left
+// sealed, moving or fenced, or that a roll-back marked, or -1 if there is
+// none.
 func (sp *splitter) underWay(ctx context.Context) (int, error) {
 	state, err := sp.readSplitState(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	marks, err := sp.readBackMarks(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -67,15 +77,23 @@ func (sp *splitter) underWay(ctx context.Context) (int, error) {
 			first = s
 		}
 	}
+	for s := range marks {
+		if first < 0 || s < first {
+			first = s
+		}
+	}
 	return first, nil
 }
 
 // checkDeclared returns ErrTablesChanged if the monolith records other
-// table declarations than sp's while a split is under way there (a shard
-// sealed, moving or fenced). With record (the split's lock held), it
-// records sp's when none are, or when others are and nothing is under way,
-// after dropping the split's triggers of the tables as they were declared,
-// which installTriggers then makes anew.
+// table declarations than sp's (an earlier run's: they stay until
+// AbortSplit, with nothing left under way, forgets them), or records none
+// while a split is under way there (a shard sealed, moving, fenced or
+// rolling back). With record (the split's lock held), where none are
+// recorded and nothing is under way, it drops every trigger of the split
+// on the monolith (a run of another version, or of declarations that an
+// abort forgot, made them), which installTriggers then makes anew from
+// sp's, and records sp's.
 func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 	was, err := sp.readDeclared(ctx)
 	if err != nil {
@@ -85,34 +103,35 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 	if was == now {
 		return nil
 	}
-	if was != "" {
-		s, err := sp.underWay(ctx)
-		if err != nil {
-			return err
-		}
-		if s >= 0 {
-			return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s began with %s, and the configuration says %s now, while shard %d is split or being split: "+
-				"declare them as they were (or roll back every split shard and abort the split before you change them)", sp.cfg.Monolith, was, now, s))
-		}
+	s, err := sp.underWay(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case was != "" && s >= 0:
+		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s began with %s, and the configuration says %s now, while shard %d is split or being split: "+
+			"declare them as they were (or roll back every split shard and abort the split before you change them)", sp.cfg.Monolith, was, now, s))
+	case was != "":
+		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s last ran with %s, and the configuration says %s now: "+
+			"declare them as they were, or abort the split first (AbortSplit, shardid split abort: it drops the copies of the earlier runs)", sp.cfg.Monolith, was, now))
+	case s >= 0:
+		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s is under way (shard %d) but the monolith holds no record of the tables it began with (%s): "+
+			"if they were %s, record them (INSERT INTO %s (id, tables) VALUES (1, '%s')) and run again", sp.cfg.Monolith, s, splitTablesTable, now, splitTablesTable, now))
 	}
 	if !record {
 		return nil
 	}
-	if was != "" {
-		var old struct{ Tables []SplitTable }
-		if err := json.Unmarshal([]byte(was), &old); err != nil {
-			return fmt.Errorf("shardid: split: the tables it began with: %w", err)
-		}
-		if err := sp.dropSplitTriggers(ctx, old.Tables); err != nil {
-			return fmt.Errorf("shardid: split: dropping the triggers of its tables as they were declared: %w", err)
-		}
+	if err := sp.dropSplitTriggers(ctx); err != nil {
+		return fmt.Errorf("shardid: split: dropping the triggers of an earlier run: %w", err)
 	}
 	db := sp.mono.WithContext(ctx)
+	create := "CREATE TABLE IF NOT EXISTS " + sp.q(splitTablesTable) + " (id INT PRIMARY KEY, tables TEXT NOT NULL)"
 	upsert := "INSERT INTO " + sp.q(splitTablesTable) + " (id, tables) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET tables = EXCLUDED.tables"
 	if sp.mysql {
+		create = "CREATE TABLE IF NOT EXISTS " + sp.q(splitTablesTable) + " (id INT PRIMARY KEY, tables MEDIUMTEXT NOT NULL) ENGINE=InnoDB"
 		upsert = "INSERT INTO " + sp.q(splitTablesTable) + " (id, tables) VALUES (1, ?) ON DUPLICATE KEY UPDATE tables = VALUES(tables)"
 	}
-	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + sp.q(splitTablesTable) + " (id INT PRIMARY KEY, tables TEXT NOT NULL)").Error; err != nil {
+	if err := db.Exec(create).Error; err != nil {
 		return fmt.Errorf("shardid: split: recording its tables: %w", err)
 	}
 	if err := db.Exec(upsert, now).Error; err != nil {
@@ -121,9 +140,22 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 	return nil
 }
 
-// dropSplitTriggers drops the split's triggers (and, on PostgreSQL, their
-// functions) of the monolith's tables declared as old.
-func (sp *splitter) dropSplitTriggers(ctx context.Context, old []SplitTable) error {
+// forgetDeclared deletes the recorded declarations if nothing is under way
+// any more (AbortSplit): the next run may declare the tables otherwise.
+func (sp *splitter) forgetDeclared(ctx context.Context) error {
+	if was, err := sp.readDeclared(ctx); err != nil || was == "" {
+		return err
+	}
+	if s, err := sp.underWay(ctx); err != nil || s >= 0 {
+		return err
+	}
+	return sp.mono.WithContext(ctx).Exec("DELETE FROM " + sp.q(splitTablesTable)).Error
+}
+
+// dropSplitTriggers drops every trigger of the split on the monolith's
+// tables (and, on PostgreSQL, their functions), whatever tables they are
+// on and whatever they compute.
+func (sp *splitter) dropSplitTriggers(ctx context.Context) error {
 	if sp.mysql {
 		var have []struct{ Name, Tbl string }
 		err := sp.mono.WithContext(ctx).Raw("SELECT TRIGGER_NAME AS name, EVENT_OBJECT_TABLE AS tbl FROM information_schema.TRIGGERS"+
@@ -132,14 +164,14 @@ func (sp *splitter) dropSplitTriggers(ctx context.Context, old []SplitTable) err
 			return err
 		}
 		var drop, tables []string
-		for _, t := range old {
+		for _, h := range have {
 			for _, ev := range mysqlFenceEvents {
-				name := splitTriggerMySQL(ev.letter, t.Name)
-				if slices.ContainsFunc(have, func(h struct{ Name, Tbl string }) bool { return h.Name == name }) {
-					drop = append(drop, "DROP TRIGGER `"+sp.schema+"`.`"+name+"`")
-					if !slices.Contains(tables, t.Name) {
-						tables = append(tables, t.Name)
-					}
+				if h.Name != splitTriggerMySQL(ev.letter, h.Tbl) {
+					continue
+				}
+				drop = append(drop, "DROP TRIGGER `"+sp.schema+"`.`"+h.Name+"`")
+				if !slices.Contains(tables, h.Tbl) {
+					tables = append(tables, h.Tbl)
 				}
 			}
 		}
@@ -156,20 +188,25 @@ func (sp *splitter) dropSplitTriggers(ctx context.Context, old []SplitTable) err
 		})
 	}
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		for _, t := range old {
-			var reg *string
-			if err := tx.Raw("SELECT to_regclass(?)::text", sp.q(t.Name)).Scan(&reg).Error; err != nil {
+		var have []struct{ Tbl, Name string }
+		err := tx.Raw("SELECT c.relname AS tbl, t.tgname AS name FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"+
+			" JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ? AND t.tgname IN ('shardid_split', 'shardid_split_truncate')", sp.schema).
+			Scan(&have).Error
+		if err != nil {
+			return err
+		}
+		var tables []string
+		for _, h := range have {
+			if err := tx.Exec("DROP TRIGGER " + quotePGName(h.Name) + " ON " + sp.q(h.Tbl)).Error; err != nil {
 				return err
 			}
-			if reg != nil {
-				for _, q := range []string{"DROP TRIGGER IF EXISTS shardid_split ON " + sp.q(t.Name),
-					"DROP TRIGGER IF EXISTS shardid_split_truncate ON " + sp.q(t.Name)} {
-					if err := tx.Exec(q).Error; err != nil {
-						return err
-					}
-				}
+			if !slices.Contains(tables, h.Tbl) {
+				tables = append(tables, h.Tbl)
 			}
-			if err := tx.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".%s()`, sp.schema, splitFunction(t.Name))).Error; err != nil {
+		}
+		// Their functions, once no trigger uses them.
+		for _, t := range tables {
+			if err := tx.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".%s()`, sp.schema, splitFunction(t))).Error; err != nil {
 				return err
 			}
 		}

@@ -100,14 +100,14 @@ func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := sp.checkDeclared(ctx, false); err != nil {
-		return 0, err
-	}
 	lock, err := lockMove(ctx, sp.mono, sp.schema, DefaultLockWait, nil)
 	if err != nil {
 		return 0, fmt.Errorf("shardid: split: %w", err)
 	}
 	defer lock.release()
+	if err := sp.checkDeclared(ctx, false); err != nil {
+		return 0, err
+	}
 	if !sp.mysql {
 		b, err := sp.splitSoFar(ctx)
 		if err != nil {
@@ -222,6 +222,11 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		}
 	}
 	slices.Sort(res.Dropped)
+	// Nothing under way any more: the next run may declare the tables
+	// otherwise.
+	if err := sp.forgetDeclared(ctx); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 

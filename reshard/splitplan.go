@@ -233,11 +233,11 @@ func (p *SplitPlan) refused() error {
 	}
 	err := ErrSplitRefused
 	for _, r := range p.Refusals {
-		switch r.Kind {
-		case "target-holds-data":
-			err = ErrTargetHoldsData
-		case "tables-changed":
+		switch {
+		case r.Kind == "tables-changed":
 			err = ErrTablesChanged
+		case r.Kind == "target-holds-data" && err != ErrTablesChanged:
+			err = ErrTargetHoldsData
 		}
 	}
 	return withDetail(err, strings.Join(lines, "; "))
