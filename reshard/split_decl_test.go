@@ -183,3 +183,22 @@ func TestSplitLongTableNameRunAgainMariaDB(t *testing.T) {
 		t.Errorf("shard 1's rows of %s on my_a: %d, %v", long, n, err)
 	}
 }
+
+// TestSplitShardsRefusesAMissingColumnPostgres: SplitShards, run without a
+// plan, with a key the table does not have, is refused before it installs
+// a trigger (PostgreSQL would only find the column missing at the
+// application's next write, and fail it).
+func TestSplitShardsRefusesAMissingColumnPostgres(t *testing.T) {
+	e := newSplitEnvPG(t, 4, 8, 1, 1)
+	ctx := context.Background()
+	cfg := e.cfg
+	cfg.Tables = slices.Clone(e.cfg.Tables)
+	cfg.Tables[1].Key = "usr_id"
+	if _, err := reshard.SplitShards(ctx, cfg, []int{1}, []string{"pg_a"}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrSplitRefused) ||
+		!strings.Contains(err.Error(), "usr_id") {
+		t.Errorf("SplitShards with a missing key column: %v", err)
+	}
+	if err := e.dbs[0].Exec("INSERT INTO photos (user_id, caption) VALUES (1, 'still writable')").Error; err != nil {
+		t.Errorf("the application's write after the refusal: %v", err)
+	}
+}

@@ -222,3 +222,26 @@ func (p *SplitPlan) checkPlanTables(cfg SplitConfig) error {
 	}
 	return nil
 }
+
+// checkColumns returns ErrSplitRefused ("bad-table") unless every declared
+// table is on the monolith with an id and its Key or Via column: a split
+// run without a plan (SplitShards) must not install a trigger that reads
+// a column the table does not have, which PostgreSQL would find only at
+// the application's next write, and fail it.
+func (sp *splitter) checkColumns(ctx context.Context) error {
+	for _, t := range sp.tables {
+		cols, err := sourceColumns(ctx, sp.mono, sp.schema, t.Name)
+		if err != nil {
+			return err
+		}
+		if len(cols) == 0 {
+			return withDetail(ErrSplitRefused, "bad-table: "+t.Name+": a sharded table the monolith does not have")
+		}
+		for _, c := range []string{"id", t.Key, t.Via} {
+			if c != "" && !slices.Contains(cols, c) {
+				return withDetail(ErrSplitRefused, "bad-table: "+t.Name+": it has no column "+c)
+			}
+		}
+	}
+	return nil
+}

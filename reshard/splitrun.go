@@ -119,6 +119,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	// Where the shards are: shared on the monolith in the map and the
 	// catalog, or sealed there by this batch run before (its flip is
 	// what is left to do).
+	if err := sp.checkColumns(ctx); err != nil {
+		return res, err
+	}
 	if err := sp.checkDeclared(ctx, true); err != nil {
 		return res, err
 	}
