@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid/reshard"
+	"github.com/shardid/shardid/shardmap"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -79,11 +80,60 @@ type chaosSplitPlan struct {
 	rivalWait time.Duration // how long the first run waits for the rival (0: until it is done)
 	cancelAt  string        // the first run's context is cancelled at this stage
 	abort     bool          // after a failed first run, the operator aborts the batch
+	edited    bool          // before it, the batch is run with split.json edited (chosen for splits only)
 }
 
 // chooseSplit picks, from rng, what befalls a split, and counts it.
 func chooseSplit(rng *rand.Rand, counts map[string]int) chaosSplitPlan {
-	return chooseSplitFault(rng, counts, "split", chaosSplitStages)
+	p := chooseSplitFault(rng, counts, "split", chaosSplitStages)
+	if rng.IntN(4) == 0 {
+		p.edited = true
+		counts["split config edited"]++
+	}
+	return p
+}
+
+// edited runs the batch of plan as an operator who edited split.json
+// would: chaos_bs keyed by its id, not its user_id. While a batch of the
+// monolith is split, every step must refuse it (ErrTablesChanged) and
+// change nothing (the checker then finds every write where it belongs);
+// anything else is reported to fail. Before that, nothing is run: a first
+// run's declarations are the operator's to choose.
+func (sp *chaosSplitter) edited(plan *reshard.SplitPlan, fail func(kind, msg string)) string {
+	final, err := sp.c.loadMap()
+	if err != nil {
+		return fmt.Sprintf("split with split.json edited: skipped: %v", err)
+	}
+	if !slices.ContainsFunc(final[8:16], func(p shardmap.Placement) bool { return !p.Shared }) {
+		return "split with split.json edited: skipped, no shard is split"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := sp.c.splitConfig(ctx, sp.c.dbs)
+	if err != nil {
+		return fmt.Sprintf("split with split.json edited: skipped: %v", err)
+	}
+	cfg.Tables = slices.Clone(cfg.Tables)
+	cfg.Tables[1].Key = "id"
+	shards := plan.Batches[0]
+	to := make([]string, len(shards))
+	for i, s := range shards {
+		to[i] = plan.To[s]
+	}
+	_, err = reshard.SplitShards(ctx, cfg, shards, to, reshard.SplitOptions{FenceFor: chaosSplitFenceFor})
+	_, cerr := reshard.CleanSplit(ctx, cfg)
+	msg := fmt.Sprintf("split of shards %v with split.json edited: %v; CleanSplit: %v", shards, err, cerr)
+	// A server restarting may stop it before its check: an error that
+	// is not a refusal, then, is no violation, but a success is.
+	switch {
+	case err == nil || cerr == nil:
+		fail("config-edited", msg+": not refused")
+	case errors.Is(err, reshard.ErrTablesChanged) && errors.Is(cerr, reshard.ErrTablesChanged):
+		sp.count("split config edited refused")
+	default:
+		sp.count("split config edited failed otherwise")
+	}
+	return msg
 }
 
 // chooseSplitFault picks, from rng, what befalls the first run of what (a

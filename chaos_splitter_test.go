@@ -153,9 +153,10 @@ type splitDriver struct {
 	sp      *chaosSplitter
 	busy    atomic.Bool // a split or a roll-back runs
 	mu      sync.Mutex
-	left    int               // batches left to split, -1 until known (under mu)
-	flipped int               // batches of the plan split whole (under mu)
-	copies  map[int]splitCopy // old copies that roll-backs left, to drop (by the one split or roll-back running)
+	left    int                    // batches left to split, -1 until known (under mu)
+	flipped int                    // batches of the plan split whole (under mu)
+	copies  map[int]splitCopy      // old copies that roll-backs left, to drop (by the one split or roll-back running)
+	fail    func(kind, msg string) // reports a violation found during the run
 }
 
 // exhausted reports whether every batch of the plan is split.
@@ -190,6 +191,9 @@ func (d *splitDriver) run(p chaosSplitPlan, mu *sync.Mutex, splitting map[int]bo
 		return append(msgs, "split: skipped, every batch is split")
 	}
 	defer holdShards(mu, splitting, plan.Batches[0])()
+	if p.edited {
+		msgs = append(msgs, d.sp.edited(plan, d.fail))
+	}
 	m, _ := d.sp.split(plan, p)
 	msgs = append(msgs, m...)
 	d.recount()

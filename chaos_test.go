@@ -83,7 +83,10 @@ var (
 //   - split: a batch of the monolith's shards split onto pg1 and pg2, its
 //     first run killed or paused at a stage, losing its lock with a rival
 //     operator, or cancelled at a stage, then run again or aborted as the
-//     guide says (chaos_split_test.go);
+//     guide says (chaos_split_test.go); at times, while a batch is split,
+//     the operator first runs the next one with split.json edited (a
+//     table's key changed), which every step must refuse, changing
+//     nothing;
 //   - rollback: a batch that a split took out, or one shard of it, rolled
 //     back into the monolith, its first run killed or paused at a stage,
 //     losing its lock with a rival operator, or cancelled at a stage, then
@@ -479,6 +482,11 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		targets = []string{"pg2", "pg1"}
 	}
 	splits := &splitDriver{left: -1, copies: map[int]splitCopy{}, sp: &chaosSplitter{c: c, batch: 2 + r.rng.IntN(3), targets: targets, count: count}}
+	splits.fail = func(kind, msg string) {
+		movesMu.Lock()
+		late = append(late, [2]string{kind, msg})
+		movesMu.Unlock()
+	}
 	restarts := map[int]time.Time{} // slot → when its killed writer is replaced
 	end := time.Now().Add(r.duration)
 	next := time.Now().Add(time.Second)
