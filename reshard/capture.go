@@ -40,13 +40,18 @@ const changeTable = routesql.ChangeLogTable
 // captureTrigger names the capture trigger of table for event (i, u, d on
 // MySQL, which has no trigger for several events), within 64 characters.
 func captureTrigger(letter, table string) string {
-	name := "shardid_cap_" + letter + "_" + table
-	if len(name) > 64 {
-		h := fnv.New64a()
-		h.Write([]byte(table))
-		name = "shardid_cap_" + letter + "_" + strconv.FormatUint(h.Sum64(), 16)
+	return triggerName("shardid_cap_"+letter+"_", table)
+}
+
+// triggerName is prefix+table, or, past MySQL's 64 characters, prefix and
+// a hash of table.
+func triggerName(prefix, table string) string {
+	if len(prefix+table) <= 64 {
+		return prefix + table
 	}
-	return name
+	h := fnv.New64a()
+	h.Write([]byte(table))
+	return prefix + strconv.FormatUint(h.Sum64(), 16)
 }
 
 // quoteTable quotes schema.table for db's dialect. Both names were

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/shardid/shardid/internal/routesql"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -175,13 +174,7 @@ func fenceTriggerMySQL(schema, table, name, event string) string {
 // u, d), within MySQL's 64 characters: a table of more than 48 gets a
 // hash of its name.
 func fenceTriggerNameMySQL(letter, table string) string {
-	name := "shardid_fence_" + letter + "_" + table
-	if len(name) > 64 {
-		h := fnv.New64a()
-		h.Write([]byte(table))
-		name = "shardid_fence_" + letter + "_" + strconv.FormatUint(h.Sum64(), 16)
-	}
-	return name
+	return triggerName("shardid_fence_"+letter+"_", table)
 }
 
 // fenceTriggerMark is in the body of every fence trigger fenceTriggerMySQL
