@@ -141,6 +141,9 @@ func newSplitter(ctx context.Context, cfg SplitConfig) (*splitter, error) {
 			return nil, bad("a table without a Name")
 		case isInternalSplitTable(t.Name):
 			return nil, bad("table %s is one of the split's own", t.Name)
+		case slices.Contains([]string{splitDoneFunction, routesql.SplitSealedFunction, "shardid_split_check"}, splitFunction(t.Name)):
+			// Its trigger function would be one of the split's own.
+			return nil, bad("table %s: the split cannot take a table of that name (rename it)", t.Name)
 		case sp.byName[t.Name].Name != "":
 			return nil, bad("table %s is declared twice", t.Name)
 		case (t.Key == "") == (t.Parent == ""):
@@ -300,29 +303,8 @@ END $$`, sp.schema, st, log, shardid.FenceMessage)
 			sp.schema, routesql.SplitSealedFunction, st),
 	}
 	for _, t := range sp.tables {
-		fn := fmt.Sprintf(`"%s".%s`, sp.schema, splitFunction(t.Name))
-		oldS, newS := sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0)
-		stmts = append(stmts, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %[1]s() RETURNS trigger LANGUAGE plpgsql
-	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE so int; sn int;
-BEGIN
-	IF TG_OP = 'TRUNCATE' THEN
-		RAISE EXCEPTION 'shardid: table %% cannot be truncated while its monolith is split: the split cannot record it', TG_TABLE_NAME
-			USING ERRCODE = '0A000';
-	END IF;
-	IF TG_OP <> 'INSERT' THEN
-		so := %[2]s;
-		PERFORM "%[4]s".shardid_split_check(TG_TABLE_NAME, OLD.id, so);
-	END IF;
-	IF TG_OP = 'DELETE' THEN
-		RETURN OLD;
-	END IF;
-	sn := %[3]s;
-	IF TG_OP = 'INSERT' OR NEW.id IS DISTINCT FROM OLD.id OR sn IS DISTINCT FROM so THEN
-		PERFORM "%[4]s".shardid_split_check(TG_TABLE_NAME, NEW.id, sn);
-	END IF;
-	RETURN NEW;
-END $$`, fn, oldS, newS, sp.schema))
+		stmts = append(stmts, fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%s".%s() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$%s$$`, sp.schema, splitFunction(t.Name), sp.splitFunctionBodyPG(t)))
 	}
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
 		for _, q := range stmts {
@@ -350,6 +332,32 @@ END $$`, fn, oldS, newS, sp.schema))
 		}
 		return nil
 	})
+}
+
+// splitFunctionBodyPG is the body of the split's trigger function of t
+// (PostgreSQL): it refuses a TRUNCATE and checks each row's old and new
+// shard (shardid_split_check), which logs or refuses the write.
+func (sp *splitter) splitFunctionBodyPG(t SplitTable) string {
+	return fmt.Sprintf(`
+DECLARE so int; sn int;
+BEGIN
+	IF TG_OP = 'TRUNCATE' THEN
+		RAISE EXCEPTION 'shardid: table %% cannot be truncated while its monolith is split: the split cannot record it', TG_TABLE_NAME
+			USING ERRCODE = '0A000';
+	END IF;
+	IF TG_OP <> 'INSERT' THEN
+		so := %[1]s;
+		PERFORM "%[3]s".shardid_split_check(TG_TABLE_NAME, OLD.id, so);
+	END IF;
+	IF TG_OP = 'DELETE' THEN
+		RETURN OLD;
+	END IF;
+	sn := %[2]s;
+	IF TG_OP = 'INSERT' OR NEW.id IS DISTINCT FROM OLD.id OR sn IS DISTINCT FROM so THEN
+		PERFORM "%[3]s".shardid_split_check(TG_TABLE_NAME, NEW.id, sn);
+	END IF;
+	RETURN NEW;
+END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema)
 }
 
 // splitFunction names the split's trigger function (PostgreSQL) of table.
@@ -605,28 +613,17 @@ func (sp *splitter) installTriggersMySQL(ctx context.Context) error {
 	if err := db.Raw("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", sp.schema).Scan(&have).Error; err != nil {
 		return err
 	}
-	check := func(t, ref, shard string) string {
-		return "SET s = " + shard + "; SET u = NULL, m = FALSE, sl = FALSE; " +
-			"SELECT fenced_until, moving, sealed INTO u, m, sl FROM " + st + " WHERE shard = COALESCE(s, -1) LOCK IN SHARE MODE; " +
-			"IF u > UTC_TIMESTAMP(6) AND NOT (sl AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + shardid.FenceMessage + "'; END IF; " +
-			"IF m THEN INSERT INTO " + log + " (tbl, id, shard) VALUES ('" + t + "', " + ref + ".id, COALESCE(s, -1)); END IF; "
-	}
+	bodies := sp.splitTriggerBodiesMySQL()
 	var stmts []string
 	var tables []string
 	for _, t := range sp.tables {
-		decl := "DECLARE s INT; DECLARE u DATETIME(6); DECLARE m BOOLEAN; DECLARE sl BOOLEAN; "
-		body := map[string]string{
-			"i": check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
-			"d": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)),
-			"u": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)) + check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
-		}
 		for _, ev := range mysqlFenceEvents {
 			name := splitTriggerMySQL(ev.letter, t.Name)
 			if slices.Contains(have, name) {
 				continue
 			}
-			stmts = append(stmts, fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER %s ON %s FOR EACH ROW BEGIN %s%s END",
-				sp.schema, name, ev.event, sp.q(t.Name), decl, body[ev.letter]))
+			stmts = append(stmts, fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER %s ON %s FOR EACH ROW %s",
+				sp.schema, name, ev.event, sp.q(t.Name), bodies[name]))
 			if !slices.Contains(tables, t.Name) {
 				tables = append(tables, t.Name)
 			}
@@ -643,6 +640,33 @@ func (sp *splitter) installTriggersMySQL(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// splitTriggerBodiesMySQL returns the bodies (BEGIN ... END) of the
+// split's triggers of the monolith's tables (MySQL), by trigger name: each
+// row's old and new shard looked up in the split's state (shared lock),
+// the write refused if fenced, logged if moving.
+func (sp *splitter) splitTriggerBodiesMySQL() map[string]string {
+	st, log := sp.q(splitStateTable), sp.q(splitChangeTable)
+	check := func(t, ref, shard string) string {
+		return "SET s = " + shard + "; SET u = NULL, m = FALSE, sl = FALSE; " +
+			"SELECT fenced_until, moving, sealed INTO u, m, sl FROM " + st + " WHERE shard = COALESCE(s, -1) LOCK IN SHARE MODE; " +
+			"IF u > UTC_TIMESTAMP(6) AND NOT (sl AND COALESCE(@shardid_mover, 0) = 1) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + shardid.FenceMessage + "'; END IF; " +
+			"IF m THEN INSERT INTO " + log + " (tbl, id, shard) VALUES ('" + t + "', " + ref + ".id, COALESCE(s, -1)); END IF; "
+	}
+	out := map[string]string{}
+	for _, t := range sp.tables {
+		decl := "DECLARE s INT; DECLARE u DATETIME(6); DECLARE m BOOLEAN; DECLARE sl BOOLEAN; "
+		body := map[string]string{
+			"i": check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
+			"d": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)),
+			"u": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)) + check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
+		}
+		for _, ev := range mysqlFenceEvents {
+			out[splitTriggerMySQL(ev.letter, t.Name)] = "BEGIN " + decl + body[ev.letter] + " END"
+		}
+	}
+	return out
 }
 
 // splitTriggerMySQL names the split's trigger of table for event (i, u,

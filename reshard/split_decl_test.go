@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
 	"github.com/shardid/shardid/shardmap"
 )
@@ -112,21 +113,27 @@ func testSplitTablesChanged(t *testing.T, e *splitEnv, target string) {
 	if _, err := reshard.AbortRollback(ctx, byOwner); !errors.Is(err, reshard.ErrTablesChanged) {
 		t.Errorf("abort roll-back: %v", err)
 	}
-	// The record lost while shard 2 is split: every run is refused, as
-	// nothing says what the split began with, until it is put back.
+	// The record lost while shard 2 is split (or a split begun by an
+	// earlier version, which kept none): the triggers on the monolith say
+	// what it began with. Other declarations are refused; the same ones
+	// run, and the record is made again.
 	var rec string
 	if err := mono.Raw("SELECT tables FROM shardid_split_tables WHERE id = 1").Scan(&rec).Error; err != nil || rec == "" {
 		t.Fatalf("the record: %q, %v", rec, err)
 	}
-	if err := mono.Exec("DELETE FROM shardid_split_tables").Error; err != nil {
+	if err := mono.Exec("DROP TABLE shardid_split_tables").Error; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reshard.SplitShards(ctx, byUser, []int{3}, []string{target}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrTablesChanged) ||
+	if _, err := reshard.SplitShards(ctx, byOwner, []int{3}, []string{target}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrTablesChanged) ||
 		!strings.Contains(err.Error(), "no record") {
-		t.Errorf("split without the record: %v", err)
+		t.Errorf("split by owner_id without the record: %v", err)
 	}
-	if err := mono.Exec("INSERT INTO shardid_split_tables (id, tables) VALUES (1, ?)", rec).Error; err != nil {
-		t.Fatal(err)
+	if _, err := reshard.SplitShards(ctx, byUser, []int{3}, []string{target}, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("split by user_id without the record: %v", err)
+	}
+	var again string
+	if err := mono.Raw("SELECT tables FROM shardid_split_tables WHERE id = 1").Scan(&again).Error; err != nil || again != rec {
+		t.Errorf("the record made again: %q (%v), want %q", again, err, rec)
 	}
 	// So does a map of other logical shards (a static set-up, no
 	// catalog): a key's shard is the key modulo them.
@@ -139,6 +146,10 @@ func testSplitTablesChanged(t *testing.T, e *splitEnv, target string) {
 	by16.Map, by16.Catalog = m16, nil
 	if _, err := reshard.SplitShards(ctx, by16, []int{5}, []string{target}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrTablesChanged) {
 		t.Errorf("split with 16 logical shards: %v", err)
+	}
+	// An abort with that map would unseal shard 2 and forget the record.
+	if _, err := reshard.AbortSplit(ctx, by16); !errors.Is(err, reshard.ErrTablesChanged) {
+		t.Errorf("abort with 16 logical shards: %v", err)
 	}
 	// With the tables as they were, the rest of the split runs.
 	p, err := reshard.PlanSplit(ctx, byUser, []string{target}, 8)
@@ -200,5 +211,12 @@ func TestSplitShardsRefusesAMissingColumnPostgres(t *testing.T) {
 	}
 	if err := e.dbs[0].Exec("INSERT INTO photos (user_id, caption) VALUES (1, 'still writable')").Error; err != nil {
 		t.Errorf("the application's write after the refusal: %v", err)
+	}
+	// A table named "done" would get the split's own function
+	// (shardid_split_done) for its trigger's.
+	done := e.cfg
+	done.Tables = append(slices.Clone(e.cfg.Tables), reshard.SplitTable{Name: "done", Key: "user_id"})
+	if _, err := reshard.SplitShards(ctx, done, []int{1}, []string{"pg_a"}, reshard.SplitOptions{}); !errors.Is(err, shardid.ErrInvalidConfig) {
+		t.Errorf("a table named done: %v", err)
 	}
 }

@@ -115,14 +115,25 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s last ran with %s, and the configuration says %s now: "+
 			"declare them as they were, or abort the split first (AbortSplit, shardid split abort: it drops the copies of the earlier runs)", sp.cfg.Monolith, was, now))
 	case s >= 0:
-		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s is under way (shard %d) but the monolith holds no record of the tables it began with (%s): "+
-			"if they were %s, record them (INSERT INTO %s (id, tables) VALUES (1, '%s')) and run again", sp.cfg.Monolith, s, splitTablesTable, now, splitTablesTable, now))
+		// Under way with no record (begun by an earlier version, or the
+		// record lost): the triggers on the monolith say what it began
+		// with; they must be what these declarations make.
+		same, err := sp.triggersMatch(ctx)
+		if err != nil {
+			return err
+		}
+		if !same {
+			return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s is under way (shard %d), the monolith holds no record of the tables it began with (%s), "+
+				"and its triggers compute shards otherwise than %s: declare the tables as the split began with them", sp.cfg.Monolith, s, splitTablesTable, now))
+		}
 	}
 	if !record {
 		return nil
 	}
-	if err := sp.dropSplitTriggers(ctx); err != nil {
-		return fmt.Errorf("shardid: split: dropping the triggers of an earlier run: %w", err)
+	if s < 0 {
+		if err := sp.dropSplitTriggers(ctx); err != nil {
+			return fmt.Errorf("shardid: split: dropping the triggers of an earlier run: %w", err)
+		}
 	}
 	db := sp.mono.WithContext(ctx)
 	create := "CREATE TABLE IF NOT EXISTS " + sp.q(splitTablesTable) + " (id INT PRIMARY KEY, tables TEXT NOT NULL)"
@@ -138,6 +149,66 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 		return fmt.Errorf("shardid: split: recording its tables: %w", err)
 	}
 	return nil
+}
+
+// checkModulus returns ErrTablesChanged if the monolith records another
+// count of logical shards than sp's map has.
+func (sp *splitter) checkModulus(ctx context.Context) error {
+	was, err := sp.readDeclared(ctx)
+	if err != nil || was == "" {
+		return err
+	}
+	var rec struct{ LogicalShards int }
+	if err := json.Unmarshal([]byte(was), &rec); err != nil {
+		return fmt.Errorf("shardid: split: the tables it began with: %w", err)
+	}
+	if rec.LogicalShards != sp.shards {
+		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s began with %d logical shards, and the map has %d: give it the catalog's map",
+			sp.cfg.Monolith, rec.LogicalShards, sp.shards))
+	}
+	return nil
+}
+
+// triggersMatch reports whether the split's triggers on the monolith are
+// exactly those sp's declarations make: one for each declared table
+// (each event on MySQL), none for another, each with the body sp would
+// give it (the key, the parents and the modulus are in it).
+func (sp *splitter) triggersMatch(ctx context.Context) (bool, error) {
+	want := map[string]string{}
+	var have []struct{ Name, Tbl, Body string }
+	if sp.mysql {
+		want = sp.splitTriggerBodiesMySQL()
+		err := sp.mono.WithContext(ctx).Raw("SELECT TRIGGER_NAME AS name, EVENT_OBJECT_TABLE AS tbl, ACTION_STATEMENT AS body"+
+			" FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", sp.schema).Scan(&have).Error
+		if err != nil {
+			return false, err
+		}
+		// The split's own only: a name it gives a table's trigger.
+		have = slices.DeleteFunc(have, func(h struct{ Name, Tbl, Body string }) bool {
+			return !slices.ContainsFunc(mysqlFenceEvents[:], func(ev struct{ letter, event string }) bool {
+				return h.Name == splitTriggerMySQL(ev.letter, h.Tbl)
+			})
+		})
+	} else {
+		for _, t := range sp.tables {
+			want[t.Name] = sp.splitFunctionBodyPG(t)
+		}
+		err := sp.mono.WithContext(ctx).Raw("SELECT c.relname AS name, c.relname AS tbl, p.prosrc AS body FROM pg_trigger t"+
+			" JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_proc p ON p.oid = t.tgfoid"+
+			" WHERE n.nspname = ? AND t.tgname = 'shardid_split'", sp.schema).Scan(&have).Error
+		if err != nil {
+			return false, err
+		}
+	}
+	if len(have) != len(want) {
+		return false, nil
+	}
+	for _, h := range have {
+		if b, ok := want[h.Name]; !ok || b != h.Body {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // forgetDeclared deletes the recorded declarations if nothing is under way

@@ -149,6 +149,11 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		return res, fmt.Errorf("shardid: split: %w", err)
 	}
 	defer lock.release()
+	// Another modulus would take other shards for those still in the
+	// monolith (other declarations do not matter here).
+	if err := sp.checkModulus(ctx); err != nil {
+		return res, err
+	}
 	p := cfg.Map.Load().Placements()
 	if cfg.Catalog != nil {
 		if p, _, err = cfg.Catalog.loadPlacements(ctx, cfg.Map.Databases(), sp.shards); err != nil {
@@ -224,6 +229,9 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 	slices.Sort(res.Dropped)
 	// Nothing under way any more: the next run may declare the tables
 	// otherwise.
+	if err := lock.ensure(ctx, "forgetting the split's tables"); err != nil {
+		return res, err
+	}
 	if err := sp.forgetDeclared(ctx); err != nil {
 		return res, err
 	}

@@ -122,6 +122,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err := sp.checkColumns(ctx); err != nil {
 		return res, err
 	}
+	if err := lock.ensure(ctx, "recording the split's tables"); err != nil {
+		return res, err
+	}
 	if err := sp.checkDeclared(ctx, true); err != nil {
 		return res, err
 	}
