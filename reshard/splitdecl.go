@@ -89,11 +89,12 @@ func (sp *splitter) underWay(ctx context.Context) (int, error) {
 // table declarations than sp's (an earlier run's: they stay until
 // AbortSplit, with nothing left under way, forgets them), or records none
 // while a split is under way there (a shard sealed, moving, fenced or
-// rolling back). With record (the split's lock held), where none are
-// recorded and nothing is under way, it drops every trigger of the split
-// on the monolith (a run of another version, or of declarations that an
-// abort forgot, made them), which installTriggers then makes anew from
-// sp's, and records sp's.
+// rolling back) whose triggers on the monolith are not exactly those sp's
+// declarations make (triggersMatch). With record (the split's lock held)
+// it records sp's where none are: under way, as the triggers showed them;
+// with nothing under way, after it dropped every trigger of the split on
+// the monolith (a run of another version, or of declarations that an
+// abort forgot, made them), which installTriggers then makes anew.
 func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 	was, err := sp.readDeclared(ctx)
 	if err != nil {
