@@ -779,6 +779,19 @@ func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables [
 	})
 }
 
+// execTablesLocked runs stmts in order on a session of db (MySQL) that
+// holds tables of schema locked (withTablesLocked).
+func execTablesLocked(ctx context.Context, db *gorm.DB, schema string, tables, stmts []string) error {
+	return withTablesLocked(ctx, db, schema, tables, func(conn *sql.Conn) error {
+		for _, q := range stmts {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // withTablesLocked runs f on a session of db (MySQL) that holds LOCK
 // TABLES ... WRITE on tables of schema and on the change log and the
 // fence's state table where they exist (the triggers read them): MariaDB

@@ -2,7 +2,6 @@ package reshard
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"github.com/shardid/shardid/internal/routesql"
@@ -632,14 +631,7 @@ func (sp *splitter) installTriggersMySQL(ctx context.Context) error {
 	if len(stmts) == 0 {
 		return nil
 	}
-	return withTablesLocked(ctx, sp.mono, sp.schema, append(tables, splitStateTable, splitChangeTable), func(conn *sql.Conn) error {
-		for _, q := range stmts {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return execTablesLocked(ctx, sp.mono, sp.schema, append(tables, splitStateTable, splitChangeTable), stmts)
 }
 
 // splitTriggerBodiesMySQL returns the bodies (BEGIN ... END) of the

@@ -9,8 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/shardid/shardid"
-	"github.com/shardid/shardid/reshard"
-	"github.com/shardid/shardid/shardmap"
 	"github.com/shardid/shardid/shardsql"
 )
 
@@ -42,14 +40,7 @@ func (c *cancelAfterUpdate) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.
 func TestSplitStaleRouterCheckCancelledPostgres(t *testing.T) {
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	ctx := context.Background()
-	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	const id = 40_001 // shard 1, written on its target after the flip
-	db, table := e.table(id, "users")
-	if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
-		t.Fatal(err)
-	}
+	id, _, _ := splitAndWriteOnTarget(t, e) // shard 1, written on its target after the flip
 	tracer := &cancelAfterUpdate{}
 	var dbs []*sql.DB
 	for i, dsn := range e.dsns {
@@ -64,11 +55,7 @@ func TestSplitStaleRouterCheckCancelledPostgres(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		dbs = append(dbs, db)
 	}
-	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
-		Assign: make([]int, 4), Shared: allShards(4)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stale := sharedMap(t, e)
 	r, err := shardsql.New(shardsql.Config{Databases: dbs, Map: stale})
 	if err != nil {
 		t.Fatal(err)

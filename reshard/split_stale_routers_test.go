@@ -261,11 +261,7 @@ func TestSplitStaleRoutersRefusedAfterTheFlipMariaDB(t *testing.T) {
 func testStaleRoutersAfterTheFlip(t *testing.T, e *splitEnv) {
 	ctx := context.Background()
 	mysql := e.dbs[0].Dialector.Name() == "mysql"
-	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
-		Assign: make([]int, 4), Shared: allShards(4)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stale := sharedMap(t, e)
 	staleW, freshW := staleWriters(t, e, stale), staleWriters(t, e, e.m)
 	// newUser writes a user of shard where the map has it now, as a
 	// router that follows the map would.
@@ -461,11 +457,7 @@ func TestSplitStaleRouterOfARestrictedRoleMariaDB(t *testing.T) {
 // ErrShardMoving again.
 func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, revoke, grant string) {
 	ctx := context.Background()
-	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
-		Assign: make([]int, 4), Shared: allShards(4)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stale := sharedMap(t, e)
 	var dbs []*sql.DB
 	for _, dsn := range dsns {
 		db, err := sql.Open(driver, dsn)
@@ -479,14 +471,7 @@ func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, re
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	const id = 40_001
-	db, table := e.table(id, "users")
-	if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
-		t.Fatal(err)
-	}
+	id, _, _ := splitAndWriteOnTarget(t, e)
 	update := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = ?"
 	if driver == "pgx" {
 		update = "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
@@ -623,11 +608,7 @@ func TestSplitStaleRouterOnAPoolOfOne(t *testing.T) {
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
-		Assign: make([]int, 4), Shared: allShards(4)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stale := sharedMap(t, e)
 	var pools []*pgxpool.Pool
 	var sdbs []*sql.DB
 	for _, dsn := range e.dsns {
@@ -653,14 +634,7 @@ func TestSplitStaleRouterOnAPoolOfOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	const id = 40_001
-	db, table := e.table(id, "users")
-	if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
-		t.Fatal(err)
-	}
+	id, _, _ := splitAndWriteOnTarget(t, e)
 	update := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
 	if _, err := xr.ForShard(1).Exec(ctx, update, id); !errors.Is(err, shardid.ErrShardMoving) {
 		t.Errorf("shardpgx Exec on a pool of one: %v; want ErrShardMoving", err)
@@ -727,11 +701,7 @@ func TestSplitStaleRoutersThroughPgBouncer(t *testing.T) {
 		}
 	}
 	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: names})
-	stale, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
-		Assign: make([]int, 4), Shared: allShards(4)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stale := sharedMap(t, e)
 	var gdbs []*gorm.DB
 	var sdbs []*sql.DB
 	var pools []*pgxpool.Pool
@@ -758,14 +728,7 @@ func TestSplitStaleRoutersThroughPgBouncer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	const id = 40_001
-	db, table := e.table(id, "users")
-	if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
-		t.Fatal(err)
-	}
+	id, db, table := splitAndWriteOnTarget(t, e)
 	update := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
 	for name, write := range map[string]func() error{
 		"GORM model update": func() error { return gr.ForShard(1).Model(&staleUser{ID: id}).Update("name", "stale").Error },
@@ -803,4 +766,32 @@ func TestSplitStaleRoutersThroughPgBouncer(t *testing.T) {
 	if got != "new" {
 		t.Errorf("the row on the target: %q, want it untouched", got)
 	}
+}
+
+// sharedMap is e's map before any split: its 4 shards all in the
+// monolith's shared tables, as a stale router holds it.
+func sharedMap(t *testing.T, e *splitEnv) *shardmap.Map {
+	t.Helper()
+	m, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: e.m.SchemaPattern(),
+		Assign: make([]int, 4), Shared: allShards(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// splitAndWriteOnTarget splits shards 0 and 1 of e onto its two targets
+// and writes user id (of shard 1) on its target after the flip: a row the
+// monolith never held. It returns the id, the target and its table.
+func splitAndWriteOnTarget(t *testing.T, e *splitEnv) (int64, *gorm.DB, string) {
+	t.Helper()
+	if _, err := reshard.SplitShards(context.Background(), e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const id = 40_001
+	db, table := e.table(id, "users")
+	if err := db.Exec("INSERT INTO "+table+" (id, name) VALUES (?, 'new')", id).Error; err != nil {
+		t.Fatal(err)
+	}
+	return id, db, table
 }

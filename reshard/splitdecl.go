@@ -2,7 +2,6 @@ package reshard
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -250,14 +249,7 @@ func (sp *splitter) dropSplitTriggers(ctx context.Context) error {
 		if len(drop) == 0 {
 			return nil
 		}
-		return withTablesLocked(ctx, sp.mono, sp.schema, append(tables, splitStateTable, splitChangeTable), func(conn *sql.Conn) error {
-			for _, q := range drop {
-				if _, err := conn.ExecContext(ctx, q); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		return execTablesLocked(ctx, sp.mono, sp.schema, append(tables, splitStateTable, splitChangeTable), drop)
 	}
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
 		var have []struct{ Tbl, Name string }
