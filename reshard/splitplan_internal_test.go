@@ -1,6 +1,7 @@
 package reshard
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -43,5 +44,24 @@ func TestSplitBatchesInterleaveTargets(t *testing.T) {
 		if seen[s] != 1 {
 			t.Errorf("shard %d in %d batches", s, seen[s])
 		}
+	}
+}
+
+// A plan refused both for changed declarations and for a target holding
+// data is ErrTablesChanged, whatever the order of its refusals: the
+// operator must first declare the tables as they were.
+func TestRefusedTablesChangedFirst(t *testing.T) {
+	for _, kinds := range [][]string{{"tables-changed", "target-holds-data"}, {"target-holds-data", "tables-changed"}} {
+		p := &SplitPlan{}
+		for _, k := range kinds {
+			p.Refusals = append(p.Refusals, SplitRefusal{Kind: k, Table: "t"})
+		}
+		if err := p.refused(); !errors.Is(err, ErrTablesChanged) || !errors.Is(err, ErrSplitRefused) {
+			t.Errorf("refusals %v: %v, want ErrTablesChanged", kinds, err)
+		}
+	}
+	p := &SplitPlan{Refusals: []SplitRefusal{{Kind: "target-holds-data"}}}
+	if err := p.refused(); !errors.Is(err, ErrTargetHoldsData) {
+		t.Errorf("a target holding data alone: %v", err)
 	}
 }
