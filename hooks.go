@@ -102,16 +102,17 @@ func checkOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, sh
 	return routesql.Check(dialect, schema, shard, routesql.OneOn(ctx, pool), ErrShardMoving, ErrUncheckedWrite)
 }
 
-// returning returns, for query, an UPDATE or a DELETE ... RETURNING run
-// for its rows on pool (database d, shard in schema), the check its rows
+// returning returns, for query, an UPDATE or a DELETE ... RETURNING (or a
+// WITH whose statements change rows: routesql.ReturnsChanges) run for its
+// rows on pool (database d, shard in schema), the check its rows
 // run if they end without a row (the rows are relayed: package
 // internal/relay); nil for any other query. It is how GORM's Find, Scan,
 // Row and Rows of such a raw query are checked.
 func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schema string, shard int, query string) func() error {
-	if r.smap.SchemaPattern() == "" || !routesql.ReturnsChanges(query) {
+	dialect := r.dbs[d].Dialector.Name()
+	if r.smap.SchemaPattern() == "" || !routesql.ReturnsChanges(query, dialect == "mysql") {
 		return nil
 	}
-	dialect := r.dbs[d].Dialector.Name()
 	return func() error { return checkOn(ctx, pool, dialect, schema, shard) }
 }
 
@@ -165,7 +166,7 @@ func routedConn(db *gorm.DB) bool {
 // session): its RowsAffected is the rows it returned. Scan, Row and Rows
 // on such a pool are not checked.
 func checkLeftFound(db *gorm.DB) {
-	if db.Error == nil && db.Statement.RowsAffected == 0 && !routedConn(db) && routesql.ReturnsChanges(db.Statement.SQL.String()) {
+	if db.Error == nil && db.Statement.RowsAffected == 0 && !routedConn(db) && routesql.ReturnsChanges(db.Statement.SQL.String(), db.Dialector.Name() == "mysql") {
 		checkLeft(db)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/testdb"
@@ -174,6 +175,19 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			defer rows.Close()
 			return readAll(rows)
 		}},
+		staleWriter{"GORM Raw(WITH ... UPDATE/DELETE ... RETURNING ... SELECT).Find", func(shard int, q string, args ...any) (int64, error) {
+			var ids []int64
+			res := gr.ForShard(shard).Raw(withReturning(q), args...).Find(&ids)
+			return int64(len(ids)), res.Error
+		}},
+		staleWriter{"shardsql QueryContext(WITH ... UPDATE/DELETE ... RETURNING ... SELECT)", func(shard int, q string, args ...any) (int64, error) {
+			rows, err := sr.ForShard(shard).QueryContext(ctx, withReturning(q), args...)
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			return readAll(rows)
+		}},
 		staleWriter{"shardsql QueryRowContext(... RETURNING), in a transaction", func(shard int, q string, args ...any) (int64, error) {
 			tx, err := sr.ForShard(shard).BeginTx(ctx, nil)
 			if err != nil {
@@ -238,7 +252,82 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			}
 			defer tx.Rollback(ctx)
 			return oneRow(tx.QueryRow(ctx, q+" RETURNING id", args...).Scan(new(int64)))
+		}},
+		staleWriter{"shardpgx Query(WITH ... UPDATE/DELETE ... RETURNING ... SELECT)", func(shard int, q string, args ...any) (int64, error) {
+			rows, err := xr.ForShard(shard).Query(ctx, withReturning(q), args...)
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			return readAll(rows)
+		}},
+		staleWriter{"shardpgx Exec(WITH ... UPDATE/DELETE ... RETURNING ... SELECT)", func(shard int, q string, args ...any) (int64, error) {
+			_, err := xr.ForShard(shard).Exec(ctx, withReturning(q), args...)
+			return 0, err
+		}},
+		// sqlc's :batchexec: Exec of each result, between two reads.
+		staleWriter{"shardpgx SendBatch, Exec", func(shard int, q string, args ...any) (int64, error) {
+			sh := xr.ForShard(shard)
+			b := &pgx.Batch{}
+			b.Queue("SELECT count(*) FROM {{schema}}.users WHERE id = $1", args...)
+			b.Queue(q, args...)
+			b.Queue("SELECT count(*) FROM {{schema}}.users WHERE id = $1", args...)
+			br := sh.SendBatch(ctx, b)
+			defer br.Close()
+			if err := br.QueryRow().Scan(new(int64)); err != nil {
+				return 0, fmt.Errorf("the read before the write: %w", err)
+			}
+			tag, err := br.Exec()
+			if err != nil {
+				return tag.RowsAffected(), err
+			}
+			if err := br.QueryRow().Scan(new(int64)); err != nil {
+				return 0, fmt.Errorf("the read after the write: %w", err)
+			}
+			return tag.RowsAffected(), br.Close()
+		}},
+		// sqlc's :batchone: QueryRow of each, in a transaction.
+		staleWriter{"shardpgx SendBatch, QueryRow(... RETURNING), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := xr.ForShard(shard).Begin(ctx)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback(ctx)
+			b := &pgx.Batch{}
+			b.Queue(q+" RETURNING id", args...)
+			b.Queue("SELECT count(*) FROM {{schema}}.users WHERE id = $1", args...)
+			br := tx.SendBatch(ctx, b)
+			defer br.Close()
+			n, err := oneRow(br.QueryRow().Scan(new(int64)))
+			if err != nil {
+				return n, err
+			}
+			if err := br.QueryRow().Scan(new(int64)); err != nil {
+				return 0, fmt.Errorf("the read after the write: %w", err)
+			}
+			return n, br.Close()
+		}},
+		// Callbacks, run by Close for the results not read: the error is
+		// Close's.
+		staleWriter{"shardpgx SendBatch, QueuedQuery.Exec callback, read by Close", func(shard int, q string, args ...any) (int64, error) {
+			b := &pgx.Batch{}
+			var n int64
+			b.Queue(q, args...).Exec(func(tag pgconn.CommandTag) error { n = tag.RowsAffected(); return nil })
+			b.Queue("SELECT count(*) FROM {{schema}}.users WHERE id = $1", args...)
+			return n, xr.ForShard(shard).SendBatch(ctx, b).Close()
+		}},
+		// Results not read at all: Close reads them, and the check.
+		staleWriter{"shardpgx SendBatch, Close alone", func(shard int, q string, args ...any) (int64, error) {
+			b := &pgx.Batch{}
+			b.Queue(q, args...)
+			return 0, xr.ForShard(shard).SendBatch(ctx, b).Close()
 		}})
+}
+
+// withReturning returns q, an UPDATE or a DELETE, as a WITH that returns
+// the ids it changed to its SELECT.
+func withReturning(q string) string {
+	return "WITH changed AS (" + q + " RETURNING id) SELECT id FROM changed"
 }
 
 // A router whose map is from before a batch sends an UPDATE or a DELETE of
@@ -473,8 +562,21 @@ func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, re
 	}
 	id, _, _ := splitAndWriteOnTarget(t, e)
 	update := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = ?"
+	var xr *shardpgx.Router
 	if driver == "pgx" {
 		update = "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
+		var pools []*pgxpool.Pool
+		for _, dsn := range dsns {
+			p, err := pgxpool.New(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			pools = append(pools, p)
+		}
+		if xr, err = shardpgx.New(shardpgx.Config{Pools: pools, Map: stale}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	write := func(want error, fix string) {
 		t.Helper()
@@ -489,6 +591,18 @@ func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, re
 		}
 		if err := tx.Tx.QueryRowContext(ctx, "SELECT 1").Scan(new(int)); err != nil {
 			t.Errorf("the transaction after the check: %v", err)
+		}
+		if xr == nil {
+			return
+		}
+		// A batch: the check rides in it, the probe before it.
+		b := &pgx.Batch{}
+		b.Queue(update, id)
+		br := xr.ForShard(1).SendBatch(ctx, b)
+		_, err = br.Exec()
+		br.Close()
+		if !errors.Is(err, want) || fix != "" && !strings.Contains(fmt.Sprint(err), fix) {
+			t.Errorf("a stale shardpgx router's batch update of a row written after the flip: %v; want %v naming %q", err, want, fix)
 		}
 	}
 	if revoke != "" {
@@ -754,6 +868,14 @@ func TestSplitStaleRoutersThroughPgBouncer(t *testing.T) {
 			}
 			defer tx.Rollback(ctx)
 			_, err = tx.Exec(ctx, update, id)
+			return err
+		},
+		"shardpgx SendBatch": func() error {
+			b := &pgx.Batch{}
+			b.Queue(update, id)
+			br := xr.ForShard(1).SendBatch(ctx, b)
+			defer br.Close()
+			_, err := br.Exec()
 			return err
 		},
 	} {

@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -304,10 +305,18 @@ func (s Shard) exec(ctx context.Context, q querier, query string, args []any) (p
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := q.Exec(ctx, text, args...)
-	if err == nil && tag.RowsAffected() == 0 && (tag.Update() || tag.Delete()) {
+	if err == nil && noRowChanged(tag, query) {
 		err = s.checkLeft(ctx, q)
 	}
 	return tag, s.Wrap(err)
+}
+
+// noRowChanged reports whether tag, the command tag of query, is that of
+// an UPDATE or a DELETE that changed no row, or of a WITH whose UPDATE or
+// DELETE returned nothing to its SELECT (WITH u AS (UPDATE ... RETURNING
+// id) SELECT id FROM u): the writes a router checks.
+func noRowChanged(tag pgconn.CommandTag, query string) bool {
+	return tag.RowsAffected() == 0 && (tag.Update() || tag.Delete() || tag.Select() && routesql.ModifyingWith(query, false))
 }
 
 // checkLeft checks an UPDATE or a DELETE that changed no row: if a split
@@ -338,7 +347,7 @@ func (s Shard) query(ctx context.Context, q querier, query string, args []any) (
 	if err != nil {
 		return nil, s.Wrap(err)
 	}
-	return &shardRows{Rows: rows, sh: s, ctx: ctx, q: q}, nil
+	return &shardRows{Rows: rows, sh: s, ctx: ctx, q: q, query: query}, nil
 }
 
 func (s Shard) queryRow(ctx context.Context, q querier, query string, args []any) pgx.Row {
@@ -505,13 +514,16 @@ func (t *Tx) Commit(ctx context.Context) error { return t.sh.Wrap(t.Tx.Commit(ct
 func (t *Tx) Rollback(ctx context.Context) error { return t.sh.Wrap(t.Tx.Rollback(ctx)) }
 
 // shardRows wraps the errors of rows, and checks an UPDATE or a DELETE
-// ... RETURNING that changed no row once its rows end (Shard.checkLeft).
+// ... RETURNING that changed no row once its rows end (Shard.checkLeft, or
+// in a batch the check sent after it: shardBatch.checked).
 type shardRows struct {
 	pgx.Rows
-	sh   Shard
-	ctx  context.Context
-	q    querier // where the rows run, for the check; nil once checked
-	left error   // the check's error
+	sh    Shard
+	ctx   context.Context
+	q     querier     // where the rows run, for the check; nil once checked
+	batch *shardBatch // or the batch whose next result is their check
+	query string      // the query, as written
+	left  error       // the check's error
 }
 
 func (r *shardRows) Next() bool {
@@ -529,15 +541,20 @@ func (r *shardRows) Close() {
 	r.check()
 }
 
-// check runs Shard.checkLeft once, on rows that ended (closed: their
-// connection is free) as an UPDATE or a DELETE that changed no row.
+// check runs the check once, on rows that ended (closed: their connection
+// is free) as an UPDATE or a DELETE that changed no row.
 func (r *shardRows) check() {
+	if b := r.batch; b != nil {
+		r.batch = nil
+		r.left = b.checked(r.Rows.CommandTag(), r.Rows.Err(), r.query)
+		return
+	}
 	q := r.q
 	if q == nil || r.Rows.Err() != nil {
 		return
 	}
 	r.q = nil
-	if tag := r.Rows.CommandTag(); tag.RowsAffected() == 0 && (tag.Update() || tag.Delete()) {
+	if noRowChanged(r.Rows.CommandTag(), r.query) {
 		r.left = r.sh.checkLeft(r.ctx, q)
 	}
 }
@@ -572,7 +589,16 @@ func (r errRow) Scan(...any) error { return r.err }
 // SendBatch sends the queries of b in one round trip, each in the shard
 // (the DBTX of sqlc's :batch queries). b is left as it was: a copy of its
 // queries, rewritten, is sent. The errors of the results are
-// *shardid.ShardError.
+// *shardid.ShardError, and so are those that b's callbacks (QueuedQuery's
+// Exec, Query and QueryRow) get.
+//
+// A batch that writes (UPDATE, DELETE, or a WITH that does) to a shard
+// still shared in the monolith of a split is checked as Exec is: each such
+// write is followed in the batch by the check of its shard, whose answer
+// counts when the write changed no row. That costs one more round trip
+// before the batch, to ask whether the database has the split's function
+// (routesql.SplitFunctionProbe), and a query in the batch for each write;
+// a batch to a shard in a schema of its own costs nothing more.
 func (s Shard) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := s.Err(); err != nil {
 		return errBatch{err}
@@ -580,49 +606,144 @@ func (s Shard) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return s.sendBatch(ctx, s.Pool, b)
 }
 
-func (s Shard) sendBatch(ctx context.Context, q interface {
+// batcher is what a pool and a transaction share for SendBatch.
+type batcher interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, b *pgx.Batch) pgx.BatchResults {
-	routed := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(b.QueuedQueries))}
-	for i, qq := range b.QueuedQueries {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s Shard) sendBatch(ctx context.Context, q batcher, b *pgx.Batch) pgx.BatchResults {
+	out := &shardBatch{sh: s}
+	checks := s.Shard >= 0 && s.Schema == "" && s.r.m.SchemaPattern() != "" &&
+		slices.ContainsFunc(b.QueuedQueries, func(qq *pgx.QueuedQuery) bool { return routesql.ChangesRows(qq.SQL) })
+	if checks {
+		if err := q.QueryRow(ctx, routesql.SplitFunctionProbe).Scan(&out.probe); err != nil {
+			return errBatch{s.Wrap(err)}
+		}
+		out.items = make([]batchItem, 0, len(b.QueuedQueries))
+	}
+	routed := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries))}
+	for _, qq := range b.QueuedQueries {
 		text, err := s.SQL(qq.SQL)
 		if err != nil {
 			return errBatch{err}
 		}
 		c := *qq
 		c.SQL = text
-		routed.QueuedQueries[i] = &c
+		routed.QueuedQueries = append(routed.QueuedQueries, &c)
+		// pgx's Close runs the callbacks of the queries not read yet:
+		// they read through out, which knows where the checks are.
+		user := qq.Fn
+		if user != nil {
+			c.Fn = func(pgx.BatchResults) error { return user(out) }
+		}
+		if !checks {
+			continue
+		}
+		check := routesql.ChangesRows(qq.SQL)
+		out.items = append(out.items, batchItem{check: check, query: qq.SQL})
+		switch {
+		case user != nil:
+		case check:
+			c.Fn = func(pgx.BatchResults) error { _, err := out.Exec(); return err }
+		default:
+			c.Fn = func(pgx.BatchResults) error { _, _ = out.Exec(); return nil } // as pgx: its error ends the batch
+		}
+		if check {
+			routed.QueuedQueries = append(routed.QueuedQueries, &pgx.QueuedQuery{SQL: routesql.BatchCheck(out.probe, s.Shard)})
+		}
 	}
-	return shardBatch{br: q.SendBatch(ctx, routed), sh: s}
+	out.br = q.SendBatch(ctx, routed)
+	return out
 }
 
-// SendBatch sends the queries of b in the transaction, in its shard.
+// SendBatch sends the queries of b in the transaction, in its shard, as
+// Shard.SendBatch does.
 func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return t.sh.sendBatch(ctx, t.Tx, b)
 }
 
-// shardBatch wraps the errors of batch results.
+// shardBatch wraps the errors of batch results, and reads the check that
+// follows each write of a checked batch.
 type shardBatch struct {
-	br pgx.BatchResults
-	sh Shard
+	br    pgx.BatchResults
+	sh    Shard
+	probe int64       // what routesql.SplitFunctionProbe answered
+	items []batchItem // the queries as queued; nil when none is checked
+	next  int         // the next query's index in items
 }
 
-func (b shardBatch) Exec() (pgconn.CommandTag, error) {
+// batchItem is a query of a batch, and whether its check follows it.
+type batchItem struct {
+	check bool
+	query string
+}
+
+// item returns the next query, and moves on.
+func (b *shardBatch) item() batchItem {
+	i := b.next
+	b.next++
+	if i < len(b.items) {
+		return b.items[i]
+	}
+	return batchItem{}
+}
+
+// checked reads the result of the check that follows a write whose rows
+// ended with tag and err: the write's error if it failed, the check's
+// error if the check failed (which fails the batch's transaction: the
+// write did not happen either), and routesql.BatchVerdict's if the write
+// changed no row.
+func (b *shardBatch) checked(tag pgconn.CommandTag, err error, query string) error {
+	var v int64
+	cerr := b.br.QueryRow().Scan(&v)
+	switch {
+	case err != nil:
+		return err
+	case cerr != nil:
+		return routesql.CheckFailed(cerr, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+	case !noRowChanged(tag, query):
+		return nil
+	}
+	return routesql.BatchVerdict(b.probe, v, b.sh.Shard, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+}
+
+func (b *shardBatch) Exec() (pgconn.CommandTag, error) {
+	it := b.item()
 	tag, err := b.br.Exec()
+	if it.check {
+		err = b.checked(tag, err, it.query)
+	}
 	return tag, b.sh.Wrap(err)
 }
 
-func (b shardBatch) Query() (pgx.Rows, error) {
+func (b *shardBatch) Query() (pgx.Rows, error) {
+	it := b.item()
 	rows, err := b.br.Query()
 	if err != nil {
 		return rows, b.sh.Wrap(err)
 	}
-	return &shardRows{Rows: rows, sh: b.sh}, nil
+	r := &shardRows{Rows: rows, sh: b.sh, query: it.query}
+	if it.check {
+		r.batch = b
+	}
+	return r, nil
 }
 
-func (b shardBatch) QueryRow() pgx.Row { return shardRow{row: b.br.QueryRow(), sh: b.sh} }
+func (b *shardBatch) QueryRow() pgx.Row {
+	if b.next < len(b.items) && b.items[b.next].check {
+		// Read through shardRows, as Shard.QueryRow does, for the check.
+		rows, err := b.Query()
+		if err != nil {
+			return errRow{err}
+		}
+		return returningRow{rows: rows.(*shardRows)}
+	}
+	b.item()
+	return shardRow{row: b.br.QueryRow(), sh: b.sh}
+}
 
-func (b shardBatch) Close() error { return b.sh.Wrap(b.br.Close()) }
+func (b *shardBatch) Close() error { return b.sh.Wrap(b.br.Close()) }
 
 // errBatch is batch results that fail with err.
 type errBatch struct{ err error }

@@ -40,7 +40,7 @@ func prefix() string {
 }
 
 // openPool opens a pool on dsn, closed when the test ends.
-func openPool(t *testing.T, dsn string) *pgxpool.Pool {
+func openPool(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -365,10 +365,11 @@ func (s Shard) checkLeft(ctx context.Context, q routesql.RowQuerier, res sql.Res
 }
 
 // returnsLeft returns, for query, an UPDATE or a DELETE run with
-// QueryContext (RETURNING), the check its rows run when they end without
+// QueryContext (RETURNING), or a WITH whose statements change rows
+// (routesql.ReturnsChanges), the check its rows run when they end without
 // a row: checkLeft's, on q. It returns nil for other queries.
 func (s Shard) returnsLeft(ctx context.Context, q routesql.RowQuerier, query string) func() error {
-	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ReturnsChanges(query) {
+	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ReturnsChanges(query, s.r.dialect == "mysql") {
 		return nil
 	}
 	return func() error { return s.left(ctx, q) }

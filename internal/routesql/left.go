@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -36,14 +37,48 @@ func ChangesRows(query string) bool {
 	return strings.EqualFold(w, "UPDATE") || strings.EqualFold(w, "DELETE") || strings.EqualFold(w, "WITH")
 }
 
-// ReturnsChanges reports whether query, run for its rows, is an UPDATE or
-// a DELETE (... RETURNING): the queries whose rows, when there are none,
-// a router checks with Left. Unlike ChangesRows it leaves out WITH, which
-// is most often a SELECT: a WITH ... UPDATE ... RETURNING read as rows is
-// not checked.
-func ReturnsChanges(query string) bool {
+// ReturnsChanges reports whether query, run for its rows, may change rows
+// the way a router checks with Left when it returns none: an UPDATE or a
+// DELETE (... RETURNING), or a WITH that holds one (WITH u AS (UPDATE ...
+// RETURNING id) SELECT id FROM u), as Modifies tells (mysql: the text is
+// MySQL's or MariaDB's, with # comments, backslash escapes and "..."
+// strings). A WITH ... SELECT that only reads is left out: a stale
+// router's read that finds nothing is an empty result, not a refusal.
+func ReturnsChanges(query string, mysql bool) bool {
 	w := firstWord(query)
-	return strings.EqualFold(w, "UPDATE") || strings.EqualFold(w, "DELETE")
+	switch {
+	case strings.EqualFold(w, "UPDATE"), strings.EqualFold(w, "DELETE"):
+		return true
+	case strings.EqualFold(w, "WITH"):
+		return Modifies(query, mysql)
+	}
+	return false
+}
+
+// ModifyingWith reports whether query is a WITH whose statements change
+// rows (Modifies): its command tag is its last statement's, a SELECT's
+// when it reads what they returned.
+func ModifyingWith(query string, mysql bool) bool {
+	return strings.EqualFold(firstWord(query), "WITH") && Modifies(query, mysql)
+}
+
+// Modifies reports whether query holds the word UPDATE or DELETE outside
+// strings, quoted names and comments, other than the UPDATE of a locking
+// clause (FOR UPDATE, FOR NO KEY UPDATE): a WITH whose statements change
+// rows (ReturnsChanges). Both words are reserved: a name spelt so must be
+// quoted, so the bare word is a statement (or an ON CONFLICT ... DO
+// UPDATE, which also writes).
+func Modifies(query string, mysql bool) bool {
+	var prev, w string
+	for i := 0; i < len(query); prev = w {
+		w, i = nextWord(query, i, mysql)
+		switch {
+		case strings.EqualFold(w, "DELETE"),
+			strings.EqualFold(w, "UPDATE") && !strings.EqualFold(prev, "FOR") && !strings.EqualFold(prev, "KEY"):
+			return true
+		}
+	}
+	return false
 }
 
 // firstWord returns the first word of query, after blanks, comments and
@@ -132,15 +167,14 @@ func OneOn(ctx context.Context, q RowQuerier) OneValue {
 func Left(dialect, schema string, shared bool, shard int, one OneValue) (bool, error) {
 	switch {
 	case dialect == "postgres" && shared:
-		sig := SplitSealedFunction + "(integer)"
-		v, _, err := one("SELECT CASE WHEN p IS NULL THEN 0 WHEN has_function_privilege(p, 'EXECUTE') THEN 1 ELSE 2 END FROM (SELECT to_regprocedure('" + sig + "') AS p) AS f")
+		v, _, err := one(SplitFunctionProbe)
 		switch {
 		case err != nil:
 			return false, err
-		case v == 0:
+		case v == splitNoFunction:
 			return false, nil
-		case v == 2:
-			return false, fmt.Errorf("%w: the role may not execute %s, which a split of this database created: GRANT EXECUTE ON FUNCTION %s TO the role", ErrCannotCheck, sig, sig)
+		case v == splitFunctionDenied:
+			return false, errFunctionDenied
 		}
 		v, _, err = one("SELECT CASE WHEN "+SplitSealedFunction+"($1) THEN 1 ELSE 0 END", shard)
 		return v == 1, err
@@ -152,6 +186,56 @@ func Left(dialect, schema string, shared bool, shard int, one OneValue) (bool, e
 			"SELECT CASE WHEN fenced_until > UTC_TIMESTAMP(6) THEN 1 ELSE 0 END FROM `"+schema+"`."+FenceStateTable+" WHERE id = 1 LOCK IN SHARE MODE")
 	}
 	return false, nil
+}
+
+// SplitFunctionProbe is the query that tells whether a PostgreSQL database
+// has SplitSealedFunction and whether the role may call it:
+// splitNoFunction, splitFunctionCallable or splitFunctionDenied.
+const SplitFunctionProbe = "SELECT CASE WHEN p IS NULL THEN 0 WHEN has_function_privilege(p, 'EXECUTE') THEN 1 ELSE 2 END FROM (SELECT to_regprocedure('" + SplitSealedFunction + "(integer)') AS p) AS f"
+
+// The answers of SplitFunctionProbe.
+const (
+	splitNoFunction       = 0
+	splitFunctionCallable = 1
+	splitFunctionDenied   = 2
+)
+
+// errFunctionDenied is the cause of a check that the role may not run.
+var errFunctionDenied = fmt.Errorf("%w: the role may not execute %s(integer), which a split of this database created: GRANT EXECUTE ON FUNCTION %[2]s(integer) TO the role", ErrCannotCheck, SplitSealedFunction)
+
+// A batch (pgx's SendBatch) holds its connection until it is closed, so
+// the check of its writes cannot run after each one on that connection:
+// it rides in the batch instead, a query after each write. Which query
+// depends on what SplitFunctionProbe answered (probe) just before the
+// batch was sent: a query that calls a function that does not exist
+// would fail the batch.
+
+// BatchCheck returns the query to send in a batch right after a write of
+// shard (shared, on a PostgreSQL database), given what SplitFunctionProbe
+// answered before the batch: SplitSealedFunction's answer when it was
+// callable, the probe again when not.
+func BatchCheck(probe int64, shard int) string {
+	if probe == splitFunctionCallable {
+		return "SELECT CASE WHEN " + SplitSealedFunction + "(" + strconv.Itoa(shard) + ") THEN 1 ELSE 0 END"
+	}
+	return SplitFunctionProbe
+}
+
+// BatchVerdict is Check for a write of shard, in a batch, that changed no
+// row: v is what BatchCheck(probe, shard) answered after it. A function
+// that appeared between the probe and the batch (a split of the database
+// began meanwhile) could not be asked: the write is unchecked, to be run
+// again.
+func BatchVerdict(probe, v int64, shard int, moving, unchecked error) error {
+	switch {
+	case probe == splitFunctionCallable && v == 1:
+		return Gone(moving, shard, true)
+	case probe == splitFunctionCallable, v == splitNoFunction:
+		return nil
+	case v == splitFunctionDenied:
+		return fmt.Errorf("%w: %w", unchecked, errFunctionDenied)
+	}
+	return fmt.Errorf("%w: %w: a split of the database began while the batch was sent: run the write again", unchecked, ErrCannotCheck)
 }
 
 // leftMySQL runs q with args, whose table is table in where: a table that

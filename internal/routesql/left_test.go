@@ -25,8 +25,43 @@ func TestChangesRows(t *testing.T) {
 		if got := ChangesRows(q); got != want {
 			t.Errorf("ChangesRows(%q) = %v, want %v", q, got, want)
 		}
-		if got := ReturnsChanges(q); got != (want && !strings.HasPrefix(q, "WITH")) {
-			t.Errorf("ReturnsChanges(%q) = %v", q, got)
+		if got := ReturnsChanges(q, false); got != want {
+			t.Errorf("ReturnsChanges(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
+// A WITH read as rows is checked when a statement of it changes rows, and
+// only then: the words in strings, quoted names and comments, and a
+// locking clause's UPDATE, are a read's.
+func TestReturnsChangesWith(t *testing.T) {
+	for _, c := range []struct {
+		q           string
+		mysql, want bool
+	}{
+		{"WITH u AS (UPDATE photos SET a = 1 WHERE id = $1 RETURNING id) SELECT id FROM u", false, true},
+		{"with d as (delete from photos where id = $1 returning id) select count(*) from d", false, true},
+		{"WITH x AS (SELECT id FROM photos) DELETE FROM photos USING x WHERE photos.id = x.id RETURNING photos.id", false, true},
+		{"WITH i AS (INSERT INTO photos VALUES (1) ON CONFLICT (id) DO UPDATE SET a = 2 RETURNING id) SELECT id FROM i", false, true},
+		{"WITH x AS (SELECT id FROM photos WHERE id = $1 FOR UPDATE) SELECT id FROM x", false, false},
+		{"WITH x AS (SELECT id FROM photos FOR NO KEY UPDATE SKIP LOCKED) SELECT id FROM x", false, false},
+		{"WITH x AS (SELECT id FROM photos WHERE note = 'update; delete') SELECT id FROM x", false, false},
+		{`WITH x AS (SELECT "update", "delete" FROM photos) SELECT * FROM x`, false, false},
+		{"WITH x AS (SELECT $$ DELETE $$ AS s, $t$UPDATE$t$) SELECT * FROM x", false, false},
+		{"WITH x AS (SELECT 1) -- delete\n/* update */ SELECT * FROM x", false, false},
+		{"WITH x AS (SELECT last_update, deleted FROM photos) SELECT * FROM x", false, false},
+		{"WITH x AS (SELECT E'it\\' DELETE' AS s) SELECT s FROM x", false, false},
+		{"WITH x AS (SELECT 'it''s' AS s) DELETE FROM photos", false, true},
+		{"WITH x AS (SELECT 'no end) DELETE FROM photos", false, false},
+		// MySQL: backslash escapes, "..." strings, # comments.
+		{"WITH x AS (SELECT 'it\\' DELETE' AS s) SELECT s FROM x", true, false},
+		{`WITH x AS (SELECT "update" AS s) SELECT s FROM x`, true, false},
+		{"WITH x AS (SELECT 1) # delete\nSELECT * FROM x", true, false},
+		{"WITH x AS (SELECT id FROM photos) UPDATE photos JOIN x USING (id) SET a = 1", true, true},
+		{"SELECT * FROM photos FOR UPDATE", false, false},
+	} {
+		if got := ReturnsChanges(c.q, c.mysql); got != c.want {
+			t.Errorf("ReturnsChanges(%q, mysql %v) = %v, want %v", c.q, c.mysql, got, c.want)
 		}
 	}
 }
@@ -34,8 +69,9 @@ func TestChangesRows(t *testing.T) {
 // The check of every query a router runs for its rows costs no
 // allocation.
 func TestReturnsChangesAllocs(t *testing.T) {
-	for _, q := range []string{"SELECT * FROM photos WHERE id = $1", "select 1", "/* c */ update photos set a = 1"} {
-		if n := testing.AllocsPerRun(100, func() { ReturnsChanges(q); ChangesRows(q) }); n != 0 {
+	for _, q := range []string{"SELECT * FROM photos WHERE id = $1", "select 1", "/* c */ update photos set a = 1",
+		"WITH u AS (SELECT id FROM photos WHERE note = 'x' FOR UPDATE) SELECT id FROM u"} {
+		if n := testing.AllocsPerRun(100, func() { ReturnsChanges(q, false); ReturnsChanges(q, true); ChangesRows(q) }); n != 0 {
 			t.Errorf("%q: %v allocations", q, n)
 		}
 	}
@@ -51,6 +87,14 @@ func FuzzChangesRows(f *testing.F) {
 		got := ChangesRows(q)
 		if strings.HasPrefix(q, "UPDATE ") && !got {
 			t.Errorf("ChangesRows(%q) = false", q)
+		}
+		// Whatever follows it, a WITH's DELETE is a write in either
+		// dialect; and any text is lexed to its end.
+		for _, mysql := range []bool{false, true} {
+			if w := "WITH x AS (SELECT 1) DELETE FROM t " + q; !ReturnsChanges(w, mysql) {
+				t.Errorf("ReturnsChanges(%q, mysql %v) = false", w, mysql)
+			}
+			ReturnsChanges("WITH "+q, mysql)
 		}
 	})
 }
@@ -142,5 +186,35 @@ func TestCheckFailed(t *testing.T) {
 	}
 	if err := CheckFailed(stateErr("42501"), moving, unchecked); !errors.Is(err, unchecked) || errors.Is(err, moving) || !errors.Is(err, stateErr("42501")) {
 		t.Errorf("another failure: %v, want unchecked with the driver's error", err)
+	}
+}
+
+// The verdict of a batch's write that changed no row, from the probe sent
+// before the batch and the check's answer in it.
+func TestBatchVerdict(t *testing.T) {
+	moving, unchecked := errors.New("moving"), errors.New("unchecked")
+	for _, c := range []struct {
+		probe, v int64
+		want     error
+		says     string
+	}{
+		{splitFunctionCallable, 1, moving, "no longer holds shard 7"},
+		{splitFunctionCallable, 0, nil, ""},
+		{splitNoFunction, splitNoFunction, nil, ""},
+		{splitNoFunction, splitFunctionCallable, unchecked, "began while the batch was sent"},
+		{splitNoFunction, splitFunctionDenied, unchecked, "GRANT EXECUTE"},
+		{splitFunctionDenied, splitFunctionDenied, unchecked, "GRANT EXECUTE"},
+		{splitFunctionDenied, splitFunctionCallable, unchecked, "began while the batch was sent"},
+	} {
+		err := BatchVerdict(c.probe, c.v, 7, moving, unchecked)
+		if c.want == nil && err != nil || c.want != nil && (!errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says)) {
+			t.Errorf("BatchVerdict(probe %d, %d) = %v; want %v saying %q", c.probe, c.v, err, c.want, c.says)
+		}
+	}
+	if q := BatchCheck(splitFunctionCallable, 7); q != "SELECT CASE WHEN "+SplitSealedFunction+"(7) THEN 1 ELSE 0 END" {
+		t.Errorf("BatchCheck(callable, 7) = %q", q)
+	}
+	if q := BatchCheck(splitNoFunction, 7); q != SplitFunctionProbe {
+		t.Errorf("BatchCheck(no function, 7) = %q", q)
 	}
 }

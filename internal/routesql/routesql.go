@@ -246,6 +246,51 @@ func qualifiers(text, name string, mysql bool, f func(from, dot int) bool) {
 	}
 }
 
+// nextWord returns the first unquoted word of the SQL text from text[i]
+// on (an identifier or keyword, a parameter such as $1) and the index after
+// it, or "" and len(text) when there is none. It skips what qualifiers
+// skips: string literals, quoted identifiers, dollar-quoted strings and
+// comments.
+func nextWord(text string, i int, mysql bool) (string, int) {
+	for i < len(text) {
+		c := text[i]
+		var before byte
+		if i > 0 {
+			before = text[i-1]
+		}
+		switch {
+		case c == '\'':
+			escapes := mysql || (before == 'E' || before == 'e') && (i < 2 || !identByte(text[i-2]))
+			i = endOfString(text, i, escapes)
+		case c == '"' || c == '`':
+			i = endOfString(text, i, mysql && c == '"')
+		case c == '-' && strings.HasPrefix(text[i:], "--"), mysql && c == '#':
+			if j := strings.IndexByte(text[i:], '\n'); j >= 0 {
+				i += j + 1
+			} else {
+				i = len(text)
+			}
+		case c == '/' && strings.HasPrefix(text[i:], "/*"):
+			if j := strings.Index(text[i+2:], "*/"); j >= 0 {
+				i += j + 4
+			} else {
+				i = len(text)
+			}
+		case c == '$' && !mysql && !identByte(before) && endOfDollar(text, i) > i+1:
+			i = endOfDollar(text, i)
+		case identByte(c):
+			j := i + 1
+			for j < len(text) && identByte(text[j]) {
+				j++
+			}
+			return text[i:j], j
+		default:
+			i++
+		}
+	}
+	return "", len(text)
+}
+
 // endOfString returns the index after the quoted string or identifier that
 // begins at text[i], quoted by text[i]; a doubled quote, or a backslash when
 // escapes is true, does not end it.
