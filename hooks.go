@@ -78,6 +78,13 @@ func checkLeft(db *gorm.DB) {
 	if db.Error != nil || db.Statement.RowsAffected != 0 || db.DryRun {
 		return
 	}
+	checkRoute(db, checkOn)
+}
+
+// checkRoute runs check for the statement's route, when its map has a
+// SchemaPattern (with none, every shard is shared: nothing can have split
+// or moved it), and adds its error to db.
+func checkRoute(db *gorm.DB, check func(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int) error) {
 	if _, ret := db.Statement.Clauses["RETURNING"]; ret && slices.Contains(db.Statement.BuildClauses, "RETURNING") && routedConn(db) {
 		// GORM ran it with QueryContext, for its RETURNING (which the
 		// dialect supports: the processor's clauses name it): the routed
@@ -92,7 +99,14 @@ func checkLeft(db *gorm.DB) {
 	if rt.r.smap.SchemaPattern() == "" {
 		return // every shard shared: nothing can have split or moved it
 	}
-	db.AddError(checkOn(db.Statement.Context, db.Statement.ConnPool, db.Dialector.Name(), rt.schema, rt.shard))
+	db.AddError(check(db.Statement.Context, db.Statement.ConnPool, db.Dialector.Name(), rt.schema, rt.shard))
+}
+
+// checkChangedOn is checkOn for a write whose result does not tell whether
+// it changed rows (a WITH whose last statement is a SELECT): only a
+// database that had given the shard up fails it (routesql.CheckChanged).
+func checkChangedOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int) error {
+	return routesql.CheckChanged(dialect, schema, shard, routesql.OneOn(ctx, pool), ErrShardMoving, ErrUncheckedWrite)
 }
 
 // checkOn runs routesql.Check on pool, the connection (or transaction) of
@@ -106,14 +120,24 @@ func checkOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, sh
 // WITH whose statements change rows: routesql.ReturnsChanges) run for its
 // rows on pool (database d, shard in schema), the check its rows
 // run if they end without a row (the rows are relayed: package
-// internal/relay); nil for any other query. It is how GORM's Find, Scan,
-// Row and Rows of such a raw query are checked.
-func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schema string, shard int, query string) func() error {
+// internal/relay), and a WITH's if they end with rows (which do not tell
+// whether it changed any); nil for any other query. It is how GORM's Find,
+// Scan, Row and Rows of such a raw query are checked.
+func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schema string, shard int, query string) func(seen bool) error {
 	dialect := r.dbs[d].Dialector.Name()
 	if r.smap.SchemaPattern() == "" || !routesql.ReturnsChanges(query, dialect == "mysql") {
 		return nil
 	}
-	return func() error { return checkOn(ctx, pool, dialect, schema, shard) }
+	with := routesql.ModifyingWith(query, dialect == "mysql")
+	return func(seen bool) error {
+		switch {
+		case !seen:
+			return checkOn(ctx, pool, dialect, schema, shard)
+		case with:
+			return checkChangedOn(ctx, pool, dialect, schema, shard)
+		}
+		return nil
+	}
 }
 
 // relayErr passes an error of relayed rows on as the driver gave it, for
@@ -130,7 +154,7 @@ func relayErr(_ int, _ string, err error) error {
 
 // relayRows relays rows with check (if not nil) run when they end without
 // a row.
-func (r *Router) relayRows(rows *sql.Rows, err error, d, shard int, check func() error) (*sql.Rows, error) {
+func (r *Router) relayRows(rows *sql.Rows, err error, d, shard int, check func(seen bool) error) (*sql.Rows, error) {
 	if err != nil || check == nil {
 		return rows, err
 	}
@@ -139,7 +163,7 @@ func (r *Router) relayRows(rows *sql.Rows, err error, d, shard int, check func()
 
 // relayRow is relayRows for QueryRowContext: it runs the query with
 // QueryContext to relay its rows.
-func (r *Router) relayRow(ctx context.Context, pool gorm.ConnPool, d, shard int, check func() error, query string, args []any) *sql.Row {
+func (r *Router) relayRow(ctx context.Context, pool gorm.ConnPool, d, shard int, check func(seen bool) error, query string, args []any) *sql.Row {
 	if check == nil {
 		return pool.QueryRowContext(ctx, query, args...)
 	}
@@ -174,7 +198,14 @@ func checkLeftFound(db *gorm.DB) {
 // checkLeftRaw is checkLeft for raw SQL run with Exec that is an UPDATE or
 // a DELETE (or a WITH).
 func checkLeftRaw(db *gorm.DB) {
-	if db.Error == nil && db.Statement.RowsAffected == 0 && routesql.ChangesRows(db.Statement.SQL.String()) {
+	if db.Error != nil || db.DryRun {
+		return
+	}
+	q, mysql := db.Statement.SQL.String(), db.Dialector.Name() == "mysql"
+	switch {
+	case db.Statement.RowsAffected == 0 && routesql.ChangesRows(q, mysql):
 		checkLeft(db)
+	case db.Statement.RowsAffected != 0 && routesql.ModifyingWith(q, mysql):
+		checkRoute(db, checkChangedOn) // its count is its last statement's
 	}
 }

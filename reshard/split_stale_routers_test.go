@@ -209,6 +209,24 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var simplePools []*pgxpool.Pool
+	for _, dsn := range e.dsns {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		simplePools = append(simplePools, p)
+	}
+	simple, err := shardpgx.New(shardpgx.Config{Pools: simplePools, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return append(out,
 		staleWriter{"shardpgx", func(shard int, q string, args ...any) (int64, error) {
 			tag, err := xr.ForShard(shard).Exec(ctx, q, args...)
@@ -321,7 +339,92 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			b := &pgx.Batch{}
 			b.Queue(q, args...)
 			return 0, xr.ForShard(shard).SendBatch(ctx, b).Close()
+		}},
+		// The write's rows left open, the next result read: the read
+		// gets its own result (42), not the check's; the check's error
+		// is Close's.
+		staleWriter{"shardpgx SendBatch, Query(... RETURNING) left open, the next result read", func(shard int, q string, args ...any) (int64, error) {
+			b := &pgx.Batch{}
+			b.Queue(q+" RETURNING id", args...)
+			b.Queue("SELECT 42 + count(*) FROM {{schema}}.users WHERE id = $1", args...)
+			br := xr.ForShard(shard).SendBatch(ctx, b)
+			if _, err := br.Query(); err != nil {
+				br.Close()
+				return 0, err
+			}
+			var v int64
+			if err := br.QueryRow().Scan(&v); err != nil || v != 42 {
+				br.Close()
+				return 0, fmt.Errorf("the read after the write's open rows: %d, %v; want 42", v, err)
+			}
+			return 0, br.Close()
+		}},
+		// A callback that never reads its row.
+		staleWriter{"shardpgx SendBatch, QueuedQuery.QueryRow callback that does not scan", func(shard int, q string, args ...any) (int64, error) {
+			b := &pgx.Batch{}
+			b.Queue(q+" RETURNING id", args...).QueryRow(func(pgx.Row) error { return nil })
+			return 0, xr.ForShard(shard).SendBatch(ctx, b).Close()
+		}},
+		// pgx's simple protocol sends a batch as one text, its queries
+		// joined by ";": a write that ends in a -- comment must not
+		// swallow its check.
+		staleWriter{"shardpgx SendBatch, simple protocol, a write ending in a -- comment", func(shard int, q string, args ...any) (int64, error) {
+			b := &pgx.Batch{}
+			b.Queue(q+" -- a note", args...)
+			b.Queue("SELECT 42 + count(*) FROM {{schema}}.users WHERE id = $1", args...)
+			br := simple.ForShard(shard).SendBatch(ctx, b)
+			defer br.Close()
+			tag, err := br.Exec()
+			if err != nil {
+				return tag.RowsAffected(), err
+			}
+			var v int64
+			if err := br.QueryRow().Scan(&v); err != nil || v != 42 {
+				return 0, fmt.Errorf("the read after the write: %d, %v; want 42", v, err)
+			}
+			return tag.RowsAffected(), br.Close()
+		}},
+		// A WITH whose result does not tell whether it changed rows: a
+		// count, which is a row either way.
+		staleWriter{"shardpgx QueryRow(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
+			var n int64
+			err := xr.ForShard(shard).QueryRow(ctx, withCount(q), args...).Scan(&n)
+			return n, err
+		}},
+		staleWriter{"shardpgx SendBatch, QueryRow(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
+			b := &pgx.Batch{}
+			b.Queue(withCount(q), args...)
+			br := xr.ForShard(shard).SendBatch(ctx, b)
+			defer br.Close()
+			var n int64
+			if err := br.QueryRow().Scan(&n); err != nil {
+				return n, err
+			}
+			return n, br.Close()
+		}},
+		staleWriter{"shardsql QueryRowContext(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
+			var n int64
+			err := sr.ForShard(shard).QueryRowContext(ctx, withCount(q), args...).Scan(&n)
+			return n, err
+		}},
+		staleWriter{"shardsql ExecContext(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
+			_, err := sr.ForShard(shard).ExecContext(ctx, withCount(q), args...)
+			return 0, err
+		}},
+		staleWriter{"GORM Raw(WITH ... SELECT count(*)).Scan", func(shard int, q string, args ...any) (int64, error) {
+			var n int64
+			err := gr.ForShard(shard).Raw(withCount(q), args...).Scan(&n).Error
+			return n, err
+		}},
+		staleWriter{"GORM Exec(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
+			return 0, gr.ForShard(shard).Exec(withCount(q), args...).Error
 		}})
+}
+
+// withCount returns q, an UPDATE or a DELETE, as a WITH that counts the
+// rows it changed: a row either way.
+func withCount(q string) string {
+	return "WITH changed AS (" + q + " RETURNING id) SELECT count(*) FROM changed"
 }
 
 // withReturning returns q, an UPDATE or a DELETE, as a WITH that returns

@@ -305,18 +305,30 @@ func (s Shard) exec(ctx context.Context, q querier, query string, args []any) (p
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := q.Exec(ctx, text, args...)
-	if err == nil && noRowChanged(tag, query) {
-		err = s.checkLeft(ctx, q)
+	if err == nil {
+		err = s.checkTag(ctx, q, tag, query)
 	}
 	return tag, s.Wrap(err)
 }
 
-// noRowChanged reports whether tag, the command tag of query, is that of
-// an UPDATE or a DELETE that changed no row, or of a WITH whose UPDATE or
-// DELETE returned nothing to its SELECT (WITH u AS (UPDATE ... RETURNING
-// id) SELECT id FROM u): the writes a router checks.
-func noRowChanged(tag pgconn.CommandTag, query string) bool {
-	return tag.RowsAffected() == 0 && (tag.Update() || tag.Delete() || tag.Select() && routesql.ModifyingWith(query, false))
+// zeroWrite reports whether tag is that of an UPDATE, a DELETE or a MERGE
+// that changed no row.
+func zeroWrite(tag pgconn.CommandTag) bool {
+	return tag.RowsAffected() == 0 && (tag.Update() || tag.Delete() || strings.HasPrefix(tag.String(), "MERGE"))
+}
+
+// checkTag checks query, a statement that ended with tag: an UPDATE, a
+// DELETE or a MERGE that changed no row (checkLeft), or a WITH whose
+// statements change rows, whatever it returned (its tag is its last
+// statement's: SELECT 1 for a count of no row; checkChanged).
+func (s Shard) checkTag(ctx context.Context, q querier, tag pgconn.CommandTag, query string) error {
+	switch {
+	case zeroWrite(tag):
+		return s.checkLeft(ctx, q)
+	case routesql.ModifyingWith(query, false):
+		return s.checkChanged(ctx, q)
+	}
+	return nil
 }
 
 // checkLeft checks an UPDATE or a DELETE that changed no row: if a split
@@ -328,14 +340,29 @@ func (s Shard) checkLeft(ctx context.Context, q querier) error {
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" {
 		return nil
 	}
-	return routesql.Check("postgres", s.Schema, s.Shard, func(query string, args ...any) (int64, bool, error) {
+	return routesql.Check("postgres", s.Schema, s.Shard, oneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+}
+
+// checkChanged is checkLeft for a write whose result does not tell
+// whether it changed rows: only a database that had given the shard up
+// fails it (routesql.CheckChanged).
+func (s Shard) checkChanged(ctx context.Context, q querier) error {
+	if s.Shard < 0 || s.r.m.SchemaPattern() == "" {
+		return nil
+	}
+	return routesql.CheckChanged("postgres", s.Schema, s.Shard, oneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+}
+
+// oneOn is routesql.OneOn for pgx.
+func oneOn(ctx context.Context, q querier) routesql.OneValue {
+	return func(query string, args ...any) (int64, bool, error) {
 		var n int64
 		err := q.QueryRow(ctx, query, args...).Scan(&n)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, false, nil
 		}
 		return n, err == nil, err
-	}, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+	}
 }
 
 func (s Shard) query(ctx context.Context, q querier, query string, args []any) (pgx.Rows, error) {
@@ -355,7 +382,7 @@ func (s Shard) queryRow(ctx context.Context, q querier, query string, args []any
 	if err != nil {
 		return errRow{err}
 	}
-	if routesql.ChangesRows(query) {
+	if routesql.ChangesRows(query, false) {
 		// An UPDATE or a DELETE ... RETURNING (or a WITH: its command
 		// tag tells): its rows tell whether it changed any row, for the
 		// check (shardRows.Next).
@@ -546,6 +573,9 @@ func (r *shardRows) Close() {
 func (r *shardRows) check() {
 	if b := r.batch; b != nil {
 		r.batch = nil
+		if b.open == r {
+			b.open = nil
+		}
 		r.left = b.checked(r.Rows.CommandTag(), r.Rows.Err(), r.query)
 		return
 	}
@@ -554,9 +584,7 @@ func (r *shardRows) check() {
 		return
 	}
 	r.q = nil
-	if noRowChanged(r.Rows.CommandTag(), r.query) {
-		r.left = r.sh.checkLeft(r.ctx, q)
-	}
+	r.left = r.sh.checkTag(r.ctx, q, r.Rows.CommandTag(), r.query)
 }
 
 func (r *shardRows) Err() error {
@@ -615,7 +643,7 @@ type batcher interface {
 func (s Shard) sendBatch(ctx context.Context, q batcher, b *pgx.Batch) pgx.BatchResults {
 	out := &shardBatch{sh: s}
 	checks := s.Shard >= 0 && s.Schema == "" && s.r.m.SchemaPattern() != "" &&
-		slices.ContainsFunc(b.QueuedQueries, func(qq *pgx.QueuedQuery) bool { return routesql.ChangesRows(qq.SQL) })
+		slices.ContainsFunc(b.QueuedQueries, func(qq *pgx.QueuedQuery) bool { return routesql.ReturnsChanges(qq.SQL, false) })
 	if checks {
 		if err := q.QueryRow(ctx, routesql.SplitFunctionProbe).Scan(&out.probe); err != nil {
 			return errBatch{s.Wrap(err)}
@@ -630,6 +658,12 @@ func (s Shard) sendBatch(ctx context.Context, q batcher, b *pgx.Batch) pgx.Batch
 		}
 		c := *qq
 		c.SQL = text
+		if strings.Contains(text, "--") {
+			// On a line of its own: with the simple protocol pgx joins
+			// a batch's queries with ";", and a query that ends in a
+			// -- comment would swallow the next one (its check too).
+			c.SQL += "\n"
+		}
 		routed.QueuedQueries = append(routed.QueuedQueries, &c)
 		// pgx's Close runs the callbacks of the queries not read yet:
 		// they read through out, which knows where the checks are.
@@ -640,7 +674,7 @@ func (s Shard) sendBatch(ctx context.Context, q batcher, b *pgx.Batch) pgx.Batch
 		if !checks {
 			continue
 		}
-		check := routesql.ChangesRows(qq.SQL)
+		check := routesql.ReturnsChanges(qq.SQL, false)
 		out.items = append(out.items, batchItem{check: check, query: qq.SQL})
 		switch {
 		case user != nil:
@@ -650,7 +684,17 @@ func (s Shard) sendBatch(ctx context.Context, q batcher, b *pgx.Batch) pgx.Batch
 			c.Fn = func(pgx.BatchResults) error { _, _ = out.Exec(); return nil } // as pgx: its error ends the batch
 		}
 		if check {
-			routed.QueuedQueries = append(routed.QueuedQueries, &pgx.QueuedQuery{SQL: routesql.BatchCheck(out.probe, s.Shard)})
+			sql, args := routesql.BatchCheck(out.probe, s.Shard)
+			routed.QueuedQueries = append(routed.QueuedQueries, &pgx.QueuedQuery{SQL: sql, Arguments: args,
+				// Reached only when a callback left the write's rows
+				// open: they are closed, and checked, first.
+				Fn: func(br pgx.BatchResults) error {
+					if out.settle() {
+						return out.err
+					}
+					_, err := br.Exec()
+					return err
+				}})
 		}
 	}
 	out.br = q.SendBatch(ctx, routed)
@@ -671,6 +715,10 @@ type shardBatch struct {
 	probe int64       // what routesql.SplitFunctionProbe answered
 	items []batchItem // the queries as queued; nil when none is checked
 	next  int         // the next query's index in items
+	// open is the rows of a checked write that the caller has not closed
+	// yet: their check is the batch's next result.
+	open *shardRows
+	err  error // the check of rows closed by the batch, for Close
 }
 
 // batchItem is a query of a batch, and whether its check follows it.
@@ -679,8 +727,25 @@ type batchItem struct {
 	query string
 }
 
-// item returns the next query, and moves on.
+// settle closes the rows of a checked write left open, which reads their
+// check, before the batch's next result is read: their error, if any, is
+// kept for Close. It reports whether there were such rows.
+func (b *shardBatch) settle() bool {
+	r := b.open
+	if r == nil {
+		return false
+	}
+	b.open = nil
+	r.Close()
+	if err := r.Err(); err != nil && b.err == nil {
+		b.err = err
+	}
+	return true
+}
+
+// item settles the rows left open, returns the next query, and moves on.
 func (b *shardBatch) item() batchItem {
+	b.settle()
 	i := b.next
 	b.next++
 	if i < len(b.items) {
@@ -690,22 +755,29 @@ func (b *shardBatch) item() batchItem {
 }
 
 // checked reads the result of the check that follows a write whose rows
-// ended with tag and err: the write's error if it failed, the check's
-// error if the check failed (which fails the batch's transaction: the
-// write did not happen either), and routesql.BatchVerdict's if the write
-// changed no row.
+// ended with tag and err, and returns the write's error: its own if it
+// failed; if it changed no row (an UPDATE, a DELETE or a MERGE),
+// routesql.BatchVerdict's, or the check's error, classified (the write
+// changed nothing); for a WITH that changes rows, whose result does not
+// tell, BatchVerdict's as routesql.CheckChanged judges. A check that failed
+// after a write that changed rows is reported as it is, unclassified: it
+// failed the batch's transaction, or, on the client's side, left the
+// write's outcome unknown.
 func (b *shardBatch) checked(tag pgconn.CommandTag, err error, query string) error {
 	var v int64
 	cerr := b.br.QueryRow().Scan(&v)
+	zero := zeroWrite(tag)
 	switch {
 	case err != nil:
 		return err
-	case cerr != nil:
+	case cerr != nil && zero:
 		return routesql.CheckFailed(cerr, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
-	case !noRowChanged(tag, query):
+	case cerr != nil:
+		return cerr
+	case !zero && !routesql.ModifyingWith(query, false):
 		return nil
 	}
-	return routesql.BatchVerdict(b.probe, v, b.sh.Shard, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+	return routesql.BatchVerdict(b.probe, v, b.sh.Shard, zero, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 }
 
 func (b *shardBatch) Exec() (pgconn.CommandTag, error) {
@@ -726,11 +798,13 @@ func (b *shardBatch) Query() (pgx.Rows, error) {
 	r := &shardRows{Rows: rows, sh: b.sh, query: it.query}
 	if it.check {
 		r.batch = b
+		b.open = r
 	}
 	return r, nil
 }
 
 func (b *shardBatch) QueryRow() pgx.Row {
+	b.settle()
 	if b.next < len(b.items) && b.items[b.next].check {
 		// Read through shardRows, as Shard.QueryRow does, for the check.
 		rows, err := b.Query()
@@ -743,7 +817,16 @@ func (b *shardBatch) QueryRow() pgx.Row {
 	return shardRow{row: b.br.QueryRow(), sh: b.sh}
 }
 
-func (b *shardBatch) Close() error { return b.sh.Wrap(b.br.Close()) }
+// Close closes the batch: rows of a checked write left open are checked
+// first, and their check's error is Close's if the batch has none.
+func (b *shardBatch) Close() error {
+	b.settle()
+	err := b.br.Close()
+	if err == nil {
+		err = b.err
+	}
+	return b.sh.Wrap(err)
+}
 
 // errBatch is batch results that fail with err.
 type errBatch struct{ err error }

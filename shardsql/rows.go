@@ -12,12 +12,12 @@ import (
 // RETURNING that returned no row is checked once its rows end.
 
 // wrapRows returns rows relayed, their errors wrapped as the shard's.
-func wrapRows(_ context.Context, rows *sql.Rows, shard int, database string, left func() error) (*sql.Rows, error) {
+func wrapRows(_ context.Context, rows *sql.Rows, shard int, database string, left func(seen bool) error) (*sql.Rows, error) {
 	return relay.Rows(rows, wrap, shard, database, left)
 }
 
 // wrapRow returns a *sql.Row over rows, its errors wrapped as the shard's.
-func wrapRow(_ context.Context, rows *sql.Rows, shard int, database string, left func() error) *sql.Row {
+func wrapRow(_ context.Context, rows *sql.Rows, shard int, database string, left func(seen bool) error) *sql.Row {
 	return relay.Row(rows, wrap, shard, database, left)
 }
 

@@ -355,10 +355,13 @@ func (s Shard) ExecContext(ctx context.Context, query string, args ...any) (sql.
 // runs on q, in the write's transaction if any, and cannot fail that
 // transaction.
 func (s Shard) checkLeft(ctx context.Context, q routesql.RowQuerier, res sql.Result, query string) error {
-	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ChangesRows(query) {
+	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ChangesRows(query, s.r.dialect == "mysql") {
 		return nil
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 0 {
+		if err == nil && routesql.ModifyingWith(query, s.r.dialect == "mysql") {
+			return s.leftChanged(ctx, q) // its count is its last statement's
+		}
 		return nil
 	}
 	return s.left(ctx, q)
@@ -366,13 +369,31 @@ func (s Shard) checkLeft(ctx context.Context, q routesql.RowQuerier, res sql.Res
 
 // returnsLeft returns, for query, an UPDATE or a DELETE run with
 // QueryContext (RETURNING), or a WITH whose statements change rows
-// (routesql.ReturnsChanges), the check its rows run when they end without
-// a row: checkLeft's, on q. It returns nil for other queries.
-func (s Shard) returnsLeft(ctx context.Context, q routesql.RowQuerier, query string) func() error {
-	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ReturnsChanges(query, s.r.dialect == "mysql") {
+// (routesql.ReturnsChanges), the check its rows run when they end: with
+// no row, checkLeft's, on q; with rows, a WITH's (whose rows do not tell
+// whether it changed any: leftChanged). It returns nil for other queries.
+func (s Shard) returnsLeft(ctx context.Context, q routesql.RowQuerier, query string) func(seen bool) error {
+	mysql := s.r.dialect == "mysql"
+	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ReturnsChanges(query, mysql) {
 		return nil
 	}
-	return func() error { return s.left(ctx, q) }
+	with := routesql.ModifyingWith(query, mysql)
+	return func(seen bool) error {
+		switch {
+		case !seen:
+			return s.left(ctx, q)
+		case with:
+			return s.leftChanged(ctx, q)
+		}
+		return nil
+	}
+}
+
+// leftChanged is left for a write whose result does not tell whether it
+// changed rows: only a database that had given the shard up fails it
+// (routesql.CheckChanged).
+func (s Shard) leftChanged(ctx context.Context, q routesql.RowQuerier) error {
+	return routesql.CheckChanged(s.r.dialect, s.Schema, s.Shard, routesql.OneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 }
 
 // left asks, on q, whether the shard's database had given the shard up,

@@ -44,16 +44,17 @@ type relay struct {
 	database string
 	row      bool // for a *sql.Row: no row at all is sql.ErrNoRows, wrapped
 	seen     bool // a row was read
-	// left, if not nil, is run when the rows end without a row: the check
-	// of an UPDATE or a DELETE ... RETURNING that changed no row
-	// (the router's). The real rows are closed by then.
-	left func() error
+	// left, if not nil, is run once when the rows end, or are closed
+	// before their end, with whether a row was read: the check of an
+	// UPDATE or a DELETE ... RETURNING that changed no row (the router's).
+	// The real rows are closed by then.
+	left func(seen bool) error
 }
 
 // Rows returns rows relayed, their errors wrapped by wrap as the shard's,
-// and left (if not nil) run when they end without a row, its error
-// wrapped too.
-func Rows(rows *sql.Rows, wrap Wrap, shard int, database string, left func() error) (*sql.Rows, error) {
+// and left (if not nil) run once when they end or are closed, with
+// whether a row was read, its error wrapped too.
+func Rows(rows *sql.Rows, wrap Wrap, shard int, database string, left func(seen bool) error) (*sql.Rows, error) {
 	out, err := relayDB().QueryContext(context.Background(), "", &relay{rows: rows, wrap: wrap, shard: shard, database: database, left: left})
 	if err != nil {
 		rows.Close()
@@ -65,7 +66,7 @@ func Rows(rows *sql.Rows, wrap Wrap, shard int, database string, left func() err
 // Row returns a *sql.Row over rows, as Rows does; no row at all is
 // sql.ErrNoRows, wrapped. The query runs under its own context; the relay
 // needs none.
-func Row(rows *sql.Rows, wrap Wrap, shard int, database string, left func() error) *sql.Row {
+func Row(rows *sql.Rows, wrap Wrap, shard int, database string, left func(seen bool) error) *sql.Row {
 	return relayDB().QueryRowContext(context.Background(), "", &relay{rows: rows, wrap: wrap, shard: shard, database: database, row: true, left: left})
 }
 
@@ -138,20 +139,32 @@ func (r *relayRows) Close() error {
 	if err := r.rows.Close(); err != nil {
 		return r.wrap(r.shard, r.database, err)
 	}
+	// Rows closed before their end (a *sql.Row read its one row) are
+	// checked too: Row.Scan returns the error of Close.
+	return r.checkLeft()
+}
+
+// checkLeft runs left once, the real rows closed, and wraps its error.
+func (r *relayRows) checkLeft() error {
+	if r.left == nil {
+		return nil
+	}
+	left := r.left
+	r.left = nil
+	if err := left(r.seen); err != nil {
+		return r.wrap(r.shard, r.database, err)
+	}
 	return nil
 }
 
 func (r *relayRows) Next(dest []driver.Value) error {
 	if !r.rows.Next() {
 		if err := r.rows.Err(); err != nil {
+			r.left = nil // the statement failed: nothing to check
 			return r.wrap(r.shard, r.database, err)
 		}
-		if r.left != nil && !r.seen {
-			left := r.left
-			r.left = nil
-			if err := left(); err != nil {
-				return r.wrap(r.shard, r.database, err)
-			}
+		if err := r.checkLeft(); err != nil {
+			return err
 		}
 		if r.row && !r.seen {
 			// Row.Scan reports an error of Next as it is, and its own

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -29,87 +28,75 @@ import (
 // write rows can call it without reading SplitStateTable.
 const SplitSealedFunction = "shardid_split_sealed"
 
-// ChangesRows reports whether query is an UPDATE or a DELETE (or a WITH,
-// which may be either): the statements whose "no row changed" a router
-// checks with Left. Blanks and comments before the first word are skipped.
-func ChangesRows(query string) bool {
-	w := firstWord(query)
-	return strings.EqualFold(w, "UPDATE") || strings.EqualFold(w, "DELETE") || strings.EqualFold(w, "WITH")
+// ChangesRows reports whether query is an UPDATE, a DELETE or a MERGE
+// (or a WITH, which may be any): the statements whose "no row changed" a
+// router checks with Left. Blanks, parentheses, comments (mysql: MySQL's
+// or MariaDB's, else PostgreSQL's, which nest) before the first word are
+// skipped.
+func ChangesRows(query string, mysql bool) bool {
+	w := firstWord(query, mysql)
+	return writes(w) || strings.EqualFold(w, "WITH")
+}
+
+// writes reports whether w, a statement's first word, is that of a
+// statement that changes rows the way Left checks: UPDATE, DELETE or
+// MERGE (PostgreSQL 15: its WHEN MATCHED clauses update or delete).
+func writes(w string) bool {
+	return strings.EqualFold(w, "UPDATE") || strings.EqualFold(w, "DELETE") || strings.EqualFold(w, "MERGE")
 }
 
 // ReturnsChanges reports whether query, run for its rows, may change rows
-// the way a router checks with Left when it returns none: an UPDATE or a
-// DELETE (... RETURNING), or a WITH that holds one (WITH u AS (UPDATE ...
-// RETURNING id) SELECT id FROM u), as Modifies tells (mysql: the text is
-// MySQL's or MariaDB's, with # comments, backslash escapes and "..."
-// strings). A WITH ... SELECT that only reads is left out: a stale
-// router's read that finds nothing is an empty result, not a refusal.
+// the way a router checks with Left: an UPDATE, a DELETE or a MERGE (...
+// RETURNING), or a WITH that holds one (WITH u AS (UPDATE ... RETURNING
+// id) SELECT id FROM u), as Modifies tells (mysql: the text is MySQL's or
+// MariaDB's, with # comments, backslash escapes and "..." strings). A
+// WITH ... SELECT that only reads is left out: a stale router's read that
+// finds nothing is an empty result, not a refusal.
 func ReturnsChanges(query string, mysql bool) bool {
-	w := firstWord(query)
-	switch {
-	case strings.EqualFold(w, "UPDATE"), strings.EqualFold(w, "DELETE"):
-		return true
-	case strings.EqualFold(w, "WITH"):
-		return Modifies(query, mysql)
-	}
-	return false
+	w := firstWord(query, mysql)
+	return writes(w) || strings.EqualFold(w, "WITH") && Modifies(query, mysql)
 }
 
 // ModifyingWith reports whether query is a WITH whose statements change
-// rows (Modifies): its command tag is its last statement's, a SELECT's
-// when it reads what they returned.
+// rows (Modifies). How many rows they changed does not show in its result
+// (its command tag is its last statement's, its rows what that returns:
+// SELECT count(*) FROM u returns a row either way), so a router checks
+// such a write whatever it returned.
 func ModifyingWith(query string, mysql bool) bool {
-	return strings.EqualFold(firstWord(query), "WITH") && Modifies(query, mysql)
+	return strings.EqualFold(firstWord(query, mysql), "WITH") && Modifies(query, mysql)
 }
 
-// Modifies reports whether query holds the word UPDATE or DELETE outside
-// strings, quoted names and comments, other than the UPDATE of a locking
-// clause (FOR UPDATE, FOR NO KEY UPDATE): a WITH whose statements change
-// rows (ReturnsChanges). Both words are reserved: a name spelt so must be
-// quoted, so the bare word is a statement (or an ON CONFLICT ... DO
-// UPDATE, which also writes).
+// Modifies reports whether query holds the word UPDATE, DELETE or MERGE
+// outside strings, quoted names and comments, other than the UPDATE of a
+// locking clause (FOR UPDATE, FOR NO KEY UPDATE): a WITH whose statements
+// change rows (ReturnsChanges). A string, a quoted name or a comment left
+// open at the end of query counts as a write: what it swallowed may have
+// been one. A column named so (quoted) is not a write; one named so
+// unquoted is taken for one, which costs a check, not a lost write.
 func Modifies(query string, mysql bool) bool {
-	var prev, w string
-	for i := 0; i < len(query); prev = w {
-		w, i = nextWord(query, i, mysql)
+	var prev2, prev, w string
+	for i := 0; i < len(query); prev2, prev = prev, w {
+		var open bool
+		w, i, open = nextWord(query, i, mysql)
 		switch {
-		case strings.EqualFold(w, "DELETE"),
-			strings.EqualFold(w, "UPDATE") && !strings.EqualFold(prev, "FOR") && !strings.EqualFold(prev, "KEY"):
+		case open:
+			return true
+		case strings.EqualFold(w, "UPDATE"):
+			if !strings.EqualFold(prev, "FOR") && !(strings.EqualFold(prev, "KEY") && strings.EqualFold(prev2, "NO")) {
+				return true
+			}
+		case writes(w):
 			return true
 		}
 	}
 	return false
 }
 
-// firstWord returns the first word of query, after blanks, comments and
-// opening parentheses.
-func firstWord(q string) string {
-	i := 0
-	for i < len(q) {
-		switch c := q[i]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '(':
-			i++
-		case strings.HasPrefix(q[i:], "--") || c == '#':
-			end := strings.IndexByte(q[i:], '\n')
-			if end < 0 {
-				return ""
-			}
-			i += end + 1
-		case strings.HasPrefix(q[i:], "/*"):
-			end := strings.Index(q[i+2:], "*/")
-			if end < 0 {
-				return ""
-			}
-			i += end + 4
-		default:
-			j := i
-			for j < len(q) && identByte(q[j]) {
-				j++
-			}
-			return q[i:j]
-		}
-	}
-	return ""
+// firstWord returns the first word of query, after blanks, parentheses,
+// and comments (mysql: MySQL's, else PostgreSQL's).
+func firstWord(q string, mysql bool) string {
+	w, _, _ := nextWord(q, 0, mysql)
+	return w
 }
 
 // ErrCannotCheck is the cause Left returns when the database does not let
@@ -210,27 +197,29 @@ var errFunctionDenied = fmt.Errorf("%w: the role may not execute %s(integer), wh
 // batch was sent: a query that calls a function that does not exist
 // would fail the batch.
 
-// BatchCheck returns the query to send in a batch right after a write of
-// shard (shared, on a PostgreSQL database), given what SplitFunctionProbe
-// answered before the batch: SplitSealedFunction's answer when it was
-// callable, the probe again when not.
-func BatchCheck(probe int64, shard int) string {
+// BatchCheck returns the query (and its arguments) to send in a batch
+// right after a write of shard (shared, on a PostgreSQL database), given
+// what SplitFunctionProbe answered before the batch: SplitSealedFunction's
+// answer when it was callable, the probe again when not. The shard is an
+// argument, so that a statement cache holds one query, not one a shard.
+func BatchCheck(probe int64, shard int) (string, []any) {
 	if probe == splitFunctionCallable {
-		return "SELECT CASE WHEN " + SplitSealedFunction + "(" + strconv.Itoa(shard) + ") THEN 1 ELSE 0 END"
+		return "SELECT CASE WHEN " + SplitSealedFunction + "($1::integer) THEN 1 ELSE 0 END", []any{shard}
 	}
-	return SplitFunctionProbe
+	return SplitFunctionProbe, nil
 }
 
-// BatchVerdict is Check for a write of shard, in a batch, that changed no
-// row: v is what BatchCheck(probe, shard) answered after it. A function
-// that appeared between the probe and the batch (a split of the database
-// began meanwhile) could not be asked: the write is unchecked, to be run
-// again.
-func BatchVerdict(probe, v int64, shard int, moving, unchecked error) error {
+// BatchVerdict is Check for a write of shard in a batch: v is what
+// BatchCheck(probe, shard) answered after it, zero whether the write is
+// known to have changed no row (else: a WITH whose result does not tell,
+// judged as CheckChanged judges). A function that appeared between the
+// probe and the batch (a split of the database began meanwhile) could not
+// be asked: a write that changed no row is unchecked, to be run again.
+func BatchVerdict(probe, v int64, shard int, zero bool, moving, unchecked error) error {
 	switch {
 	case probe == splitFunctionCallable && v == 1:
 		return Gone(moving, shard, true)
-	case probe == splitFunctionCallable, v == splitNoFunction:
+	case !zero, probe == splitFunctionCallable, v == splitNoFunction:
 		return nil
 	case v == splitFunctionDenied:
 		return fmt.Errorf("%w: %w", unchecked, errFunctionDenied)
@@ -280,6 +269,29 @@ func CheckFailed(err, moving, unchecked error) error {
 		return &classified{kind: moving, err: fmt.Errorf("the split's state of the shard changed after the transaction's snapshot: %w", err)}
 	}
 	return fmt.Errorf("%w: %w", unchecked, err)
+}
+
+// CheckChanged is Check for a write whose result does not tell whether
+// it changed rows (a WITH whose last statement returned rows, or counted
+// them): only a database that had given the shard up fails it, with Gone's
+// error, since no row of a shard sealed or fenced there can have changed
+// (its triggers refuse every write to them); so does a serialization
+// failure, which failed the transaction. A check that cannot run leaves
+// the write as it was: it may have changed rows, and an error would have it
+// run again.
+func CheckChanged(dialect, schema string, shard int, one OneValue, moving, unchecked error) error {
+	shared := schema == ""
+	left, err := Left(dialect, schema, shared, shard, one)
+	switch {
+	case err != nil:
+		if e := CheckFailed(err, moving, unchecked); errors.Is(e, moving) {
+			return e
+		}
+		return nil
+	case left:
+		return Gone(moving, shard, shared)
+	}
+	return nil
 }
 
 // Check is Left as the error of the write that changed no row: nil when

@@ -21,11 +21,14 @@ func TestChangesRows(t *testing.T) {
 		"":                                             false,
 		"-- only a comment":                            false,
 		"/* unterminated UPDATE":                       false,
+		"/* /* nested */ */ UPDATE photos SET a = 1":   true,
+		"MERGE INTO photos USING x ON true WHEN MATCHED THEN DELETE": true,
 	} {
-		if got := ChangesRows(q); got != want {
+		mysql := strings.HasPrefix(q, "#")
+		if got := ChangesRows(q, mysql); got != want {
 			t.Errorf("ChangesRows(%q) = %v, want %v", q, got, want)
 		}
-		if got := ReturnsChanges(q, false); got != want {
+		if got := ReturnsChanges(q, mysql); got != want {
 			t.Errorf("ReturnsChanges(%q) = %v, want %v", q, got, want)
 		}
 	}
@@ -52,13 +55,29 @@ func TestReturnsChangesWith(t *testing.T) {
 		{"WITH x AS (SELECT last_update, deleted FROM photos) SELECT * FROM x", false, false},
 		{"WITH x AS (SELECT E'it\\' DELETE' AS s) SELECT s FROM x", false, false},
 		{"WITH x AS (SELECT 'it''s' AS s) DELETE FROM photos", false, true},
-		{"WITH x AS (SELECT 'no end) DELETE FROM photos", false, false},
+		{"WITH x AS (SELECT 'no end) DELETE FROM photos", false, true},
 		// MySQL: backslash escapes, "..." strings, # comments.
 		{"WITH x AS (SELECT 'it\\' DELETE' AS s) SELECT s FROM x", true, false},
 		{`WITH x AS (SELECT "update" AS s) SELECT s FROM x`, true, false},
 		{"WITH x AS (SELECT 1) # delete\nSELECT * FROM x", true, false},
 		{"WITH x AS (SELECT id FROM photos) UPDATE photos JOIN x USING (id) SET a = 1", true, true},
 		{"SELECT * FROM photos FOR UPDATE", false, false},
+		// The review's: PostgreSQL nests comments, ends -- at \r; KEY
+		// alone is a column's name, not NO KEY's.
+		{"WITH u AS (/* /* old */ isn't used */ UPDATE photos SET t = $2 WHERE id = $1 RETURNING id) SELECT id FROM u", false, true},
+		{"WITH u AS (SELECT 1) -- note\rDELETE FROM photos", false, true},
+		{"WITH s AS (SELECT id FROM jobs ORDER BY key) UPDATE jobs SET a = 1 FROM s WHERE jobs.id = s.id RETURNING jobs.id", false, true},
+		{"WITH m AS (MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE RETURNING t.id) SELECT * FROM m", false, true},
+		// Left open at the end: what it swallowed may have been a write.
+		{"WITH x AS (SELECT 'open", false, true},
+		{"WITH x AS (SELECT 1) /* open", false, true},
+		{"WITH x AS (SELECT $q$ open", false, true},
+		{`WITH x AS (SELECT "open`, false, true},
+		{"WITH x AS (SELECT 'closed')", false, false},
+		{"WITH x AS (SELECT $q$ closed $q$)", false, false},
+		{"WITH x AS (SELECT 1) /* closed */", false, false},
+		// MySQL does not nest: the comment ends at the first */.
+		{"WITH x AS (SELECT 1) /* /* */ DELETE FROM photos", true, true},
 	} {
 		if got := ReturnsChanges(c.q, c.mysql); got != c.want {
 			t.Errorf("ReturnsChanges(%q, mysql %v) = %v, want %v", c.q, c.mysql, got, c.want)
@@ -71,7 +90,7 @@ func TestReturnsChangesWith(t *testing.T) {
 func TestReturnsChangesAllocs(t *testing.T) {
 	for _, q := range []string{"SELECT * FROM photos WHERE id = $1", "select 1", "/* c */ update photos set a = 1",
 		"WITH u AS (SELECT id FROM photos WHERE note = 'x' FOR UPDATE) SELECT id FROM u"} {
-		if n := testing.AllocsPerRun(100, func() { ReturnsChanges(q, false); ReturnsChanges(q, true); ChangesRows(q) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { ReturnsChanges(q, false); ReturnsChanges(q, true); ChangesRows(q, false) }); n != 0 {
 			t.Errorf("%q: %v allocations", q, n)
 		}
 	}
@@ -84,7 +103,7 @@ func FuzzChangesRows(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, q string) {
-		got := ChangesRows(q)
+		got := ChangesRows(q, false)
 		if strings.HasPrefix(q, "UPDATE ") && !got {
 			t.Errorf("ChangesRows(%q) = false", q)
 		}
@@ -189,32 +208,38 @@ func TestCheckFailed(t *testing.T) {
 	}
 }
 
-// The verdict of a batch's write that changed no row, from the probe sent
-// before the batch and the check's answer in it.
+// The verdict of a batch's write, from the probe sent before the batch
+// and the check's answer in it: for a write known to have changed no row,
+// and for a WITH whose result does not tell (only a seal fails it).
 func TestBatchVerdict(t *testing.T) {
 	moving, unchecked := errors.New("moving"), errors.New("unchecked")
 	for _, c := range []struct {
 		probe, v int64
+		zero     bool
 		want     error
 		says     string
 	}{
-		{splitFunctionCallable, 1, moving, "no longer holds shard 7"},
-		{splitFunctionCallable, 0, nil, ""},
-		{splitNoFunction, splitNoFunction, nil, ""},
-		{splitNoFunction, splitFunctionCallable, unchecked, "began while the batch was sent"},
-		{splitNoFunction, splitFunctionDenied, unchecked, "GRANT EXECUTE"},
-		{splitFunctionDenied, splitFunctionDenied, unchecked, "GRANT EXECUTE"},
-		{splitFunctionDenied, splitFunctionCallable, unchecked, "began while the batch was sent"},
+		{splitFunctionCallable, 1, true, moving, "no longer holds shard 7"},
+		{splitFunctionCallable, 1, false, moving, "no longer holds shard 7"},
+		{splitFunctionCallable, 0, true, nil, ""},
+		{splitFunctionCallable, 0, false, nil, ""},
+		{splitNoFunction, splitNoFunction, true, nil, ""},
+		{splitNoFunction, splitFunctionCallable, true, unchecked, "began while the batch was sent"},
+		{splitNoFunction, splitFunctionCallable, false, nil, ""},
+		{splitNoFunction, splitFunctionDenied, true, unchecked, "GRANT EXECUTE"},
+		{splitFunctionDenied, splitFunctionDenied, true, unchecked, "GRANT EXECUTE"},
+		{splitFunctionDenied, splitFunctionDenied, false, nil, ""},
+		{splitFunctionDenied, splitFunctionCallable, true, unchecked, "began while the batch was sent"},
 	} {
-		err := BatchVerdict(c.probe, c.v, 7, moving, unchecked)
+		err := BatchVerdict(c.probe, c.v, 7, c.zero, moving, unchecked)
 		if c.want == nil && err != nil || c.want != nil && (!errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says)) {
-			t.Errorf("BatchVerdict(probe %d, %d) = %v; want %v saying %q", c.probe, c.v, err, c.want, c.says)
+			t.Errorf("BatchVerdict(probe %d, %d, zero %v) = %v; want %v saying %q", c.probe, c.v, c.zero, err, c.want, c.says)
 		}
 	}
-	if q := BatchCheck(splitFunctionCallable, 7); q != "SELECT CASE WHEN "+SplitSealedFunction+"(7) THEN 1 ELSE 0 END" {
-		t.Errorf("BatchCheck(callable, 7) = %q", q)
+	if q, args := BatchCheck(splitFunctionCallable, 7); q != "SELECT CASE WHEN "+SplitSealedFunction+"($1::integer) THEN 1 ELSE 0 END" || len(args) != 1 || args[0] != 7 {
+		t.Errorf("BatchCheck(callable, 7) = %q, %v", q, args)
 	}
-	if q := BatchCheck(splitNoFunction, 7); q != SplitFunctionProbe {
-		t.Errorf("BatchCheck(no function, 7) = %q", q)
+	if q, args := BatchCheck(splitNoFunction, 7); q != SplitFunctionProbe || args != nil {
+		t.Errorf("BatchCheck(no function, 7) = %q, %v", q, args)
 	}
 }

@@ -248,10 +248,11 @@ func qualifiers(text, name string, mysql bool, f func(from, dot int) bool) {
 
 // nextWord returns the first unquoted word of the SQL text from text[i]
 // on (an identifier or keyword, a parameter such as $1) and the index after
-// it, or "" and len(text) when there is none. It skips what qualifiers
-// skips: string literals, quoted identifiers, dollar-quoted strings and
-// comments.
-func nextWord(text string, i int, mysql bool) (string, int) {
+// it, or "" and len(text) when there is none; open is true when the text
+// ends inside a string, a quoted identifier or a comment. It skips what
+// qualifiers skips: string literals, quoted identifiers, dollar-quoted
+// strings and comments, PostgreSQL's nested (mysql false).
+func nextWord(text string, i int, mysql bool) (word string, next int, open bool) {
 	for i < len(text) {
 		c := text[i]
 		var before byte
@@ -259,36 +260,88 @@ func nextWord(text string, i int, mysql bool) (string, int) {
 			before = text[i-1]
 		}
 		switch {
-		case c == '\'':
-			escapes := mysql || (before == 'E' || before == 'e') && (i < 2 || !identByte(text[i-2]))
-			i = endOfString(text, i, escapes)
-		case c == '"' || c == '`':
-			i = endOfString(text, i, mysql && c == '"')
+		case c == '\'' || c == '"' || c == '`':
+			escapes := c == '\'' && (mysql || (before == 'E' || before == 'e') && (i < 2 || !identByte(text[i-2]))) ||
+				mysql && c == '"'
+			end := endOfString(text, i, escapes)
+			if end == len(text) && !closedAtEnd(text, i, escapes) {
+				return "", len(text), true
+			}
+			i = end
 		case c == '-' && strings.HasPrefix(text[i:], "--"), mysql && c == '#':
-			if j := strings.IndexByte(text[i:], '\n'); j >= 0 {
-				i += j + 1
-			} else {
-				i = len(text)
+			j := strings.IndexAny(text[i:], "\n\r")
+			if j < 0 {
+				return "", len(text), false // a comment to the end: nothing after it
 			}
+			i += j + 1
 		case c == '/' && strings.HasPrefix(text[i:], "/*"):
-			if j := strings.Index(text[i+2:], "*/"); j >= 0 {
-				i += j + 4
-			} else {
-				i = len(text)
+			end, ok := endOfComment(text, i, !mysql)
+			if !ok {
+				return "", len(text), true
 			}
+			i = end
 		case c == '$' && !mysql && !identByte(before) && endOfDollar(text, i) > i+1:
-			i = endOfDollar(text, i)
+			end := endOfDollar(text, i)
+			tag := text[i : i+2+strings.IndexByte(text[i+1:], '$')]
+			if end == len(text) && (end-i < 2*len(tag) || !strings.HasSuffix(text, tag)) {
+				return "", len(text), true
+			}
+			i = end
 		case identByte(c):
 			j := i + 1
 			for j < len(text) && identByte(text[j]) {
 				j++
 			}
-			return text[i:j], j
+			return text[i:j], j, false
 		default:
 			i++
 		}
 	}
-	return "", len(text)
+	return "", len(text), false
+}
+
+// closedAtEnd reports whether the quoted string or identifier that begins
+// at text[i] and runs to the end of text is closed by its last byte.
+func closedAtEnd(text string, i int, escapes bool) bool {
+	q := text[i]
+	for j := i + 1; j < len(text); j++ {
+		switch text[j] {
+		case '\\':
+			if escapes {
+				j++
+			}
+		case q:
+			if j+1 < len(text) && text[j+1] == q {
+				j++
+				continue
+			}
+			return j == len(text)-1
+		}
+	}
+	return false
+}
+
+// endOfComment returns the index after the /* comment */ that begins at
+// text[i], and whether it ends: nested comments nest when nest is true
+// (PostgreSQL), not on MySQL.
+func endOfComment(text string, i int, nest bool) (int, bool) {
+	depth := 0
+	for j := i; j+1 < len(text); {
+		switch {
+		case text[j] == '/' && text[j+1] == '*' && (nest || depth == 0):
+			depth++
+			j += 2
+		case text[j] == '*' && text[j+1] == '/':
+			depth--
+			j += 2
+			if depth == 0 {
+				return j, true
+			}
+		default:
+			j++
+		}
+	}
+	return len(text), false
 }
 
 // endOfString returns the index after the quoted string or identifier that
