@@ -18,11 +18,15 @@ import (
 	"time"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/redislease"
 	"github.com/shardid/shardid/reshard"
 	"github.com/shardid/shardid/shardmap"
+	"github.com/shardid/shardid/shardpgx"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -182,7 +186,12 @@ type chaosSession struct {
 	// through r alone. A row inserted on a shard's new home after a flip
 	// that r has not heard of is then changed through r on the old one,
 	// where it never was: refused, never "0 rows changed" (routesql.Left).
-	fresh  *shardid.Router
+	fresh *shardid.Router
+	// batch is, for a laggard, a shardpgx router on r's map (as stale as
+	// r's): every other change goes through it, in a batch of pgx
+	// (SendBatch), whose check rides in the batch.
+	batch  *shardpgx.Router
+	pools  []*pgxpool.Pool
 	dbs    []*gorm.DB
 	cancel context.CancelFunc
 	token  func() string
@@ -201,6 +210,9 @@ func (s *chaosSession) close(log *chaosLog) {
 		if sqlDB, err := db.DB(); err == nil {
 			sqlDB.Close()
 		}
+	}
+	for _, p := range s.pools {
+		p.Close()
 	}
 }
 
@@ -319,7 +331,7 @@ func chaosWriter(t *testing.T) {
 			if owned[i].kids {
 				x = 0 // a parent that may have children is updated, never deleted
 			}
-			ok := chaosChange(sess.r, log, rng, proc, seq, &owned[i], x < 8)
+			ok := chaosChange(sess.r, sess.batch, log, rng, proc, seq, &owned[i], x < 8)
 			if x >= 8 { // a delete: the row is the process's no more, whatever became of it
 				owned = slices.Delete(owned, i, i+1)
 			}
@@ -452,12 +464,13 @@ type chaosOwned struct {
 
 // chaosChange updates (update true) or deletes row o through r, routed by
 // its ID, as operation seq of process proc, logs what became of it, and
-// reports whether it was acknowledged. Two updates in three change the
+// reports whether it was acknowledged. With batch (a laggard's), an even
+// seq goes through it instead: the same statement in a batch of pgx. Two updates in three change the
 // row's sharding key to another key of the same shard (the ID fixes a
 // row's shard: a key of another shard would be a new row), but a child's,
 // its parent's id, which stays; every update sets Upd to seq, so the
 // checker can tell which update a row shows.
-func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq int64, o *chaosOwned, update bool) bool {
+func chaosChange(r *shardid.Router, batch *shardpgx.Router, log *chaosLog, rng *rand.Rand, proc int, seq int64, o *chaosOwned, update bool) bool {
 	var model any = &ChaosA{}
 	switch o.table {
 	case "chaos_bs":
@@ -480,22 +493,41 @@ func chaosChange(r *shardid.Router, log *chaosLog, rng *rand.Rand, proc int, seq
 	// Logged before it runs: a process killed before it logs the outcome
 	// leaves the operation pending, which the checker takes as unknown.
 	log.printf("pending %d %d %s %s %d %d", proc, seq, o.table, kind, int64(o.id), key)
-	if update {
+	var err error
+	var n int64
+	switch {
+	case batch != nil && seq%2 == 0:
+		b := &pgx.Batch{}
+		if update {
+			b.Queue("UPDATE {{schema}}."+o.table+" SET "+chaosKeyColumn(o.table)+" = $1, upd = $2 WHERE id = $3", key, seq, int64(o.id))
+		} else {
+			b.Queue("DELETE FROM {{schema}}."+o.table+" WHERE id = $1", int64(o.id))
+		}
+		br := batch.ForID(o.id).SendBatch(ctx, b)
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		n = tag.RowsAffected()
+	case update:
 		res = db.Model(model).Where("id = ?", o.id).Updates(map[string]any{chaosKeyColumn(o.table): key, "upd": seq})
-	} else {
+		err, n = res.Error, res.RowsAffected
+	default:
 		res = db.Where("id = ?", o.id).Delete(model)
+		err, n = res.Error, res.RowsAffected
 	}
-	outcome := chaosOutcome(res.Error)
+	outcome := chaosOutcome(err)
 	log.printf("op %d %d %s %s %s %d %d %d %d %d", proc, seq, o.table, kind, outcome, began.UnixMilli(), time.Since(began).Milliseconds(),
-		int64(o.id), key, res.RowsAffected)
+		int64(o.id), key, n)
 	if outcome == "other" {
-		msg := strings.Join(strings.Fields(res.Error.Error()), "_")
+		msg := strings.Join(strings.Fields(err.Error()), "_")
 		log.event("other:" + msg[:min(100, len(msg))])
 	}
-	if res.Error == nil {
+	if err == nil {
 		o.key = key
 	}
-	return res.Error == nil
+	return err == nil
 }
 
 // connect opens the writer's own connections to both databases and a
@@ -529,6 +561,21 @@ func (s *chaosSession) connect(gen *shardid.Generator) error {
 		return err
 	}
 	if err := reshard.Follow(ctx, s.fresh, c, 100*time.Millisecond, nil); err != nil {
+		return err
+	}
+	for _, dsn := range chaosDSNs() {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return err
+		}
+		cfg.MaxConnIdleTime = time.Second
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		s.pools = append(s.pools, p)
+	}
+	if s.batch, err = shardpgx.New(shardpgx.Config{Pools: s.pools, Map: s.r.ShardMap(), Layout: chaosLayout}); err != nil {
 		return err
 	}
 	// A laggard: it loads the catalog's map every lag, and hears of no
