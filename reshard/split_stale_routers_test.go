@@ -418,7 +418,49 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 		}},
 		staleWriter{"GORM Exec(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
 			return 0, gr.ForShard(shard).Exec(withCount(q), args...).Error
+		}},
+		// MERGE (PostgreSQL 15) that matches no row.
+		staleWriter{"GORM Exec(MERGE)", func(shard int, q string, args ...any) (int64, error) {
+			res := gr.ForShard(shard).Exec(asMerge(q), args...)
+			return res.RowsAffected, res.Error
+		}},
+		staleWriter{"shardsql ExecContext(MERGE), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := sr.ForShard(shard).BeginTx(ctx, nil)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback()
+			res, err := tx.ExecContext(ctx, asMerge(q), args...)
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		}},
+		staleWriter{"shardpgx Exec(MERGE)", func(shard int, q string, args ...any) (int64, error) {
+			tag, err := xr.ForShard(shard).Exec(ctx, asMerge(q), args...)
+			return tag.RowsAffected(), err
+		}},
+		staleWriter{"shardpgx SendBatch, Exec(MERGE)", func(shard int, q string, args ...any) (int64, error) {
+			b := &pgx.Batch{}
+			b.Queue(asMerge(q), args...)
+			br := xr.ForShard(shard).SendBatch(ctx, b)
+			defer br.Close()
+			tag, err := br.Exec()
+			if err != nil {
+				return tag.RowsAffected(), err
+			}
+			return tag.RowsAffected(), br.Close()
 		}})
+}
+
+// asMerge returns q, an UPDATE or a DELETE of a user by its id ($1), as
+// the MERGE that does the same.
+func asMerge(q string) string {
+	action := "DELETE"
+	if strings.HasPrefix(q, "UPDATE") {
+		action = "UPDATE SET name = 'stale'"
+	}
+	return "MERGE INTO {{schema}}.users AS u USING (SELECT $1::bigint AS id) AS s ON u.id = s.id WHEN MATCHED THEN " + action
 }
 
 // withCount returns q, an UPDATE or a DELETE, as a WITH that counts the
