@@ -64,13 +64,13 @@ func (p *routedPool) ExecContext(ctx context.Context, query string, args ...any)
 func (p *routedPool) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	pool, d, schema := p.current()
 	rows, err := pool.QueryContext(ctx, query, args...)
-	return p.r.relayRows(rows, err, d, p.shard, p.r.returning(ctx, pool, d, schema, p.shard, query))
+	return p.r.relayRows(rows, err, d, p.shard, p.r.returning(ctx, pool, d, schema, p.shard, query, false))
 }
 
 // QueryRowContext implements [gorm.ConnPool], as QueryContext.
 func (p *routedPool) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	pool, d, schema := p.current()
-	return p.r.relayRow(ctx, pool, d, p.shard, p.r.returning(ctx, pool, d, schema, p.shard, query), query, args)
+	return p.r.relayRow(ctx, pool, d, p.shard, p.r.returning(ctx, pool, d, schema, p.shard, query, false), query, args)
 }
 
 // BeginTx implements [gorm.ConnPoolBeginner]: the transaction runs on the
@@ -120,12 +120,12 @@ type routedTx struct {
 // QueryContext implements [gorm.ConnPool], as routedPool's.
 func (t *routedTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	rows, err := t.ConnPool.QueryContext(ctx, query, args...)
-	return t.r.relayRows(rows, err, t.db, t.shard, t.r.returning(ctx, t.ConnPool, t.db, t.schema, t.shard, query))
+	return t.r.relayRows(rows, err, t.db, t.shard, t.r.returning(ctx, t.ConnPool, t.db, t.schema, t.shard, query, true))
 }
 
 // QueryRowContext implements [gorm.ConnPool], as routedPool's.
 func (t *routedTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.r.relayRow(ctx, t.ConnPool, t.db, t.shard, t.r.returning(ctx, t.ConnPool, t.db, t.schema, t.shard, query), query, args)
+	return t.r.relayRow(ctx, t.ConnPool, t.db, t.shard, t.r.returning(ctx, t.ConnPool, t.db, t.schema, t.shard, query, true), query, args)
 }
 
 // Commit implements [gorm.TxCommitter].

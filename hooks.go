@@ -103,8 +103,9 @@ func checkRoute(db *gorm.DB, check func(ctx context.Context, pool gorm.ConnPool,
 }
 
 // checkChangedOn is checkOn for a write whose result does not tell whether
-// it changed rows (a WITH whose last statement is a SELECT): only a
-// database that had given the shard up fails it (routesql.CheckChanged).
+// it changed rows (a WITH whose last statement is a SELECT), run in its
+// transaction: only a database that had given the shard up fails it
+// (routesql.CheckChanged).
 func checkChangedOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int) error {
 	return routesql.CheckChanged(dialect, schema, shard, routesql.OneOn(ctx, pool), ErrShardMoving, ErrUncheckedWrite)
 }
@@ -120,15 +121,16 @@ func checkOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, sh
 // WITH whose statements change rows: routesql.ReturnsChanges) run for its
 // rows on pool (database d, shard in schema), the check its rows
 // run if they end without a row (the rows are relayed: package
-// internal/relay), and a WITH's if they end with rows (which do not tell
-// whether it changed any); nil for any other query. It is how GORM's Find,
+// internal/relay), and, in a transaction (inTx, on PostgreSQL), a WITH's
+// if they end with rows (which do not tell whether it changed any:
+// routesql.CheckChanged); nil for any other query. It is how GORM's Find,
 // Scan, Row and Rows of such a raw query are checked.
-func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schema string, shard int, query string) func(seen bool) error {
+func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schema string, shard int, query string, inTx bool) func(seen bool) error {
 	dialect := r.dbs[d].Dialector.Name()
 	if r.smap.SchemaPattern() == "" || !routesql.ReturnsChanges(query, dialect == "mysql") {
 		return nil
 	}
-	with := routesql.ModifyingWith(query, dialect == "mysql")
+	with := inTx && dialect == "postgres" && routesql.ModifyingWith(query, false)
 	return func(seen bool) error {
 		switch {
 		case !seen:
@@ -195,6 +197,14 @@ func checkLeftFound(db *gorm.DB) {
 	}
 }
 
+// inTransaction reports whether the statement ran in a transaction: a
+// write's check that needs its transaction (routesql.CheckChanged) runs
+// only there.
+func inTransaction(db *gorm.DB) bool {
+	_, ok := db.Statement.ConnPool.(gorm.TxCommitter)
+	return ok
+}
+
 // checkLeftRaw is checkLeft for raw SQL run with Exec that is an UPDATE or
 // a DELETE (or a WITH).
 func checkLeftRaw(db *gorm.DB) {
@@ -205,7 +215,7 @@ func checkLeftRaw(db *gorm.DB) {
 	switch {
 	case db.Statement.RowsAffected == 0 && routesql.ChangesRows(q, mysql):
 		checkLeft(db)
-	case db.Statement.RowsAffected != 0 && routesql.ModifyingWith(q, mysql):
-		checkRoute(db, checkChangedOn) // its count is its last statement's
+	case db.Statement.RowsAffected != 0 && !mysql && inTransaction(db) && routesql.ModifyingWith(q, false):
+		checkRoute(db, checkChangedOn) // its count is its last statement's (MySQL's: its own)
 	}
 }

@@ -385,10 +385,18 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			return tag.RowsAffected(), br.Close()
 		}},
 		// A WITH whose result does not tell whether it changed rows: a
-		// count, which is a row either way.
-		staleWriter{"shardpgx QueryRow(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
+		// count, which is a row either way. It is checked in its
+		// transaction (a batch's is one), where a seal seen after it
+		// proves it changed nothing; outside one it is not
+		// (TestSplitWithCommittedBeforeTheSealPostgres).
+		staleWriter{"shardpgx QueryRow(WITH ... SELECT count(*)), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := xr.ForShard(shard).Begin(ctx)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback(ctx)
 			var n int64
-			err := xr.ForShard(shard).QueryRow(ctx, withCount(q), args...).Scan(&n)
+			err = tx.QueryRow(ctx, withCount(q), args...).Scan(&n)
 			return n, err
 		}},
 		staleWriter{"shardpgx SendBatch, QueryRow(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
@@ -402,22 +410,37 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			}
 			return n, br.Close()
 		}},
-		staleWriter{"shardsql QueryRowContext(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
+		staleWriter{"shardsql QueryRowContext(WITH ... SELECT count(*)), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := sr.ForShard(shard).BeginTx(ctx, nil)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback()
 			var n int64
-			err := sr.ForShard(shard).QueryRowContext(ctx, withCount(q), args...).Scan(&n)
+			err = tx.QueryRowContext(ctx, withCount(q), args...).Scan(&n)
 			return n, err
 		}},
-		staleWriter{"shardsql ExecContext(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
-			_, err := sr.ForShard(shard).ExecContext(ctx, withCount(q), args...)
+		staleWriter{"shardsql ExecContext(WITH ... SELECT count(*)), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			tx, err := sr.ForShard(shard).BeginTx(ctx, nil)
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback()
+			_, err = tx.ExecContext(ctx, withCount(q), args...)
 			return 0, err
 		}},
-		staleWriter{"GORM Raw(WITH ... SELECT count(*)).Scan", func(shard int, q string, args ...any) (int64, error) {
+		staleWriter{"GORM Raw(WITH ... SELECT count(*)).Scan, in a transaction", func(shard int, q string, args ...any) (int64, error) {
 			var n int64
-			err := gr.ForShard(shard).Raw(withCount(q), args...).Scan(&n).Error
+			err := gr.ForShard(shard).Transaction(func(tx *gorm.DB) error {
+				return tx.Raw(withCount(q), args...).Scan(&n).Error
+			})
 			return n, err
 		}},
-		staleWriter{"GORM Exec(WITH ... SELECT count(*))", func(shard int, q string, args ...any) (int64, error) {
-			return 0, gr.ForShard(shard).Exec(withCount(q), args...).Error
+		staleWriter{"GORM Exec(WITH ... SELECT count(*)), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			err := gr.ForShard(shard).Transaction(func(tx *gorm.DB) error {
+				return tx.Exec(withCount(q), args...).Error
+			})
+			return 0, err
 		}},
 		// MERGE (PostgreSQL 15) that matches no row.
 		staleWriter{"GORM Exec(MERGE)", func(shard int, q string, args ...any) (int64, error) {
@@ -749,6 +772,18 @@ func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, re
 		if !errors.Is(err, want) || fix != "" && !strings.Contains(fmt.Sprint(err), fix) {
 			t.Errorf("a stale shardpgx router's batch update of a row written after the flip: %v; want %v naming %q", err, want, fix)
 		}
+		// A WITH that returned nothing is a write of no row, checked as
+		// one (ErrUncheckedWrite when it cannot be).
+		rows, err := xr.ForShard(1).Query(ctx, withReturning(update), id)
+		if err == nil {
+			for rows.Next() {
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		if !errors.Is(err, want) || fix != "" && !strings.Contains(fmt.Sprint(err), fix) {
+			t.Errorf("a stale shardpgx router's WITH ... UPDATE ... RETURNING of a row written after the flip: %v; want %v naming %q", err, want, fix)
+		}
 	}
 	if revoke != "" {
 		write(shardid.ErrShardMoving, "")
@@ -1061,4 +1096,89 @@ func splitAndWriteOnTarget(t *testing.T, e *splitEnv) (int64, *gorm.DB, string) 
 		t.Fatal(err)
 	}
 	return id, db, table
+}
+
+// A WITH that changed a row outside a transaction, its count read only
+// after a split sealed its shard: the write committed before the seal and
+// went to the target with the change log, so it must stand, not be
+// refused (a refusal would have it run again, and applied twice). Each
+// router's rows are opened, then the shard split, then read.
+func TestSplitWithCommittedBeforeTheSealPostgres(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 8, 1, 1)
+	m := sharedMap(t, e)
+	var sdbs []*sql.DB
+	var gdbs []*gorm.DB
+	var pools []*pgxpool.Pool
+	for _, dsn := range e.dsns {
+		g, err := gorm.Open(postgres.Open(dsn), testdb.GormConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testdb.CloseAtEnd(t, g)
+		gdbs = append(gdbs, g)
+		s, _ := g.DB()
+		sdbs = append(sdbs, s)
+		p, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		pools = append(pools, p)
+	}
+	gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = 5 // shard 1
+	q := withCount("UPDATE {{schema}}.users SET name = name || '+' WHERE id = $1")
+	var before string
+	e.dbs[0].Raw("SELECT name FROM users WHERE id = ?", id).Scan(&before)
+	xrows, err := xr.ForShard(1).Query(ctx, q, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srows, err := sr.ForShard(1).QueryContext(ctx, q, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grows, err := gr.ForShard(1).Raw(q, id).Rows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{1}, []string{e.names[1]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, rows := range map[string]interface {
+		Next() bool
+		Scan(...any) error
+		Err() error
+	}{"shardpgx Query": xrows, "shardsql QueryContext": srows, "GORM Raw(...).Rows": grows} {
+		var n int64
+		for rows.Next() {
+			if err := rows.Scan(&n); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		if err := rows.Err(); err != nil || n != 1 {
+			t.Errorf("%s: a WITH that changed a row before the seal, read after it: count %d, %v; want 1 and no error", name, n, err)
+		}
+	}
+	xrows.Close()
+	srows.Close()
+	grows.Close()
+	db, table := e.table(id, "users")
+	var after string
+	db.Raw("SELECT name FROM "+table+" WHERE id = ?", id).Scan(&after)
+	if after != before+"+++" {
+		t.Errorf("the row on the target: %q, want %q: each write once", after, before+"+++")
+	}
 }

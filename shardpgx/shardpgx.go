@@ -317,15 +317,24 @@ func zeroWrite(tag pgconn.CommandTag) bool {
 	return tag.RowsAffected() == 0 && (tag.Update() || tag.Delete() || strings.HasPrefix(tag.String(), "MERGE"))
 }
 
-// checkTag checks query, a statement that ended with tag: an UPDATE, a
-// DELETE or a MERGE that changed no row (checkLeft), or a WITH whose
-// statements change rows, whatever it returned (its tag is its last
-// statement's: SELECT 1 for a count of no row; checkChanged).
+// checkTag checks query, a statement that ended with tag on q: an
+// UPDATE, a DELETE or a MERGE that changed no row (checkLeft), or a WITH
+// whose statements change rows. A WITH's tag is its last statement's: one
+// that returned or counted no row to it is checked as a write of no row;
+// one that did (SELECT count(*) FROM u: SELECT 1) is checked only in a
+// transaction (checkChanged), where a seal seen after it proves it changed
+// nothing, and not outside one, where the write has committed and a seal
+// may have come since.
 func (s Shard) checkTag(ctx context.Context, q querier, tag pgconn.CommandTag, query string) error {
 	switch {
 	case zeroWrite(tag):
 		return s.checkLeft(ctx, q)
-	case routesql.ModifyingWith(query, false):
+	case !routesql.ModifyingWith(query, false):
+		return nil
+	case tag.RowsAffected() == 0:
+		return s.checkLeft(ctx, q)
+	}
+	if _, inTx := q.(pgx.Tx); inTx {
 		return s.checkChanged(ctx, q)
 	}
 	return nil
@@ -344,8 +353,8 @@ func (s Shard) checkLeft(ctx context.Context, q querier) error {
 }
 
 // checkChanged is checkLeft for a write whose result does not tell
-// whether it changed rows: only a database that had given the shard up
-// fails it (routesql.CheckChanged).
+// whether it changed rows, in its transaction: only a database that had
+// given the shard up fails it (routesql.CheckChanged).
 func (s Shard) checkChanged(ctx context.Context, q querier) error {
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" {
 		return nil
@@ -756,17 +765,20 @@ func (b *shardBatch) item() batchItem {
 
 // checked reads the result of the check that follows a write whose rows
 // ended with tag and err, and returns the write's error: its own if it
-// failed; if it changed no row (an UPDATE, a DELETE or a MERGE),
+// failed; if it changed no row (an UPDATE, a DELETE or a MERGE, or a WITH
+// that returned or counted no row to its last statement: checkTag),
 // routesql.BatchVerdict's, or the check's error, classified (the write
-// changed nothing); for a WITH that changes rows, whose result does not
-// tell, BatchVerdict's as routesql.CheckChanged judges. A check that failed
-// after a write that changed rows is reported as it is, unclassified: it
-// failed the batch's transaction, or, on the client's side, left the
-// write's outcome unknown.
+// changed nothing); for a WITH whose result does not tell,
+// BatchVerdict's as routesql.CheckChanged judges, sound here since a
+// batch runs in one transaction (an implicit one, if not in the caller's).
+// A check that failed after a write that changed rows is reported as it
+// is, unclassified: it failed the batch's transaction, or, on the client's
+// side, left the write's outcome unknown.
 func (b *shardBatch) checked(tag pgconn.CommandTag, err error, query string) error {
 	var v int64
 	cerr := b.br.QueryRow().Scan(&v)
-	zero := zeroWrite(tag)
+	with := routesql.ModifyingWith(query, false)
+	zero := zeroWrite(tag) || with && tag.RowsAffected() == 0
 	switch {
 	case err != nil:
 		return err
@@ -774,7 +786,7 @@ func (b *shardBatch) checked(tag pgconn.CommandTag, err error, query string) err
 		return routesql.CheckFailed(cerr, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 	case cerr != nil:
 		return cerr
-	case !zero && !routesql.ModifyingWith(query, false):
+	case !zero && !with:
 		return nil
 	}
 	return routesql.BatchVerdict(b.probe, v, b.sh.Shard, zero, shardid.ErrShardMoving, shardid.ErrUncheckedWrite)

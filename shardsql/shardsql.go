@@ -342,7 +342,7 @@ func (s Shard) ExecContext(ctx context.Context, query string, args ...any) (sql.
 	}
 	res, err := s.DB.ExecContext(ctx, text, args...)
 	if err == nil {
-		err = s.checkLeft(ctx, s.DB, res, query)
+		err = s.checkLeft(ctx, s.DB, res, query, false)
 	}
 	return res, s.Wrap(err)
 }
@@ -354,13 +354,13 @@ func (s Shard) ExecContext(ctx context.Context, query string, args ...any) (sql.
 // write fails with shardid.ErrShardMoving rather than report success. It
 // runs on q, in the write's transaction if any, and cannot fail that
 // transaction.
-func (s Shard) checkLeft(ctx context.Context, q routesql.RowQuerier, res sql.Result, query string) error {
+func (s Shard) checkLeft(ctx context.Context, q routesql.RowQuerier, res sql.Result, query string, inTx bool) error {
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ChangesRows(query, s.r.dialect == "mysql") {
 		return nil
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 0 {
-		if err == nil && routesql.ModifyingWith(query, s.r.dialect == "mysql") {
-			return s.leftChanged(ctx, q) // its count is its last statement's
+		if err == nil && inTx && s.r.dialect == "postgres" && routesql.ModifyingWith(query, false) {
+			return s.leftChanged(ctx, q) // its count is its last statement's (MySQL's: its own)
 		}
 		return nil
 	}
@@ -370,14 +370,15 @@ func (s Shard) checkLeft(ctx context.Context, q routesql.RowQuerier, res sql.Res
 // returnsLeft returns, for query, an UPDATE or a DELETE run with
 // QueryContext (RETURNING), or a WITH whose statements change rows
 // (routesql.ReturnsChanges), the check its rows run when they end: with
-// no row, checkLeft's, on q; with rows, a WITH's (whose rows do not tell
-// whether it changed any: leftChanged). It returns nil for other queries.
-func (s Shard) returnsLeft(ctx context.Context, q routesql.RowQuerier, query string) func(seen bool) error {
+// no row, checkLeft's, on q; with rows, in a transaction (inTx), a WITH's,
+// whose rows do not tell whether it changed any (leftChanged). It returns
+// nil for other queries.
+func (s Shard) returnsLeft(ctx context.Context, q routesql.RowQuerier, query string, inTx bool) func(seen bool) error {
 	mysql := s.r.dialect == "mysql"
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ReturnsChanges(query, mysql) {
 		return nil
 	}
-	with := routesql.ModifyingWith(query, mysql)
+	with := inTx && !mysql && routesql.ModifyingWith(query, false)
 	return func(seen bool) error {
 		switch {
 		case !seen:
@@ -390,8 +391,8 @@ func (s Shard) returnsLeft(ctx context.Context, q routesql.RowQuerier, query str
 }
 
 // leftChanged is left for a write whose result does not tell whether it
-// changed rows: only a database that had given the shard up fails it
-// (routesql.CheckChanged).
+// changed rows, in its transaction: only a database that had given the
+// shard up fails it (routesql.CheckChanged).
 func (s Shard) leftChanged(ctx context.Context, q routesql.RowQuerier) error {
 	return routesql.CheckChanged(s.r.dialect, s.Schema, s.Shard, routesql.OneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 }
@@ -413,7 +414,7 @@ func (s Shard) QueryContext(ctx context.Context, query string, args ...any) (*sq
 	if err != nil {
 		return nil, s.Wrap(err)
 	}
-	return wrapRows(ctx, rows, s.Shard, s.Database, s.returnsLeft(ctx, s.DB, query))
+	return wrapRows(ctx, rows, s.Shard, s.Database, s.returnsLeft(ctx, s.DB, query, false))
 }
 
 // QueryRowContext runs query in the shard. Its error, as every error of
@@ -428,7 +429,7 @@ func (s Shard) QueryRowContext(ctx context.Context, query string, args ...any) *
 	if err != nil {
 		return errorRow(ctx, s.Wrap(err))
 	}
-	return wrapRow(ctx, rows, s.Shard, s.Database, s.returnsLeft(ctx, s.DB, query))
+	return wrapRow(ctx, rows, s.Shard, s.Database, s.returnsLeft(ctx, s.DB, query, false))
 }
 
 // PrepareContext prepares query, in the shard, on the database. database/sql
@@ -508,7 +509,7 @@ func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Re
 	}
 	res, err := t.Tx.ExecContext(ctx, text, args...)
 	if err == nil {
-		err = t.sh.checkLeft(ctx, t.Tx, res, query)
+		err = t.sh.checkLeft(ctx, t.Tx, res, query, true)
 	}
 	return res, t.sh.Wrap(err)
 }
@@ -523,7 +524,7 @@ func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.
 	if err != nil {
 		return nil, t.sh.Wrap(err)
 	}
-	return wrapRows(ctx, rows, t.sh.Shard, t.sh.Database, t.sh.returnsLeft(ctx, t.Tx, query))
+	return wrapRows(ctx, rows, t.sh.Shard, t.sh.Database, t.sh.returnsLeft(ctx, t.Tx, query, true))
 }
 
 // QueryRowContext runs query in the transaction, in its shard.
@@ -536,7 +537,7 @@ func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 	if err != nil {
 		return errorRow(ctx, t.sh.Wrap(err))
 	}
-	return wrapRow(ctx, rows, t.sh.Shard, t.sh.Database, t.sh.returnsLeft(ctx, t.Tx, query))
+	return wrapRow(ctx, rows, t.sh.Shard, t.sh.Database, t.sh.returnsLeft(ctx, t.Tx, query, true))
 }
 
 // PrepareContext prepares query, in the shard, in the transaction.

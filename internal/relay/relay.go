@@ -136,8 +136,16 @@ type relayRows struct {
 func (r *relayRows) Columns() []string { return r.cols }
 
 func (r *relayRows) Close() error {
+	if r.left != nil && !r.seen && r.rows.Next() {
+		// Closed before a row was read: whether the query returned one
+		// (a write that changed a row) decides its check.
+		r.seen = true
+	}
 	if err := r.rows.Close(); err != nil {
 		return r.wrap(r.shard, r.database, err)
+	}
+	if r.rows.Err() != nil {
+		return nil // the query failed (database/sql closed it: a cancelled context): nothing to check
 	}
 	// Rows closed before their end (a *sql.Row read its one row) are
 	// checked too: Row.Scan returns the error of Close.

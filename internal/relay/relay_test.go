@@ -70,6 +70,14 @@ func TestRelay(t *testing.T) {
 	if checks != 2 || seen != 1 {
 		t.Errorf("rows that end without a row: %d checks in all (%d told of a row), want 2 (1)", checks, seen)
 	}
+	// Closed before a row was read: whether there was one decides the
+	// check (a write that changed a row is not one that changed none).
+	rows = query(t, db, "SELECT 1")
+	out, _ = relay.Rows(rows, wrap, 7, "db", left)
+	if err := out.Close(); err != nil || checks != 3 || seen != 2 {
+		t.Errorf("a row closed unread: %v, %d checks in all (%d told of a row); want no error, 3 (2)", err, checks, seen)
+	}
+	checks, seen = 2, 1
 	// Closed after one row, before their end (a *sql.Row does so): the
 	// check runs at Close, and its error is Close's (Row.Scan's).
 	rows = query(t, db, "SELECT g FROM generate_series(1, 3) AS g")

@@ -273,12 +273,15 @@ func CheckFailed(err, moving, unchecked error) error {
 
 // CheckChanged is Check for a write whose result does not tell whether
 // it changed rows (a WITH whose last statement returned rows, or counted
-// them): only a database that had given the shard up fails it, with Gone's
-// error, since no row of a shard sealed or fenced there can have changed
-// (its triggers refuse every write to them); so does a serialization
-// failure, which failed the transaction. A check that cannot run leaves
-// the write as it was: it may have changed rows, and an error would have it
-// run again.
+// them), run in the write's transaction on PostgreSQL: only a database
+// that had given the shard up fails it, with Gone's error; so does a
+// serialization failure, which failed the transaction. In the write's
+// transaction that is sound: a row the write changed holds its shard's
+// state (the split's triggers read it FOR SHARE), so a seal seen after it
+// was made before it, and then the write changed no row of the shard.
+// Outside a transaction the write has committed, a seal may have come
+// since, and failing it would have it run again: do not call it there. A
+// check that cannot run leaves the write as it was, for the same reason.
 func CheckChanged(dialect, schema string, shard int, one OneValue, moving, unchecked error) error {
 	shared := schema == ""
 	left, err := Left(dialect, schema, shared, shard, one)

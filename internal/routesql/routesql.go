@@ -269,7 +269,11 @@ func nextWord(text string, i int, mysql bool) (word string, next int, open bool)
 			}
 			i = end
 		case c == '-' && strings.HasPrefix(text[i:], "--"), mysql && c == '#':
-			j := strings.IndexAny(text[i:], "\n\r")
+			ends := "\n\r" // PostgreSQL ends a -- comment at either, MySQL at \n
+			if mysql {
+				ends = "\n"
+			}
+			j := strings.IndexAny(text[i:], ends)
 			if j < 0 {
 				return "", len(text), false // a comment to the end: nothing after it
 			}
