@@ -182,6 +182,9 @@ var (
 	// the role may not call shardid_split_sealed (PostgreSQL) or read
 	// shardid_split_state or a shard's shardid_fence_state (MySQL). The
 	// error names the grant that fixes it; the write itself changed nothing.
+	// shardsql's PrepareContext of such a write to a shard shared in a
+	// monolith returns it too, before anything runs: the prepared
+	// statement's executions would pass no router.
 	ErrUncheckedWrite = errors.New("shardid: a write that changed no row could not be checked against a split or a move")
 
 	// ErrUnroutedSQL is returned for raw SQL (Raw, Exec) run through a

@@ -1182,3 +1182,77 @@ func TestSplitWithCommittedBeforeTheSealPostgres(t *testing.T) {
 		t.Errorf("the row on the target: %q, want %q: each write once", after, before+"+++")
 	}
 }
+
+// shardsql's PrepareContext of a write to a shard shared in the monolith
+// is refused (ErrUncheckedWrite): the prepared statement's executions pass
+// no router, so a stale router's write lost there would not be refused.
+// A read, and a write to a shard in a schema of its own, prepare as ever.
+func TestSplitPrepareOfAWriteToTheMonolithPostgres(t *testing.T) {
+	testPrepareOfAWrite(t, newSplitEnvPG(t, 4, 8, 1, 1), "$1")
+}
+
+// TestSplitPrepareOfAWriteToTheMonolithMariaDB is
+// TestSplitPrepareOfAWriteToTheMonolithPostgres on MariaDB.
+func TestSplitPrepareOfAWriteToTheMonolithMariaDB(t *testing.T) {
+	testPrepareOfAWrite(t, newSplitEnvMySQL(t, 4, 8, 1, 1), "?")
+}
+
+func testPrepareOfAWrite(t *testing.T, e *splitEnv, param string) {
+	ctx := context.Background()
+	var sdbs []*sql.DB
+	for _, db := range e.dbs {
+		s, _ := db.DB()
+		sdbs = append(sdbs, s)
+	}
+	r, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: e.m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := "UPDATE {{schema}}.users SET name = 'prepared' WHERE id = " + param
+	writes := []string{update, "DELETE FROM {{schema}}.users WHERE id = " + param}
+	if param == "$1" {
+		writes = append(writes, withReturning(update), asMerge(update))
+	}
+	for _, q := range writes {
+		if st, err := r.ForShard(1).PrepareContext(ctx, q); !errors.Is(err, shardid.ErrUncheckedWrite) || !strings.Contains(fmt.Sprint(err), "ExecContext") {
+			if st != nil {
+				st.Close()
+			}
+			t.Errorf("PrepareContext(%q) on a shard in the monolith: %v; want ErrUncheckedWrite naming the fix", q, err)
+		}
+	}
+	tx, err := r.ForShard(1).BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.PrepareContext(ctx, update); !errors.Is(err, shardid.ErrUncheckedWrite) {
+		t.Errorf("Tx.PrepareContext(%q) on a shard in the monolith: %v; want ErrUncheckedWrite", update, err)
+	}
+	tx.Rollback()
+	for _, q := range []string{"SELECT name FROM {{schema}}.users WHERE id = " + param,
+		"WITH u AS (SELECT name FROM {{schema}}.users WHERE id = " + param + " FOR UPDATE) SELECT name FROM u"} {
+		st, err := r.ForShard(1).PrepareContext(ctx, q)
+		if err != nil {
+			t.Errorf("PrepareContext(%q), a read: %v", q, err)
+			continue
+		}
+		var name string
+		if err := st.QueryRowContext(ctx, 5).Scan(&name); err != nil {
+			t.Errorf("the prepared read %q: %v", q, err)
+		}
+		st.Close()
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{1}, []string{e.names[1]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.ForShard(1).PrepareContext(ctx, update)
+	if err != nil {
+		t.Fatalf("PrepareContext(%q) on a shard split into a schema of its own: %v", update, err)
+	}
+	defer st.Close()
+	if res, err := st.ExecContext(ctx, 5); err != nil {
+		t.Errorf("the prepared update on the target: %v", err)
+	} else if n, _ := res.RowsAffected(); n != 1 {
+		t.Errorf("the prepared update on the target: %d rows, want 1", n)
+	}
+}

@@ -437,13 +437,35 @@ func (s Shard) QueryRowContext(ctx context.Context, query string, args ...any) *
 // statement, which a transaction pooler does not keep (see
 // shardid.ErrPooledPreparedStatement); sqlc calls it only with
 // emit_prepared_queries.
+//
+// A write (UPDATE, DELETE, MERGE, or a WITH that changes rows) to a shard
+// shared in the monolith of a split is refused with
+// shardid.ErrUncheckedWrite: the *sql.Stmt runs where no router sees its
+// result, so a stale router's write that changed no row there, lost,
+// could not be checked as ExecContext checks it. Run such writes with
+// ExecContext or QueryContext (sqlc: emit_prepared_queries: false).
 func (s Shard) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	text, err := s.SQL(query)
+	text, err := s.prepared(query)
 	if err != nil {
 		return nil, err
 	}
 	st, err := s.DB.PrepareContext(ctx, text)
 	return st, s.Wrap(err)
+}
+
+// prepared returns query as the shard runs it (SQL), or, for a write to a
+// shard shared in a monolith that a split may take away, the refusal of
+// PrepareContext.
+func (s Shard) prepared(query string) (string, error) {
+	text, err := s.SQL(query)
+	if err != nil {
+		return "", err
+	}
+	if s.Shard >= 0 && s.Schema == "" && s.r.m.SchemaPattern() != "" && routesql.ReturnsChanges(query, s.r.dialect == "mysql") {
+		return "", s.Wrap(fmt.Errorf("%w: %q prepared for shard %d, shared in the monolith of a split: a prepared statement runs where no router sees whether it changed a row, so a stale router's write lost there would not be refused; run it with ExecContext or QueryContext (sqlc: emit_prepared_queries: false)",
+			shardid.ErrUncheckedWrite, routesql.Start(query), s.Shard))
+	}
+	return text, nil
 }
 
 // Exec is ExecContext with context.Background.
@@ -540,9 +562,11 @@ func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 	return wrapRow(ctx, rows, t.sh.Shard, t.sh.Database, t.sh.returnsLeft(ctx, t.Tx, query, true))
 }
 
-// PrepareContext prepares query, in the shard, in the transaction.
+// PrepareContext prepares query, in the shard, in the transaction; a
+// write to a shard shared in a monolith is refused, as by
+// Shard.PrepareContext.
 func (t *Tx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	text, err := t.sh.SQL(query)
+	text, err := t.sh.prepared(query)
 	if err != nil {
 		return nil, err
 	}
