@@ -188,8 +188,8 @@ type chaosSession struct {
 	// where it never was: refused, never "0 rows changed" (routesql.Left).
 	fresh *shardid.Router
 	// batch is, for a laggard, a shardpgx router on r's map (as stale as
-	// r's): every other change goes through it, in a batch of pgx
-	// (SendBatch), whose check rides in the batch.
+	// r's): a third of its changes go through it, in a batch of pgx
+	// (SendBatch), whose check rides in the batch (chaosChange).
 	batch  *shardpgx.Router
 	pools  []*pgxpool.Pool
 	dbs    []*gorm.DB
@@ -464,8 +464,9 @@ type chaosOwned struct {
 
 // chaosChange updates (update true) or deletes row o through r, routed by
 // its ID, as operation seq of process proc, logs what became of it, and
-// reports whether it was acknowledged. With batch (a laggard's), an even
-// seq goes through it instead: the same statement in a batch of pgx. Two updates in three change the
+// reports whether it was acknowledged. With batch (a laggard's), one seq
+// in three goes through it instead (the same statement in a batch of
+// pgx), and one in three is a WITH ... RETURNING read through r's Raw. Two updates in three change the
 // row's sharding key to another key of the same shard (the ID fixes a
 // row's shard: a key of another shard would be a new row), but a child's,
 // its parent's id, which stays; every update sets Upd to seq, so the
@@ -496,7 +497,18 @@ func chaosChange(r *shardid.Router, batch *shardpgx.Router, log *chaosLog, rng *
 	var err error
 	var n int64
 	switch {
-	case batch != nil && seq%2 == 0:
+	case batch != nil && seq%3 == 1:
+		// A WITH that returns what it changed, through GORM's Raw.
+		q := "WITH changed AS (DELETE FROM {{schema}}." + o.table + " WHERE id = ? RETURNING id) SELECT id FROM changed"
+		args := []any{int64(o.id)}
+		if update {
+			q = "WITH changed AS (UPDATE {{schema}}." + o.table + " SET " + chaosKeyColumn(o.table) + " = ?, upd = ? WHERE id = ? RETURNING id) SELECT id FROM changed"
+			args = []any{key, seq, int64(o.id)}
+		}
+		var ids []int64
+		err = db.Raw(q, args...).Find(&ids).Error
+		n = int64(len(ids))
+	case batch != nil && seq%3 == 0:
 		b := &pgx.Batch{}
 		if update {
 			b.Queue("UPDATE {{schema}}."+o.table+" SET "+chaosKeyColumn(o.table)+" = $1, upd = $2 WHERE id = $3", key, seq, int64(o.id))
