@@ -196,37 +196,7 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			defer tx.Rollback()
 			return oneRow(tx.QueryRowContext(ctx, q+" RETURNING id", args...).Scan(new(int64)))
 		}})
-	var pools []*pgxpool.Pool
-	for _, dsn := range e.dsns {
-		p, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		pools = append(pools, p)
-	}
-	xr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var simplePools []*pgxpool.Pool
-	for _, dsn := range e.dsns {
-		cfg, err := pgxpool.ParseConfig(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		simplePools = append(simplePools, p)
-	}
-	simple, err := shardpgx.New(shardpgx.Config{Pools: simplePools, Map: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	xr, simple := pgxRouterOn(t, e.dsns, m, false), pgxRouterOn(t, e.dsns, m, true)
 	return append(out,
 		staleWriter{"shardpgx", func(shard int, q string, args ...any) (int64, error) {
 			tag, err := xr.ForShard(shard).Exec(ctx, q, args...)
@@ -733,18 +703,7 @@ func testStaleRouterOfARole(t *testing.T, e *splitEnv, dsns []string, driver, re
 	var xr *shardpgx.Router
 	if driver == "pgx" {
 		update = "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
-		var pools []*pgxpool.Pool
-		for _, dsn := range dsns {
-			p, err := pgxpool.New(ctx, dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p.Close)
-			pools = append(pools, p)
-		}
-		if xr, err = shardpgx.New(shardpgx.Config{Pools: pools, Map: stale}); err != nil {
-			t.Fatal(err)
-		}
+		xr = pgxRouterOn(t, dsns, stale, false)
 	}
 	write := func(want error, fix string) {
 		t.Helper()
@@ -1010,18 +969,7 @@ func TestSplitStaleRoutersThroughPgBouncer(t *testing.T) {
 		t.Cleanup(p.Close)
 		pools = append(pools, p)
 	}
-	gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: stale})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: stale})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: stale})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gr, sr, xr := threeRouters(t, gdbs, sdbs, pools, stale)
 	id, db, table := splitAndWriteOnTarget(t, e)
 	update := "UPDATE {{schema}}.users SET name = 'stale' WHERE id = $1"
 	for name, write := range map[string]func() error{
@@ -1126,18 +1074,7 @@ func TestSplitWithCommittedBeforeTheSealPostgres(t *testing.T) {
 		t.Cleanup(p.Close)
 		pools = append(pools, p)
 	}
-	gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gr, sr, xr := threeRouters(t, gdbs, sdbs, pools, m)
 	const id = 5 // shard 1
 	q := withCount("UPDATE {{schema}}.users SET name = name || '+' WHERE id = $1")
 	var before string
@@ -1255,4 +1192,51 @@ func testPrepareOfAWrite(t *testing.T, e *splitEnv, param string) {
 	} else if n, _ := res.RowsAffected(); n != 1 {
 		t.Errorf("the prepared update on the target: %d rows, want 1", n)
 	}
+}
+
+// threeRouters returns a router of each library over m: GORM's on gdbs,
+// shardsql's on sdbs, shardpgx's on pools.
+func threeRouters(t *testing.T, gdbs []*gorm.DB, sdbs []*sql.DB, pools []*pgxpool.Pool, m *shardmap.Map) (*shardid.Router, *shardsql.Router, *shardpgx.Router) {
+	t.Helper()
+	gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := shardsql.New(shardsql.Config{Databases: sdbs, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xr, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gr, sr, xr
+}
+
+// pgxRouterOn returns a shardpgx router over m with a pool on each of
+// dsns, closed when the test ends; with simple, the pools use pgx's simple
+// protocol.
+func pgxRouterOn(t *testing.T, dsns []string, m *shardmap.Map, simple bool) *shardpgx.Router {
+	t.Helper()
+	var pools []*pgxpool.Pool
+	for _, dsn := range dsns {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if simple {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		}
+		p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		pools = append(pools, p)
+	}
+	r, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

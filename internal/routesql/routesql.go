@@ -263,8 +263,8 @@ func nextWord(text string, i int, mysql bool) (word string, next int, open bool)
 		case c == '\'' || c == '"' || c == '`':
 			escapes := c == '\'' && (mysql || (before == 'E' || before == 'e') && (i < 2 || !identByte(text[i-2]))) ||
 				mysql && c == '"'
-			end := endOfString(text, i, escapes)
-			if end == len(text) && !closedAtEnd(text, i, escapes) {
+			end, closed := scanString(text, i, escapes)
+			if !closed {
 				return "", len(text), true
 			}
 			i = end
@@ -304,27 +304,6 @@ func nextWord(text string, i int, mysql bool) (word string, next int, open bool)
 	return "", len(text), false
 }
 
-// closedAtEnd reports whether the quoted string or identifier that begins
-// at text[i] and runs to the end of text is closed by its last byte.
-func closedAtEnd(text string, i int, escapes bool) bool {
-	q := text[i]
-	for j := i + 1; j < len(text); j++ {
-		switch text[j] {
-		case '\\':
-			if escapes {
-				j++
-			}
-		case q:
-			if j+1 < len(text) && text[j+1] == q {
-				j++
-				continue
-			}
-			return j == len(text)-1
-		}
-	}
-	return false
-}
-
 // endOfComment returns the index after the /* comment */ that begins at
 // text[i], and whether it ends: nested comments nest when nest is true
 // (PostgreSQL), not on MySQL.
@@ -352,6 +331,13 @@ func endOfComment(text string, i int, nest bool) (int, bool) {
 // begins at text[i], quoted by text[i]; a doubled quote, or a backslash when
 // escapes is true, does not end it.
 func endOfString(text string, i int, escapes bool) int {
+	end, _ := scanString(text, i, escapes)
+	return end
+}
+
+// scanString is endOfString, and reports whether the string is closed
+// (false when it runs to the end of text unclosed).
+func scanString(text string, i int, escapes bool) (end int, closed bool) {
 	q := text[i]
 	for j := i + 1; j < len(text); j++ {
 		switch text[j] {
@@ -364,10 +350,10 @@ func endOfString(text string, i int, escapes bool) int {
 				j++
 				continue
 			}
-			return j + 1
+			return j + 1, true
 		}
 	}
-	return len(text)
+	return len(text), false
 }
 
 // endOfDollar returns the index after PostgreSQL's dollar-quoted string
