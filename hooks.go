@@ -189,11 +189,20 @@ func routedConn(db *gorm.DB) bool {
 
 // checkLeftFound is checkLeft for Raw(UPDATE or DELETE ... RETURNING).Find
 // run on a pool that replaced the router's (dbresolver, a PrepareStmt
-// session): its RowsAffected is the rows it returned. Scan, Row and Rows
-// on such a pool are not checked.
+// session): its RowsAffected is the rows it returned; a WITH that
+// returned rows is checked in a transaction, as the routed connection
+// checks it (Router.returning). Scan, Row and Rows on such a pool are not
+// checked.
 func checkLeftFound(db *gorm.DB) {
-	if db.Error == nil && db.Statement.RowsAffected == 0 && !routedConn(db) && routesql.ReturnsChanges(db.Statement.SQL.String(), db.Dialector.Name() == "mysql") {
+	if db.Error != nil || routedConn(db) {
+		return
+	}
+	q, mysql := db.Statement.SQL.String(), db.Dialector.Name() == "mysql"
+	switch {
+	case db.Statement.RowsAffected == 0 && routesql.ReturnsChanges(q, mysql):
 		checkLeft(db)
+	case db.Statement.RowsAffected != 0 && !mysql && inTransaction(db) && routesql.ModifyingWith(q, false):
+		checkRoute(db, checkChangedOn)
 	}
 }
 

@@ -406,6 +406,16 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			})
 			return n, err
 		}},
+		staleWriter{"GORM Raw(WITH ... SELECT count(*)).Find in a PrepareStmt session (a pool not the router's), in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			var n []int64
+			err := gr.ForShard(shard).Session(&gorm.Session{PrepareStmt: true}).Transaction(func(tx *gorm.DB) error {
+				return tx.Raw(withCount(q), args...).Find(&n).Error
+			})
+			if len(n) != 1 {
+				return 0, errors.Join(err, fmt.Errorf("%d counts, want 1", len(n)))
+			}
+			return n[0], err
+		}},
 		staleWriter{"GORM Exec(WITH ... SELECT count(*)), in a transaction", func(shard int, q string, args ...any) (int64, error) {
 			err := gr.ForShard(shard).Transaction(func(tx *gorm.DB) error {
 				return tx.Exec(withCount(q), args...).Error
