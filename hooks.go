@@ -78,13 +78,14 @@ func checkLeft(db *gorm.DB) {
 	if db.Error != nil || db.Statement.RowsAffected != 0 || db.DryRun {
 		return
 	}
-	checkRoute(db, checkOn)
+	checkRoute(db, true)
 }
 
-// checkRoute runs check for the statement's route, when its map has a
-// SchemaPattern (with none, every shard is shared: nothing can have split
-// or moved it), and adds its error to db.
-func checkRoute(db *gorm.DB, check func(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int) error) {
+// checkRoute runs checkOn for the statement's route (zero: the write is
+// known to have changed no row), when its map has a SchemaPattern (with
+// none, every shard is shared: nothing can have split or moved it), and
+// adds its error to db.
+func checkRoute(db *gorm.DB, zero bool) {
 	if _, ret := db.Statement.Clauses["RETURNING"]; ret && slices.Contains(db.Statement.BuildClauses, "RETURNING") && routedConn(db) {
 		// GORM ran it with QueryContext, for its RETURNING (which the
 		// dialect supports: the processor's clauses name it): the routed
@@ -99,46 +100,34 @@ func checkRoute(db *gorm.DB, check func(ctx context.Context, pool gorm.ConnPool,
 	if rt.r.smap.SchemaPattern() == "" {
 		return // every shard shared: nothing can have split or moved it
 	}
-	db.AddError(check(db.Statement.Context, db.Statement.ConnPool, db.Dialector.Name(), rt.schema, rt.shard))
-}
-
-// checkChangedOn is checkOn for a write whose result does not tell whether
-// it changed rows (a WITH whose last statement is a SELECT), run in its
-// transaction: only a database that had given the shard up fails it
-// (routesql.CheckChanged).
-func checkChangedOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int) error {
-	return routesql.CheckChanged(dialect, schema, shard, routesql.OneOn(ctx, pool), ErrShardMoving, ErrUncheckedWrite)
+	db.AddError(checkOn(db.Statement.Context, db.Statement.ConnPool, db.Dialector.Name(), rt.schema, rt.shard, zero))
 }
 
 // checkOn runs routesql.Check on pool, the connection (or transaction) of
 // the write, for shard, in schema ("" when shared) of a database of
-// dialect.
-func checkOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int) error {
-	return routesql.Check(dialect, schema, shard, routesql.OneOn(ctx, pool), ErrShardMoving, ErrUncheckedWrite)
+// dialect; zero says the write is known to have changed no row.
+func checkOn(ctx context.Context, pool gorm.ConnPool, dialect, schema string, shard int, zero bool) error {
+	return routesql.Check(dialect, schema, shard, zero, routesql.OneOn(ctx, pool), ErrShardMoving, ErrUncheckedWrite)
 }
 
 // returning returns, for query, an UPDATE or a DELETE ... RETURNING (or a
 // WITH whose statements change rows: routesql.ReturnsChanges) run for its
 // rows on pool (database d, shard in schema), the check its rows
 // run if they end without a row (the rows are relayed: package
-// internal/relay), and, in a transaction (inTx, on PostgreSQL), a WITH's
-// if they end with rows (which do not tell whether it changed any:
-// routesql.CheckChanged); nil for any other query. It is how GORM's Find,
+// internal/relay), and a WITH's if they end with rows, in a transaction
+// (routesql.SealOnly); nil for any other query. It is how GORM's Find,
 // Scan, Row and Rows of such a raw query are checked.
 func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schema string, shard int, query string, inTx bool) func(seen bool) error {
 	dialect := r.dbs[d].Dialector.Name()
 	if r.smap.SchemaPattern() == "" || !routesql.ReturnsChanges(query, dialect == "mysql") {
 		return nil
 	}
-	with := inTx && dialect == "postgres" && routesql.ModifyingWith(query, false)
+	sealOnly := routesql.SealOnly(query, dialect == "mysql", inTx)
 	return func(seen bool) error {
-		switch {
-		case !seen:
-			return checkOn(ctx, pool, dialect, schema, shard)
-		case with:
-			return checkChangedOn(ctx, pool, dialect, schema, shard)
+		if seen && !sealOnly {
+			return nil
 		}
-		return nil
+		return checkOn(ctx, pool, dialect, schema, shard, !seen)
 	}
 }
 
@@ -201,14 +190,13 @@ func checkLeftFound(db *gorm.DB) {
 	switch {
 	case db.Statement.RowsAffected == 0 && routesql.ReturnsChanges(q, mysql):
 		checkLeft(db)
-	case db.Statement.RowsAffected != 0 && !mysql && inTransaction(db) && routesql.ModifyingWith(q, false):
-		checkRoute(db, checkChangedOn)
+	case db.Statement.RowsAffected != 0 && routesql.SealOnly(q, mysql, inTransaction(db)):
+		checkRoute(db, false)
 	}
 }
 
-// inTransaction reports whether the statement ran in a transaction: a
-// write's check that needs its transaction (routesql.CheckChanged) runs
-// only there.
+// inTransaction reports whether the statement ran in a transaction, for
+// routesql.SealOnly.
 func inTransaction(db *gorm.DB) bool {
 	_, ok := db.Statement.ConnPool.(gorm.TxCommitter)
 	return ok
@@ -224,7 +212,7 @@ func checkLeftRaw(db *gorm.DB) {
 	switch {
 	case db.Statement.RowsAffected == 0 && routesql.ChangesRows(q, mysql):
 		checkLeft(db)
-	case db.Statement.RowsAffected != 0 && !mysql && inTransaction(db) && routesql.ModifyingWith(q, false):
-		checkRoute(db, checkChangedOn) // its count is its last statement's (MySQL's: its own)
+	case db.Statement.RowsAffected != 0 && routesql.SealOnly(q, mysql, inTransaction(db)):
+		checkRoute(db, false) // its count is its last statement's
 	}
 }

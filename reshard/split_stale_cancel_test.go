@@ -4,11 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/routesql"
+	"github.com/shardid/shardid/shardpgx"
 	"github.com/shardid/shardid/shardsql"
 )
 
@@ -88,5 +93,82 @@ func checkCancelled(t *testing.T, how string, res sql.Result, err error, tracer 
 	}
 	if err == nil || !errors.Is(err, shardid.ErrUncheckedWrite) || !errors.Is(err, context.Canceled) {
 		t.Errorf("%s: a 0-row write whose check was cancelled: %v (result %v); want ErrUncheckedWrite and context.Canceled", how, err, res)
+	}
+}
+
+// splitBeginsAfterProbe is a pgx tracer that, once armed, creates the
+// split's function on the monolith as soon as a batch's probe for it has
+// run: a split that begins while the router is paused between the probe
+// and the batch.
+type splitBeginsAfterProbe struct {
+	armed  bool
+	create func() error
+	err    error
+}
+
+func (s *splitBeginsAfterProbe) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if s.armed && d.SQL == routesql.SplitFunctionProbe {
+		s.armed = false
+		return context.WithValue(ctx, splitBeginsKey{}, true)
+	}
+	return ctx
+}
+
+func (s *splitBeginsAfterProbe) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if ctx.Value(splitBeginsKey{}) != nil {
+		s.err = s.create()
+	}
+}
+
+type splitBeginsKey struct{}
+
+// TestSplitBatchWhileASplitBeginsPostgres: a batch's write that changed no
+// row, on a monolith whose split's function appeared between the probe
+// before the batch and the batch, cannot be asked about: it fails with
+// ErrUncheckedWrite (to run again), never a plain 0; a write of the same
+// batch that changed a row stands.
+func TestSplitBatchWhileASplitBeginsPostgres(t *testing.T) {
+	e := newSplitEnvPG(t, 4, 8, 1, 1)
+	ctx := context.Background()
+	tracer := &splitBeginsAfterProbe{create: func() error {
+		return e.dbs[0].Exec("CREATE FUNCTION shardid_split_sealed(s int) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").Error
+	}}
+	var pools []*pgxpool.Pool
+	for i, dsn := range e.dsns {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			cfg.ConnConfig.Tracer = tracer
+		}
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		pools = append(pools, p)
+	}
+	r, err := shardpgx.New(shardpgx.Config{Pools: pools, Map: sharedMap(t, e)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := "UPDATE {{schema}}.users SET name = name || '+' WHERE id = $1"
+	b := &pgx.Batch{}
+	b.Queue(update, 5)         // shard 1, a row of the monolith
+	b.Queue(update, 1_000_001) // shard 1, no row
+	tracer.armed = true
+	br := r.ForShard(1).SendBatch(ctx, b)
+	changed, err1 := br.Exec()
+	none, err2 := br.Exec()
+	br.Close()
+	if tracer.err != nil || tracer.armed {
+		t.Fatalf("the split's function was not created between the probe and the batch: %v", tracer.err)
+	}
+	if err1 != nil || changed.RowsAffected() != 1 {
+		t.Errorf("a write that changed a row: %v, %v; want 1 row and no error", changed, err1)
+	}
+	if !errors.Is(err2, shardid.ErrUncheckedWrite) || !strings.Contains(fmt.Sprint(err2), "began while the batch was sent") {
+		t.Errorf("a write of no row, a split begun since the probe: %v rows, %v; want ErrUncheckedWrite", none.RowsAffected(), err2)
 	}
 }

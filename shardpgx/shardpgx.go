@@ -318,48 +318,37 @@ func zeroWrite(tag pgconn.CommandTag) bool {
 }
 
 // checkTag checks query, a statement that ended with tag on q: an
-// UPDATE, a DELETE or a MERGE that changed no row (checkLeft), or a WITH
-// whose statements change rows. A WITH's tag is its last statement's: one
-// that returned or counted no row to it is checked as a write of no row;
-// one that did (SELECT count(*) FROM u: SELECT 1) is checked only in a
-// transaction (checkChanged), where a seal seen after it proves it changed
-// nothing, and not outside one, where the write has committed and a seal
-// may have come since.
+// UPDATE, a DELETE or a MERGE that changed no row, or a WITH whose
+// statements change rows. A WITH's tag is its last statement's: one that
+// returned or counted no row to it is checked as a write of no row; one
+// that did (SELECT count(*) FROM u: SELECT 1), only in a transaction
+// (routesql.SealOnly).
 func (s Shard) checkTag(ctx context.Context, q querier, tag pgconn.CommandTag, query string) error {
+	_, inTx := q.(pgx.Tx)
 	switch {
 	case zeroWrite(tag):
-		return s.checkLeft(ctx, q)
+		return s.checkLeft(ctx, q, true)
 	case !routesql.ModifyingWith(query, false):
 		return nil
 	case tag.RowsAffected() == 0:
-		return s.checkLeft(ctx, q)
-	}
-	if _, inTx := q.(pgx.Tx); inTx {
-		return s.checkChanged(ctx, q)
+		return s.checkLeft(ctx, q, true)
+	case inTx: // routesql.SealOnly, the WITH told above
+		return s.checkLeft(ctx, q, false)
 	}
 	return nil
 }
 
-// checkLeft checks an UPDATE or a DELETE that changed no row: if a split
-// sealed the shard's rows on the database it ran on, the router's map was
-// stale and the row, if it exists, is on the shard's new home, so the write
-// fails with shardid.ErrShardMoving rather than report success. It runs on
-// q, in the write's transaction if any, and cannot fail that transaction.
-func (s Shard) checkLeft(ctx context.Context, q querier) error {
+// checkLeft checks a write to the shard: if a split sealed the shard's
+// rows on the database it ran on, the router's map was stale and the row,
+// if it exists, is on the shard's new home, so the write fails with
+// shardid.ErrShardMoving rather than report success. zero says the write
+// is known to have changed no row (routesql.Check). It runs on q, in the
+// write's transaction if any, and cannot fail that transaction.
+func (s Shard) checkLeft(ctx context.Context, q querier, zero bool) error {
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" {
 		return nil
 	}
-	return routesql.Check("postgres", s.Schema, s.Shard, oneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
-}
-
-// checkChanged is checkLeft for a write whose result does not tell
-// whether it changed rows, in its transaction: only a database that had
-// given the shard up fails it (routesql.CheckChanged).
-func (s Shard) checkChanged(ctx context.Context, q querier) error {
-	if s.Shard < 0 || s.r.m.SchemaPattern() == "" {
-		return nil
-	}
-	return routesql.CheckChanged("postgres", s.Schema, s.Shard, oneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+	return routesql.Check("postgres", s.Schema, s.Shard, zero, oneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 }
 
 // oneOn is routesql.OneOn for pgx.
@@ -769,7 +758,7 @@ func (b *shardBatch) item() batchItem {
 // that returned or counted no row to its last statement: checkTag),
 // routesql.BatchVerdict's, or the check's error, classified (the write
 // changed nothing); for a WITH whose result does not tell,
-// BatchVerdict's as routesql.CheckChanged judges, sound here since a
+// BatchVerdict's as routesql.Check judges it (routesql.SealOnly), sound here since a
 // batch runs in one transaction (an implicit one, if not in the caller's).
 // A check that failed after a write that changed rows is reported as it
 // is, unclassified: it failed the batch's transaction, or, on the client's

@@ -359,48 +359,38 @@ func (s Shard) checkLeft(ctx context.Context, q routesql.RowQuerier, res sql.Res
 		return nil
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 0 {
-		if err == nil && inTx && s.r.dialect == "postgres" && routesql.ModifyingWith(query, false) {
-			return s.leftChanged(ctx, q) // its count is its last statement's (MySQL's: its own)
+		if err == nil && routesql.SealOnly(query, s.r.dialect == "mysql", inTx) {
+			return s.left(ctx, q, false) // its count is its last statement's
 		}
 		return nil
 	}
-	return s.left(ctx, q)
+	return s.left(ctx, q, true)
 }
 
 // returnsLeft returns, for query, an UPDATE or a DELETE run with
 // QueryContext (RETURNING), or a WITH whose statements change rows
 // (routesql.ReturnsChanges), the check its rows run when they end: with
-// no row, checkLeft's, on q; with rows, in a transaction (inTx), a WITH's,
-// whose rows do not tell whether it changed any (leftChanged). It returns
-// nil for other queries.
+// no row, checkLeft's, on q; with rows, a WITH's in a transaction (inTx:
+// routesql.SealOnly). It returns nil for other queries.
 func (s Shard) returnsLeft(ctx context.Context, q routesql.RowQuerier, query string, inTx bool) func(seen bool) error {
 	mysql := s.r.dialect == "mysql"
 	if s.Shard < 0 || s.r.m.SchemaPattern() == "" || !routesql.ReturnsChanges(query, mysql) {
 		return nil
 	}
-	with := inTx && !mysql && routesql.ModifyingWith(query, false)
+	sealOnly := routesql.SealOnly(query, mysql, inTx)
 	return func(seen bool) error {
-		switch {
-		case !seen:
-			return s.left(ctx, q)
-		case with:
-			return s.leftChanged(ctx, q)
+		if seen && !sealOnly {
+			return nil
 		}
-		return nil
+		return s.left(ctx, q, !seen)
 	}
 }
 
-// leftChanged is left for a write whose result does not tell whether it
-// changed rows, in its transaction: only a database that had given the
-// shard up fails it (routesql.CheckChanged).
-func (s Shard) leftChanged(ctx context.Context, q routesql.RowQuerier) error {
-	return routesql.CheckChanged(s.r.dialect, s.Schema, s.Shard, routesql.OneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
-}
-
 // left asks, on q, whether the shard's database had given the shard up,
-// and returns the error of a write that changed no row there (nil if not).
-func (s Shard) left(ctx context.Context, q routesql.RowQuerier) error {
-	return routesql.Check(s.r.dialect, s.Schema, s.Shard, routesql.OneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
+// and returns the error of a write there (nil if not): zero says it is
+// known to have changed no row (routesql.Check).
+func (s Shard) left(ctx context.Context, q routesql.RowQuerier, zero bool) error {
+	return routesql.Check(s.r.dialect, s.Schema, s.Shard, zero, routesql.OneOn(ctx, q), shardid.ErrShardMoving, shardid.ErrUncheckedWrite)
 }
 
 // QueryContext runs query in the shard. Errors that Next, Scan and Err of

@@ -212,7 +212,7 @@ func BatchCheck(probe int64, shard int) (string, []any) {
 // BatchVerdict is Check for a write of shard in a batch: v is what
 // BatchCheck(probe, shard) answered after it, zero whether the write is
 // known to have changed no row (else: a WITH whose result does not tell,
-// judged as CheckChanged judges). A function that appeared between the
+// judged as Check judges it with zero false). A function that appeared between the
 // probe and the batch (a split of the database began meanwhile) could not
 // be asked: a write that changed no row is unchecked, to be run again.
 func BatchVerdict(probe, v int64, shard int, zero bool, moving, unchecked error) error {
@@ -271,23 +271,21 @@ func CheckFailed(err, moving, unchecked error) error {
 	return fmt.Errorf("%w: %w", unchecked, err)
 }
 
-// CheckChanged is Check for a write whose result does not tell whether
-// it changed rows (a WITH whose last statement returned rows, or counted
-// them), run in the write's transaction on PostgreSQL: only a database
-// that had given the shard up fails it, with Gone's error; so does a
-// serialization failure, which failed the transaction. In the write's
-// transaction that is sound: a row the write changed holds its shard's
-// state (the split's triggers read it FOR SHARE), so a seal seen after it
-// was made before it, and then the write changed no row of the shard.
-// Outside a transaction the write has committed, a seal may have come
-// since, and failing it would have it run again: do not call it there. A
-// check that cannot run leaves the write as it was, for the same reason.
-func CheckChanged(dialect, schema string, shard int, one OneValue, moving, unchecked error) error {
+// Check is Left as the error of a routed write: nil when the database
+// still holds the shard, Gone's error when it does not. zero says the
+// write is known to have changed no row; then a check that cannot tell
+// gives CheckFailed's error. Otherwise (a WITH whose result does not tell
+// whether it changed rows, checked in its transaction: SealOnly) only a
+// database that had given the shard up fails it, and a serialization
+// failure, which failed the transaction; a check that cannot run leaves
+// such a write as it was, since it may have changed rows and an error
+// would have it run again. schema is "" for a shared shard.
+func Check(dialect, schema string, shard int, zero bool, one OneValue, moving, unchecked error) error {
 	shared := schema == ""
 	left, err := Left(dialect, schema, shared, shard, one)
 	switch {
 	case err != nil:
-		if e := CheckFailed(err, moving, unchecked); errors.Is(e, moving) {
+		if e := CheckFailed(err, moving, unchecked); zero || errors.Is(e, moving) {
 			return e
 		}
 		return nil
@@ -297,17 +295,16 @@ func CheckChanged(dialect, schema string, shard int, one OneValue, moving, unche
 	return nil
 }
 
-// Check is Left as the error of the write that changed no row: nil when
-// the database still holds the shard, Gone's error when it does not, and
-// CheckFailed's when it cannot tell. schema is "" for a shared shard.
-func Check(dialect, schema string, shard int, one OneValue, moving, unchecked error) error {
-	shared := schema == ""
-	left, err := Left(dialect, schema, shared, shard, one)
-	switch {
-	case err != nil:
-		return CheckFailed(err, moving, unchecked)
-	case left:
-		return Gone(moving, shard, shared)
-	}
-	return nil
+// SealOnly reports whether a routed write of query whose result shows
+// rows (or a count) is checked all the same, as Check with zero false: a
+// WITH whose statements change rows (ModifyingWith), whose result does not
+// tell whether they did, on PostgreSQL (mysql false: MySQL counts a WITH
+// ... UPDATE's own rows), in its transaction (inTx). There it is sound: a
+// row the write changed holds its shard's state until the transaction
+// ends (the split's triggers read it FOR SHARE), so a seal seen after the
+// write was made before it, and then the write changed no row of the
+// shard. Outside a transaction the write has committed before the check,
+// a seal may have come since, and failing it would have it run again.
+func SealOnly(query string, mysql, inTx bool) bool {
+	return inTx && !mysql && ModifyingWith(query, false)
 }
