@@ -143,14 +143,23 @@ var (
 	// anything, when the mover could not give the shard's new copy what
 	// the old one has, or could not create it at all. On PostgreSQL: the
 	// source's schema or objects belong to a role the mover may not make
-	// them belong to on the target (it is not a member of that role, or
-	// that role may not create schemas in the target database; run the
-	// move as that role, or GRANT it to the mover), or a role granted
+	// them belong to on the target (it is not a member of that role: run
+	// the move as that role, or GRANT it to the mover), or a role granted
 	// privileges on the shard may not connect to the target database
 	// (GRANT CONNECT ON DATABASE). On MySQL/MariaDB with binary logging,
 	// the mover may not create triggers: grant it SUPER, or set
 	// log_bin_trust_function_creators = 1 on the server. The message
 	// names the role and the fix.
+	//
+	// SplitShards returns it before it changes anything, and PlanSplit
+	// refuses ("privileges"), for the same reasons and, on PostgreSQL,
+	// when the mover lacks a privilege a split needs on the monolith's
+	// sharded tables (SELECT, INSERT, UPDATE, DELETE, TRIGGER, TRUNCATE),
+	// CREATE on their schema, or CREATE on a target database, when the
+	// sharded tables have several owners or row-level security, or when a
+	// role that owns or uses them may not connect to a target; on MySQL,
+	// when a user that may read or write the sharded tables may not on
+	// the shards' databases.
 	ErrMoverPrivileges = errors.New("shardid: the mover lacks a privilege the move needs")
 )
 

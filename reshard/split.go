@@ -334,13 +334,21 @@ END $$`, sp.schema, st, log, shardid.FenceMessage)
 }
 
 // splitFunctionBodyPG is the body of the split's trigger function of t
-// (PostgreSQL): it refuses a TRUNCATE and checks each row's old and new
-// shard (shardid_split_check), which logs or refuses the write.
+// (PostgreSQL): it refuses a TRUNCATE, but the mover's once every shard
+// is sealed (the last batch's, which checks every row's sum first: a
+// mover that is not a superuser cannot quiet the trigger with
+// session_replication_role), and
+// checks each row's old and new shard (shardid_split_check), which logs or
+// refuses the write.
 func (sp *splitter) splitFunctionBodyPG(t SplitTable) string {
 	return fmt.Sprintf(`
 DECLARE so int; sn int;
 BEGIN
 	IF TG_OP = 'TRUNCATE' THEN
+		IF coalesce(current_setting('shardid.mover', true), '') = 'on'
+			AND NOT EXISTS (SELECT 1 FROM %[4]s WHERE shard >= 0 AND NOT sealed) THEN
+			RETURN NULL; -- the split's own, once every shard is sealed
+		END IF;
 		RAISE EXCEPTION 'shardid: table %% cannot be truncated while its monolith is split: the split cannot record it', TG_TABLE_NAME
 			USING ERRCODE = '0A000';
 	END IF;
@@ -356,7 +364,7 @@ BEGIN
 		PERFORM "%[3]s".shardid_split_check(TG_TABLE_NAME, NEW.id, sn);
 	END IF;
 	RETURN NEW;
-END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema)
+END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema, sp.q(splitStateTable))
 }
 
 // splitFunction names the split's trigger function (PostgreSQL) of table.

@@ -679,7 +679,10 @@ func TestSplitStaleRouterOfARestrictedRoleMariaDB(t *testing.T) {
 	e := newSplitEnvMySQL(t, 4, 8, 1, 1)
 	var mono string
 	e.dbs[0].Raw("SELECT DATABASE()").Scan(&mono)
-	user := testdb.MySQLUser(t, e.dbs[0], "stale", "GRANT SELECT, INSERT, UPDATE, DELETE ON "+mono+".users TO %[1]s")
+	// And on the shards' databases, without which the split refuses.
+	pattern := strings.ReplaceAll(strings.TrimSuffix(e.m.SchemaPattern(), "%04d"), "_", `\_`) + "%%"
+	user := testdb.MySQLUser(t, e.dbs[0], "stale", "GRANT SELECT, INSERT, UPDATE, DELETE ON "+mono+".users TO %[1]s",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON `"+pattern+"`.* TO %[1]s")
 	var dsns []string
 	for _, dsn := range e.dsns {
 		dsns = append(dsns, testdb.MySQLUserDSN(dsn, user))

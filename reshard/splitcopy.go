@@ -32,6 +32,9 @@ type splitBatch struct {
 	sent map[string]map[int]*sentRows
 	// fresh are the shards whose schemas this run created: empty.
 	fresh map[int]bool
+	// grants are the monolith's owners and privileges that each shard's
+	// schema gets (PostgreSQL).
+	grants *splitGrants
 	// defs are the monolith's tables' definitions, as they follow CREATE
 	// TABLE name.
 	defs     map[string]string
@@ -176,6 +179,8 @@ func (b *splitBatch) createChunks(ctx context.Context, d int, chunks <-chan []in
 				}
 				// fenceForMover's fence, of a fresh state row.
 				script = append(script, freshMoverFencePG(sc, tables)...)
+				// The monolith's owners and privileges.
+				script = append(script, b.grants.statements(sc, tables, true)...)
 				mu.Lock()
 				tokens[s] = 1
 				b.fresh[s] = true
@@ -204,6 +209,11 @@ func (b *splitBatch) createChunks(ctx context.Context, d int, chunks <-chan []in
 				}
 				if err := ensureFencePG(tx, sc, sc, tables); err != nil {
 					return err
+				}
+				for _, q := range b.grants.statements(sc, tables, true) {
+					if err := tx.Exec(q).Error; err != nil {
+						return err
+					}
 				}
 				tok, err := fenceForMoverTx(tx, sc, tables)
 				if err != nil {

@@ -57,7 +57,10 @@ type SplitPlan struct {
 // writers that the operator can avoid first.
 type SplitWarning struct {
 	// Kind is "table-cache": a MySQL server whose table caches are
-	// smaller than the tables it will hold once split.
+	// smaller than the tables it will hold once split; or "privileges":
+	// the mover may not read other MySQL users' privileges, so the plan
+	// could not check that the users of the sharded tables may use the
+	// shards' databases.
 	Kind     string
 	Database string // the target database concerned
 	Detail   string // the condition and its fix
@@ -69,7 +72,8 @@ func (w SplitWarning) String() string { return w.Kind + ": " + w.Database + ": "
 type SplitRefusal struct {
 	// Kind is one of "no-primary-key", "null-key", "cross-shard-key",
 	// "global-key", "unlisted-table", "target-holds-data", "bad-table",
-	// "tables-changed".
+	// "tables-changed", "privileges" (Table names the database: what the
+	// mover may not do there, and the fix).
 	Kind   string
 	Table  string
 	Detail string
@@ -112,7 +116,9 @@ func splitEstimate(mysql bool) (rowsPerSecond int64, perShard time.Duration) {
 // cross shards, or that joins a sharded table and a global one (it
 // cannot hold once they are apart); a table of the monolith that neither
 // Tables nor Global lists (shardid's own tables, shardid_*, aside); a
-// shard's schema on its target that holds rows. With refusals it returns
+// shard's schema on its target that holds rows; a privilege the mover
+// lacks (see SplitShards), or a role that uses the sharded tables and
+// could not connect to a target. With refusals it returns
 // the plan and an error matching ErrSplitRefused listing them. It also
 // warns (Warnings), and returns no error for it, of a MySQL server whose
 // table caches are smaller than the tables it will hold once split.
@@ -180,6 +186,17 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 				}
 			}
 		}
+		problems, warnings, _, err := sp.splitPrivileges(ctx, targetsIdx, shards)
+		if err != nil {
+			return nil, err
+		}
+		for _, pr := range problems {
+			db, detail, _ := strings.Cut(pr, ": ")
+			refuse("privileges", db, detail, nil)
+		}
+		for _, w := range warnings {
+			p.Warnings = append(p.Warnings, SplitWarning{Kind: "privileges", Database: cfg.Monolith, Detail: w})
+		}
 		if sp.mysql {
 			if err := sp.checkTableCaches(ctx, p, targetsIdx, shards); err != nil {
 				return nil, err
@@ -236,7 +253,9 @@ func (p *SplitPlan) refused() error {
 		switch {
 		case r.Kind == "tables-changed":
 			err = ErrTablesChanged
-		case r.Kind == "target-holds-data" && err != ErrTablesChanged:
+		case r.Kind == "privileges" && err != ErrTablesChanged:
+			err = ErrMoverPrivileges
+		case r.Kind == "target-holds-data" && err != ErrTablesChanged && err != ErrMoverPrivileges:
 			err = ErrTargetHoldsData
 		}
 	}

@@ -61,6 +61,14 @@ type SplitResult struct {
 // the targets, and deletes the batch's rows from the monolith, each only
 // once its copy on the target is found equal.
 //
+// On PostgreSQL each shard's schema gets the owners and privileges of the
+// monolith's sharded tables: a role that may read and write their rows
+// may read and write the shards', and the tables' owner owns the copies.
+// The mover needs no superuser: a role that owns the sharded tables (or
+// is a member of their owner's role) and may create schemas on the
+// targets splits them. What it may not do is refused first, with
+// ErrMoverPrivileges naming the privilege and the fix.
+//
 // A second split of the same monolith waits for the first (LockWait) and
 // then fails with ErrMoveInProgress. A batch that fails before its seal
 // leaves the monolith the shards' home, unfenced (or fenced until
@@ -103,6 +111,16 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	}
 	slices.Sort(b.shards)
 	res.Shards = b.shards
+	// What the mover may not do, refused before it changes anything.
+	targets, byTarget := b.byTarget()
+	problems, _, grants, err := sp.splitPrivileges(ctx, targets, byTarget)
+	if err != nil {
+		return res, fmt.Errorf("shardid: split: reading the privileges it needs: %w", err)
+	}
+	if len(problems) > 0 && !b.sealedBefore(ctx) {
+		return res, withDetail(ErrMoverPrivileges, "split: "+strings.Join(problems, "; "))
+	}
+	b.grants = grants
 	stage := func(s string) {
 		if opts.OnStage != nil {
 			opts.OnStage(s)
@@ -431,4 +449,21 @@ func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) error {
 // clearChanges empties the split's change log.
 func (sp *splitter) clearChanges(ctx context.Context) error {
 	return sp.mono.WithContext(ctx).Exec("DELETE FROM " + sp.q(splitChangeTable)).Error
+}
+
+// sealedBefore reports whether a run before this one sealed every shard
+// of the batch: what is left (the flip, the targets let through) needs no
+// privilege the mover did not use then, and the shards take no writes
+// until it is done, so no check refuses it.
+func (b *splitBatch) sealedBefore(ctx context.Context) bool {
+	state, err := b.sp.readSplitState(ctx, b.shards)
+	if err != nil || len(state) == 0 {
+		return false
+	}
+	for _, s := range b.shards {
+		if !state[s].Sealed {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,476 @@
+package reshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// A split on PostgreSQL gives each shard's schema on its target what the
+// monolith's sharded tables have besides their rows: their owners and
+// their privileges. The roles that read and write the monolith's rows (an
+// application's role that may do nothing else) read and write the
+// shards' once they are split, and the role that owns the tables (the one
+// that runs the migrations) owns their copies, the fence's state and
+// function with them, so that it may alter them and run later moves.
+//
+// Before it changes anything, a split checks that its mover may do what it
+// will do (splitPrivileges): a split that stopped for a missing privilege
+// halfway would leave the operator a half-made state to run again.
+
+// splitGrants is what a PostgreSQL split gives each shard's schema.
+type splitGrants struct {
+	me    string // the mover, quoted
+	owner string // the schema's owner, quoted: the first sharded table's
+	// tables are the sharded tables' owners and privileges, by name.
+	tables map[string]*pgObject
+	// columns are the privileges granted on their columns, by table:
+	// "grantee privilege column" (quoted) -> with the grant option.
+	columns map[string]map[string]bool
+	// users are the roles (quoted, or PUBLIC) but the owner that hold a
+	// privilege on a sharded table or a column of one: they get USAGE on
+	// the schema.
+	users []string
+	// rowSecurity are the sharded tables with row-level security on,
+	// whose policies a split does not carry.
+	rowSecurity []string
+}
+
+// readSplitGrants reads the owners and privileges of tables (the sharded
+// tables, parents first) in schema on the monolith mono.
+func readSplitGrants(ctx context.Context, mono *gorm.DB, schema string, tables []string) (*splitGrants, error) {
+	var rows []struct {
+		Tbl, Owner, Grantee, Privilege string
+		Grantable                      bool
+	}
+	err := mono.WithContext(ctx).Raw(`SELECT c.relname AS tbl, quote_ident(pg_get_userbyid(c.relowner)) AS owner,
+			COALESCE(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, '') AS grantee,
+			COALESCE(a.privilege_type, '') AS privilege, COALESCE(a.is_grantable, false) AS grantable
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		LEFT JOIN LATERAL aclexplode(COALESCE(c.relacl, acldefault('r', c.relowner))) a ON true
+		WHERE n.nspname = ? AND c.relname IN ?`, schema, tables).Scan(&rows).Error
+	if err != nil {
+		return nil, err
+	}
+	g := &splitGrants{tables: map[string]*pgObject{}}
+	if err := mono.WithContext(ctx).Raw("SELECT quote_ident(current_user)").Scan(&g.me).Error; err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		o := g.tables[r.Tbl]
+		if o == nil {
+			o = &pgObject{Kind: "TABLE", Name: r.Tbl, Owner: r.Owner, Privileges: map[string]bool{}}
+			g.tables[r.Tbl] = o
+		}
+		// The owner holds what it holds as the owner. A privilege granted
+		// by two grantors is held with the grant option if either gave it.
+		if r.Privilege != "" && r.Grantee != r.Owner {
+			k := r.Grantee + " " + r.Privilege
+			o.Privileges[k] = o.Privileges[k] || r.Grantable
+			if !slices.Contains(g.users, r.Grantee) {
+				g.users = append(g.users, r.Grantee)
+			}
+		}
+	}
+	var cols []struct {
+		Tbl, Col, Grantee, Privilege string
+		Grantable                    bool
+	}
+	err = mono.WithContext(ctx).Raw(`SELECT c.relname AS tbl, quote_ident(a.attname) AS col,
+			CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END AS grantee,
+			x.privilege_type AS privilege, x.is_grantable AS grantable
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attacl IS NOT NULL
+		CROSS JOIN LATERAL aclexplode(a.attacl) x
+		WHERE n.nspname = ? AND c.relname IN ?`, schema, tables).Scan(&cols).Error
+	if err != nil {
+		return nil, err
+	}
+	g.columns = map[string]map[string]bool{}
+	for _, c := range cols {
+		if o := g.tables[c.Tbl]; o == nil || c.Grantee == o.Owner {
+			continue
+		}
+		if g.columns[c.Tbl] == nil {
+			g.columns[c.Tbl] = map[string]bool{}
+		}
+		k := c.Grantee + " " + c.Privilege + " " + c.Col
+		g.columns[c.Tbl][k] = g.columns[c.Tbl][k] || c.Grantable
+		if !slices.Contains(g.users, c.Grantee) {
+			g.users = append(g.users, c.Grantee)
+		}
+	}
+	err = mono.WithContext(ctx).Raw(`SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relname IN ? AND c.relrowsecurity ORDER BY 1`, schema, tables).Scan(&g.rowSecurity).Error
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		if o := g.tables[t]; o != nil {
+			g.owner = o.Owner
+			break
+		}
+	}
+	slices.Sort(g.users)
+	g.users = slices.DeleteFunc(g.users, func(u string) bool { return u == g.owner })
+	return g, nil
+}
+
+// owners returns the tables' owners and the schema's, but the mover, once
+// each, in order.
+func (g *splitGrants) owners() []string {
+	var out []string
+	for _, o := range g.tables {
+		if o.Owner != g.me && !slices.Contains(out, o.Owner) {
+			out = append(out, o.Owner)
+		}
+	}
+	if g.owner != "" && g.owner != g.me && !slices.Contains(out, g.owner) {
+		out = append(out, g.owner)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// statements returns what gives schema sc (just created by the mover, or
+// found, of a batch run again) on its target the monolith's owners and
+// privileges: its tables, the fence's state table and function (fence)
+// among them, owned as the monolith's, the schema by the first table's
+// owner, and every privilege held on a monolith table held on its copy,
+// with USAGE on the schema for whoever holds one, column privileges too.
+// It grants, and revokes nothing: a fresh table has only its owner's
+// privileges (and those the mover's ALTER DEFAULT PRIVILEGES add).
+func (g *splitGrants) statements(sc string, tables []string, fence bool) []string {
+	if g == nil {
+		return nil
+	}
+	q := func(t string) string { return `"` + sc + `"."` + t + `"` }
+	var out []string
+	if g.owner != "" && g.owner != g.me {
+		out = append(out, fmt.Sprintf(`ALTER SCHEMA "%s" OWNER TO %s`, sc, g.owner))
+		if fence {
+			out = append(out, fmt.Sprintf(`ALTER TABLE "%s".%s OWNER TO %s`, sc, fenceTable, g.owner),
+				fmt.Sprintf(`ALTER FUNCTION "%s".shardid_fence() OWNER TO %s`, sc, g.owner))
+		}
+	}
+	for _, t := range tables {
+		if o := g.tables[t]; o != nil && o.Owner != g.me {
+			out = append(out, fmt.Sprintf("ALTER TABLE %s OWNER TO %s", q(t), o.Owner))
+		}
+	}
+	if len(g.users) > 0 {
+		out = append(out, fmt.Sprintf(`GRANT USAGE ON SCHEMA "%s" TO %s`, sc, strings.Join(g.users, ", ")))
+	}
+	for _, t := range tables {
+		o := g.tables[t]
+		if o == nil {
+			continue
+		}
+		// One GRANT a grantee and grant option: SELECT, INSERT, ... TO app.
+		type to struct {
+			grantee   string
+			grantable bool
+		}
+		privs := map[to][]string{}
+		for k, grantable := range o.Privileges {
+			grantee, priv, _ := strings.Cut(k, " ")
+			privs[to{grantee, grantable}] = append(privs[to{grantee, grantable}], priv)
+		}
+		keys := make([]to, 0, len(privs))
+		for k := range privs {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(a, b to) int {
+			if c := strings.Compare(a.grantee, b.grantee); c != 0 {
+				return c
+			}
+			if a.grantable == b.grantable {
+				return 0
+			}
+			if b.grantable {
+				return -1
+			}
+			return 1
+		})
+		for _, k := range keys {
+			p := privs[k]
+			slices.Sort(p)
+			s := fmt.Sprintf("GRANT %s ON %s TO %s", strings.Join(p, ", "), q(t), k.grantee)
+			if k.grantable {
+				s += " WITH GRANT OPTION"
+			}
+			out = append(out, s)
+		}
+		col := slices.Sorted(maps.Keys(g.columns[t]))
+		for _, k := range col {
+			f := strings.SplitN(k, " ", 3) // grantee privilege column
+			s := fmt.Sprintf("GRANT %s (%s) ON %s TO %s", f[1], f[2], q(t), f[0])
+			if g.columns[t][k] {
+				s += " WITH GRANT OPTION"
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// splitPrivileges returns what keeps the mover of sp from splitting shards
+// onto targets (indexes in cfg.DBs), each naming the privilege and the
+// fix, and the monolith's owners and privileges the split gives each
+// shard's schema (PostgreSQL; nil on MySQL).
+//
+// On PostgreSQL the mover needs, on each sharded table of the monolith,
+// SELECT, INSERT, UPDATE, DELETE (the change log's replay and a roll
+// back), TRIGGER (the split's triggers) and TRUNCATE (the monolith
+// emptied at the end), and CREATE on its schema (the split's state and
+// functions); on each target, CREATE on the database (the schemas); and to
+// give the copies the monolith's owner, membership in its role (with the
+// SET option on PostgreSQL 16). The sharded tables must have one owner
+// and no row-level security (a split does not carry policies), and every
+// role that owns or holds a privilege on one must be able to connect to
+// each target.
+//
+// On MySQL/MariaDB it checks the servers' binary logging (checkTriggers),
+// and that the users of the monolith's sharded tables may use the shards'
+// databases (usersMySQL), which grants there name: a split cannot carry
+// them. It warns when it cannot read other users' privileges.
+func (sp *splitter) splitPrivileges(ctx context.Context, targets []int, shards map[int][]int) (problems, warnings []string, g *splitGrants, err error) {
+	names := sp.cfg.Map.Databases()
+	if sp.mysql {
+		for _, d := range append([]int{sp.monoIdx}, targets...) {
+			if err := checkTriggers(ctx, sp.cfg.DBs[d]); err != nil {
+				var de *detailError
+				if !errors.As(err, &de) || !errors.Is(err, ErrMoverPrivileges) {
+					return nil, nil, nil, err
+				}
+				problems = append(problems, names[d]+": "+de.detail)
+			}
+		}
+		users, warnings, err := sp.usersMySQL(ctx, targets, shards)
+		return append(problems, users...), warnings, nil, err
+	}
+	tables := make([]string, len(sp.tables))
+	for i, t := range sp.tables {
+		tables[i] = t.Name
+	}
+	g, err = readSplitGrants(ctx, sp.mono, sp.schema, tables)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// The mover on the monolith.
+	for _, t := range tables {
+		var privs string
+		err := sp.mono.WithContext(ctx).Raw(`SELECT COALESCE(string_agg(p, ', ' ORDER BY p), '')
+			FROM unnest(ARRAY['DELETE', 'INSERT', 'SELECT', 'TRIGGER', 'TRUNCATE', 'UPDATE']) AS p
+			WHERE NOT has_table_privilege(CAST(? AS regclass), p)`, sp.q(t)).Scan(&privs).Error
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if privs == "" {
+			continue
+		}
+		owner := ""
+		if o := g.tables[t]; o != nil {
+			owner = o.Owner
+		}
+		problems = append(problems, fmt.Sprintf("%s: the mover (%s) lacks %s on table %s: run the split as its owner (%s), or GRANT %[3]s ON %[4]s TO %[2]s",
+			names[sp.monoIdx], g.me, privs, sp.q(t), owner))
+	}
+	var create bool
+	if err := sp.mono.WithContext(ctx).Raw("SELECT has_schema_privilege(?, 'CREATE')", sp.schema).Scan(&create).Error; err != nil {
+		return nil, nil, nil, err
+	}
+	if !create {
+		problems = append(problems, fmt.Sprintf("%s: the mover (%s) may not create in schema %s (the split's state and functions): GRANT CREATE ON SCHEMA %[3]s TO %[2]s",
+			names[sp.monoIdx], g.me, quotePGName(sp.schema)))
+	}
+	// One owner: a shard's schema has one, and a role may be given a table
+	// in it only if it may create there.
+	byOwner := map[string][]string{}
+	for _, t := range tables {
+		if o := g.tables[t]; o != nil {
+			byOwner[o.Owner] = append(byOwner[o.Owner], t)
+		}
+	}
+	if len(byOwner) > 1 {
+		var parts []string
+		for _, o := range slices.Sorted(maps.Keys(byOwner)) {
+			parts = append(parts, o+" ("+strings.Join(byOwner[o], ", ")+")")
+		}
+		problems = append(problems, fmt.Sprintf("%s: the sharded tables belong to several roles, %s, and each shard's schema will have one owner: "+
+			"give them one (ALTER TABLE ... OWNER TO %s) before the split", names[sp.monoIdx], strings.Join(parts, ", "), g.owner))
+	}
+	for _, t := range g.rowSecurity {
+		problems = append(problems, fmt.Sprintf("%s: table %s has row-level security, whose policies a split does not carry (the shards' copies would show every row): "+
+			"disable it (ALTER TABLE %[2]s DISABLE ROW LEVEL SECURITY) or split by hand", names[sp.monoIdx], sp.q(t)))
+	}
+	// On each target: the schemas, their owners, their users.
+	for _, d := range targets {
+		db := sp.cfg.DBs[d]
+		var dbName string
+		if err := db.WithContext(ctx).Raw("SELECT quote_ident(current_database()) AS db, has_database_privilege(current_database(), 'CREATE') AS ok").
+			Row().Scan(&dbName, &create); err != nil {
+			return nil, nil, nil, err
+		}
+		if !create {
+			problems = append(problems, fmt.Sprintf("%s: the mover (%s) may not create schemas in database %s: GRANT CREATE ON DATABASE %[3]s TO %[2]s", names[d], g.me, dbName))
+		}
+		for _, o := range g.owners() {
+			// Making a role own an object takes SET ROLE to it (the SET
+			// option of a membership on PostgreSQL 16 and later), and the
+			// mover works on the copies as their owner (USAGE: inherits).
+			var ok struct{ Exists, Member, Super bool }
+			err := db.WithContext(ctx).Raw(`SELECT r.oid IS NOT NULL AS exists,
+				COALESCE(pg_has_role(current_user, r.oid, 'USAGE') AND (current_setting('server_version_num')::int < 160000
+					OR pg_has_role(current_user, r.oid, 'SET')), false) AS member,
+				COALESCE((SELECT rolsuper FROM pg_roles WHERE oid = r.oid), false) AS super
+				FROM (SELECT to_regrole(?) AS oid) AS r`, o).Scan(&ok).Error
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			switch {
+			case !ok.Exists:
+				problems = append(problems, fmt.Sprintf("%s: role %s owns the monolith's sharded tables and does not exist there: create it", names[d], o))
+			case !ok.Member && ok.Super:
+				problems = append(problems, fmt.Sprintf("%s: role %s, a superuser, owns the monolith's sharded tables, and the mover (%s) may not make it own their copies: "+
+					"run the split as a superuser, or give the tables to a role that is not one (ALTER TABLE ... OWNER TO) and run it as that role", names[d], o, g.me))
+			case !ok.Member:
+				problems = append(problems, fmt.Sprintf("%s: role %s owns the monolith's sharded tables, and the mover (%s) may not make it own their copies: run the split as %[2]s, or GRANT %[2]s TO %[3]s", names[d], o, g.me))
+			}
+		}
+		for _, u := range append(g.owners(), g.users...) {
+			if u == "PUBLIC" {
+				continue
+			}
+			var ok bool
+			err := db.WithContext(ctx).Raw(`SELECT COALESCE(has_database_privilege(to_regrole(?), current_database(), 'CONNECT'), false)`, u).Scan(&ok).Error
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s: role %s owns, reads or writes the monolith's sharded tables, and may not connect to database %s (or does not exist there): GRANT CONNECT ON DATABASE %[3]s TO %[2]s", names[d], u, dbName))
+			}
+		}
+	}
+	return problems, nil, g, nil
+}
+
+// rowPrivileges are the privileges on rows that a split's shards must
+// grant whoever holds them on the monolith's sharded tables.
+var rowPrivileges = []string{"DELETE", "INSERT", "SELECT", "UPDATE"}
+
+// usersMySQL returns, for each user that holds a privilege on rows of the
+// monolith's sharded tables (by table, or by a grant on the monolith's
+// database or a pattern that covers it) and does not hold it on the
+// shards' databases on a target (shards: each target's shards of the
+// batch, whose first and last databases are checked), the GRANT that
+// fixes it: once split, the user's writes to those shards would be
+// denied. A user granted privileges on every database holds them there;
+// privileges a user holds through a role are not seen (the user is
+// refused, naming the GRANT). When the mover may not read other users'
+// privileges (SELECT on mysql.*) on a server, it warns instead, naming
+// the GRANT to check.
+func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[int][]int) (problems, warnings []string, err error) {
+	names := sp.cfg.Map.Databases()
+	grant := "ON `" + grantPattern(sp.cfg.Map.SchemaPattern()) + "`.*"
+	// information_schema shows a user other users' privileges only if it
+	// may read the mysql database, on each server.
+	for _, d := range append([]int{sp.monoIdx}, targets...) {
+		ok, err := seesGrantsMySQL(ctx, sp.cfg.DBs[d])
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			warnings = append(warnings, fmt.Sprintf("the mover may not read other users' privileges on %s (it needs SELECT on mysql.*): make sure each user that reads or writes "+
+				"the monolith's sharded tables may on the shards' databases too, e.g. GRANT SELECT, INSERT, UPDATE, DELETE %s TO the user", names[d], grant))
+			return nil, warnings, nil
+		}
+	}
+	tables := make([]string, len(sp.tables))
+	for i, t := range sp.tables {
+		tables[i] = t.Name
+	}
+	var held []struct{ Grantee, Priv string }
+	err = sp.mono.WithContext(ctx).Raw(`SELECT GRANTEE AS grantee, PRIVILEGE_TYPE AS priv FROM information_schema.TABLE_PRIVILEGES
+			WHERE TABLE_SCHEMA = ? AND TABLE_NAME IN ? AND PRIVILEGE_TYPE IN ?
+		UNION SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE ? LIKE TABLE_SCHEMA AND PRIVILEGE_TYPE IN ?
+		ORDER BY 1, 2`, sp.schema, tables, rowPrivileges, sp.schema, rowPrivileges).Scan(&held).Error
+	if err != nil {
+		return nil, nil, err
+	}
+	need := map[string][]string{}
+	var users []string
+	for _, h := range held {
+		if need[h.Grantee] == nil {
+			users = append(users, h.Grantee)
+		}
+		if !slices.Contains(need[h.Grantee], h.Priv) {
+			need[h.Grantee] = append(need[h.Grantee], h.Priv)
+		}
+	}
+	for _, d := range targets {
+		db, list := sp.cfg.DBs[d], shards[d]
+		if len(list) == 0 {
+			continue
+		}
+		for _, u := range users {
+			var missing []string
+			for _, s := range []int{list[0], list[len(list)-1]} {
+				var have []string
+				err := db.WithContext(ctx).Raw(`SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA
+					UNION SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?`, u, sp.cfg.Map.SchemaOf(s), u).Scan(&have).Error
+				if err != nil {
+					return nil, nil, err
+				}
+				for _, p := range need[u] {
+					if !slices.Contains(have, p) && !slices.Contains(missing, p) {
+						missing = append(missing, p)
+					}
+				}
+			}
+			if len(missing) > 0 {
+				slices.Sort(missing)
+				// A MariaDB role is 'name'@'': granted to as name.
+				to, what := u, "user"
+				if r, ok := strings.CutSuffix(u, "@''"); ok {
+					to, what = strings.Trim(r, "'"), "role"
+				}
+				problems = append(problems, fmt.Sprintf("%s: %s %s may %s rows of the monolith's sharded tables, and not on the shards' databases there (%s to %s): GRANT %s %s TO %s",
+					names[d], what, u, strings.Join(missing, ", "), sp.cfg.Map.SchemaOf(list[0]), sp.cfg.Map.SchemaOf(list[len(list)-1]), strings.Join(missing, ", "), grant, to))
+			}
+		}
+	}
+	return problems, nil, nil
+}
+
+// grantPattern is the MySQL grant pattern of the databases SchemaPattern
+// pattern names: its number a wildcard, its other characters literal.
+func grantPattern(pattern string) string {
+	esc := strings.NewReplacer(`\`, `\\`, "_", `\_`, "%", `\%`)
+	loc := schemaVerb.FindStringIndex(pattern)
+	if loc == nil {
+		return esc.Replace(pattern)
+	}
+	return esc.Replace(pattern[:loc[0]]) + "%" + esc.Replace(pattern[loc[1]:])
+}
+
+// schemaVerb is the verb of a SchemaPattern: %d, %04d.
+var schemaVerb = regexp.MustCompile(`%0?[0-9]*d`)
+
+// seesGrantsMySQL reports whether db's user sees other users' privileges
+// in information_schema: it may read the mysql database (globally, or by a
+// grant on it).
+func seesGrantsMySQL(ctx context.Context, db *gorm.DB) (bool, error) {
+	var n int64
+	err := db.WithContext(ctx).Raw(`SELECT
+		(SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = g.me AND PRIVILEGE_TYPE = 'SELECT') +
+		(SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = g.me AND 'mysql' LIKE TABLE_SCHEMA AND PRIVILEGE_TYPE = 'SELECT')
+		FROM (SELECT CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') AS me) AS g`).Scan(&n).Error
+	return n > 0, err
+}
