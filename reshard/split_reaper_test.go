@@ -1,0 +1,50 @@
+package reshard_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid/reshard"
+)
+
+// TestSplitThroughAnIdleTransactionReaperPostgres: servers often end the
+// sessions that stay idle in a transaction (idle_in_transaction_session_timeout).
+// A split's copy must outlast that: each target's copy session waits, in
+// its transaction, for the rows that the monolith's read routes to it, as
+// long as the read of the batch takes. Here the read is made slower than
+// the timeout (a Progress that takes its time once), and the split must
+// still run, every row copied.
+func TestSplitThroughAnIdleTransactionReaperPostgres(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	for i := range e.dbs {
+		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET idle_in_transaction_session_timeout = '500ms'", e.dbName(i))).Error; err != nil {
+			t.Fatal(err)
+		}
+		// The sessions opened from now on have it.
+		sqlDB, err := e.dbs[i].DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB.SetMaxIdleConns(0)
+		sqlDB.SetMaxIdleConns(2)
+	}
+	var got string
+	e.dbs[1].Raw("SHOW idle_in_transaction_session_timeout").Scan(&got)
+	if got != "500ms" {
+		t.Fatalf("the target's idle_in_transaction_session_timeout: %q", got)
+	}
+	var once sync.Once
+	slow := func(string, int64) { once.Do(func() { time.Sleep(1500 * time.Millisecond) }) }
+	plan, err := reshard.PlanSplit(ctx, e.cfg, []string{"pg_a", "pg_b"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{Progress: slow}, nil); err != nil {
+		t.Fatalf("a split whose read outlasts the servers' idle_in_transaction_session_timeout: %v", err)
+	}
+	newSplitWriters(e).check(t, map[string]int64{"users": 20, "photos": 40, "comments": 80})
+}
