@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/shardid/shardid/reshard"
@@ -74,6 +75,10 @@ type chaosSplitPlan struct {
 	killAt    string        // ... or that dies at this stage
 	pauseAt   string        // ... or that stops (SIGSTOP) at this stage
 	pause     time.Duration // for this long
+	// reaped: the paused process's sessions are ended by their server once
+	// idle in a transaction for 1s (idle_in_transaction_session_timeout),
+	// its move lock's among them, as a DBA's reaper would.
+	reaped    bool
 	lose      string        // "terminate" or "idle": how the first run loses its lock ("": it does not)
 	loseAt    string        // the stage at which it loses it
 	rival     string        // what a second operator then does: "abort" or "run"
@@ -155,6 +160,12 @@ func chooseSplitFault(rng *rand.Rand, counts map[string]int, what string, stages
 		p.pauseAt = stage(stages)
 		p.pause = time.Duration(1000+rng.IntN(7000)) * time.Millisecond
 		counts[what+" paused at "+p.pauseAt]++
+		// From the pause's parity, not a draw of its own: a seed picks the
+		// faults it picked before this choice existed.
+		if p.pause/time.Millisecond%2 == 1 {
+			p.reaped = true
+			counts[what+" paused, idle transactions reaped"]++
+		}
 	case 3, 4:
 		p.lose = []string{"terminate", "idle"}[rng.IntN(2)]
 		p.loseAt = stage(stages[:5])
@@ -270,8 +281,11 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 	failed := false
 	switch {
 	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
-		note("%s", c.splitterProcess(plan, p))
-		failed = p.pauseAt == ""
+		m := c.splitterProcess(plan, p)
+		note("%s", m)
+		// A pause alone leaves a run that goes on; one whose sessions
+		// the server reaped meanwhile may have failed.
+		failed = p.pauseAt == "" || p.reaped && !strings.Contains(m, "split <nil>")
 	default:
 		rivals, err := sp.runOnce(plan, p)
 		for _, m := range rivals {

@@ -58,6 +58,9 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 	cmd.Env = append(os.Environ(), "SHARDID_CHAOS_MODE="+mode, "SHARDID_CHAOS_SHARDS="+strings.Join(list, ","),
 		"SHARDID_CHAOS_TARGETS="+strings.Join(to, ","), "SHARDID_CHAOS_DIE_AT="+p.killAt, "SHARDID_CHAOS_PAUSE_AT="+p.pauseAt)
 	cmd.Env = append(cmd.Env, c.chaosEnvDSNs()...)
+	if p.reaped {
+		cmd.Env = append(cmd.Env, "SHARDID_CHAOS_REAPED=1")
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -106,6 +109,11 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 func chaosSplitterMain() {
 	var dbs []*gorm.DB
 	for _, dsn := range chaosDSNs() {
+		if chaosEnv("REAPED") == "1" {
+			// The server ends every session of the process that stays
+			// idle in a transaction for 1s.
+			dsn += " options='-c idle_in_transaction_session_timeout=1000'"
+		}
 		db, err := gorm.Open(postgres.Open(dsn), gormConfig())
 		if err != nil {
 			fmt.Println("error", err)

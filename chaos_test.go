@@ -81,7 +81,9 @@ var (
 //     right after it the shard's home must take writes and its old copy
 //     refuse them.
 //   - split: a batch of the monolith's shards split onto pg1 and pg2, its
-//     first run killed or paused at a stage, losing its lock with a rival
+//     first run killed or paused at a stage (half the pauses in a process
+//     whose sessions the server ends once idle in a transaction for 1s,
+//     its lock's among them, as a DBA's reaper would), losing its lock with a rival
 //     operator, or cancelled at a stage, then run again or aborted as the
 //     guide says (chaos_split_test.go); at times, while a batch is split,
 //     the operator first runs the next one with split.json edited (a

@@ -2,11 +2,13 @@ package reshard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardid/shardid/internal/sqllock"
 	"github.com/shardid/shardid/reshard"
 )
 
@@ -47,4 +49,28 @@ func TestSplitThroughAnIdleTransactionReaperPostgres(t *testing.T) {
 		t.Fatalf("a split whose read outlasts the servers' idle_in_transaction_session_timeout: %v", err)
 	}
 	newSplitWriters(e).check(t, map[string]int64{"users": 20, "photos": 40, "comments": 80})
+}
+
+// TestSplitLockLostSaysSoPostgres: a batch whose lock's session the server
+// ends (a reaper, a restart) stops at its next step, and its error says
+// that the lock was lost (ErrMoveLockLost), not "context canceled", which
+// told an operator who pressed nothing that someone had (found by
+// TestChaos: a splitter paused past its server's
+// idle_in_transaction_session_timeout). Run again, the batch finishes.
+func TestSplitLockLostSaysSoPostgres(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "flipped" {
+			killMoveLock(t, e.dbs[0], "public")
+			// Until the lock's keep-alive finds it gone.
+			time.Sleep(sqllock.DefaultKeepAlive + time.Second)
+		}
+	}})
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Fatalf("a batch whose lock's session ended after its flip: %v, want ErrMoveLockLost", err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("the batch run again: %v", err)
+	}
 }

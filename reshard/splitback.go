@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -126,7 +127,7 @@ type backShard struct {
 	marked bool // a roll-back of it is under way (splitBackTable)
 }
 
-func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts RollbackOptions) ([]RollbackResult, error) {
+func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts RollbackOptions) (_ []RollbackResult, err error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -157,6 +158,13 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 	defer lock.release()
 	ctx, unwatch := lock.watch(ctx)
 	defer unwatch()
+	// A lock lost stops the roll-back as a cancellation would, and says
+	// so (ErrMoveLockLost).
+	defer func() {
+		if lost := lock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
+			err = fmt.Errorf("shardid: roll back: %w: %w", lost, err)
+		}
+	}()
 	if err := sp.checkDeclared(ctx, false); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -44,6 +45,11 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	defer slock.release()
 	ctx, unwatch := slock.watch(ctx)
 	defer unwatch()
+	defer func() {
+		if lost := slock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
+			err = fmt.Errorf("shardid: roll back shard %d: the lock of its schema %s on its target: %w: %w", s, schema, lost, err)
+		}
+	}()
 	ensure := func(step string) error {
 		if err := lock.ensure(ctx, step); err != nil {
 			return err

@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"fmt"
@@ -133,6 +134,13 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	defer lock.release()
 	ctx, unwatch := lock.watch(ctx)
 	defer unwatch()
+	// A lock lost mid-batch stops it as a cancellation would, and says
+	// so, not "context canceled" (ErrMoveLockLost).
+	defer func() {
+		if lost := lock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
+			err = fmt.Errorf("shardid: split: %w: %w", lost, err)
+		}
+	}()
 
 	// Where the shards are: shared on the monolith in the map and the
 	// catalog, or sealed there by this batch run before (its flip is
