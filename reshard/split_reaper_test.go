@@ -74,3 +74,60 @@ func TestSplitLockLostSaysSoPostgres(t *testing.T) {
 		t.Fatalf("the batch run again: %v", err)
 	}
 }
+
+// TestSplitThroughAStatementTimeoutPostgres: DBAs often cap statements
+// (statement_timeout, on a database or a role), and a split's read of a
+// batch takes as long as a scan of the monolith's tables (minutes, on a
+// large one), its verification as long as sums over the shards' tables.
+// The mover's reads and copies lift the cap for themselves. Here the read
+// of comments outlasts it, waiting for a lock another session holds for
+// 1.5 s (a statement's time includes its waits), and the split must still
+// run.
+func TestSplitThroughAStatementTimeoutPostgres(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	for i := range e.dbs {
+		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET statement_timeout = '500ms'", e.dbName(i))).Error; err != nil {
+			t.Fatal(err)
+		}
+		sqlDB, err := e.dbs[i].DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB.SetMaxIdleConns(0)
+		sqlDB.SetMaxIdleConns(2)
+	}
+	var got string
+	e.dbs[0].Raw("SHOW statement_timeout").Scan(&got)
+	if got != "500ms" {
+		t.Fatalf("the monolith's statement_timeout: %q", got)
+	}
+	var held sync.WaitGroup
+	hold := func(stage string) {
+		if stage != "created" {
+			return
+		}
+		locked := make(chan error, 1)
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			tx := e.dbs[0].Begin()
+			err := tx.Exec("LOCK TABLE comments IN ACCESS EXCLUSIVE MODE").Error
+			locked <- err
+			time.Sleep(1500 * time.Millisecond)
+			tx.Rollback()
+		}()
+		if err := <-locked; err != nil {
+			t.Error(err)
+		}
+	}
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{OnStage: hold})
+	held.Wait()
+	if err != nil {
+		t.Fatalf("a split whose read outlasts the servers' statement_timeout: %v", err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{2, 3}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newSplitWriters(e).check(t, map[string]int64{"users": 20, "photos": 40, "comments": 80})
+}
