@@ -527,3 +527,38 @@ func (e *splitEnv) asMoverMySQL(t *testing.T, name string, grants ...string) (*s
 	mover.cfg.DBs, mover.cfg.Catalog = mover.dbs, &reshard.Catalog{DB: mover.dbs[0]}
 	return &mover, names
 }
+
+// TestSplitAbortWithoutSuperuserPostgres: the tables' owner, not a
+// superuser, stops a batch after its copy and aborts it: the copies it
+// gave the owner are dropped, the monolith takes writes again, and the
+// batch then splits as the owner.
+func TestSplitAbortWithoutSuperuserPostgres(t *testing.T) {
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	owner, app := e.withRolesPG(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := reshard.SplitShards(ctx, owner.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{OnStage: func(s string) {
+		if s == "copied" {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the batch stopped after its copy: %v", err)
+	}
+	res, err := reshard.AbortSplit(context.Background(), owner.cfg)
+	if err != nil || len(res.Dropped) != 2 {
+		t.Fatalf("the abort, as the owner: %+v, %v; want shards 0 and 1's copies dropped", res, err)
+	}
+	for d := 1; d < 3; d++ {
+		var n int64
+		e.dbs[d].Raw("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'shard\\_%'").Scan(&n)
+		if n != 0 {
+			t.Errorf("%s: %d shard schemas left after the abort", e.names[d], n)
+		}
+	}
+	if err := app.dbs[0].Exec("UPDATE users SET name = name WHERE id = 4").Error; err != nil {
+		t.Errorf("the application's write to shard 0 in the monolith after the abort: %v", err)
+	}
+	if _, err := reshard.SplitShards(context.Background(), owner.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("the batch run again, as the owner: %v", err)
+	}
+}
