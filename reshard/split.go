@@ -265,7 +265,10 @@ func (sp *splitter) rel(t SplitTable, shards []int) string {
 // unknown), its change log and its triggers on the sharded tables of the
 // monolith, where missing. Creating a trigger waits for the writers under
 // way on its table: once it exists every write checks its shard's state.
-func (sp *splitter) installTriggers(ctx context.Context) error {
+// users (PostgreSQL: the roles, quoted, that hold privileges on the
+// sharded tables) may execute the function that routers call to check a
+// write that changed no row.
+func (sp *splitter) installTriggers(ctx context.Context, users []string) error {
 	if sp.mysql {
 		return sp.installTriggersMySQL(ctx)
 	}
@@ -305,9 +308,24 @@ END $$`, sp.schema, st, log, shardid.FenceMessage)
 		stmts = append(stmts, fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%s".%s() RETURNS trigger LANGUAGE plpgsql
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$%s$$`, sp.schema, splitFunction(t.Name), sp.splitFunctionBodyPG(t)))
 	}
+	sealed := fmt.Sprintf(`"%s".%s(integer)`, sp.schema, routesql.SplitSealedFunction)
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		var fresh bool
+		if err := tx.Raw("SELECT to_regprocedure(?) IS NULL", sealed).Scan(&fresh).Error; err != nil {
+			return err
+		}
 		for _, q := range stmts {
 			if err := tx.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		// The roles that write the sharded tables call the function after
+		// a write that changed no row (ErrUncheckedWrite if they may not):
+		// granted when it is made, for a database whose functions PUBLIC
+		// may not execute (ALTER DEFAULT PRIVILEGES). A grant revoked
+		// since stays revoked.
+		if fresh && len(users) > 0 {
+			if err := tx.Exec("GRANT EXECUTE ON FUNCTION " + sealed + " TO " + strings.Join(users, ", ")).Error; err != nil {
 				return err
 			}
 		}

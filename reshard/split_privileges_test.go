@@ -89,6 +89,11 @@ func TestSplitWithoutSuperuserPostgres(t *testing.T) {
 	const shards, users = 8, 100
 	e := newSplitEnvPG(t, shards, users, 3, 2)
 	owner, app := e.withRolesPG(t)
+	// A database whose new functions PUBLIC may not execute: the split
+	// grants its check function to the roles that use the tables.
+	if err := e.dbs[0].Exec(`ALTER DEFAULT PRIVILEGES FOR ROLE "` + owner.roleName() + `" REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC`).Error; err != nil {
+		t.Fatal(err)
+	}
 	w := newSplitWriters(app)
 	wctx, stop := context.WithCancel(ctx)
 	wg := w.run(wctx, 4, users)
@@ -103,6 +108,13 @@ func TestSplitWithoutSuperuserPostgres(t *testing.T) {
 		stop()
 		wg.Wait()
 		t.Fatalf("the split, as the tables' owner: %v", err)
+	}
+	// The application may call the split's check; PUBLIC may not.
+	var may struct{ App, Public bool }
+	e.dbs[0].Raw(`SELECT has_function_privilege(?, 'shardid_split_sealed(integer)', 'EXECUTE') AS app,
+		EXISTS (SELECT 1 FROM pg_proc p, aclexplode(p.proacl) a WHERE p.proname = 'shardid_split_sealed' AND a.grantee = 0) AS public`, app.roleName()).Scan(&may)
+	if !may.App || may.Public {
+		t.Errorf("shardid_split_sealed: the application's role may execute it: %v (want true); PUBLIC: %v (want false)", may.App, may.Public)
 	}
 	// Every shard, as the application: a write to its home.
 	v := e.m.Load()

@@ -154,7 +154,11 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err := sp.checkDeclared(ctx, true); err != nil {
 		return res, err
 	}
-	if err := sp.installTriggers(ctx); err != nil {
+	var users []string
+	if grants != nil {
+		users = grants.users
+	}
+	if err := sp.installTriggers(ctx, users); err != nil {
 		return res, fmt.Errorf("shardid: split: installing its triggers on the monolith: %w", err)
 	}
 	state, err := sp.readSplitState(ctx, b.shards)
