@@ -141,7 +141,7 @@ func (sp *chaosSplitter) rollback(shards []int, p chaosSplitPlan) ([]string, boo
 	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
 		m := c.rollbackProcess(shards, sp.afterLastBatch(), p)
 		note("%s", m)
-		failed = p.pauseAt == "" || p.reaped && !strings.Contains(m, "rollback <nil>") || strings.Contains(m, reshard.ErrMonolithEmptied.Error())
+		failed = !strings.Contains(m, "rollback <nil>") || strings.Contains(m, reshard.ErrMonolithEmptied.Error())
 		emptied = strings.Contains(m, reshard.ErrMonolithEmptied.Error())
 	default:
 		rivals, err := sp.rollbackOnce(shards, p)

@@ -283,9 +283,9 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
 		m := c.splitterProcess(plan, p)
 		note("%s", m)
-		// A pause alone leaves a run that goes on; one whose sessions
-		// the server reaped meanwhile may have failed.
-		failed = p.pauseAt == "" || p.reaped && !strings.Contains(m, "split <nil>")
+		// Judged by what the process said: a paused run may have failed
+		// too (its fence lapsed, its sessions reaped).
+		failed = !strings.Contains(m, "split <nil>")
 	default:
 		rivals, err := sp.runOnce(plan, p)
 		for _, m := range rivals {

@@ -549,16 +549,12 @@ func txOn(ctx context.Context, conn *sql.Conn, opts *sql.TxOptions, settings str
 // (session_replication_role): the mover copies rows whose references the
 // source already checked, in an order a foreign key between two of the
 // shard's tables could refuse. It also sets the transaction up to read,
-// write and hash values as the source's sessions do (hashSettingsPG), and
-// lifts idle_in_transaction_session_timeout for it: a copy's transaction
-// on a target waits, idle, for the rows the source's read routes to it,
-// as long as that read takes, and a server that ends idle transactions
-// after a few seconds would end it every time
-// (TestSplitThroughAnIdleTransactionReaperPostgres). Every setting is the
-// transaction's own (set_config's is_local): nothing stays on the session.
+// write and hash values as the source's sessions do (hashSettingsColsPG).
+// Every setting is the transaction's own (set_config's is_local): nothing
+// stays on the session. The server's timeouts stay as they are: a mover's
+// writes hold locks that the application may wait for.
 const moverSettingsPG = "SELECT set_config('shardid.mover', 'on', true)," +
 	" CASE WHEN current_setting('is_superuser') = 'on' THEN set_config('session_replication_role', 'replica', true) END, " +
-	" set_config('idle_in_transaction_session_timeout', '0', true), " +
 	hashSettingsColsPG
 
 // fenceTarget prepares the fence on a move's target (schema in's tables on

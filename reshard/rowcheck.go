@@ -43,17 +43,16 @@ type rowCheck struct {
 // hashSettingsPG makes a PostgreSQL transaction print values, and so hash
 // rows, alike on both sides whatever the servers' and roles' defaults: a
 // timestamptz prints in the session's time zone, dates in its DateStyle.
-// It also lifts statement_timeout for the transaction: its reads (a scan
-// of a shard's or a monolith's tables, their sums) take as long as the
-// data is large, and a cap that a DBA set for the application's queries
-// would end them every time (TestSplitThroughAStatementTimeoutPostgres).
-// Every setting is the transaction's own (set_config's is_local).
-const hashSettingsPG = "SELECT " + hashSettingsColsPG
+// It is for reads, and lifts statement_timeout for them: a scan of a
+// shard's or a monolith's tables, or their sums, takes as long as the data
+// is large, and a cap that a DBA set for the application's queries would
+// end it every time (TestSplitThroughAStatementTimeoutPostgres). Every
+// setting is the transaction's own (set_config's is_local).
+const hashSettingsPG = "SELECT " + hashSettingsColsPG + ", set_config('statement_timeout', '0', true)"
 
 const hashSettingsColsPG = "set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, MDY', true)," +
 	" set_config('IntervalStyle', 'postgres', true), set_config('extra_float_digits', '3', true)," +
-	" set_config('bytea_output', 'hex', true), set_config('lc_monetary', 'C', true)," +
-	" set_config('statement_timeout', '0', true)"
+	" set_config('bytea_output', 'hex', true), set_config('lc_monetary', 'C', true)"
 
 // hashSettingsMySQL and hashRestoreMySQL do the same for a MySQL session
 // (TIMESTAMP values are read and written in its time zone) and restore it.

@@ -159,9 +159,9 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 	ctx, unwatch := lock.watch(ctx)
 	defer unwatch()
 	// A lock lost stops the roll-back as a cancellation would, and says
-	// so (ErrMoveLockLost).
+	// so (ErrMoveLockLost); another error stays what it is.
 	defer func() {
-		if lost := lock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
+		if lost := lock.lost(); errors.Is(err, context.Canceled) && lost != nil && !errors.Is(err, ErrMoveLockLost) {
 			err = fmt.Errorf("shardid: roll back: %w: %w", lost, err)
 		}
 	}()

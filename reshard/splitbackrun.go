@@ -46,7 +46,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	ctx, unwatch := slock.watch(ctx)
 	defer unwatch()
 	defer func() {
-		if lost := slock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
+		if lost := slock.lost(); errors.Is(err, context.Canceled) && lost != nil && !errors.Is(err, ErrMoveLockLost) {
 			err = fmt.Errorf("shardid: roll back shard %d: the lock of its schema %s on its target: %w: %w", s, schema, lost, err)
 		}
 	}()

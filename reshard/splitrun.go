@@ -135,9 +135,10 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	ctx, unwatch := lock.watch(ctx)
 	defer unwatch()
 	// A lock lost mid-batch stops it as a cancellation would, and says
-	// so, not "context canceled" (ErrMoveLockLost).
+	// so, not "context canceled" (ErrMoveLockLost); another error stays
+	// what it is.
 	defer func() {
-		if lost := lock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
+		if lost := lock.lost(); errors.Is(err, context.Canceled) && lost != nil && !errors.Is(err, ErrMoveLockLost) {
 			err = fmt.Errorf("shardid: split: %w: %w", lost, err)
 		}
 	}()

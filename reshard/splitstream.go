@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
@@ -315,7 +316,36 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, table, list string, fe
 		if _, err := tx.Exec(ctx, moverSettingsPG); err != nil {
 			return err
 		}
-		for chunk := range feed {
+		// The transaction waits for the rows that the monolith's read
+		// routes to it, as long as that read takes. A server that ends
+		// transactions idle for longer (idle_in_transaction_session_timeout)
+		// would end it: a statement every third of that keeps it busy while
+		// the mover lives, and lets the server end it if the mover stalls
+		// (TestSplitThroughAnIdleTransactionReaperPostgres).
+		var idleMS int64
+		if err := tx.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&idleMS); err != nil {
+			return err
+		}
+		var tick <-chan time.Time
+		if idleMS > 0 {
+			t := time.NewTicker(max(time.Duration(idleMS)*time.Millisecond/3, 10*time.Millisecond))
+			defer t.Stop()
+			tick = t.C
+		}
+		for {
+			var chunk copyChunkOf
+			select {
+			case <-tick:
+				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+					return err
+				}
+				continue
+			case next, ok := <-feed:
+				if !ok {
+					return commitUnlessCancelled(ctx, tx)
+				}
+				chunk = next
+			}
 			q := "COPY " + quoteTable(db, b.schemaOf(chunk.shard), table) + " (" + list + ") FROM STDIN"
 			tag, err := c.PgConn().CopyFrom(ctx, bytes.NewReader(chunk.data), q)
 			if err != nil {
@@ -325,11 +355,15 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, table, list string, fe
 				return fmt.Errorf("shard %d: COPY wrote %d rows of %d sent", chunk.shard, tag.RowsAffected(), chunk.rows)
 			}
 		}
-		if err := context.Cause(ctx); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
 	})
+}
+
+// commitUnlessCancelled commits tx unless ctx is done (its cause, then).
+func commitUnlessCancelled(ctx context.Context, tx pgx.Tx) error {
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // verifyCopy compares what the copy sent of each table of each shard with
