@@ -266,11 +266,12 @@ func (sp *splitter) rel(t SplitTable, shards []int) string {
 // monolith, where missing. Creating a trigger waits for the writers under
 // way on its table: once it exists every write checks its shard's state.
 // users (PostgreSQL: the roles, quoted, that hold privileges on the
-// sharded tables) may execute the function that routers call to check a
-// write that changed no row.
+// sharded tables; MySQL: those of them that may not read the split's
+// state) may execute the function, or read the state, that routers read
+// to check a write that changed no row.
 func (sp *splitter) installTriggers(ctx context.Context, users []string) error {
 	if sp.mysql {
-		return sp.installTriggersMySQL(ctx)
+		return sp.installTriggersMySQL(ctx, users)
 	}
 	st, log := sp.q(splitStateTable), sp.q(splitChangeTable)
 	check := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%[1]s".shardid_split_check(t text, k bigint, s int) RETURNS void LANGUAGE plpgsql
@@ -613,12 +614,26 @@ func (sp *splitter) liftShardsTx(tx *gorm.DB, shards []int, tokens map[int]int64
 // which fail the statement, rolled back with its row, when the row's shard
 // is fenced, and log it when it is moving. They are created under LOCK
 // TABLES, as the move's (withTablesLocked).
-func (sp *splitter) installTriggersMySQL(ctx context.Context) error {
+func (sp *splitter) installTriggersMySQL(ctx context.Context, users []string) error {
 	st, log := sp.q(splitStateTable), sp.q(splitChangeTable)
 	db := sp.mono.WithContext(ctx)
+	var had int64
+	if err := db.Raw("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", sp.schema, splitStateTable).Scan(&had).Error; err != nil {
+		return err
+	}
 	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + st + " (shard INT PRIMARY KEY, moving BOOLEAN NOT NULL, fenced_until DATETIME(6) NOT NULL," +
 		" token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, verified TEXT) ENGINE=InnoDB").Error; err != nil {
 		return err
+	}
+	// The users of the sharded tables whose routers read it (usersMySQL:
+	// those that may not yet, when the mover may grant): granted when it
+	// is made; a grant revoked since stays revoked.
+	if had == 0 {
+		for _, u := range users {
+			if err := db.Exec("GRANT SELECT ON " + st + " TO " + grantTo(u)).Error; err != nil {
+				return fmt.Errorf("granting %s SELECT on %s, which its routers read: %w", u, st, err)
+			}
+		}
 	}
 	if err := db.Exec("CREATE TABLE IF NOT EXISTS " + log + " (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL, shard INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
 		return err

@@ -304,6 +304,12 @@ func TestSplitRefusesUsersWithoutTheShardsMariaDB(t *testing.T) {
 	if err := reshard.RunSplit(ctx, e.cfg, p, reshard.SplitOptions{}, nil); err != nil {
 		t.Fatal(err)
 	}
+	// The split granted the application's user SELECT on its state, which
+	// its routers read after a write that changed no row.
+	var sealed []bool
+	if err := testdb.OpenMySQLUser(t, e.dsns[0], app).Raw("SELECT sealed FROM `" + mono + "`.shardid_split_state WHERE shard = 0").Scan(&sealed).Error; err != nil || len(sealed) != 1 {
+		t.Errorf("the application's user reading the split's state: %v, %v", sealed, err)
+	}
 	v := e.m.Load()
 	for s := range 4 {
 		dsn := e.dsns[v.DB(s)] // without its database, which the user may not use
@@ -572,5 +578,40 @@ func TestSplitAbortWithoutSuperuserPostgres(t *testing.T) {
 	}
 	if _, err := reshard.SplitShards(context.Background(), owner.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
 		t.Fatalf("the batch run again, as the owner: %v", err)
+	}
+}
+
+// TestSplitWarnsWhenItCannotGrantTheStateMariaDB: a user of the sharded
+// tables must read the split's state (its routers do, after a write that
+// changed no row); the split grants it when it may, and a mover without
+// the grant option is warned of it, with the GRANT to run.
+func TestSplitWarnsWhenItCannotGrantTheStateMariaDB(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
+	mover, names := e.asMoverMySQL(t, "splitnogrant", "GRANT SELECT ON mysql.* TO %[1]s")
+	pattern := strings.ReplaceAll(strings.TrimSuffix(e.m.SchemaPattern(), "%04d"), "_", `\_`) + "%%"
+	app := testdb.MySQLUser(t, e.dbs[0], "splitapp", "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+names[0]+"`.users TO %[1]s",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON `"+pattern+"`.* TO %[1]s")
+	p, err := reshard.PlanSplit(ctx, mover.cfg, []string{"my_a", "my_b"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "GRANT SELECT ON `" + names[0] + "`.`shardid_split_state` TO '" + app + "'@'%'"
+	found := false
+	for _, w := range p.Warnings {
+		found = found || w.Kind == "privileges" && strings.Contains(w.Detail, "the mover may not grant it") && strings.Contains(w.Detail, want)
+	}
+	if !found {
+		t.Errorf("the plan's warnings %v: none names %q", p.Warnings, want)
+	}
+	// As root, who may grant, no such warning.
+	p, err = reshard.PlanSplit(ctx, e.cfg, []string{"my_a", "my_b"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range p.Warnings {
+		if w.Kind == "privileges" {
+			t.Errorf("the plan as root: %v", w)
+		}
 	}
 }

@@ -252,8 +252,8 @@ func (sp *splitter) splitPrivileges(ctx context.Context, targets []int, shards m
 				problems = append(problems, names[d]+": "+de.detail)
 			}
 		}
-		users, warnings, err := sp.usersMySQL(ctx, targets, shards)
-		return append(problems, users...), warnings, nil, err
+		users, warnings, readers, err := sp.usersMySQL(ctx, targets, shards)
+		return append(problems, users...), warnings, &splitGrants{users: readers}, err
 	}
 	tables := make([]string, len(sp.tables))
 	for i, t := range sp.tables {
@@ -376,7 +376,7 @@ var rowPrivileges = []string{"DELETE", "INSERT", "SELECT", "UPDATE"}
 // refused, naming the GRANT). When the mover may not read other users'
 // privileges (SELECT on mysql.*) on a server, it warns instead, naming
 // the GRANT to check.
-func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[int][]int) (problems, warnings []string, err error) {
+func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[int][]int) (problems, warnings, readers []string, err error) {
 	names := sp.cfg.Map.Databases()
 	grant := "ON `" + grantPattern(sp.cfg.Map.SchemaPattern()) + "`.*"
 	// information_schema shows a user other users' privileges only if it
@@ -384,12 +384,12 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 	for _, d := range append([]int{sp.monoIdx}, targets...) {
 		ok, err := seesGrantsMySQL(ctx, sp.cfg.DBs[d])
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if !ok {
 			warnings = append(warnings, fmt.Sprintf("the mover may not read other users' privileges on %s (it needs SELECT on mysql.*): make sure each user that reads or writes "+
 				"the monolith's sharded tables may on the shards' databases too, e.g. GRANT SELECT, INSERT, UPDATE, DELETE %s TO the user", names[d], grant))
-			return nil, warnings, nil
+			return nil, warnings, nil, nil
 		}
 	}
 	tables := make([]string, len(sp.tables))
@@ -402,7 +402,7 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 		UNION SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE ? LIKE TABLE_SCHEMA AND PRIVILEGE_TYPE IN ?
 		ORDER BY 1, 2`, sp.schema, tables, rowPrivileges, sp.schema, rowPrivileges).Scan(&held).Error
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	need := map[string][]string{}
 	var users []string
@@ -426,7 +426,7 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 				err := db.WithContext(ctx).Raw(`SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA
 					UNION SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?`, u, sp.cfg.Map.SchemaOf(s), u).Scan(&have).Error
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 				for _, p := range need[u] {
 					if !slices.Contains(have, p) && !slices.Contains(missing, p) {
@@ -436,17 +436,51 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 			}
 			if len(missing) > 0 {
 				slices.Sort(missing)
-				// A MariaDB role is 'name'@'': granted to as name.
-				to, what := u, "user"
-				if r, ok := strings.CutSuffix(u, "@''"); ok {
-					to, what = strings.Trim(r, "'"), "role"
+				to, what := grantTo(u), "user"
+				if to != u {
+					what = "role"
 				}
 				problems = append(problems, fmt.Sprintf("%s: %s %s may %s rows of the monolith's sharded tables, and not on the shards' databases there (%s to %s): GRANT %s %s TO %s",
 					names[d], what, u, strings.Join(missing, ", "), sp.cfg.Map.SchemaOf(list[0]), sp.cfg.Map.SchemaOf(list[len(list)-1]), strings.Join(missing, ", "), grant, to))
 			}
 		}
 	}
-	return problems, nil, nil
+	// Their routers read the split's state after a write that changed no
+	// row (ErrUncheckedWrite when they may not): the split grants them
+	// SELECT on it when it creates it, if the mover may grant.
+	for _, u := range users {
+		var n int64
+		err := sp.mono.WithContext(ctx).Raw(`SELECT
+			(SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ? AND PRIVILEGE_TYPE = 'SELECT') +
+			(SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA AND PRIVILEGE_TYPE = 'SELECT') +
+			(SELECT COUNT(*) FROM information_schema.TABLE_PRIVILEGES WHERE GRANTEE = ? AND TABLE_SCHEMA = ? AND TABLE_NAME = ? AND PRIVILEGE_TYPE = 'SELECT')`,
+			u, u, sp.schema, u, sp.schema, splitStateTable).Scan(&n).Error
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if n == 0 {
+			readers = append(readers, u)
+		}
+	}
+	if len(readers) > 0 {
+		var can int64
+		err := sp.mono.WithContext(ctx).Raw(`SELECT
+			(SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = g.me AND IS_GRANTABLE = 'YES') +
+			(SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = g.me AND ? LIKE TABLE_SCHEMA AND IS_GRANTABLE = 'YES')
+			FROM `+currentGranteeMySQL+` AS g`, sp.schema).Scan(&can).Error
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if can == 0 {
+			for _, u := range readers {
+				warnings = append(warnings, fmt.Sprintf("%s writes the monolith's sharded tables and may not read %s, which its routers read after a write that changed no row "+
+					"(shardid.ErrUncheckedWrite until it may), and the mover may not grant it: once the first batch has created it, GRANT SELECT ON %[2]s TO %s",
+					u, sp.q(splitStateTable), grantTo(u)))
+			}
+			readers = nil
+		}
+	}
+	return problems, warnings, readers, nil
 }
 
 // grantPattern is the MySQL grant pattern of the databases SchemaPattern
@@ -471,6 +505,19 @@ func seesGrantsMySQL(ctx context.Context, db *gorm.DB) (bool, error) {
 	err := db.WithContext(ctx).Raw(`SELECT
 		(SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = g.me AND PRIVILEGE_TYPE = 'SELECT') +
 		(SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = g.me AND 'mysql' LIKE TABLE_SCHEMA AND PRIVILEGE_TYPE = 'SELECT')
-		FROM (SELECT CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') AS me) AS g`).Scan(&n).Error
+		FROM ` + currentGranteeMySQL + ` AS g`).Scan(&n).Error
 	return n > 0, err
+}
+
+// currentGranteeMySQL is a derived table whose column me is the session's
+// user as information_schema names grantees: 'name'@'host'.
+const currentGranteeMySQL = `(SELECT CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') AS me)`
+
+// grantTo is what a GRANT names grantee (as information_schema spells it)
+// by: 'name'@'host' for a user, name for a MariaDB role (an empty host).
+func grantTo(grantee string) string {
+	if r, ok := strings.CutSuffix(grantee, "@''"); ok {
+		return strings.Trim(r, "'")
+	}
+	return grantee
 }
