@@ -131,3 +131,45 @@ func TestSplitThroughAStatementTimeoutPostgres(t *testing.T) {
 	}
 	newSplitWriters(e).check(t, map[string]int64{"users": 20, "photos": 40, "comments": 80})
 }
+
+// TestSplitRunAgainDoesNotWaitForeverPostgres: a batch run again empties
+// its copies on the targets first; a session that holds a lock on one
+// (the copy of an earlier run that stalled, whose server never ends idle
+// sessions) must not keep it waiting in silence: it retries, then fails
+// with ErrLockWait, and runs once the lock is gone.
+func TestSplitRunAgainDoesNotWaitForeverPostgres(t *testing.T) {
+	defer reshard.SetMaxLockRetry(time.Second)()
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{OnStage: func(s string) {
+		if s == "copied" {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first run, stopped after its copy: %v", err)
+	}
+	tx := e.dbs[1].Begin()
+	if err := tx.Exec(`LOCK TABLE "` + e.m.SchemaOf(0) + `".users IN ROW EXCLUSIVE MODE`).Error; err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := reshard.SplitShards(context.Background(), e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, reshard.ErrLockWait) {
+			t.Errorf("the batch run again while its copy's table is locked: %v, want ErrLockWait", err)
+		}
+	case <-time.After(20 * time.Second):
+		tx.Rollback()
+		<-done
+		t.Fatal("the batch run again waited in silence for a lock on its copy")
+	}
+	tx.Rollback()
+	if _, err := reshard.SplitShards(context.Background(), e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("the batch run again once the lock is gone: %v", err)
+	}
+}
