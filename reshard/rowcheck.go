@@ -93,9 +93,31 @@ func readConn(ctx context.Context, db *gorm.DB, f func(conn *sql.Conn, settings 
 	}
 	defer conn.Close()
 	if db.Dialector.Name() == "mysql" {
-		return withSessionVars(ctx, conn, hashSettingsMySQL, hashRestoreMySQL, func() error { return f(conn, "") })
+		set, restore, err := readVarsMySQL(ctx, conn)
+		if err != nil {
+			return err
+		}
+		return withSessionVars(ctx, conn, set, restore, func() error { return f(conn, "") })
 	}
 	return f(conn, hashSettingsPG)
+}
+
+// readVarsMySQL returns the statements that set a MySQL session up for a
+// read (hashSettingsMySQL) and restore it. A read also lifts the server's
+// cap on a statement's time, which a DBA set for the application's queries
+// and would end a scan of a large table every time: MariaDB's
+// max_statement_time, MySQL's max_execution_time (which caps reads only).
+func readVarsMySQL(ctx context.Context, conn *sql.Conn) (set, restore string, err error) {
+	var v string
+	if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return "", "", err
+	}
+	cap := "max_execution_time"
+	if strings.Contains(v, "MariaDB") {
+		cap = "max_statement_time"
+	}
+	return hashSettingsMySQL + ", @shardid_cap = @@session." + cap + ", " + cap + " = 0",
+		hashRestoreMySQL + ", " + cap + " = @shardid_cap, @shardid_cap = NULL", nil
 }
 
 // readCommitted is readSession's transaction.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardid/shardid/internal/sqllock"
 	"github.com/shardid/shardid/reshard"
+	"gorm.io/gorm"
 )
 
 // TestSplitThroughAnIdleTransactionReaperPostgres: servers often end the
@@ -172,4 +173,59 @@ func TestSplitRunAgainDoesNotWaitForeverPostgres(t *testing.T) {
 	if _, err := reshard.SplitShards(context.Background(), e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
 		t.Fatalf("the batch run again once the lock is gone: %v", err)
 	}
+}
+
+// TestSplitThroughAStatementCapMariaDB is
+// TestSplitThroughAStatementTimeoutPostgres on MariaDB: the mover's user
+// has max_statement_time 1s (MAX_STATEMENT_TIME, as a DBA caps a user),
+// and the read of comments waits 3 s for another session's table lock.
+func TestSplitThroughAStatementCapMariaDB(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
+	mover, _ := e.asMoverMySQL(t, "splitcapped", "ALTER USER %[1]s WITH MAX_STATEMENT_TIME 1")
+	for _, db := range mover.dbs {
+		sqlDB, err := db.DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB.SetMaxIdleConns(0) // the sessions opened from now on have it
+		sqlDB.SetMaxIdleConns(2)
+	}
+	var got float64
+	mover.dbs[0].Raw("SELECT @@max_statement_time").Scan(&got)
+	if got != 1 {
+		t.Fatalf("the mover's max_statement_time: %v", got)
+	}
+	var held sync.WaitGroup
+	hold := func(stage string) {
+		if stage != "created" {
+			return
+		}
+		locked := make(chan error, 1)
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			_ = e.dbs[0].Connection(func(tx *gorm.DB) error {
+				err := tx.Exec("LOCK TABLES comments WRITE").Error
+				locked <- err
+				time.Sleep(3 * time.Second)
+				return tx.Exec("UNLOCK TABLES").Error
+			})
+		}()
+		if err := <-locked; err != nil {
+			t.Error(err)
+		}
+	}
+	_, err := reshard.SplitShards(ctx, mover.cfg, []int{0, 1}, []string{"my_a", "my_b"}, reshard.SplitOptions{OnStage: hold})
+	held.Wait()
+	if err != nil {
+		t.Fatalf("a split whose read outlasts the mover's max_statement_time: %v", err)
+	}
+	if _, err := reshard.SplitShards(ctx, mover.cfg, []int{2, 3}, []string{"my_a", "my_b"}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.CleanSplit(ctx, mover.cfg); err != nil {
+		t.Fatal(err)
+	}
+	newSplitWriters(e).check(t, map[string]int64{"users": 20, "photos": 40, "comments": 80})
 }
