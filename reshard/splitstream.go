@@ -283,6 +283,10 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 	return router.total, nil
 }
 
+// copyKeepAlive is how often, at most, a copy's session on a target that
+// waits for rows runs a statement to show it is alive.
+const copyKeepAlive = 5 * time.Second
+
 // copyLanes is how many sessions of each target a split's copy writes
 // through at once: a COPY into a shard's table is mostly the server's CPU.
 const copyLanes = 2
@@ -319,19 +323,22 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, table, list string, fe
 		// The transaction waits for the rows that the monolith's read
 		// routes to it, as long as that read takes. A server that ends
 		// transactions idle for longer (idle_in_transaction_session_timeout)
-		// would end it: a statement every third of that keeps it busy while
-		// the mover lives, and lets the server end it if the mover stalls
+		// would end it, and so would a pooler (PgBouncer's
+		// idle_transaction_timeout): a statement every 5 s, or every third
+		// of the server's timeout if that is shorter, keeps it busy while
+		// the mover lives, and lets them end it if the mover stalls
 		// (TestSplitThroughAnIdleTransactionReaperPostgres).
 		var idleMS int64
 		if err := tx.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&idleMS); err != nil {
 			return err
 		}
-		var tick <-chan time.Time
+		every := copyKeepAlive
 		if idleMS > 0 {
-			t := time.NewTicker(max(time.Duration(idleMS)*time.Millisecond/3, 10*time.Millisecond))
-			defer t.Stop()
-			tick = t.C
+			every = min(every, max(time.Duration(idleMS)*time.Millisecond/3, 10*time.Millisecond))
 		}
+		keepAlive := time.NewTicker(every)
+		defer keepAlive.Stop()
+		tick := keepAlive.C
 		for {
 			var chunk copyChunkOf
 			select {
