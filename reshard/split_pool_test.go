@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,4 +107,36 @@ func TestLockRefusesAPoolOfOne(t *testing.T) {
 	if _, err := reshard.MoveShard(ctx, r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}}); !errors.Is(err, reshard.ErrPoolTooSmall) {
 		t.Errorf("a move from a database with a pool of one: %v, want ErrPoolTooSmall", err)
 	}
+}
+
+// TestSplitThroughAPoolerIdleTimeout: PgBouncer ends a client's
+// connection that stays idle in a transaction past idle_transaction_timeout
+// (here 6 s), whatever the server's own timeout (none here). A split's
+// copy sessions wait, in their transactions, for the monolith's read (held
+// up 8 s): they keep busy every 5 s, and the split runs.
+func TestSplitThroughAPoolerIdleTimeout(t *testing.T) {
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	var names []string
+	for _, dsn := range e.dsns {
+		names = append(names, regexp.MustCompile(`dbname=(\S+)`).FindStringSubmatch(dsn)[1])
+	}
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 8, Databases: names,
+		Extra: []string{"idle_transaction_timeout = 6"}})
+	var pooled []*gorm.DB
+	for _, n := range names {
+		pooled = append(pooled, b.Open(n, "postgres"))
+	}
+	cfg := e.cfg
+	cfg.DBs = pooled
+	cfg.Catalog = &reshard.Catalog{DB: pooled[0]}
+	var once sync.Once
+	slow := func(string, int64) { once.Do(func() { time.Sleep(8 * time.Second) }) }
+	_, err := reshard.SplitShards(context.Background(), cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{Progress: slow})
+	if err != nil {
+		t.Fatalf("a split whose read outlasts PgBouncer's idle_transaction_timeout: %v", err)
+	}
+	if _, err := reshard.SplitShards(context.Background(), cfg, []int{2, 3}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newSplitWriters(e).check(t, map[string]int64{"users": 20, "photos": 40, "comments": 80})
 }
