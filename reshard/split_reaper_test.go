@@ -24,7 +24,7 @@ func TestSplitThroughAnIdleTransactionReaperPostgres(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	for i := range e.dbs {
-		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET idle_in_transaction_session_timeout = '500ms'", e.dbName(i))).Error; err != nil {
+		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET idle_in_transaction_session_timeout = '1s'", e.dbName(i))).Error; err != nil {
 			t.Fatal(err)
 		}
 		// The sessions opened from now on have it.
@@ -37,11 +37,11 @@ func TestSplitThroughAnIdleTransactionReaperPostgres(t *testing.T) {
 	}
 	var got string
 	e.dbs[1].Raw("SHOW idle_in_transaction_session_timeout").Scan(&got)
-	if got != "500ms" {
+	if got != "1s" {
 		t.Fatalf("the target's idle_in_transaction_session_timeout: %q", got)
 	}
 	var once sync.Once
-	slow := func(string, int64) { once.Do(func() { time.Sleep(1500 * time.Millisecond) }) }
+	slow := func(string, int64) { once.Do(func() { time.Sleep(3 * time.Second) }) }
 	plan, err := reshard.PlanSplit(ctx, e.cfg, []string{"pg_a", "pg_b"}, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -82,13 +82,13 @@ func TestSplitLockLostSaysSoPostgres(t *testing.T) {
 // large one), its verification as long as sums over the shards' tables.
 // The mover's reads and copies lift the cap for themselves. Here the read
 // of comments outlasts it, waiting for a lock another session holds for
-// 1.5 s (a statement's time includes its waits), and the split must still
+// 5 s (a statement's time includes its waits), and the split must still
 // run.
 func TestSplitThroughAStatementTimeoutPostgres(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	for i := range e.dbs {
-		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET statement_timeout = '500ms'", e.dbName(i))).Error; err != nil {
+		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET statement_timeout = '2s'", e.dbName(i))).Error; err != nil {
 			t.Fatal(err)
 		}
 		sqlDB, err := e.dbs[i].DB()
@@ -100,7 +100,7 @@ func TestSplitThroughAStatementTimeoutPostgres(t *testing.T) {
 	}
 	var got string
 	e.dbs[0].Raw("SHOW statement_timeout").Scan(&got)
-	if got != "500ms" {
+	if got != "2s" {
 		t.Fatalf("the monolith's statement_timeout: %q", got)
 	}
 	var held sync.WaitGroup
@@ -115,7 +115,7 @@ func TestSplitThroughAStatementTimeoutPostgres(t *testing.T) {
 			tx := e.dbs[0].Begin()
 			err := tx.Exec("LOCK TABLE comments IN ACCESS EXCLUSIVE MODE").Error
 			locked <- err
-			time.Sleep(1500 * time.Millisecond)
+			time.Sleep(5 * time.Second)
 			tx.Rollback()
 		}()
 		if err := <-locked; err != nil {
@@ -177,12 +177,12 @@ func TestSplitRunAgainDoesNotWaitForeverPostgres(t *testing.T) {
 
 // TestSplitThroughAStatementCapMariaDB is
 // TestSplitThroughAStatementTimeoutPostgres on MariaDB: the mover's user
-// has max_statement_time 1s (MAX_STATEMENT_TIME, as a DBA caps a user),
-// and the read of comments waits 3 s for another session's table lock.
+// has max_statement_time 2s (MAX_STATEMENT_TIME, as a DBA caps a user),
+// and the read of comments waits 5 s for another session's table lock.
 func TestSplitThroughAStatementCapMariaDB(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
-	mover, _ := e.asMoverMySQL(t, "splitcapped", "ALTER USER %[1]s WITH MAX_STATEMENT_TIME 1")
+	mover, _ := e.asMoverMySQL(t, "splitcapped", "ALTER USER %[1]s WITH MAX_STATEMENT_TIME 2")
 	for _, db := range mover.dbs {
 		sqlDB, err := db.DB()
 		if err != nil {
@@ -193,7 +193,7 @@ func TestSplitThroughAStatementCapMariaDB(t *testing.T) {
 	}
 	var got float64
 	mover.dbs[0].Raw("SELECT @@max_statement_time").Scan(&got)
-	if got != 1 {
+	if got != 2 {
 		t.Fatalf("the mover's max_statement_time: %v", got)
 	}
 	var held sync.WaitGroup
@@ -208,7 +208,7 @@ func TestSplitThroughAStatementCapMariaDB(t *testing.T) {
 			_ = e.dbs[0].Connection(func(tx *gorm.DB) error {
 				err := tx.Exec("LOCK TABLES comments WRITE").Error
 				locked <- err
-				time.Sleep(3 * time.Second)
+				time.Sleep(5 * time.Second)
 				return tx.Exec("UNLOCK TABLES").Error
 			})
 		}()
