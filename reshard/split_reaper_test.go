@@ -65,7 +65,7 @@ func TestSplitLockLostSaysSoPostgres(t *testing.T) {
 		if stage == "flipped" {
 			killMoveLock(t, e.dbs[0], "public")
 			// Until the lock's keep-alive finds it gone.
-			time.Sleep(sqllock.DefaultKeepAlive + time.Second)
+			time.Sleep(sqllock.DefaultKeepAlive + 3*time.Second)
 		}
 	}})
 	if !errors.Is(err, reshard.ErrMoveLockLost) {
