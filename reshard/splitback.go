@@ -165,11 +165,19 @@ func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts Roll
 			err = fmt.Errorf("shardid: roll back: %w: %w", lost, err)
 		}
 	}()
+	if p, err := sp.foreignSplitObjectsPG(ctx); err != nil {
+		return nil, err
+	} else if p != "" {
+		return nil, withDetail(ErrMoverPrivileges, "roll back: "+p)
+	}
 	if err := sp.checkDeclared(ctx, false); err != nil {
 		return nil, err
 	}
 	if err := sp.ensureBackTable(ctx); err != nil {
 		return nil, err
+	}
+	if err := sp.ownSplitObjectsAsTablesPG(ctx); err != nil {
+		return nil, fmt.Errorf("shardid: roll back: giving the split's objects on the monolith to the tables' owner: %w", err)
 	}
 	b := &splitBatch{sp: sp}
 	if err := b.readColumns(ctx); err != nil {

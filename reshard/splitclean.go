@@ -110,6 +110,10 @@ func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch) (int64, er
 	if err != nil {
 		return 0, err
 	}
+	// splitDoneFunction, just made: the tables' owner's too.
+	if err := sp.ownSplitObjectsAsTablesPG(ctx); err != nil {
+		return deleted, fmt.Errorf("the monolith is emptied, but giving the split's objects to the tables' owner: %w", err)
+	}
 	return deleted, nil
 }
 

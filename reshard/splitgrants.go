@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/shardid/shardid/internal/routesql"
 	"gorm.io/gorm"
 )
 
@@ -262,6 +263,11 @@ func (sp *splitter) splitPrivileges(ctx context.Context, targets []int, shards m
 	g, err = readSplitGrants(ctx, sp.mono, sp.schema, tables)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if p, err := sp.foreignSplitObjectsPG(ctx); err != nil {
+		return nil, nil, nil, err
+	} else if p != "" {
+		problems = append(problems, p)
 	}
 	// The mover on the monolith.
 	for _, t := range tables {
@@ -520,4 +526,98 @@ func grantTo(grantee string) string {
 		return strings.Trim(r, "'")
 	}
 	return grantee
+}
+
+// splitObjectsPG are the names of the split's own tables and functions in
+// the monolith's schema (PostgreSQL).
+func (sp *splitter) splitObjectsPG() (tables, functions []string) {
+	tables = []string{splitTablesTable, splitStateTable, splitChangeTable, splitBackTable}
+	functions = []string{"shardid_split_check", routesql.SplitSealedFunction, splitDoneFunction}
+	for _, t := range sp.tables {
+		functions = append(functions, splitFunction(t.Name))
+	}
+	return tables, functions
+}
+
+// ownSplitObjectsPG gives the split's own tables and functions on the
+// monolith (as they exist) to owner, the sharded tables' owner (quoted),
+// where they belong to another role and owner may create in the schema:
+// a later batch, a roll-back or an abort run by that owner, not a
+// superuser, may then use them, whoever ran the first batch. A mover that
+// may not give them away leaves them as they are (splitPrivileges refuses
+// a mover that may not use them).
+func (sp *splitter) ownSplitObjectsPG(ctx context.Context, owner string) error {
+	if sp.mysql || owner == "" {
+		return nil
+	}
+	tables, functions := sp.splitObjectsPG()
+	var alters []string
+	err := sp.mono.WithContext(ctx).Raw(`SELECT 'ALTER TABLE ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname) || ' OWNER TO ' || ?
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relname IN ? AND c.relkind = 'r' AND quote_ident(pg_get_userbyid(c.relowner)) <> ?
+			AND has_schema_privilege(to_regrole(?), n.oid, 'CREATE') AND pg_has_role(c.relowner, 'USAGE')
+			AND pg_has_role(to_regrole(?), 'USAGE')
+		UNION ALL
+		SELECT 'ALTER FUNCTION ' || p.oid::regprocedure::text || ' OWNER TO ' || ?
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = ? AND p.proname IN ? AND quote_ident(pg_get_userbyid(p.proowner)) <> ?
+			AND has_schema_privilege(to_regrole(?), n.oid, 'CREATE') AND pg_has_role(p.proowner, 'USAGE')
+			AND pg_has_role(to_regrole(?), 'USAGE')`,
+		owner, sp.schema, tables, owner, owner, owner, owner, sp.schema, functions, owner, owner, owner).Scan(&alters).Error
+	if err != nil || len(alters) == 0 {
+		return err
+	}
+	return execAll(ctx, sp.mono, alters)
+}
+
+// foreignSplitObjectsPG returns a problem (as splitPrivileges words them)
+// when the split's own tables or functions on the monolith belong to a
+// role the mover may not act as: a split begun by a superuser, run on by
+// the tables' owner before a superuser's run gave them to it.
+func (sp *splitter) foreignSplitObjectsPG(ctx context.Context) (string, error) {
+	if sp.mysql {
+		return "", nil
+	}
+	tables, functions := sp.splitObjectsPG()
+	var found []struct{ Name, Owner string }
+	err := sp.mono.WithContext(ctx).Raw(`SELECT c.relname AS name, pg_get_userbyid(c.relowner) AS owner
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relname IN ? AND c.relkind = 'r' AND NOT pg_has_role(c.relowner, 'USAGE')
+		UNION ALL
+		SELECT p.proname, pg_get_userbyid(p.proowner) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = ? AND p.proname IN ? AND NOT pg_has_role(p.proowner, 'USAGE') ORDER BY 1`,
+		sp.schema, tables, sp.schema, functions).Scan(&found).Error
+	if err != nil || len(found) == 0 {
+		return "", err
+	}
+	var names, owners []string
+	for _, f := range found {
+		names = append(names, f.Name)
+		if !slices.Contains(owners, f.Owner) {
+			owners = append(owners, f.Owner)
+		}
+	}
+	var me string
+	if err := sp.mono.WithContext(ctx).Raw("SELECT current_user").Scan(&me).Error; err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s: the split's own objects there (%s) belong to %s, which the mover (%s) may not act as: a run before this one was another role's; "+
+		"run this one as %[3]s or a superuser, which gives them to the sharded tables' owner", sp.cfg.Monolith, strings.Join(names, ", "), strings.Join(owners, ", "), me), nil
+}
+
+// ownSplitObjectsAsTablesPG is ownSplitObjectsPG for the sharded tables'
+// owner, read from the monolith.
+func (sp *splitter) ownSplitObjectsAsTablesPG(ctx context.Context) error {
+	if sp.mysql {
+		return nil
+	}
+	tables := make([]string, len(sp.tables))
+	for i, t := range sp.tables {
+		tables[i] = t.Name
+	}
+	g, err := readSplitGrants(ctx, sp.mono, sp.schema, tables)
+	if err != nil {
+		return err
+	}
+	return sp.ownSplitObjectsPG(ctx, g.owner)
 }

@@ -162,6 +162,11 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err := sp.installTriggers(ctx, users); err != nil {
 		return res, fmt.Errorf("shardid: split: installing its triggers on the monolith: %w", err)
 	}
+	if grants != nil {
+		if err := sp.ownSplitObjectsPG(ctx, grants.owner); err != nil {
+			return res, fmt.Errorf("shardid: split: giving its objects on the monolith to the tables' owner: %w", err)
+		}
+	}
 	state, err := sp.readSplitState(ctx, b.shards)
 	if err != nil {
 		return res, err
