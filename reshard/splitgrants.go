@@ -567,7 +567,17 @@ func (sp *splitter) ownSplitObjectsPG(ctx context.Context, owner string) error {
 	if err != nil || len(alters) == 0 {
 		return err
 	}
-	return execAll(ctx, sp.mono, alters)
+	// Under a lock timeout, retried: ALTER TABLE takes the state table,
+	// which every write of the monolith's sharded tables reads, for
+	// itself, and must not hold the writers up behind a long transaction.
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		for _, q := range alters {
+			if err := tx.Exec(q).Error; err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	})
 }
 
 // foreignSplitObjectsPG returns a problem (as splitPrivileges words them)
