@@ -151,7 +151,7 @@ func readCarried(ctx context.Context, src, dst *gorm.DB, schema string, tables [
 	checked := map[string]bool{me: true}
 	if s := objs["SCHEMA "]; s != nil {
 		for k := range s.Privileges {
-			grantee, _, _ := strings.Cut(k, " ")
+			grantee, _ := cutGrant(k)
 			if grantee == "PUBLIC" || checked[grantee] {
 				continue
 			}
@@ -219,7 +219,7 @@ func (p *carried) apply(ctx context.Context, dst *gorm.DB, in string, tables []s
 		}
 		on := want.Kind + " " + pgTarget(want.Kind, in, want.Name)
 		for k, grantable := range got.Privileges {
-			grantee, priv, _ := strings.Cut(k, " ")
+			grantee, priv := cutGrant(k)
 			wantGrantable, ok := want.Privileges[k]
 			switch {
 			case !ok:
@@ -229,7 +229,7 @@ func (p *carried) apply(ctx context.Context, dst *gorm.DB, in string, tables []s
 			}
 		}
 		for k, grantable := range want.Privileges {
-			grantee, priv, _ := strings.Cut(k, " ")
+			grantee, priv := cutGrant(k)
 			gotGrantable, ok := got.Privileges[k]
 			if !ok || (grantable && !gotGrantable) {
 				q := fmt.Sprintf("GRANT %s ON %s TO %s", priv, on, grantee)
@@ -241,6 +241,13 @@ func (p *carried) apply(ctx context.Context, dst *gorm.DB, in string, tables []s
 		}
 	}
 	return execAll(ctx, dst, stmts)
+}
+
+// cutGrant splits a key of pgObject.Privileges, "grantee privilege": the
+// grantee, quoted, may hold a space ("App Role"), a privilege never does.
+func cutGrant(k string) (grantee, privilege string) {
+	i := strings.LastIndexByte(k, ' ')
+	return k[:i], k[i+1:]
 }
 
 // execAll runs stmts in one transaction on db.

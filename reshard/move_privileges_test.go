@@ -76,6 +76,9 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 			}
 			app := testdb.PostgresRole(t, "pvapp", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
 			stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+			// A role whose quoted name holds a space, granted reads: its
+			// grants are carried as the others' (privilegesOf).
+			auditor := testdb.PostgresRole(t, "pv Auditor", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
 
 			ro := privRouter(t, owner)
 			if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
@@ -89,6 +92,11 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 				for _, g := range []string{"GRANT USAGE ON SCHEMA {{schema}} TO %q", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {{schema}} TO %q",
 					"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {{schema}} TO %q"} {
 					if err := ro.ForShard(s).Exec(fmt.Sprintf(g, app)).Error; err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, g := range []string{"GRANT USAGE ON SCHEMA {{schema}} TO %q", "GRANT SELECT ON ALL TABLES IN SCHEMA {{schema}} TO %q"} {
+					if err := ro.ForShard(s).Exec(fmt.Sprintf(g, auditor)).Error; err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/gorm"
 )
 
 // A split through PgBouncer in transaction mode, two server connections
@@ -22,18 +21,7 @@ import (
 func TestSplitThroughTransactionPool(t *testing.T) {
 	const users = 100
 	e := newSplitEnvPG(t, 16, users, 3, 2)
-	var names []string
-	for _, dsn := range e.dsns {
-		names = append(names, regexp.MustCompile(`dbname=(\S+)`).FindStringSubmatch(dsn)[1])
-	}
-	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 2, Databases: names})
-	var pooled []*gorm.DB
-	for _, n := range names {
-		pooled = append(pooled, b.Open(n, "postgres"))
-	}
-	cfg := e.cfg
-	cfg.DBs = pooled
-	cfg.Catalog = &reshard.Catalog{DB: pooled[0]}
+	cfg := e.throughPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	plan, err := reshard.PlanSplit(ctx, cfg, []string{e.names[1], e.names[2]}, 4)
@@ -65,7 +53,7 @@ func TestSplitThroughTransactionPool(t *testing.T) {
 	w.check(t, map[string]int64{"users": users + int64(len(w.users)), "photos": users*3 + int64(len(w.photos)), "comments": users*3*2 + int64(live)})
 	var locks []string
 	e.dbs[0].Raw(`SELECT l.pid || '/' || d.datname FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-		WHERE l.locktype = 'advisory' AND d.datname IN ?`, names).Scan(&locks)
+		WHERE l.locktype = 'advisory' AND d.datname IN ?`, []string{e.dbName(0), e.dbName(1), e.dbName(2)}).Scan(&locks)
 	if len(locks) > 0 {
 		t.Errorf("advisory locks held after the split: %v", locks)
 	}
@@ -116,19 +104,7 @@ func TestLockRefusesAPoolOfOne(t *testing.T) {
 // up 8 s): they keep busy every 5 s, and the split runs.
 func TestSplitThroughAPoolerIdleTimeout(t *testing.T) {
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
-	var names []string
-	for _, dsn := range e.dsns {
-		names = append(names, regexp.MustCompile(`dbname=(\S+)`).FindStringSubmatch(dsn)[1])
-	}
-	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 8, Databases: names,
-		Extra: []string{"idle_transaction_timeout = 6"}})
-	var pooled []*gorm.DB
-	for _, n := range names {
-		pooled = append(pooled, b.Open(n, "postgres"))
-	}
-	cfg := e.cfg
-	cfg.DBs = pooled
-	cfg.Catalog = &reshard.Catalog{DB: pooled[0]}
+	cfg := e.throughPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 8, Extra: []string{"idle_transaction_timeout = 6"}})
 	var once sync.Once
 	slow := func(string, int64) { once.Do(func() { time.Sleep(8 * time.Second) }) }
 	_, err := reshard.SplitShards(context.Background(), cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{Progress: slow})
@@ -139,4 +115,22 @@ func TestSplitThroughAPoolerIdleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	newSplitWriters(e).check(t, map[string]int64{"users": 20, "photos": 40, "comments": 80})
+}
+
+// throughPgBouncer starts a PgBouncer (opts, serving e's databases) and
+// returns e's split configuration with every database, and the catalog,
+// reached through it.
+func (e *splitEnv) throughPgBouncer(t *testing.T, opts testdb.PgBouncerOptions) reshard.SplitConfig {
+	t.Helper()
+	for _, dsn := range e.dsns {
+		opts.Databases = append(opts.Databases, regexp.MustCompile(`dbname=(\S+)`).FindStringSubmatch(dsn)[1])
+	}
+	b := testdb.StartPgBouncer(t, opts)
+	cfg := e.cfg
+	cfg.DBs = nil
+	for _, n := range opts.Databases {
+		cfg.DBs = append(cfg.DBs, b.Open(n, "postgres"))
+	}
+	cfg.Catalog = &reshard.Catalog{DB: cfg.DBs[0]}
+	return cfg
 }

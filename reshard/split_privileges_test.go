@@ -10,7 +10,6 @@ import (
 
 	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
 
@@ -30,16 +29,11 @@ func (e *splitEnv) dbName(i int) string {
 func (e *splitEnv) asRolePG(t *testing.T, role string) *splitEnv {
 	t.Helper()
 	c := *e
-	c.dbs, c.dsns = nil, nil
+	c.dsns = nil
 	for _, dsn := range e.dsns {
-		dsn = strings.Replace(dsn, "user=postgres", "user="+role, 1)
-		db, err := gorm.Open(postgres.Open(dsn), testdb.GormConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		testdb.CloseAtEnd(t, db)
-		c.dbs, c.dsns = append(c.dbs, db), append(c.dsns, dsn)
+		c.dsns = append(c.dsns, strings.Replace(dsn, "user=postgres", "user="+role, 1))
 	}
+	c.dbs = openEach(t, "postgres", c.dsns, nil)
 	c.cat = &reshard.Catalog{DB: c.dbs[0]}
 	c.cfg.DBs, c.cfg.Catalog = c.dbs, c.cat
 	return &c
@@ -274,7 +268,7 @@ func TestSplitRefusesUsersWithoutTheShardsMariaDB(t *testing.T) {
 	app := testdb.MySQLUser(t, e.dbs[0], "splitapp", "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+mono+"`.users TO %[1]s",
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON `"+mono+"`.photos TO %[1]s", "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+mono+"`.comments TO %[1]s")
 	reader := testdb.MySQLUser(t, e.dbs[0], "splitreader", "GRANT SELECT ON `"+mono+"`.* TO %[1]s")
-	pattern := strings.ReplaceAll(strings.TrimSuffix(e.m.SchemaPattern(), "%04d"), "_", `\_`) + "%"
+	pattern := strings.TrimSuffix(e.shardsPatternMySQL(), "%") // the GRANT as run, its % single
 	fixes := []string{"GRANT DELETE, INSERT, SELECT, UPDATE ON `" + pattern + "`.* TO '" + app + "'@'%'",
 		"GRANT SELECT ON `" + pattern + "`.* TO '" + reader + "'@'%'"}
 	_, err := reshard.PlanSplit(ctx, e.cfg, []string{"my_a", "my_b"}, 2)
@@ -389,9 +383,13 @@ func TestSplitGivesTheCopiesTheirOwnerPostgres(t *testing.T) {
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	owner := testdb.PostgresRole(t, "splitowner")
 	reporter := testdb.PostgresRole(t, "splitreporter")
+	// A role whose quoted name holds a space and capitals, granted with
+	// the grant option: carried as it is.
+	auditor := testdb.PostgresRole(t, "split Auditor")
 	var tables []string
 	e.dbs[0].Raw("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").Scan(&tables)
-	stmts := []string{`GRANT SELECT (id, name), UPDATE (name) ON users TO "` + reporter + `"`}
+	stmts := []string{`GRANT SELECT (id, name), UPDATE (name) ON users TO "` + reporter + `"`,
+		`GRANT SELECT ON users, photos TO "` + auditor + `"`, `GRANT UPDATE (name) ON users TO "` + auditor + `" WITH GRANT OPTION`}
 	for _, tb := range tables {
 		if !strings.HasPrefix(tb, "shardid_") {
 			stmts = append(stmts, `ALTER TABLE "`+tb+`" OWNER TO "`+owner+`"`)
@@ -428,6 +426,14 @@ func TestSplitGivesTheCopiesTheirOwnerPostgres(t *testing.T) {
 		}
 		if err := db.Exec("SELECT plan_id FROM " + tbl).Error; err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("shard %d: the reporter's read of a column it may not read: %v, want permission denied", s, err)
+		}
+		var may struct{ Usage, Read, Update, Other bool }
+		e.dbs[v.DB(s)].Raw(`SELECT has_schema_privilege($1, $2, 'USAGE') AS usage, has_table_privilege($1, $3, 'SELECT') AS read,
+			has_column_privilege($1, $3, 'name', 'UPDATE WITH GRANT OPTION') AS update, has_table_privilege($1, $3, 'DELETE') AS other`,
+			auditor, v.Schema(s), tbl).Scan(&may)
+		if !may.Usage || !may.Read || !may.Update || may.Other {
+			t.Errorf("shard %d: %q may use its schema %v, read users %v, update its name with the grant option %v, delete %v; want true, true, true, false",
+				s, auditor, may.Usage, may.Read, may.Update, may.Other)
 		}
 	}
 }
@@ -531,8 +537,7 @@ func (e *splitEnv) asMoverMySQL(t *testing.T, name string, grants ...string) (*s
 		e.dbs[i].Raw("SELECT DATABASE()").Scan(&n)
 		names = append(names, n)
 	}
-	pattern := strings.ReplaceAll(strings.TrimSuffix(e.m.SchemaPattern(), "%04d"), "_", `\_`) + "%%"
-	grants = append(grants, "GRANT ALL PRIVILEGES ON `"+pattern+"`.* TO %[1]s")
+	grants = append(grants, "GRANT ALL PRIVILEGES ON `"+e.shardsPatternMySQL()+"`.* TO %[1]s")
 	for _, n := range names {
 		grants = append(grants, "GRANT ALL PRIVILEGES ON `"+n+"`.* TO %[1]s")
 	}
@@ -589,9 +594,8 @@ func TestSplitWarnsWhenItCannotGrantTheStateMariaDB(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
 	mover, names := e.asMoverMySQL(t, "splitnogrant", "GRANT SELECT ON mysql.* TO %[1]s")
-	pattern := strings.ReplaceAll(strings.TrimSuffix(e.m.SchemaPattern(), "%04d"), "_", `\_`) + "%%"
 	app := testdb.MySQLUser(t, e.dbs[0], "splitapp", "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+names[0]+"`.users TO %[1]s",
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON `"+pattern+"`.* TO %[1]s")
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON `"+e.shardsPatternMySQL()+"`.* TO %[1]s")
 	p, err := reshard.PlanSplit(ctx, mover.cfg, []string{"my_a", "my_b"}, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -650,4 +654,10 @@ func TestSplitGoesOnUnderAnotherRolePostgres(t *testing.T) {
 	if !errors.Is(err, reshard.ErrMoverPrivileges) || !strings.Contains(err.Error(), "shardid_split_state") || !strings.Contains(err.Error(), "run this one as postgres or a superuser") {
 		t.Fatalf("a roll-back by the owner of a split whose state the superuser kept: %v, want ErrMoverPrivileges naming it", err)
 	}
+}
+
+// shardsPatternMySQL is the grant pattern (MySQL) of e's shards'
+// databases, with its % doubled, for testdb.MySQLUser's grants.
+func (e *splitEnv) shardsPatternMySQL() string {
+	return strings.ReplaceAll(strings.TrimSuffix(e.m.SchemaPattern(), "%04d"), "_", `\_`) + "%%"
 }

@@ -23,23 +23,7 @@ import (
 func TestSplitThroughAnIdleTransactionReaperPostgres(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
-	for i := range e.dbs {
-		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET idle_in_transaction_session_timeout = '1s'", e.dbName(i))).Error; err != nil {
-			t.Fatal(err)
-		}
-		// The sessions opened from now on have it.
-		sqlDB, err := e.dbs[i].DB()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sqlDB.SetMaxIdleConns(0)
-		sqlDB.SetMaxIdleConns(2)
-	}
-	var got string
-	e.dbs[1].Raw("SHOW idle_in_transaction_session_timeout").Scan(&got)
-	if got != "1s" {
-		t.Fatalf("the target's idle_in_transaction_session_timeout: %q", got)
-	}
+	e.setOnDatabasesPG(t, "idle_in_transaction_session_timeout", "1s")
 	var once sync.Once
 	slow := func(string, int64) { once.Do(func() { time.Sleep(3 * time.Second) }) }
 	plan, err := reshard.PlanSplit(ctx, e.cfg, []string{"pg_a", "pg_b"}, 2)
@@ -87,43 +71,10 @@ func TestSplitLockLostSaysSoPostgres(t *testing.T) {
 func TestSplitThroughAStatementTimeoutPostgres(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
-	for i := range e.dbs {
-		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET statement_timeout = '2s'", e.dbName(i))).Error; err != nil {
-			t.Fatal(err)
-		}
-		sqlDB, err := e.dbs[i].DB()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sqlDB.SetMaxIdleConns(0)
-		sqlDB.SetMaxIdleConns(2)
-	}
-	var got string
-	e.dbs[0].Raw("SHOW statement_timeout").Scan(&got)
-	if got != "2s" {
-		t.Fatalf("the monolith's statement_timeout: %q", got)
-	}
-	var held sync.WaitGroup
-	hold := func(stage string) {
-		if stage != "created" {
-			return
-		}
-		locked := make(chan error, 1)
-		held.Add(1)
-		go func() {
-			defer held.Done()
-			tx := e.dbs[0].Begin()
-			err := tx.Exec("LOCK TABLE comments IN ACCESS EXCLUSIVE MODE").Error
-			locked <- err
-			time.Sleep(5 * time.Second)
-			tx.Rollback()
-		}()
-		if err := <-locked; err != nil {
-			t.Error(err)
-		}
-	}
+	e.setOnDatabasesPG(t, "statement_timeout", "2s")
+	hold, held := lockAt(t, e.dbs[0], "created", 5*time.Second, "BEGIN", "LOCK TABLE comments IN ACCESS EXCLUSIVE MODE", "ROLLBACK")
 	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{OnStage: hold})
-	held.Wait()
+	held()
 	if err != nil {
 		t.Fatalf("a split whose read outlasts the servers' statement_timeout: %v", err)
 	}
@@ -183,41 +134,15 @@ func TestSplitThroughAStatementCapMariaDB(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
 	mover, _ := e.asMoverMySQL(t, "splitcapped", "ALTER USER %[1]s WITH MAX_STATEMENT_TIME 2")
-	for _, db := range mover.dbs {
-		sqlDB, err := db.DB()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sqlDB.SetMaxIdleConns(0) // the sessions opened from now on have it
-		sqlDB.SetMaxIdleConns(2)
-	}
+	dropIdleSessions(t, mover.dbs) // the sessions opened from now on have it
 	var got float64
 	mover.dbs[0].Raw("SELECT @@max_statement_time").Scan(&got)
 	if got != 2 {
 		t.Fatalf("the mover's max_statement_time: %v", got)
 	}
-	var held sync.WaitGroup
-	hold := func(stage string) {
-		if stage != "created" {
-			return
-		}
-		locked := make(chan error, 1)
-		held.Add(1)
-		go func() {
-			defer held.Done()
-			_ = e.dbs[0].Connection(func(tx *gorm.DB) error {
-				err := tx.Exec("LOCK TABLES comments WRITE").Error
-				locked <- err
-				time.Sleep(5 * time.Second)
-				return tx.Exec("UNLOCK TABLES").Error
-			})
-		}()
-		if err := <-locked; err != nil {
-			t.Error(err)
-		}
-	}
+	hold, held := lockAt(t, e.dbs[0], "created", 5*time.Second, "LOCK TABLES comments WRITE", "UNLOCK TABLES")
 	_, err := reshard.SplitShards(ctx, mover.cfg, []int{0, 1}, []string{"my_a", "my_b"}, reshard.SplitOptions{OnStage: hold})
-	held.Wait()
+	held()
 	if err != nil {
 		t.Fatalf("a split whose read outlasts the mover's max_statement_time: %v", err)
 	}
@@ -228,4 +153,69 @@ func TestSplitThroughAStatementCapMariaDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	newSplitWriters(e).check(t, map[string]int64{"users": 20, "photos": 40, "comments": 80})
+}
+
+// setOnDatabasesPG sets setting to value on each of e's databases (ALTER
+// DATABASE, as a DBA would), for the sessions opened from then on, and
+// drops the sessions the pools hold.
+func (e *splitEnv) setOnDatabasesPG(t *testing.T, setting, value string) {
+	t.Helper()
+	for i := range e.dbs {
+		if err := e.dbs[0].Exec(fmt.Sprintf("ALTER DATABASE %s SET %s = '%s'", e.dbName(i), setting, value)).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropIdleSessions(t, e.dbs)
+	var got string
+	e.dbs[1].Raw("SELECT current_setting(?)", setting).Scan(&got)
+	if got != value {
+		t.Fatalf("a new session's %s: %q, want %q", setting, got, value)
+	}
+}
+
+// dropIdleSessions closes the idle sessions of dbs' pools: those opened
+// from now on have the settings of now.
+func dropIdleSessions(t *testing.T, dbs []*gorm.DB) {
+	t.Helper()
+	for _, db := range dbs {
+		sqlDB, err := db.DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB.SetMaxIdleConns(0)
+		sqlDB.SetMaxIdleConns(2)
+	}
+}
+
+// lockAt returns an OnStage that, at stage, has a session of db run lock
+// (statements that take a table lock) and, hold later, unlock, and a wait
+// that returns once the lock is let go.
+func lockAt(t *testing.T, db *gorm.DB, stage string, hold time.Duration, lockAndUnlock ...string) (onStage func(string), wait func()) {
+	lock, unlock := lockAndUnlock[:len(lockAndUnlock)-1], lockAndUnlock[len(lockAndUnlock)-1]
+	var held sync.WaitGroup
+	onStage = func(s string) {
+		if s != stage {
+			return
+		}
+		locked := make(chan error, 1)
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			_ = db.Connection(func(conn *gorm.DB) error {
+				for _, q := range lock {
+					if err := conn.Exec(q).Error; err != nil {
+						locked <- err
+						return err
+					}
+				}
+				locked <- nil
+				time.Sleep(hold)
+				return conn.Exec(unlock).Error
+			})
+		}()
+		if err := <-locked; err != nil {
+			t.Error(err)
+		}
+	}
+	return onStage, held.Wait
 }

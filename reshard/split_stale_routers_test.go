@@ -70,22 +70,8 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 	t.Helper()
 	ctx := context.Background()
 	pg := e.dbs[0].Dialector.Name() == "postgres"
-	var gdbs []*gorm.DB
-	var sdbs []*sql.DB
-	for _, dsn := range e.dsns {
-		dial := mysql.Open(dsn)
-		if pg {
-			dial = postgres.Open(dsn)
-		}
-		db, err := gorm.Open(dial, testdb.GormConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		testdb.CloseAtEnd(t, db)
-		gdbs = append(gdbs, db)
-		s, _ := db.DB()
-		sdbs = append(sdbs, s)
-	}
+	gdbs := openEach(t, e.dbs[0].Dialector.Name(), e.dsns, nil)
+	sdbs := sqlDBs(gdbs)
 	gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: m})
 	if err != nil {
 		t.Fatal(err)
@@ -552,24 +538,8 @@ func testStaleRoutersAfterTheFlip(t *testing.T, e *splitEnv) {
 	// A GORM session of a router that follows the map, taken before the
 	// flip: its update runs where the shard is at the time, and so must
 	// the check, not on the database the session was taken for.
-	var gdbs []*gorm.DB
-	var sdbs []*sql.DB
-	for _, db := range e.dbs {
-		s, _ := db.DB()
-		sdbs = append(sdbs, s)
-	}
-	for _, dsn := range e.dsns {
-		dial := postgres.Open(dsn)
-		if mysql {
-			dial = mysqlOpen(dsn)
-		}
-		g, err := gorm.Open(dial, testdb.GormConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		testdb.CloseAtEnd(t, g)
-		gdbs = append(gdbs, g)
-	}
+	sdbs := sqlDBs(e.dbs)
+	gdbs := openEach(t, e.dbs[0].Dialector.Name(), e.dsns, nil)
 	following, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: e.m})
 	if err != nil {
 		t.Fatal(err)
@@ -680,9 +650,8 @@ func TestSplitStaleRouterOfARestrictedRoleMariaDB(t *testing.T) {
 	var mono string
 	e.dbs[0].Raw("SELECT DATABASE()").Scan(&mono)
 	// And on the shards' databases, without which the split refuses.
-	pattern := strings.ReplaceAll(strings.TrimSuffix(e.m.SchemaPattern(), "%04d"), "_", `\_`) + "%%"
 	user := testdb.MySQLUser(t, e.dbs[0], "stale", "GRANT SELECT, INSERT, UPDATE, DELETE ON "+mono+".users TO %[1]s",
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON `"+pattern+"`.* TO %[1]s")
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON `"+e.shardsPatternMySQL()+"`.* TO %[1]s")
 	var dsns []string
 	for _, dsn := range e.dsns {
 		dsns = append(dsns, testdb.MySQLUserDSN(dsn, user))
@@ -925,18 +894,13 @@ func TestSplitStaleRouterOnAPoolOfOne(t *testing.T) {
 	}
 	// GORM, with and without its default transaction.
 	for _, skip := range []bool{false, true} {
-		var gdbs []*gorm.DB
-		for _, dsn := range e.dsns {
+		gdbs := openEach(t, "postgres", e.dsns, func() *gorm.Config {
 			cfg := testdb.GormConfig()
 			cfg.SkipDefaultTransaction = skip
-			g, err := gorm.Open(postgres.Open(dsn), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			testdb.CloseAtEnd(t, g)
-			s, _ := g.DB()
+			return cfg
+		})
+		for _, s := range sqlDBs(gdbs) {
 			s.SetMaxOpenConns(1)
-			gdbs = append(gdbs, g)
 		}
 		gr, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: stale})
 		if err != nil {
@@ -1070,18 +1034,10 @@ func TestSplitWithCommittedBeforeTheSealPostgres(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	m := sharedMap(t, e)
-	var sdbs []*sql.DB
-	var gdbs []*gorm.DB
+	gdbs := openEach(t, e.dbs[0].Dialector.Name(), e.dsns, nil)
+	sdbs := sqlDBs(gdbs)
 	var pools []*pgxpool.Pool
 	for _, dsn := range e.dsns {
-		g, err := gorm.Open(postgres.Open(dsn), testdb.GormConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		testdb.CloseAtEnd(t, g)
-		gdbs = append(gdbs, g)
-		s, _ := g.DB()
-		sdbs = append(sdbs, s)
 		p, err := pgxpool.New(ctx, dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -1254,4 +1210,38 @@ func pgxRouterOn(t *testing.T, dsns []string, m *shardmap.Map, simple bool) *sha
 		t.Fatal(err)
 	}
 	return r
+}
+
+// openEach opens a GORM DB of each of dsns, of dialect ("postgres" or
+// "mysql"), each with a *gorm.Config of its own (gorm.Open keeps its
+// state in it) from cfg, testdb.GormConfig if nil, closed when the test
+// ends.
+func openEach(t *testing.T, dialect string, dsns []string, cfg func() *gorm.Config) []*gorm.DB {
+	t.Helper()
+	if cfg == nil {
+		cfg = testdb.GormConfig
+	}
+	var out []*gorm.DB
+	for _, dsn := range dsns {
+		dial := postgres.Open(dsn)
+		if dialect == "mysql" {
+			dial = mysqlOpen(dsn)
+		}
+		db, err := gorm.Open(dial, cfg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testdb.CloseAtEnd(t, db)
+		out = append(out, db)
+	}
+	return out
+}
+
+// sqlDBs are the database/sql pools of dbs.
+func sqlDBs(dbs []*gorm.DB) []*sql.DB {
+	out := make([]*sql.DB, len(dbs))
+	for i, db := range dbs {
+		out[i], _ = db.DB()
+	}
+	return out
 }

@@ -148,10 +148,7 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 				return n, err
 			}
 		case !sealed && m.Token > 0:
-			tables := make([]string, len(sp.tables))
-			for i, t := range sp.tables {
-				tables[i] = t.Name
-			}
+			tables := sp.tableNames()
 			if _, err := liftFence(ctx, src, schema, tables, m.Token); err != nil {
 				return n, err
 			}

@@ -32,10 +32,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 		return res, nil
 	}
 	src, schema := sp.cfg.DBs[bs.from], sp.cfg.Map.SchemaOf(s)
-	tables := make([]string, len(sp.tables))
-	for i, t := range sp.tables {
-		tables[i] = t.Name
-	}
+	tables := sp.tableNames()
 	// The shard's move lock on its target: no move, Fence or Unfence of
 	// it meanwhile.
 	slock, err := lockMove(ctx, src, schema, opts.LockWait, nil)

@@ -15,7 +15,7 @@ import (
 // roll-back run again after it was stopped goes on with the log it left,
 // which holds every write since its first copy began.
 func (bc *backCopy) capture(ctx context.Context, keep bool) error {
-	tables := bc.tableNames()
+	tables := bc.sp.tableNames()
 	if keep {
 		whole, err := captureWhole(ctx, bc.src, bc.schema, tables)
 		if err != nil || whole {
@@ -26,14 +26,6 @@ func (bc *backCopy) capture(ctx context.Context, keep bool) error {
 		return fmt.Errorf("shardid: starting the change log of %s: %w", bc.schema, err)
 	}
 	return nil
-}
-
-func (bc *backCopy) tableNames() []string {
-	out := make([]string, len(bc.sp.tables))
-	for i, t := range bc.sp.tables {
-		out[i] = t.Name
-	}
-	return out
 }
 
 // catchUp applies the change log until a read of it finds fewer than

@@ -62,9 +62,10 @@ func (b *splitBatch) byTarget() (targets []int, shards map[int][]int) {
 	return targets, shards
 }
 
-func (b *splitBatch) tableNames() []string {
-	out := make([]string, len(b.sp.tables))
-	for i, t := range b.sp.tables {
+// tableNames are the names of the sharded tables, parents first.
+func (sp *splitter) tableNames() []string {
+	out := make([]string, len(sp.tables))
+	for i, t := range sp.tables {
 		out[i] = t.Name
 	}
 	return out
@@ -91,7 +92,7 @@ func (b *splitBatch) readColumns(ctx context.Context) error {
 // rows that is not a split's or move's (the plan refuses it, and so does
 // checkTargetsEmpty). It returns the target fences' tokens.
 func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
-	tables := b.tableNames()
+	tables := b.sp.tableNames()
 	defs := map[string]string{}
 	var indexes map[string][]string
 	for _, t := range tables {
@@ -403,7 +404,7 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 					continue
 				}
 				var all []string
-				for _, t := range b.tableNames() {
+				for _, t := range b.sp.tableNames() {
 					all = append(all, quoteTable(db, b.schemaOf(s), t))
 				}
 				stmts := []string{"TRUNCATE TABLE " + strings.Join(all, ", ")}

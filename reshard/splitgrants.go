@@ -1,6 +1,7 @@
 package reshard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,11 +30,11 @@ import (
 type splitGrants struct {
 	me    string // the mover, quoted
 	owner string // the schema's owner, quoted: the first sharded table's
-	// tables are the sharded tables' owners and privileges, by name.
-	tables map[string]*pgObject
-	// columns are the privileges granted on their columns, by table:
-	// "grantee privilege column" (quoted) -> with the grant option.
-	columns map[string]map[string]bool
+	// tableOwner is each sharded table's owner, quoted, by name.
+	tableOwner map[string]string
+	// grants are the privileges granted on each sharded table or on its
+	// columns, by table name, with whether the grant option goes with them.
+	grants map[string]map[tableGrant]bool
 	// users are the roles (quoted, or PUBLIC) but the owner that hold a
 	// privilege on a sharded table or a column of one: they get USAGE on
 	// the schema.
@@ -43,68 +44,56 @@ type splitGrants struct {
 	rowSecurity []string
 }
 
+// tableGrant is a privilege granted on a table, or on one of its columns.
+type tableGrant struct {
+	grantee   string // quoted, or PUBLIC
+	privilege string
+	column    string // quoted; "" for the whole table
+}
+
 // readSplitGrants reads the owners and privileges of tables (the sharded
 // tables, parents first) in schema on the monolith mono.
 func readSplitGrants(ctx context.Context, mono *gorm.DB, schema string, tables []string) (*splitGrants, error) {
+	// The table's ACL, then each column's: column "" for the table.
 	var rows []struct {
-		Tbl, Owner, Grantee, Privilege string
-		Grantable                      bool
+		Tbl, Owner, Col, Grantee, Privilege string
+		Grantable                           bool
 	}
-	err := mono.WithContext(ctx).Raw(`SELECT c.relname AS tbl, quote_ident(pg_get_userbyid(c.relowner)) AS owner,
+	err := mono.WithContext(ctx).Raw(`SELECT c.relname AS tbl, quote_ident(pg_get_userbyid(c.relowner)) AS owner, '' AS col,
 			COALESCE(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, '') AS grantee,
 			COALESCE(a.privilege_type, '') AS privilege, COALESCE(a.is_grantable, false) AS grantable
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		LEFT JOIN LATERAL aclexplode(COALESCE(c.relacl, acldefault('r', c.relowner))) a ON true
-		WHERE n.nspname = ? AND c.relname IN ?`, schema, tables).Scan(&rows).Error
+		WHERE n.nspname = ? AND c.relname IN ?
+		UNION ALL
+		SELECT c.relname, quote_ident(pg_get_userbyid(c.relowner)), quote_ident(att.attname),
+			CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END,
+			x.privilege_type, x.is_grantable
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_attribute att ON att.attrelid = c.oid AND att.attnum > 0 AND NOT att.attisdropped AND att.attacl IS NOT NULL
+		CROSS JOIN LATERAL aclexplode(att.attacl) x
+		WHERE n.nspname = ? AND c.relname IN ?`, schema, tables, schema, tables).Scan(&rows).Error
 	if err != nil {
 		return nil, err
 	}
-	g := &splitGrants{tables: map[string]*pgObject{}}
+	g := &splitGrants{tableOwner: map[string]string{}, grants: map[string]map[tableGrant]bool{}}
 	if err := mono.WithContext(ctx).Raw("SELECT quote_ident(current_user)").Scan(&g.me).Error; err != nil {
 		return nil, err
 	}
 	for _, r := range rows {
-		o := g.tables[r.Tbl]
-		if o == nil {
-			o = &pgObject{Kind: "TABLE", Name: r.Tbl, Owner: r.Owner, Privileges: map[string]bool{}}
-			g.tables[r.Tbl] = o
-		}
+		g.tableOwner[r.Tbl] = r.Owner
 		// The owner holds what it holds as the owner. A privilege granted
 		// by two grantors is held with the grant option if either gave it.
-		if r.Privilege != "" && r.Grantee != r.Owner {
-			k := r.Grantee + " " + r.Privilege
-			o.Privileges[k] = o.Privileges[k] || r.Grantable
-			if !slices.Contains(g.users, r.Grantee) {
-				g.users = append(g.users, r.Grantee)
-			}
-		}
-	}
-	var cols []struct {
-		Tbl, Col, Grantee, Privilege string
-		Grantable                    bool
-	}
-	err = mono.WithContext(ctx).Raw(`SELECT c.relname AS tbl, quote_ident(a.attname) AS col,
-			CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END AS grantee,
-			x.privilege_type AS privilege, x.is_grantable AS grantable
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attacl IS NOT NULL
-		CROSS JOIN LATERAL aclexplode(a.attacl) x
-		WHERE n.nspname = ? AND c.relname IN ?`, schema, tables).Scan(&cols).Error
-	if err != nil {
-		return nil, err
-	}
-	g.columns = map[string]map[string]bool{}
-	for _, c := range cols {
-		if o := g.tables[c.Tbl]; o == nil || c.Grantee == o.Owner {
+		if r.Privilege == "" || r.Grantee == r.Owner {
 			continue
 		}
-		if g.columns[c.Tbl] == nil {
-			g.columns[c.Tbl] = map[string]bool{}
+		if g.grants[r.Tbl] == nil {
+			g.grants[r.Tbl] = map[tableGrant]bool{}
 		}
-		k := c.Grantee + " " + c.Privilege + " " + c.Col
-		g.columns[c.Tbl][k] = g.columns[c.Tbl][k] || c.Grantable
-		if !slices.Contains(g.users, c.Grantee) {
-			g.users = append(g.users, c.Grantee)
+		k := tableGrant{r.Grantee, r.Privilege, r.Col}
+		g.grants[r.Tbl][k] = g.grants[r.Tbl][k] || r.Grantable
+		if !slices.Contains(g.users, r.Grantee) {
+			g.users = append(g.users, r.Grantee)
 		}
 	}
 	err = mono.WithContext(ctx).Raw(`SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -113,8 +102,8 @@ func readSplitGrants(ctx context.Context, mono *gorm.DB, schema string, tables [
 		return nil, err
 	}
 	for _, t := range tables {
-		if o := g.tables[t]; o != nil {
-			g.owner = o.Owner
+		if o, ok := g.tableOwner[t]; ok {
+			g.owner = o
 			break
 		}
 	}
@@ -127,13 +116,10 @@ func readSplitGrants(ctx context.Context, mono *gorm.DB, schema string, tables [
 // each, in order.
 func (g *splitGrants) owners() []string {
 	var out []string
-	for _, o := range g.tables {
-		if o.Owner != g.me && !slices.Contains(out, o.Owner) {
-			out = append(out, o.Owner)
+	for _, o := range g.tableOwner {
+		if o != g.me && !slices.Contains(out, o) {
+			out = append(out, o)
 		}
-	}
-	if g.owner != "" && g.owner != g.me && !slices.Contains(out, g.owner) {
-		out = append(out, g.owner)
 	}
 	slices.Sort(out)
 	return out
@@ -143,9 +129,9 @@ func (g *splitGrants) owners() []string {
 // found, of a batch run again) on its target the monolith's owners and
 // privileges: its tables, the fence's state table and function (fence)
 // among them, owned as the monolith's, the schema by the first table's
-// owner, and every privilege held on a monolith table held on its copy,
-// with USAGE on the schema for whoever holds one, column privileges too.
-// It grants, and revokes nothing: a fresh table has only its owner's
+// owner, and every privilege held on a monolith table or a column of one
+// held on its copy, with USAGE on the schema for whoever holds one. It
+// grants, and revokes nothing: a fresh table has only its owner's
 // privileges (and those the mover's ALTER DEFAULT PRIVILEGES add).
 func (g *splitGrants) statements(sc string, tables []string, fence bool) []string {
 	if g == nil {
@@ -161,64 +147,52 @@ func (g *splitGrants) statements(sc string, tables []string, fence bool) []strin
 		}
 	}
 	for _, t := range tables {
-		if o := g.tables[t]; o != nil && o.Owner != g.me {
-			out = append(out, fmt.Sprintf("ALTER TABLE %s OWNER TO %s", q(t), o.Owner))
+		if o, ok := g.tableOwner[t]; ok && o != g.me {
+			out = append(out, fmt.Sprintf("ALTER TABLE %s OWNER TO %s", q(t), o))
 		}
 	}
 	if len(g.users) > 0 {
 		out = append(out, fmt.Sprintf(`GRANT USAGE ON SCHEMA "%s" TO %s`, sc, strings.Join(g.users, ", ")))
 	}
 	for _, t := range tables {
-		o := g.tables[t]
-		if o == nil {
-			continue
-		}
-		// One GRANT a grantee and grant option: SELECT, INSERT, ... TO app.
+		// One GRANT a grantee, column and grant option:
+		// GRANT INSERT, SELECT ON t TO app; GRANT UPDATE (name) ON t TO app.
 		type to struct {
-			grantee   string
-			grantable bool
+			grantee, column string
+			grantable       bool
 		}
 		privs := map[to][]string{}
-		for k, grantable := range o.Privileges {
-			grantee, priv, _ := strings.Cut(k, " ")
-			privs[to{grantee, grantable}] = append(privs[to{grantee, grantable}], priv)
+		for k, grantable := range g.grants[t] {
+			privs[to{k.grantee, k.column, grantable}] = append(privs[to{k.grantee, k.column, grantable}], k.privilege)
 		}
-		keys := make([]to, 0, len(privs))
-		for k := range privs {
-			keys = append(keys, k)
-		}
+		keys := slices.Collect(maps.Keys(privs))
 		slices.SortFunc(keys, func(a, b to) int {
-			if c := strings.Compare(a.grantee, b.grantee); c != 0 {
-				return c
-			}
-			if a.grantable == b.grantable {
-				return 0
-			}
-			if b.grantable {
-				return -1
-			}
-			return 1
+			return cmp.Or(strings.Compare(a.grantee, b.grantee), strings.Compare(a.column, b.column), cmp.Compare(boolInt(a.grantable), boolInt(b.grantable)))
 		})
 		for _, k := range keys {
 			p := privs[k]
 			slices.Sort(p)
+			if k.column != "" {
+				for i := range p {
+					p[i] += " (" + k.column + ")"
+				}
+			}
 			s := fmt.Sprintf("GRANT %s ON %s TO %s", strings.Join(p, ", "), q(t), k.grantee)
 			if k.grantable {
 				s += " WITH GRANT OPTION"
 			}
 			out = append(out, s)
 		}
-		col := slices.Sorted(maps.Keys(g.columns[t]))
-		for _, k := range col {
-			f := strings.SplitN(k, " ", 3) // grantee privilege column
-			s := fmt.Sprintf("GRANT %s (%s) ON %s TO %s", f[1], f[2], q(t), f[0])
-			if g.columns[t][k] {
-				s += " WITH GRANT OPTION"
-			}
-			out = append(out, s)
-		}
 	}
 	return out
+}
+
+// boolInt is 1 for true, 0 for false: an order of bools.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // splitPrivileges returns what keeps the mover of sp from splitting shards
@@ -256,10 +230,7 @@ func (sp *splitter) splitPrivileges(ctx context.Context, targets []int, shards m
 		users, warnings, readers, err := sp.usersMySQL(ctx, targets, shards)
 		return append(problems, users...), warnings, &splitGrants{users: readers}, err
 	}
-	tables := make([]string, len(sp.tables))
-	for i, t := range sp.tables {
-		tables[i] = t.Name
-	}
+	tables := sp.tableNames()
 	g, err = readSplitGrants(ctx, sp.mono, sp.schema, tables)
 	if err != nil {
 		return nil, nil, nil, err
@@ -281,12 +252,8 @@ func (sp *splitter) splitPrivileges(ctx context.Context, targets []int, shards m
 		if privs == "" {
 			continue
 		}
-		owner := ""
-		if o := g.tables[t]; o != nil {
-			owner = o.Owner
-		}
 		problems = append(problems, fmt.Sprintf("%s: the mover (%s) lacks %s on table %s: run the split as its owner (%s), or GRANT %[3]s ON %[4]s TO %[2]s",
-			names[sp.monoIdx], g.me, privs, sp.q(t), owner))
+			names[sp.monoIdx], g.me, privs, sp.q(t), g.tableOwner[t]))
 	}
 	var create bool
 	if err := sp.mono.WithContext(ctx).Raw("SELECT has_schema_privilege(?, 'CREATE')", sp.schema).Scan(&create).Error; err != nil {
@@ -300,8 +267,8 @@ func (sp *splitter) splitPrivileges(ctx context.Context, targets []int, shards m
 	// in it only if it may create there.
 	byOwner := map[string][]string{}
 	for _, t := range tables {
-		if o := g.tables[t]; o != nil {
-			byOwner[o.Owner] = append(byOwner[o.Owner], t)
+		if o, ok := g.tableOwner[t]; ok {
+			byOwner[o] = append(byOwner[o], t)
 		}
 	}
 	if len(byOwner) > 1 {
@@ -398,10 +365,7 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 			return nil, warnings, nil, nil
 		}
 	}
-	tables := make([]string, len(sp.tables))
-	for i, t := range sp.tables {
-		tables[i] = t.Name
-	}
+	tables := sp.tableNames()
 	var held []struct{ Grantee, Priv string }
 	err = sp.mono.WithContext(ctx).Raw(`SELECT GRANTEE AS grantee, PRIVILEGE_TYPE AS priv FROM information_schema.TABLE_PRIVILEGES
 			WHERE TABLE_SCHEMA = ? AND TABLE_NAME IN ? AND PRIVILEGE_TYPE IN ?
@@ -621,10 +585,7 @@ func (sp *splitter) ownSplitObjectsAsTablesPG(ctx context.Context) error {
 	if sp.mysql {
 		return nil
 	}
-	tables := make([]string, len(sp.tables))
-	for i, t := range sp.tables {
-		tables[i] = t.Name
-	}
+	tables := sp.tableNames()
 	g, err := readSplitGrants(ctx, sp.mono, sp.schema, tables)
 	if err != nil {
 		return err

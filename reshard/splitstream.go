@@ -338,18 +338,20 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, table, list string, fe
 		}
 		keepAlive := time.NewTicker(every)
 		defer keepAlive.Stop()
-		tick := keepAlive.C
 		for {
 			var chunk copyChunkOf
 			select {
-			case <-tick:
+			case <-keepAlive.C:
 				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
 					return err
 				}
 				continue
 			case next, ok := <-feed:
-				if !ok {
-					return commitUnlessCancelled(ctx, tx)
+				if !ok { // the read is done, unless ctx was cancelled
+					if err := context.Cause(ctx); err != nil {
+						return err
+					}
+					return tx.Commit(ctx)
 				}
 				chunk = next
 			}
@@ -363,14 +365,6 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, table, list string, fe
 			}
 		}
 	})
-}
-
-// commitUnlessCancelled commits tx unless ctx is done (its cause, then).
-func commitUnlessCancelled(ctx context.Context, tx pgx.Tx) error {
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
 }
 
 // verifyCopy compares what the copy sent of each table of each shard with
