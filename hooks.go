@@ -180,8 +180,8 @@ func routedConn(db *gorm.DB) bool {
 // run on a pool that replaced the router's (dbresolver, a PrepareStmt
 // session): its RowsAffected is the rows it returned; a WITH that
 // returned rows is checked in a transaction, as the routed connection
-// checks it (Router.returning). Scan, Row and Rows on such a pool are not
-// checked.
+// checks it (Router.returning). Scan, Row and Rows on such a pool are
+// checkLeftRows's.
 func checkLeftFound(db *gorm.DB) {
 	if db.Error != nil || routedConn(db) {
 		return
@@ -192,6 +192,71 @@ func checkLeftFound(db *gorm.DB) {
 		checkLeft(db)
 	case db.Statement.RowsAffected != 0 && routesql.SealOnly(q, mysql, inTransaction(db)):
 		checkRoute(db, false)
+	}
+}
+
+// settingRowAsRows marks a Row of raw SQL that changes rows that
+// rowAsRows runs as Rows, for checkLeftRows to hand back as a *sql.Row.
+const settingRowAsRows = PluginName + ":row_as_rows"
+
+// rowAsRows runs before GORM's row callback. A Row of raw SQL that changes
+// rows (an UPDATE or a DELETE ... RETURNING, or a WITH whose statements
+// change rows: routesql.ReturnsChanges), of a router with a SchemaPattern,
+// is run as Rows instead: a *sql.Row cannot be relayed once made, and its
+// check must ride on its rows (checkLeftRows). Whether the statement then
+// runs on the router's connection, which checks its rows itself, or on a
+// pool that dbresolver's callbacks (which may run after this one) put in
+// its place, is known only after GORM's row callback.
+func rowAsRows(db *gorm.DB) {
+	if db.Error != nil || db.DryRun || db.Statement.SQL.Len() == 0 {
+		return // a Row of a model's query is a SELECT built by GORM
+	}
+	if rows, ok := db.Get("rows"); !ok || rows != false {
+		return
+	}
+	v, ok := db.Statement.Settings.Load(settingRoute)
+	if !ok || v.(route).r.smap.SchemaPattern() == "" {
+		return
+	}
+	if !routesql.ReturnsChanges(db.Statement.SQL.String(), db.Dialector.Name() == "mysql") {
+		return
+	}
+	db.Statement.Settings.Store("rows", true)
+	db.Statement.Settings.Store(settingRowAsRows, true)
+}
+
+// checkLeftRows is checkLeftFound for Raw(UPDATE or DELETE ...
+// RETURNING).Scan, Rows and Row: it runs after GORM's row callback. On a
+// pool that replaced the router's (dbresolver, a PrepareStmt session) it
+// relays the rows, checked as the routed connection checks its own when
+// they end (Router.returning); a Row that rowAsRows ran as Rows is handed
+// back as the *sql.Row the caller asked for, its error in it.
+func checkLeftRows(db *gorm.DB) {
+	asRow := false
+	if v, ok := db.Statement.Settings.LoadAndDelete(settingRowAsRows); ok {
+		asRow = v.(bool)
+	}
+	if db.Error != nil {
+		if asRow {
+			db.Statement.Settings.Store("rows", false) // nameShardRow puts the error in a *sql.Row
+		}
+		return
+	}
+	rows, ok := db.Statement.Dest.(*sql.Rows)
+	v, routed := db.Statement.Settings.Load(settingRoute)
+	if !ok || !routed {
+		return
+	}
+	rt := v.(route)
+	var check func(seen bool) error
+	if !routedConn(db) {
+		check = rt.r.returning(db.Statement.Context, db.Statement.ConnPool, rt.db, rt.schema, rt.shard, db.Statement.SQL.String(), inTransaction(db))
+	}
+	switch {
+	case asRow:
+		db.Statement.Dest = relay.Row(rows, relayErr, rt.shard, rt.r.names[rt.db], check)
+	case check != nil:
+		db.Statement.Dest, db.Error = relay.Rows(rows, relayErr, rt.shard, rt.r.names[rt.db], check)
 	}
 }
 

@@ -32,6 +32,10 @@ const callbackMoving = PluginName + ":moving"
 // changed no row (checkLeft).
 const callbackLeft = PluginName + ":left"
 
+// callbackRowAsRows is the name of the callback that runs a Row of raw SQL
+// that changes rows as Rows (rowAsRows).
+const callbackRowAsRows = PluginName + ":row_as_rows"
+
 // callbackShardError is the name of the callbacks that wrap the error of a
 // routed statement in a *ShardError.
 const callbackShardError = PluginName + ":shard_error"
@@ -323,6 +327,12 @@ func (r *Router) register(db *gorm.DB) error {
 			}
 		}
 	}
+	// A Row of raw SQL that changes rows runs as Rows, for its check.
+	if cb.Row().Get(callbackRowAsRows) == nil {
+		if err := cb.Row().Before("gorm:row").Register(callbackRowAsRows, rowAsRows); err != nil {
+			return err
+		}
+	}
 	// Row's also puts a refused statement's error in the *sql.Row it returns.
 	if cb.Row().Get(callbackShardError) == nil {
 		if err := cb.Row().After("*").Register(callbackShardError, nameShardRow); err != nil {
@@ -354,8 +364,9 @@ func (r *Router) register(db *gorm.DB) error {
 	// session's own pool back in the statement. Raw SQL that is one is
 	// checked after Exec; run for its rows (Find, Scan, Row, Rows) with
 	// RETURNING, by the routed connection as its rows end
-	// (Router.returning), or after Find on a pool that replaced the
-	// router's.
+	// (Router.returning), or, on a pool that replaced the router's
+	// (dbresolver, a PrepareStmt session), after Find, and by the rows
+	// that Scan, Row and Rows relay (checkLeftRows).
 	for _, reg := range []struct {
 		registered bool
 		add        func(string, func(*gorm.DB)) error
@@ -365,6 +376,7 @@ func (r *Router) register(db *gorm.DB) error {
 		{cb.Delete().Get(callbackLeft) != nil, cb.Delete().After("gorm:delete").Before("gorm:commit_or_rollback_transaction").Register, checkLeft},
 		{cb.Raw().Get(callbackLeft) != nil, cb.Raw().After("gorm:raw").Register, checkLeftRaw},
 		{cb.Query().Get(callbackLeft) != nil, cb.Query().After("gorm:query").Register, checkLeftFound},
+		{cb.Row().Get(callbackLeft) != nil, cb.Row().After("gorm:row").Register, checkLeftRows},
 	} {
 		if !reg.registered {
 			if err := reg.add(callbackLeft, reg.check); err != nil {

@@ -22,6 +22,7 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+	"gorm.io/plugin/dbresolver"
 )
 
 // staleUser is a row of the split env's users, for the GORM router's
@@ -181,6 +182,66 @@ func staleWriters(t *testing.T, e *splitEnv, m *shardmap.Map) []staleWriter {
 			}
 			defer tx.Rollback()
 			return oneRow(tx.QueryRowContext(ctx, q+" RETURNING id", args...).Scan(new(int64)))
+		}})
+	// The same on pools that replace the router's in the statement: a
+	// PrepareStmt session's, and dbresolver's (whose source is the
+	// database's own pool, where it sends an UPDATE).
+	prepared := func(shard int) *gorm.DB { return gr.ForShard(shard).Session(&gorm.Session{PrepareStmt: true}) }
+	rdbs := openEach(t, "postgres", e.dsns, nil)
+	for i, db := range rdbs {
+		if err := db.Use(dbresolver.Register(dbresolver.Config{Replicas: []gorm.Dialector{postgres.Open(e.dsns[i])}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rr, err := shardid.NewRouter(shardid.RouterConfig{Databases: rdbs, ShardMap: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out,
+		staleWriter{"GORM Raw(... RETURNING).Scan in a PrepareStmt session", func(shard int, q string, args ...any) (int64, error) {
+			var ids []int64
+			res := prepared(shard).Raw(q+" RETURNING id", args...).Scan(&ids)
+			return int64(len(ids)), res.Error
+		}},
+		staleWriter{"GORM Raw(... RETURNING).Rows in a PrepareStmt session", func(shard int, q string, args ...any) (int64, error) {
+			rows, err := prepared(shard).Raw(q+" RETURNING id", args...).Rows()
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			return readAll(rows)
+		}},
+		staleWriter{"GORM Raw(... RETURNING).Row in a PrepareStmt session, in a transaction", func(shard int, q string, args ...any) (int64, error) {
+			var n int64
+			err := prepared(shard).Transaction(func(tx *gorm.DB) (err error) {
+				n, err = oneRow(tx.Raw(q+" RETURNING id", args...).Row().Scan(new(int64)))
+				return err
+			})
+			return n, err
+		}},
+		staleWriter{"GORM Raw(WITH ... UPDATE/DELETE ... RETURNING ... SELECT).Rows in a PrepareStmt session", func(shard int, q string, args ...any) (int64, error) {
+			rows, err := prepared(shard).Raw(withReturning(q), args...).Rows()
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			return readAll(rows)
+		}},
+		staleWriter{"GORM Raw(... RETURNING).Rows with dbresolver", func(shard int, q string, args ...any) (int64, error) {
+			rows, err := rr.ForShard(shard).Raw(q+" RETURNING id", args...).Rows()
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			return readAll(rows)
+		}},
+		staleWriter{"GORM Raw(... RETURNING).Row with dbresolver", func(shard int, q string, args ...any) (int64, error) {
+			return oneRow(rr.ForShard(shard).Raw(q+" RETURNING id", args...).Row().Scan(new(int64)))
+		}},
+		staleWriter{"GORM Raw(... RETURNING).Scan with dbresolver", func(shard int, q string, args ...any) (int64, error) {
+			var ids []int64
+			res := rr.ForShard(shard).Raw(q+" RETURNING id", args...).Scan(&ids)
+			return int64(len(ids)), res.Error
 		}})
 	xr, simple := pgxRouterOn(t, e.dsns, m, false), pgxRouterOn(t, e.dsns, m, true)
 	return append(out,
@@ -545,10 +606,31 @@ func testStaleRoutersAfterTheFlip(t *testing.T, e *splitEnv) {
 		t.Fatal(err)
 	}
 	held := following.ForShard(1)
+	var sealed int64 // a user of shard 1 that the split copies and seals
+	if err := e.dbs[0].Raw("SELECT id FROM users WHERE id % 4 = 1 ORDER BY id LIMIT 1").Scan(&sealed).Error; err != nil || sealed == 0 {
+		t.Fatalf("a user of shard 1 in the monolith: %d, %v", sealed, err)
+	}
 	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	refused("after a batch", 1)
+	// A row the monolith still holds, sealed: its trigger refuses the
+	// write, and every writer reports that refusal as ErrShardMoving (a
+	// Row's in the *sql.Row, whether the statement failed at once or in
+	// its rows). MariaDB checks a parent's foreign keys before its
+	// triggers: its DELETE of the user fails on them (as loud), so only
+	// its UPDATE is asked for ErrShardMoving.
+	sealedWrites := []string{update, remove}
+	if mysql {
+		sealedWrites = sealedWrites[:1]
+	}
+	for _, w := range staleW {
+		for _, q := range sealedWrites {
+			if n, err := w.exec(1, q, sealed); !errors.Is(err, shardid.ErrShardMoving) {
+				t.Errorf("after a batch: %s, with a stale map: %q of a row sealed in the monolith: %d rows, %v; want ErrShardMoving", w.name, q, n, err)
+			}
+		}
+	}
 	// Reads are not writes: a stale router's query that finds nothing on
 	// the sealed shard, a WITH among them, is a plain empty result.
 	staleG, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, ShardMap: stale})
