@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -660,4 +661,71 @@ func TestSplitGoesOnUnderAnotherRolePostgres(t *testing.T) {
 // databases, with its % doubled, for testdb.MySQLUser's grants.
 func (e *splitEnv) shardsPatternMySQL() string {
 	return strings.ReplaceAll(strings.TrimSuffix(e.m.SchemaPattern(), "%04d"), "_", `\_`) + "%%"
+}
+
+// TestSplitCountsRolesMariaDB: the plan counts the privileges a user holds
+// through its default role (and the roles that role holds), and a role's
+// through the roles granted to it, as the server does at login. A user
+// whose shard grants come by its default role passes (it was refused,
+// told to GRANT what it had); one that holds the role but must SET ROLE
+// to use it (which a pooled session does not keep) is refused; a role
+// that uses the monolith's tables and holds no grant on the shards is
+// refused by name until a role granted to it does. Once split, the user
+// with the default role writes every shard.
+func TestSplitCountsRolesMariaDB(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
+	var mono string
+	e.dbs[0].Raw("SELECT DATABASE()").Scan(&mono)
+	pattern := strings.TrimSuffix(e.shardsPatternMySQL(), "%") // the GRANT as run, its % single
+	suffix := strconv.Itoa(int(time.Now().UnixNano() % 1_000_000))
+	shardsRole, monoRole := "split_shards_rw_"+suffix, "split_mono_rw_"+suffix
+	monoGrants := "GRANT SELECT, INSERT, UPDATE, DELETE ON `" + mono + "`.users TO %[1]s"
+	for _, q := range []string{"CREATE ROLE " + shardsRole, "CREATE ROLE " + monoRole,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON `" + pattern + "`.* TO " + shardsRole,
+		fmt.Sprintf(monoGrants, monoRole)} {
+		if err := e.dbs[0].Exec(q).Error; err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { e.dbs[0].Exec("DROP ROLE IF EXISTS " + shardsRole + ", " + monoRole) })
+	// app: the monolith's table by a grant of its own, the shards by its
+	// default role. unset: the same role, not its default. viaRole: the
+	// monolith's table by its default role, which holds no shard grant.
+	app := testdb.MySQLUser(t, e.dbs[0], "splitroleapp", monoGrants, "GRANT "+shardsRole+" TO %[1]s", "SET DEFAULT ROLE "+shardsRole+" FOR %[1]s")
+	unset := testdb.MySQLUser(t, e.dbs[0], "splitroleunset", monoGrants, "GRANT "+shardsRole+" TO %[1]s")
+	testdb.MySQLUser(t, e.dbs[0], "splitroleuser", "GRANT "+monoRole+" TO %[1]s", "SET DEFAULT ROLE "+monoRole+" FOR %[1]s")
+	_, err := reshard.PlanSplit(ctx, e.cfg, []string{"my_a", "my_b"}, 2)
+	refusal := func(who string) string {
+		return "GRANT DELETE, INSERT, SELECT, UPDATE ON `" + pattern + "`.* TO " + who
+	}
+	if !errors.Is(err, reshard.ErrMoverPrivileges) || !strings.Contains(err.Error(), refusal("'"+unset+"'@'%'")) ||
+		!strings.Contains(err.Error(), "role "+monoRole) || !strings.Contains(err.Error(), refusal(monoRole)) {
+		t.Errorf("the plan: %v, want ErrMoverPrivileges naming %s (its role not its default) and role %s (no shard grant)", err, unset, monoRole)
+	}
+	if strings.Contains(fmt.Sprint(err), app) {
+		t.Errorf("the plan refuses %s, whose default role may use the shards: %v", app, err)
+	}
+	// The role of the monolith's user holds the shards' role; the other
+	// user takes it as its default.
+	for _, q := range []string{"GRANT " + shardsRole + " TO " + monoRole, "SET DEFAULT ROLE " + shardsRole + " FOR '" + unset + "'@'%'"} {
+		if err := e.dbs[0].Exec(q).Error; err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	p, err := reshard.PlanSplit(ctx, e.cfg, []string{"my_a", "my_b"}, 2)
+	if err != nil {
+		t.Fatalf("the plan once the roles hold the shards' grants: %v", err)
+	}
+	if err := reshard.RunSplit(ctx, e.cfg, p, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	v := e.m.Load()
+	for s := range 4 {
+		dsn := e.dsns[v.DB(s)] // without its database, which the user may not use
+		dsn = dsn[:strings.Index(dsn, ")/")+2] + dsn[strings.Index(dsn, "?"):]
+		if err := testdb.OpenMySQLUser(t, dsn, app).Exec("UPDATE `"+v.Schema(s)+"`.users SET name = name WHERE id = ?", s).Error; err != nil {
+			t.Errorf("shard %d, as %s by its default role: %v", s, app, err)
+		}
+	}
 }

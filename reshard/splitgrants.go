@@ -389,12 +389,17 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 		if len(list) == 0 {
 			continue
 		}
+		roles, err := activeRolesMySQL(ctx, db)
+		if err != nil {
+			return nil, nil, nil, err
+		}
 		for _, u := range users {
 			var missing []string
+			who := append([]string{u}, roles[u]...) // its privileges and its roles'
 			for _, s := range []int{list[0], list[len(list)-1]} {
 				var have []string
-				err := db.WithContext(ctx).Raw(`SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA
-					UNION SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?`, u, sp.cfg.Map.SchemaOf(s), u).Scan(&have).Error
+				err := db.WithContext(ctx).Raw(`SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE IN ? AND ? LIKE TABLE_SCHEMA
+					UNION SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE IN ?`, who, sp.cfg.Map.SchemaOf(s), who).Scan(&have).Error
 				if err != nil {
 					return nil, nil, nil, err
 				}
@@ -411,20 +416,25 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 					what = "role"
 				}
 				problems = append(problems, fmt.Sprintf("%s: %s %s may %s rows of the monolith's sharded tables, and not on the shards' databases there (%s to %s): GRANT %s %s TO %s",
-					names[d], what, u, strings.Join(missing, ", "), sp.cfg.Map.SchemaOf(list[0]), sp.cfg.Map.SchemaOf(list[len(list)-1]), strings.Join(missing, ", "), grant, to))
+					names[d], what, to, strings.Join(missing, ", "), sp.cfg.Map.SchemaOf(list[0]), sp.cfg.Map.SchemaOf(list[len(list)-1]), strings.Join(missing, ", "), grant, to))
 			}
 		}
 	}
 	// Their routers read the split's state after a write that changed no
 	// row (ErrUncheckedWrite when they may not): the split grants them
 	// SELECT on it when it creates it, if the mover may grant.
+	roles, err := activeRolesMySQL(ctx, sp.mono)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	for _, u := range users {
 		var n int64
+		who := append([]string{u}, roles[u]...)
 		err := sp.mono.WithContext(ctx).Raw(`SELECT
-			(SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ? AND PRIVILEGE_TYPE = 'SELECT') +
-			(SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA AND PRIVILEGE_TYPE = 'SELECT') +
-			(SELECT COUNT(*) FROM information_schema.TABLE_PRIVILEGES WHERE GRANTEE = ? AND TABLE_SCHEMA = ? AND TABLE_NAME = ? AND PRIVILEGE_TYPE = 'SELECT')`,
-			u, u, sp.schema, u, sp.schema, splitStateTable).Scan(&n).Error
+			(SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES WHERE GRANTEE IN ? AND PRIVILEGE_TYPE = 'SELECT') +
+			(SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE IN ? AND ? LIKE TABLE_SCHEMA AND PRIVILEGE_TYPE = 'SELECT') +
+			(SELECT COUNT(*) FROM information_schema.TABLE_PRIVILEGES WHERE GRANTEE IN ? AND TABLE_SCHEMA = ? AND TABLE_NAME = ? AND PRIVILEGE_TYPE = 'SELECT')`,
+			who, who, sp.schema, who, sp.schema, splitStateTable).Scan(&n).Error
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -451,6 +461,90 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 		}
 	}
 	return problems, warnings, readers, nil
+}
+
+// activeRolesMySQL returns the roles that each user (or role) of db's
+// server holds active from its login on, as information_schema spells
+// grantees ('name'@'host'; a MariaDB role 'name'@”): the roles a role
+// holds, and a user's default roles (MariaDB's one, MySQL 8's list, or
+// every role granted to it under MySQL 8's activate_all_roles_on_login),
+// each with the roles it holds in turn. Their privileges are the holder's.
+// A role the user must SET ROLE to use is not counted: a pooled session
+// does not keep it. It reads the mysql database (seesGrantsMySQL).
+func activeRolesMySQL(ctx context.Context, db *gorm.DB) (map[string][]string, error) {
+	var tables []string
+	err := db.WithContext(ctx).Raw(`SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'mysql'
+		AND TABLE_NAME IN ('roles_mapping', 'role_edges', 'default_roles')`).Scan(&tables).Error
+	if err != nil {
+		return nil, err
+	}
+	type edge struct{ Holder, Role string }
+	var granted, defaults []edge
+	isRole := map[string]bool{}
+	switch {
+	case slices.Contains(tables, "roles_mapping"): // MariaDB
+		err = db.WithContext(ctx).Raw(`SELECT CONCAT('''', User, '''@''', Host, '''') AS holder, CONCAT('''', Role, '''@''''') AS role
+			FROM mysql.roles_mapping`).Scan(&granted).Error
+		if err == nil {
+			err = db.WithContext(ctx).Raw(`SELECT CONCAT('''', User, '''@''', Host, '''') AS holder, CONCAT('''', default_role, '''@''''') AS role
+				FROM mysql.user WHERE default_role <> ''`).Scan(&defaults).Error
+		}
+		for _, e := range granted {
+			isRole[e.Role] = true
+			if strings.HasSuffix(e.Holder, "@''") {
+				isRole[e.Holder] = true
+			}
+		}
+	case slices.Contains(tables, "role_edges"): // MySQL 8
+		err = db.WithContext(ctx).Raw(`SELECT CONCAT('''', TO_USER, '''@''', TO_HOST, '''') AS holder, CONCAT('''', FROM_USER, '''@''', FROM_HOST, '''') AS role
+			FROM mysql.role_edges`).Scan(&granted).Error
+		var all bool
+		if err == nil {
+			err = db.WithContext(ctx).Raw("SELECT @@activate_all_roles_on_login").Scan(&all).Error
+		}
+		switch {
+		case err != nil:
+		case all:
+			defaults = granted
+		case slices.Contains(tables, "default_roles"):
+			err = db.WithContext(ctx).Raw(`SELECT CONCAT('''', USER, '''@''', HOST, '''') AS holder, CONCAT('''', DEFAULT_ROLE_USER, '''@''', DEFAULT_ROLE_HOST, '''') AS role
+				FROM mysql.default_roles`).Scan(&defaults).Error
+		}
+		for _, e := range granted {
+			isRole[e.Role] = true
+		}
+	default:
+		return nil, nil // a server without roles
+	}
+	if err != nil {
+		return nil, err
+	}
+	holds := map[string][]string{} // the roles granted to each holder
+	for _, e := range granted {
+		holds[e.Holder] = append(holds[e.Holder], e.Role)
+	}
+	start := map[string][]string{}
+	for _, e := range defaults {
+		start[e.Holder] = append(start[e.Holder], e.Role)
+	}
+	for r := range isRole {
+		start[r] = append(start[r], holds[r]...)
+	}
+	out := map[string][]string{}
+	for holder, first := range start {
+		var active []string
+		for next := first; len(next) > 0; {
+			r := next[0]
+			next = next[1:]
+			if r == holder || slices.Contains(active, r) {
+				continue
+			}
+			active = append(active, r)
+			next = append(next, holds[r]...)
+		}
+		out[holder] = active
+	}
+	return out, nil
 }
 
 // grantPattern is the MySQL grant pattern of the databases SchemaPattern
