@@ -139,8 +139,11 @@ func (sp *chaosSplitter) rollback(shards []int, p chaosSplitPlan) ([]string, boo
 	failed, emptied := false, false
 	switch {
 	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
-		m := c.rollbackProcess(shards, sp.afterLastBatch(), p)
+		m, owner := c.rollbackProcess(shards, sp.afterLastBatch(), p)
 		note("%s", m)
+		if owner {
+			sp.count("split rollback processes as the tables' owner")
+		}
 		failed = !strings.Contains(m, "rollback <nil>") || strings.Contains(m, reshard.ErrMonolithEmptied.Error())
 		emptied = strings.Contains(m, reshard.ErrMonolithEmptied.Error())
 	default:

@@ -193,6 +193,7 @@ type chaosSplitter struct {
 	plan    *reshard.SplitPlan
 	count   func(string)
 	flipped bool // a batch was found split
+	runs    int  // in-process runs of a split or a roll-back: even ones are chaosOwner's
 
 	// lastDone is when a batch was last found split: the routers have
 	// all loaded the catalog's map since chaosCaughtUp after it.
@@ -281,8 +282,11 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 	failed := false
 	switch {
 	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
-		m := c.splitterProcess(plan, p)
+		m, owner := c.splitterProcess(plan, p)
 		note("%s", m)
+		if owner {
+			sp.count("split processes as the tables' owner")
+		}
 		// Judged by what the process said: a paused run may have failed
 		// too (its fence lapsed, its sessions reaped).
 		failed = !strings.Contains(m, "split <nil>")
@@ -413,10 +417,24 @@ func (sp *chaosSplitter) runFaulted(name string, p chaosSplitPlan, run func(ctx 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dbs := c.dbs
-	if p.lose == "idle" {
+	// Every other run is the tables' owner's, not a superuser's (its
+	// rival, if any, a superuser's).
+	sp.runs++
+	owner := sp.runs%2 == 0
+	if owner {
+		sp.count("split and rollback runs as the tables' owner")
+		c.note("%s: run as the tables' owner %s", name, chaosOwner)
+	}
+	if p.lose == "idle" || owner {
 		var own []*gorm.DB
 		for _, dsn := range []string{c.pg1.DSN(), c.pg2.DSN(), c.monoDSN()} {
-			db, err := gorm.Open(postgres.Open(dsn+" idle_session_timeout=1000"), gormConfig())
+			if owner {
+				dsn = strings.Replace(dsn, "user=postgres", "user="+chaosOwner, 1)
+			}
+			if p.lose == "idle" {
+				dsn += " idle_session_timeout=1000"
+			}
+			db, err := gorm.Open(postgres.Open(dsn), gormConfig())
 			if err != nil {
 				return nil, err
 			}

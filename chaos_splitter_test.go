@@ -24,8 +24,9 @@ import (
 
 // splitterProcess runs the batch of plan in a splitter process (SplitShards)
 // that is killed after p.killAfter, dies at p.killAt, or stops at
-// p.pauseAt for p.pause, and returns what became of it.
-func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan) string {
+// p.pauseAt for p.pause, and returns what became of it and whether it ran
+// as the tables' owner (chaosOwner) rather than a superuser.
+func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan) (string, bool) {
 	shards := plan.Batches[0]
 	var to []string
 	for _, s := range shards {
@@ -37,7 +38,7 @@ func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan
 // rollbackProcess rolls shards back into the monolith in a process
 // (RollbackSplit, with AfterLastBatch if afterLast), as splitterProcess
 // splits them.
-func (c *chaosCluster) rollbackProcess(shards []int, afterLast bool, p chaosSplitPlan) string {
+func (c *chaosCluster) rollbackProcess(shards []int, afterLast bool, p chaosSplitPlan) (string, bool) {
 	mode := "rollbacker"
 	if afterLast {
 		mode = "rollbacker-after-last"
@@ -48,8 +49,12 @@ func (c *chaosCluster) rollbackProcess(shards []int, afterLast bool, p chaosSpli
 // stageProcess runs a process of the test binary in mode (splitter, or
 // rollbacker) over shards (onto to) that is killed after p.killAfter, dies
 // at p.killAt, or stops at p.pauseAt for p.pause, and returns what became
-// of it (name says what it does).
-func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string, p chaosSplitPlan) string {
+// of it (name says what it does), and whether it ran as chaosOwner: every
+// other process does, from the count of processes (not a draw of the
+// seed's: a seed picks the faults it picked before this existed).
+func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string, p chaosSplitPlan) (string, bool) {
+	c.stages++
+	owner := c.stages%2 == 0
 	var list []string
 	for _, s := range shards {
 		list = append(list, strconv.Itoa(s))
@@ -61,13 +66,18 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 	if p.reaped {
 		cmd.Env = append(cmd.Env, "SHARDID_CHAOS_REAPED=1")
 	}
+	as := "a superuser"
+	if owner {
+		cmd.Env = append(cmd.Env, "SHARDID_CHAOS_AS="+chaosOwner)
+		as = "the tables' owner " + chaosOwner
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return err.Error()
+		return err.Error(), owner
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Sprintf("%s: starting a %s: %v", name, mode, err)
+		return fmt.Sprintf("%s: starting a %s: %v", name, mode, err), owner
 	}
 	var timer *time.Timer
 	if p.killAfter > 0 {
@@ -96,7 +106,7 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 	case p.pauseAt != "":
 		how = fmt.Sprintf("stopped at %s for %v", p.pauseAt, p.pause)
 	}
-	return fmt.Sprintf("%s: a %s process %s: %v (%s)", name, mode, how, err, strings.Join(lines, "; "))
+	return fmt.Sprintf("%s: a %s process as %s %s: %v (%s)", name, mode, as, how, err, strings.Join(lines, "; ")), owner
 }
 
 // chaosSplitterMain is a splitter process: it splits the shards
@@ -105,10 +115,14 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 // into the monolith (RollbackSplit; rollbacker-after-last: with
 // AfterLastBatch), says each stage on its standard output,
 // and dies (exit 3, no clean-up) at SHARDID_CHAOS_DIE_AT, or stops itself
-// (SIGSTOP) at SHARDID_CHAOS_PAUSE_AT until the driver sends SIGCONT.
+// (SIGSTOP) at SHARDID_CHAOS_PAUSE_AT until the driver sends SIGCONT. It
+// connects as SHARDID_CHAOS_AS if set (chaosOwner), else as a superuser.
 func chaosSplitterMain() {
 	var dbs []*gorm.DB
 	for _, dsn := range chaosDSNs() {
+		if role := chaosEnv("AS"); role != "" {
+			dsn = strings.Replace(dsn, "user=postgres", "user="+role, 1)
+		}
 		if chaosEnv("REAPED") == "1" {
 			// The server ends every session of the process that stays
 			// idle in a transaction for 1s.

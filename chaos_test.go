@@ -83,7 +83,9 @@ var (
 //   - split: a batch of the monolith's shards split onto pg1 and pg2, its
 //     first run killed or paused at a stage (half the pauses in a process
 //     whose sessions the server ends once idle in a transaction for 1s,
-//     its lock's among them, as a DBA's reaper would), losing its lock with a rival
+//     its lock's among them, as a DBA's reaper would; every other such
+//     process runs as the tables' owner, chaos_owner, not a superuser, as
+//     the guide's "Roles and privileges" allows), losing its lock with a rival
 //     operator, or cancelled at a stage, then run again or aborted as the
 //     guide says (chaos_split_test.go); at times, while a batch is split,
 //     the operator first runs the next one with split.json edited (a
@@ -194,6 +196,7 @@ type chaosCluster struct {
 	dbs      []*gorm.DB // the driver's connections to pg1, pg2 and the monolith, as chaosNames
 	catalog  *reshard.Catalog
 	procs    int // writer processes started, for unique process numbers
+	stages   int // splitter and roll-back processes started: even ones run as chaosOwner
 
 	logMu sync.Mutex
 	dlog  *os.File // the driver's log: every fault and move, with its time
@@ -274,6 +277,32 @@ func (c *chaosCluster) reset(t *testing.T) {
 	if _, err := c.catalog.Save(ctx, r); err != nil {
 		t.Fatal(err)
 	}
+	c.grantOwner()
+}
+
+// chaosOwner is the role that owns the monolith's sharded tables, the
+// mover that half the splitter and roll-back processes run as: not a
+// superuser, with what the guide's "Roles and privileges" asks of a
+// mover and nothing more (CREATE on the monolith's schema and on the
+// targets' databases, the catalog's rows).
+const chaosOwner = "chaos_owner"
+
+// grantOwner creates chaosOwner on both servers, gives it the monolith's
+// sharded tables and grants it what a mover needs.
+func (c *chaosCluster) grantOwner() {
+	for _, db := range c.dbs[:chaosMono] {
+		c.retry(func() error {
+			return db.Exec(`DO $$ BEGIN CREATE ROLE ` + chaosOwner + ` LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`).Error
+		})
+		c.retry(func() error { return db.Exec("GRANT CREATE ON DATABASE postgres TO " + chaosOwner).Error })
+	}
+	c.retry(func() error {
+		return c.dbs[0].Exec("GRANT SELECT, INSERT, UPDATE, DELETE ON chaos_catalog, chaos_catalog_version, chaos_catalog_setup, chaos_catalog_shared TO " + chaosOwner).Error
+	})
+	c.retry(func() error {
+		return c.dbs[chaosMono].Exec("GRANT CREATE ON SCHEMA public TO " + chaosOwner + "; ALTER TABLE chaos_as OWNER TO " + chaosOwner +
+			"; ALTER TABLE chaos_bs OWNER TO " + chaosOwner + "; ALTER TABLE chaos_cs OWNER TO " + chaosOwner).Error
+	})
 }
 
 // retry runs f until it succeeds, for up to 30s: right after a restart, the
