@@ -668,9 +668,10 @@ func (e *splitEnv) shardsPatternMySQL() string {
 // through the roles granted to it, as the server does at login. A user
 // whose shard grants come by its default role passes (it was refused,
 // told to GRANT what it had); one that holds the role but must SET ROLE
-// to use it (which a pooled session does not keep) is refused; a role
-// that uses the monolith's tables and holds no grant on the shards is
-// refused by name until a role granted to it does. Once split, the user
+// to use it (which a pooled session does not keep) is refused, and so is
+// one whose default role was revoked; a role that uses the monolith's
+// tables and holds no grant on the shards is refused by name, with the
+// users that hold it, until a role granted to it does. Once split, the user
 // with the default role writes every shard.
 func TestSplitCountsRolesMariaDB(t *testing.T) {
 	ctx := context.Background()
@@ -690,25 +691,34 @@ func TestSplitCountsRolesMariaDB(t *testing.T) {
 	}
 	t.Cleanup(func() { e.dbs[0].Exec("DROP ROLE IF EXISTS " + shardsRole + ", " + monoRole) })
 	// app: the monolith's table by a grant of its own, the shards by its
-	// default role. unset: the same role, not its default. viaRole: the
-	// monolith's table by its default role, which holds no shard grant.
+	// default role. unset: the same role, not its default. revoked: the
+	// same role, its default, revoked since (MariaDB keeps the default).
+	// viaRole: the monolith's table by its default role, which holds no
+	// shard grant.
 	app := testdb.MySQLUser(t, e.dbs[0], "splitroleapp", monoGrants, "GRANT "+shardsRole+" TO %[1]s", "SET DEFAULT ROLE "+shardsRole+" FOR %[1]s")
 	unset := testdb.MySQLUser(t, e.dbs[0], "splitroleunset", monoGrants, "GRANT "+shardsRole+" TO %[1]s")
-	testdb.MySQLUser(t, e.dbs[0], "splitroleuser", "GRANT "+monoRole+" TO %[1]s", "SET DEFAULT ROLE "+monoRole+" FOR %[1]s")
+	revoked := testdb.MySQLUser(t, e.dbs[0], "splitrolerevoked", monoGrants, "GRANT "+shardsRole+" TO %[1]s", "SET DEFAULT ROLE "+shardsRole+" FOR %[1]s",
+		"REVOKE "+shardsRole+" FROM %[1]s")
+	viaRole := testdb.MySQLUser(t, e.dbs[0], "splitroleuser", "GRANT "+monoRole+" TO %[1]s", "SET DEFAULT ROLE "+monoRole+" FOR %[1]s")
 	_, err := reshard.PlanSplit(ctx, e.cfg, []string{"my_a", "my_b"}, 2)
 	refusal := func(who string) string {
 		return "GRANT DELETE, INSERT, SELECT, UPDATE ON `" + pattern + "`.* TO " + who
 	}
-	if !errors.Is(err, reshard.ErrMoverPrivileges) || !strings.Contains(err.Error(), refusal("'"+unset+"'@'%'")) ||
-		!strings.Contains(err.Error(), "role "+monoRole) || !strings.Contains(err.Error(), refusal(monoRole)) {
-		t.Errorf("the plan: %v, want ErrMoverPrivileges naming %s (its role not its default) and role %s (no shard grant)", err, unset, monoRole)
+	for _, who := range []string{"'" + unset + "'@'%'", "'" + revoked + "'@'%'", monoRole, "'" + viaRole + "'@'%'"} {
+		if !errors.Is(err, reshard.ErrMoverPrivileges) || !strings.Contains(err.Error(), refusal(who)) {
+			t.Errorf("the plan: %v, want ErrMoverPrivileges naming %s", err, refusal(who))
+		}
+	}
+	if !strings.Contains(fmt.Sprint(err), "role "+monoRole) {
+		t.Errorf("the plan: %v, want it to name role %s as a role", err, monoRole)
 	}
 	if strings.Contains(fmt.Sprint(err), app) {
 		t.Errorf("the plan refuses %s, whose default role may use the shards: %v", app, err)
 	}
 	// The role of the monolith's user holds the shards' role; the other
-	// user takes it as its default.
-	for _, q := range []string{"GRANT " + shardsRole + " TO " + monoRole, "SET DEFAULT ROLE " + shardsRole + " FOR '" + unset + "'@'%'"} {
+	// users take it as their default, or again.
+	for _, q := range []string{"GRANT " + shardsRole + " TO " + monoRole, "SET DEFAULT ROLE " + shardsRole + " FOR '" + unset + "'@'%'",
+		"GRANT " + shardsRole + " TO '" + revoked + "'@'%'"} {
 		if err := e.dbs[0].Exec(q).Error; err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}

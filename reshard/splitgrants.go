@@ -384,12 +384,38 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 			need[h.Grantee] = append(need[h.Grantee], h.Priv)
 		}
 	}
+	// A role's grants on the monolith are those of each user that holds
+	// it active at login: such a user is checked too, on each target with
+	// its roles there (a target may be another server, whose users hold
+	// other roles), besides the role itself.
+	monoRoles, isRole, err := activeRolesMySQL(ctx, sp.mono)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, g := range slices.Clone(users) {
+		if !isRole[g] {
+			continue
+		}
+		for _, h := range slices.Sorted(maps.Keys(monoRoles)) {
+			if isRole[h] || !slices.Contains(monoRoles[h], g) {
+				continue
+			}
+			if need[h] == nil {
+				users = append(users, h)
+			}
+			for _, p := range need[g] {
+				if !slices.Contains(need[h], p) {
+					need[h] = append(need[h], p)
+				}
+			}
+		}
+	}
 	for _, d := range targets {
 		db, list := sp.cfg.DBs[d], shards[d]
 		if len(list) == 0 {
 			continue
 		}
-		roles, err := activeRolesMySQL(ctx, db)
+		roles, _, err := activeRolesMySQL(ctx, db)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -423,13 +449,9 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 	// Their routers read the split's state after a write that changed no
 	// row (ErrUncheckedWrite when they may not): the split grants them
 	// SELECT on it when it creates it, if the mover may grant.
-	roles, err := activeRolesMySQL(ctx, sp.mono)
-	if err != nil {
-		return nil, nil, nil, err
-	}
 	for _, u := range users {
 		var n int64
-		who := append([]string{u}, roles[u]...)
+		who := append([]string{u}, monoRoles[u]...)
 		err := sp.mono.WithContext(ctx).Raw(`SELECT
 			(SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES WHERE GRANTEE IN ? AND PRIVILEGE_TYPE = 'SELECT') +
 			(SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE IN ? AND ? LIKE TABLE_SCHEMA AND PRIVILEGE_TYPE = 'SELECT') +
@@ -465,22 +487,25 @@ func (sp *splitter) usersMySQL(ctx context.Context, targets []int, shards map[in
 
 // activeRolesMySQL returns the roles that each user (or role) of db's
 // server holds active from its login on, as information_schema spells
-// grantees ('name'@'host'; a MariaDB role 'name'@”): the roles a role
-// holds, and a user's default roles (MariaDB's one, MySQL 8's list, or
-// every role granted to it under MySQL 8's activate_all_roles_on_login),
-// each with the roles it holds in turn. Their privileges are the holder's.
-// A role the user must SET ROLE to use is not counted: a pooled session
-// does not keep it. It reads the mysql database (seesGrantsMySQL).
-func activeRolesMySQL(ctx context.Context, db *gorm.DB) (map[string][]string, error) {
+// grantees ('name'@'host'; a MariaDB role 'name'@”), and which grantees
+// are roles: the roles a role holds, and a user's default roles (MariaDB's
+// one, MySQL 8's list, or every role granted to it under MySQL 8's
+// activate_all_roles_on_login) that it still holds, each with the roles it
+// holds in turn. Their privileges are the holder's. A role the user must
+// SET ROLE to use is not counted: a pooled session does not keep it. A
+// MySQL 8 role is a locked account; one that may log in is a user, whose
+// granted roles count only as its defaults. It reads the mysql database
+// (seesGrantsMySQL).
+func activeRolesMySQL(ctx context.Context, db *gorm.DB) (active map[string][]string, isRole map[string]bool, err error) {
 	var tables []string
-	err := db.WithContext(ctx).Raw(`SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'mysql'
+	err = db.WithContext(ctx).Raw(`SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'mysql'
 		AND TABLE_NAME IN ('roles_mapping', 'role_edges', 'default_roles')`).Scan(&tables).Error
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	type edge struct{ Holder, Role string }
 	var granted, defaults []edge
-	isRole := map[string]bool{}
+	isRole = map[string]bool{}
 	switch {
 	case slices.Contains(tables, "roles_mapping"): // MariaDB
 		err = db.WithContext(ctx).Raw(`SELECT CONCAT('''', User, '''@''', Host, '''') AS holder, CONCAT('''', Role, '''@''''') AS role
@@ -498,6 +523,10 @@ func activeRolesMySQL(ctx context.Context, db *gorm.DB) (map[string][]string, er
 	case slices.Contains(tables, "role_edges"): // MySQL 8
 		err = db.WithContext(ctx).Raw(`SELECT CONCAT('''', TO_USER, '''@''', TO_HOST, '''') AS holder, CONCAT('''', FROM_USER, '''@''', FROM_HOST, '''') AS role
 			FROM mysql.role_edges`).Scan(&granted).Error
+		var locked []string
+		if err == nil {
+			err = db.WithContext(ctx).Raw(`SELECT CONCAT('''', User, '''@''', Host, '''') FROM mysql.user WHERE account_locked = 'Y'`).Scan(&locked).Error
+		}
 		var all bool
 		if err == nil {
 			err = db.WithContext(ctx).Raw("SELECT @@activate_all_roles_on_login").Scan(&all).Error
@@ -511,13 +540,18 @@ func activeRolesMySQL(ctx context.Context, db *gorm.DB) (map[string][]string, er
 				FROM mysql.default_roles`).Scan(&defaults).Error
 		}
 		for _, e := range granted {
-			isRole[e.Role] = true
+			if slices.Contains(locked, e.Role) {
+				isRole[e.Role] = true
+			}
+			if slices.Contains(locked, e.Holder) {
+				isRole[e.Holder] = true
+			}
 		}
 	default:
-		return nil, nil // a server without roles
+		return nil, isRole, nil // a server without roles
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	holds := map[string][]string{} // the roles granted to each holder
 	for _, e := range granted {
@@ -525,26 +559,29 @@ func activeRolesMySQL(ctx context.Context, db *gorm.DB) (map[string][]string, er
 	}
 	start := map[string][]string{}
 	for _, e := range defaults {
-		start[e.Holder] = append(start[e.Holder], e.Role)
+		// A default role revoked since stays recorded, and inactive.
+		if slices.Contains(holds[e.Holder], e.Role) {
+			start[e.Holder] = append(start[e.Holder], e.Role)
+		}
 	}
 	for r := range isRole {
 		start[r] = append(start[r], holds[r]...)
 	}
-	out := map[string][]string{}
+	active = map[string][]string{}
 	for holder, first := range start {
-		var active []string
+		var list []string
 		for next := first; len(next) > 0; {
 			r := next[0]
 			next = next[1:]
-			if r == holder || slices.Contains(active, r) {
+			if r == holder || slices.Contains(list, r) {
 				continue
 			}
-			active = append(active, r)
+			list = append(list, r)
 			next = append(next, holds[r]...)
 		}
-		out[holder] = active
+		active[holder] = list
 	}
-	return out, nil
+	return active, isRole, nil
 }
 
 // grantPattern is the MySQL grant pattern of the databases SchemaPattern
