@@ -245,6 +245,11 @@ func checkLeftRows(db *gorm.DB) {
 	rows, ok := db.Statement.Dest.(*sql.Rows)
 	v, routed := db.Statement.Settings.Load(settingRoute)
 	if !ok || !routed {
+		if asRow && !ok {
+			// Another callback replaced GORM's row callback or its
+			// result: Row must still return a *sql.Row.
+			db.Statement.Dest = relay.ErrorRow(fmt.Errorf("%w: GORM's row callback gave %T, not the *sql.Rows shardid ran a Row as", gorm.ErrInvalidData, db.Statement.Dest))
+		}
 		return
 	}
 	rt := v.(route)
