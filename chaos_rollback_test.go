@@ -135,15 +135,15 @@ func (sp *chaosSplitter) rollback(shards []int, p chaosSplitPlan) ([]string, boo
 		c.note("split: %s", m)
 		msgs = append(msgs, m)
 	}
+	p.owner = sp.nextOwner()
+	again := chaosSplitPlan{owner: !p.owner}
 	c.note("%s begins (plan: %+v)", name, p)
 	failed, emptied := false, false
 	switch {
 	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
-		m, owner := c.rollbackProcess(shards, sp.afterLastBatch(), p)
+		m := c.rollbackProcess(shards, sp.afterLastBatch(), p)
 		note("%s", m)
-		if owner {
-			sp.count("split rollback processes as the tables' owner")
-		}
+		sp.judgeOwner(p, m)
 		failed = !strings.Contains(m, "rollback <nil>") || strings.Contains(m, reshard.ErrMonolithEmptied.Error())
 		emptied = strings.Contains(m, reshard.ErrMonolithEmptied.Error())
 	default:
@@ -151,6 +151,7 @@ func (sp *chaosSplitter) rollback(shards []int, p chaosSplitPlan) ([]string, boo
 		for _, m := range rivals {
 			note("%s", m)
 		}
+		sp.judgeOwner(p, fmt.Sprint(err))
 		switch {
 		case errors.Is(err, reshard.ErrMonolithEmptied):
 			// Refused, nothing changed: the operator waits until every
@@ -194,7 +195,8 @@ func (sp *chaosSplitter) rollback(shards []int, p chaosSplitPlan) ([]string, boo
 			emptied = false
 		}
 		if err == nil {
-			_, err = sp.rollbackOnce(shards, chaosSplitPlan{})
+			_, err = sp.rollbackOnce(shards, again)
+			sp.judgeOwner(again, fmt.Sprint(err))
 			sp.count("split rollback runs again")
 			if err == nil {
 				note("%s: run again (run %d): done", name, try+2)

@@ -86,6 +86,10 @@ type chaosSplitPlan struct {
 	cancelAt  string        // the first run's context is cancelled at this stage
 	abort     bool          // after a failed first run, the operator aborts the batch
 	edited    bool          // before it, the batch is run with split.json edited (chosen for splits only)
+	// owner: the run is the tables' owner's (chaosOwner), not a
+	// superuser's. Every other split and roll-back is, from its first
+	// run, faults and all; the runs again after it are the other role's.
+	owner bool
 }
 
 // chooseSplit picks, from rng, what befalls a split, and counts it.
@@ -193,7 +197,10 @@ type chaosSplitter struct {
 	plan    *reshard.SplitPlan
 	count   func(string)
 	flipped bool // a batch was found split
-	runs    int  // in-process runs of a split or a roll-back: even ones are chaosOwner's
+	ops     int  // splits and roll-backs begun: even ones begin as chaosOwner
+	// fail reports a violation: a run as the tables' owner refused for a
+	// privilege that the guide does not ask of a mover.
+	fail func(kind, msg string)
 
 	// lastDone is when a batch was last found split: the routers have
 	// all loaded the catalog's map since chaosCaughtUp after it.
@@ -278,15 +285,15 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 		c.note("split: %s", m)
 		msgs = append(msgs, m)
 	}
+	p.owner = sp.nextOwner()
+	again := chaosSplitPlan{owner: !p.owner}
 	c.note("split of shards %v begins (plan: %+v)", shards, p)
 	failed := false
 	switch {
 	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
-		m, owner := c.splitterProcess(plan, p)
+		m := c.splitterProcess(plan, p)
 		note("%s", m)
-		if owner {
-			sp.count("split processes as the tables' owner")
-		}
+		sp.judgeOwner(p, m)
 		// Judged by what the process said: a paused run may have failed
 		// too (its fence lapsed, its sessions reaped).
 		failed = !strings.Contains(m, "split <nil>")
@@ -295,6 +302,7 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 		for _, m := range rivals {
 			note("%s", m)
 		}
+		sp.judgeOwner(p, fmt.Sprint(err))
 		if err != nil {
 			note("%s: the first run failed: %v", name, err)
 			sp.count("split runs failed")
@@ -309,7 +317,9 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 			// A run that died after its flip leaves the monolith's rows:
 			// the plan run again cleans them up (CleanSplit).
 			if failed {
-				if _, err := sp.runOnce(plan, chaosSplitPlan{}); err != nil {
+				_, err := sp.runOnce(plan, again)
+				sp.judgeOwner(again, fmt.Sprint(err))
+				if err != nil {
 					note("%s: run again to clean up: %v", name, err)
 				}
 			}
@@ -329,7 +339,8 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 			}
 		}
 		if err == nil {
-			_, err = sp.runOnce(plan, chaosSplitPlan{})
+			_, err = sp.runOnce(plan, again)
+			sp.judgeOwner(again, fmt.Sprint(err))
 			sp.count("split runs again")
 			if err == nil {
 				note("%s: run again (run %d): done", name, try+2)
@@ -396,6 +407,31 @@ func (sp *chaosSplitter) abort() (reshard.AbortResult, error) {
 	return reshard.AbortSplit(ctx, cfg)
 }
 
+// nextOwner reports whether the split or roll-back about to begin begins
+// as the tables' owner: every other one does, from their count (not a draw
+// of the seed's: a seed picks the faults it picked before this existed).
+func (sp *chaosSplitter) nextOwner() bool {
+	sp.ops++
+	return sp.ops%2 == 0
+}
+
+// judgeOwner reports a run as the tables' owner (p.owner) whose outcome
+// out (its error, or its process's output) is a privilege refusal: the
+// test grants the owner what the guide's "Roles and privileges" asks of a
+// mover, so none may be missing, whatever befell the run.
+func (sp *chaosSplitter) judgeOwner(p chaosSplitPlan, out string) {
+	if !p.owner {
+		return
+	}
+	sp.count("split and rollback runs as the tables' owner")
+	for _, sign := range []string{"permission denied", "SQLSTATE 42501", "must be owner", reshard.ErrMoverPrivileges.Error()} {
+		if strings.Contains(out, sign) {
+			sp.fail("owner-privileges", "a run as the tables' owner "+chaosOwner+": "+out)
+			return
+		}
+	}
+}
+
 // runOnce runs the plan once (RunSplit), as p says: losing its lock at a
 // stage, with a rival, or cancelled at a stage. It returns the run's
 // error and what the rival met.
@@ -417,12 +453,9 @@ func (sp *chaosSplitter) runFaulted(name string, p chaosSplitPlan, run func(ctx 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dbs := c.dbs
-	// Every other run is the tables' owner's, not a superuser's (its
-	// rival, if any, a superuser's).
-	sp.runs++
-	owner := sp.runs%2 == 0
+	// The tables' owner's run (its rival, if any, a superuser's).
+	owner := p.owner
 	if owner {
-		sp.count("split and rollback runs as the tables' owner")
 		c.note("%s: run as the tables' owner %s", name, chaosOwner)
 	}
 	if p.lose == "idle" || owner {

@@ -24,9 +24,9 @@ import (
 
 // splitterProcess runs the batch of plan in a splitter process (SplitShards)
 // that is killed after p.killAfter, dies at p.killAt, or stops at
-// p.pauseAt for p.pause, and returns what became of it and whether it ran
-// as the tables' owner (chaosOwner) rather than a superuser.
-func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan) (string, bool) {
+// p.pauseAt for p.pause, as the tables' owner (chaosOwner) if p.owner,
+// and returns what became of it.
+func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan) string {
 	shards := plan.Batches[0]
 	var to []string
 	for _, s := range shards {
@@ -38,7 +38,7 @@ func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan
 // rollbackProcess rolls shards back into the monolith in a process
 // (RollbackSplit, with AfterLastBatch if afterLast), as splitterProcess
 // splits them.
-func (c *chaosCluster) rollbackProcess(shards []int, afterLast bool, p chaosSplitPlan) (string, bool) {
+func (c *chaosCluster) rollbackProcess(shards []int, afterLast bool, p chaosSplitPlan) string {
 	mode := "rollbacker"
 	if afterLast {
 		mode = "rollbacker-after-last"
@@ -49,12 +49,8 @@ func (c *chaosCluster) rollbackProcess(shards []int, afterLast bool, p chaosSpli
 // stageProcess runs a process of the test binary in mode (splitter, or
 // rollbacker) over shards (onto to) that is killed after p.killAfter, dies
 // at p.killAt, or stops at p.pauseAt for p.pause, and returns what became
-// of it (name says what it does), and whether it ran as chaosOwner: every
-// other process does, from the count of processes (not a draw of the
-// seed's: a seed picks the faults it picked before this existed).
-func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string, p chaosSplitPlan) (string, bool) {
-	c.stages++
-	owner := c.stages%2 == 0
+// of it (name says what it does). It connects as chaosOwner if p.owner.
+func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string, p chaosSplitPlan) string {
 	var list []string
 	for _, s := range shards {
 		list = append(list, strconv.Itoa(s))
@@ -67,17 +63,17 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 		cmd.Env = append(cmd.Env, "SHARDID_CHAOS_REAPED=1")
 	}
 	as := "a superuser"
-	if owner {
+	if p.owner {
 		cmd.Env = append(cmd.Env, "SHARDID_CHAOS_AS="+chaosOwner)
 		as = "the tables' owner " + chaosOwner
 	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return err.Error(), owner
+		return err.Error()
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Sprintf("%s: starting a %s: %v", name, mode, err), owner
+		return fmt.Sprintf("%s: starting a %s: %v", name, mode, err)
 	}
 	var timer *time.Timer
 	if p.killAfter > 0 {
@@ -106,7 +102,7 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 	case p.pauseAt != "":
 		how = fmt.Sprintf("stopped at %s for %v", p.pauseAt, p.pause)
 	}
-	return fmt.Sprintf("%s: a %s process as %s %s: %v (%s)", name, mode, as, how, err, strings.Join(lines, "; ")), owner
+	return fmt.Sprintf("%s: a %s process as %s %s: %v (%s)", name, mode, as, how, err, strings.Join(lines, "; "))
 }
 
 // chaosSplitterMain is a splitter process: it splits the shards

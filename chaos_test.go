@@ -83,11 +83,13 @@ var (
 //   - split: a batch of the monolith's shards split onto pg1 and pg2, its
 //     first run killed or paused at a stage (half the pauses in a process
 //     whose sessions the server ends once idle in a transaction for 1s,
-//     its lock's among them, as a DBA's reaper would; every other such
-//     process runs as the tables' owner, chaos_owner, not a superuser, as
-//     the guide's "Roles and privileges" allows), losing its lock with a rival
+//     its lock's among them, as a DBA's reaper would), losing its lock with a rival
 //     operator, or cancelled at a stage, then run again or aborted as the
-//     guide says (chaos_split_test.go); at times, while a batch is split,
+//     guide says (chaos_split_test.go); every other split and roll-back
+//     runs first as the tables' owner, chaos_owner, not a superuser (with
+//     what the guide's "Roles and privileges" asks of a mover: a refusal
+//     for a privilege is a violation), its runs again as the other role,
+//     as operators may change roles; at times, while a batch is split,
 //     the operator first runs the next one with split.json edited (a
 //     table's key changed), which every step must refuse, changing
 //     nothing;
@@ -196,7 +198,6 @@ type chaosCluster struct {
 	dbs      []*gorm.DB // the driver's connections to pg1, pg2 and the monolith, as chaosNames
 	catalog  *reshard.Catalog
 	procs    int // writer processes started, for unique process numbers
-	stages   int // splitter and roll-back processes started: even ones run as chaosOwner
 
 	logMu sync.Mutex
 	dlog  *os.File // the driver's log: every fault and move, with its time
@@ -518,6 +519,7 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 		late = append(late, [2]string{kind, msg})
 		movesMu.Unlock()
 	}
+	splits.sp.fail = splits.fail
 	restarts := map[int]time.Time{} // slot → when its killed writer is replaced
 	end := time.Now().Add(r.duration)
 	next := time.Now().Add(time.Second)
