@@ -96,6 +96,12 @@ type splitter struct {
 	tables  []SplitTable
 	byName  map[string]SplitTable
 	mysql   bool
+	// handTo is the sharded tables' owner (quoted, PostgreSQL), to whom
+	// the transactions that create the split's own objects on the
+	// monolith give them (handOverPG): a run stopped between the two
+	// cannot leave them to a role that its owner's runs may not act as.
+	// "" leaves them to the mover.
+	handTo string
 }
 
 // newSplitter checks cfg and reads the monolith's schema.
@@ -319,6 +325,9 @@ END $$`, sp.schema, st, log, shardid.FenceMessage)
 			if err := tx.Exec(q).Error; err != nil {
 				return err
 			}
+		}
+		if err := sp.handOverPG(tx, sp.handTo); err != nil {
+			return err
 		}
 		// The roles that write the sharded tables call the function after
 		// a write that changed no row (ErrUncheckedWrite if they may not):

@@ -142,10 +142,26 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 		create = "CREATE TABLE IF NOT EXISTS " + sp.q(splitTablesTable) + " (id INT PRIMARY KEY, tables MEDIUMTEXT NOT NULL) ENGINE=InnoDB"
 		upsert = "INSERT INTO " + sp.q(splitTablesTable) + " (id, tables) VALUES (1, ?) ON DUPLICATE KEY UPDATE tables = VALUES(tables)"
 	}
-	if err := db.Exec(create).Error; err != nil {
-		return fmt.Errorf("shardid: split: recording its tables: %w", err)
+	write := func(tx *gorm.DB) error {
+		if err := tx.Exec(create).Error; err != nil {
+			return err
+		}
+		return tx.Exec(upsert, now).Error
 	}
-	if err := db.Exec(upsert, now).Error; err != nil {
+	if sp.mysql {
+		err = write(db)
+	} else {
+		// Created, the record goes to the tables' owner in the same
+		// transaction (sp.handTo), under a lock timeout (handing over
+		// the state table takes it from the writers that read it).
+		err = lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+			if err := write(tx); err != nil {
+				return err
+			}
+			return sp.handOverPG(tx, sp.handTo)
+		})
+	}
+	if err != nil {
 		return fmt.Errorf("shardid: split: recording its tables: %w", err)
 	}
 	return nil

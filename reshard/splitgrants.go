@@ -645,9 +645,21 @@ func (sp *splitter) ownSplitObjectsPG(ctx context.Context, owner string) error {
 	if sp.mysql || owner == "" {
 		return nil
 	}
+	// Under a lock timeout, retried: ALTER TABLE takes the state table,
+	// which every write of the monolith's sharded tables reads, for
+	// itself, and must not hold the writers up behind a long transaction.
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error { return sp.handOverPG(tx, owner) })
+}
+
+// handOverPG is ownSplitObjectsPG in tx, the transaction that creates
+// them (or a lockedTx of its own).
+func (sp *splitter) handOverPG(tx *gorm.DB, owner string) error {
+	if sp.mysql || owner == "" {
+		return nil
+	}
 	tables, functions := sp.splitObjectsPG()
 	var alters []string
-	err := sp.mono.WithContext(ctx).Raw(`SELECT 'ALTER TABLE ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname) || ' OWNER TO ' || ?
+	err := tx.Raw(`SELECT 'ALTER TABLE ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname) || ' OWNER TO ' || ?
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = ? AND c.relname IN ? AND c.relkind = 'r' AND quote_ident(pg_get_userbyid(c.relowner)) <> ?
 			AND has_schema_privilege(to_regrole(?), n.oid, 'CREATE') AND pg_has_role(c.relowner, 'USAGE')
@@ -659,20 +671,15 @@ func (sp *splitter) ownSplitObjectsPG(ctx context.Context, owner string) error {
 			AND has_schema_privilege(to_regrole(?), n.oid, 'CREATE') AND pg_has_role(p.proowner, 'USAGE')
 			AND pg_has_role(to_regrole(?), 'USAGE')`,
 		owner, sp.schema, tables, owner, owner, owner, owner, sp.schema, functions, owner, owner, owner).Scan(&alters).Error
-	if err != nil || len(alters) == 0 {
+	if err != nil {
 		return err
 	}
-	// Under a lock timeout, retried: ALTER TABLE takes the state table,
-	// which every write of the monolith's sharded tables reads, for
-	// itself, and must not hold the writers up behind a long transaction.
-	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		for _, q := range alters {
-			if err := tx.Exec(q).Error; err != nil {
-				return fmt.Errorf("%s: %w", q, err)
-			}
+	for _, q := range alters {
+		if err := tx.Exec(q).Error; err != nil {
+			return fmt.Errorf("%s: %w", q, err)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // foreignSplitObjectsPG returns a problem (as splitPrivileges words them)

@@ -122,6 +122,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		return res, withDetail(ErrMoverPrivileges, "split: "+strings.Join(problems, "; "))
 	}
 	b.grants = grants
+	if grants != nil {
+		sp.handTo = grants.owner
+	}
 	stage := func(s string) {
 		if opts.OnStage != nil {
 			opts.OnStage(s)
@@ -159,13 +162,10 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if grants != nil {
 		users = grants.users
 	}
+	// Its objects, created, go to the tables' owner in the same
+	// transaction (sp.handTo).
 	if err := sp.installTriggers(ctx, users); err != nil {
 		return res, fmt.Errorf("shardid: split: installing its triggers on the monolith: %w", err)
-	}
-	if grants != nil {
-		if err := sp.ownSplitObjectsPG(ctx, grants.owner); err != nil {
-			return res, fmt.Errorf("shardid: split: giving its objects on the monolith to the tables' owner: %w", err)
-		}
 	}
 	state, err := sp.readSplitState(ctx, b.shards)
 	if err != nil {
