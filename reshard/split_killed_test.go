@@ -66,6 +66,7 @@ func helperSplitMover(t *testing.T) {
 // left twice; before the seal the monolith's rows take writes again once
 // the fence runs out, after it never.
 func TestSplitKilledAtEachStagePostgres(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
 	testSplitKilledAtEachStage(t, func(t *testing.T) *splitEnv { return newSplitEnvPG(t, 4, 20, 2, 2) })
 }
 

@@ -161,6 +161,7 @@ func TestSplitPlanRefusals(t *testing.T) {
 // and checks that no row is lost or left twice, and that the rows of the
 // batch take writes after an abort.
 func TestSplitStopResumeAbortPostgres(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
 	testSplitStopResumeAbort(t, func(t *testing.T) *splitEnv { return newSplitEnvPG(t, 4, 20, 2, 2) })
 }
 

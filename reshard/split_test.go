@@ -376,6 +376,7 @@ func newSplitWriters(e *splitEnv) *splitWriters {
 // TestSplitPostgresWithWriters splits a monolith of 16 logical shards onto
 // two databases in batches of 4 while writers write through the map.
 func TestSplitPostgresWithWriters(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
 	testSplitWithWriters(t, newSplitEnvPG(t, 16, 200, 5, 4))
 }
 

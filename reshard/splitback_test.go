@@ -262,12 +262,14 @@ func (e *splitEnv) stopRollback(t *testing.T, shard int, stage string) {
 // batches of 4 and rolls every shard back while writers write through the
 // map: every acknowledged write is found exactly once in the monolith.
 func TestSplitRollbackPostgresWithWriters(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
 	testSplitRollbackWithWriters(t, newBackEnv(t, "postgres", 16, 200, 5, 4))
 }
 
 // TestSplitRollbackMariaDBWithWriters is
 // TestSplitRollbackPostgresWithWriters on MariaDB.
 func TestSplitRollbackMariaDBWithWriters(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
 	testSplitRollbackWithWriters(t, newBackEnv(t, "mysql", 16, 200, 5, 4))
 }
 
@@ -322,11 +324,17 @@ func testSplitRollbackWithWriters(t *testing.T, e *splitEnv) {
 // after it the shard refuses writes until the monolith takes them, and an
 // abort is refused once it does; every acknowledged write is found exactly
 // once at the end.
-func TestSplitRollbackStopResumePostgres(t *testing.T) { testSplitRollbackStopResume(t, "postgres") }
+func TestSplitRollbackStopResumePostgres(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
+	testSplitRollbackStopResume(t, "postgres")
+}
 
 // TestSplitRollbackStopResumeMariaDB is TestSplitRollbackStopResumePostgres
 // on MariaDB.
-func TestSplitRollbackStopResumeMariaDB(t *testing.T) { testSplitRollbackStopResume(t, "mysql") }
+func TestSplitRollbackStopResumeMariaDB(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
+	testSplitRollbackStopResume(t, "mysql")
+}
 
 func testSplitRollbackStopResume(t *testing.T, dialect string) {
 	for _, stage := range []string{"captured", "copied", "fenced", "verified", "sealed", "unsealed", "flipped"} {
@@ -594,11 +602,17 @@ END $$`,
 // last (the run stopped), then rolls back every shard while writers write:
 // the shards of the last batch, never split, are left alone. Then the old
 // copies are dropped (DropSplitCopy) and the plan runs again, whole.
-func TestSplitRollbackAllButLastPostgres(t *testing.T) { testSplitRollbackAllButLast(t, "postgres") }
+func TestSplitRollbackAllButLastPostgres(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
+	testSplitRollbackAllButLast(t, "postgres")
+}
 
 // TestSplitRollbackAllButLastMariaDB is TestSplitRollbackAllButLastPostgres
 // on MariaDB.
-func TestSplitRollbackAllButLastMariaDB(t *testing.T) { testSplitRollbackAllButLast(t, "mysql") }
+func TestSplitRollbackAllButLastMariaDB(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
+	testSplitRollbackAllButLast(t, "mysql")
+}
 
 func testSplitRollbackAllButLast(t *testing.T, dialect string) {
 	e := newBackEnv(t, dialect, 16, 100, 3, 2)
