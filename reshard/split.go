@@ -444,19 +444,6 @@ func (sp *splitter) readSplitState(ctx context.Context, shards []int) (map[int]s
 	return out, nil
 }
 
-// setMoving marks shards (with nil, every shard that is) as moving (their
-// changes are logged from the commit on) or not. It waits for the writers
-// of those shards under way.
-func (sp *splitter) setMoving(ctx context.Context, shards []int, moving bool) error {
-	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		q := "UPDATE " + sp.q(splitStateTable) + " SET moving = ? WHERE shard " + inList(append([]int{-1}, shards...))
-		if shards == nil {
-			q = "UPDATE " + sp.q(splitStateTable) + " SET moving = ? WHERE moving"
-		}
-		return tx.Exec(q, moving).Error
-	})
-}
-
 // fenceShards fences shards for d from now by the monolith's clock and
 // returns each shard's token. It waits for the writers of those shards
 // under way (their shared locks on the state rows), and no other. A

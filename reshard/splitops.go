@@ -186,10 +186,7 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		res.Unfenced = reset
 	}
 	if state != nil {
-		if err := sp.setMoving(ctx, nil, false); err != nil {
-			return res, err
-		}
-		if err := sp.clearChanges(ctx); err != nil {
+		if err := sp.stopChangeLog(ctx, lock); err != nil {
 			return res, err
 		}
 	}

@@ -214,18 +214,11 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
 			if lock.reclaim(cctx) {
-				_ = sp.setMoving(cctx, b.shards, false)
-				_ = sp.clearChanges(cctx)
+				_ = sp.stopChangeLog(cctx, lock)
 			}
 		}
 	}()
-	if err := sp.clearChanges(ctx); err != nil {
-		return res, err
-	}
-	if err := lock.ensure(ctx, "starting the change log"); err != nil {
-		return res, err
-	}
-	if err := sp.setMoving(ctx, b.shards, true); err != nil {
+	if err := sp.startChangeLog(ctx, lock, b.shards); err != nil {
 		return res, fmt.Errorf("shardid: split: starting the change log: %w", err)
 	}
 	copyStart := timeNow()
@@ -464,9 +457,45 @@ func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) error {
 	return nil
 }
 
-// clearChanges empties the split's change log.
-func (sp *splitter) clearChanges(ctx context.Context) error {
-	return sp.mono.WithContext(ctx).Exec("DELETE FROM " + sp.q(splitChangeTable)).Error
+// startChangeLog empties the split's change log and marks shards moving
+// (their writes logged from then on), in one transaction that holds the
+// shards' state rows before it asks whether lock is still held. A run
+// whose lock was lost (to a rival, who may be logging its own copy's
+// changes by now: the verification trusts that log) changes nothing; a
+// rival that takes the lock after the question waits for those rows, so
+// its log starts after this one's, never before it.
+func (sp *splitter) startChangeLog(ctx context.Context, lock *moveLock, shards []int) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		if _, err := sp.lockStates(tx, shards); err != nil {
+			return err
+		}
+		if err := lock.ensure(ctx, "starting the change log"); err != nil {
+			return err
+		}
+		if err := tx.Exec("DELETE FROM " + sp.q(splitChangeTable)).Error; err != nil {
+			return err
+		}
+		return tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET moving = ? WHERE shard "+inList(append([]int{-1}, shards...)), true).Error
+	})
+}
+
+// stopChangeLog ends the logging of every shard and empties the change
+// log, as startChangeLog does: under the state rows of every shard, and
+// only while lock is held.
+func (sp *splitter) stopChangeLog(ctx context.Context, lock *moveLock) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		var shards []int
+		if err := tx.Raw("SELECT shard FROM " + sp.q(splitStateTable) + " ORDER BY shard FOR UPDATE").Scan(&shards).Error; err != nil {
+			return err
+		}
+		if err := lock.ensure(ctx, "ending the change log"); err != nil {
+			return err
+		}
+		if err := tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE moving").Error; err != nil {
+			return err
+		}
+		return tx.Exec("DELETE FROM " + sp.q(splitChangeTable)).Error
+	})
 }
 
 // sealedBefore reports whether a run before this one sealed every shard
