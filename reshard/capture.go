@@ -479,18 +479,20 @@ func isUniqueViolation(err error) bool {
 // With rc, every row is verified as it is written: in the same
 // transaction, its hash on dst after the write must equal its hash on src
 // when it was re-read (rowCheck.applied); rc keeps the target's totals.
-func applyKeys(ctx context.Context, src, dst *gorm.DB, schema, table string, c columns, ids []int64, rc *rowCheck) error {
-	return applyKeysFrom(ctx, src, dst, "", schema, table, c, ids, rc)
+//
+// Each of its transactions on dst holds hold's fences first (fenceHold).
+func applyKeys(ctx context.Context, src, dst *gorm.DB, hold fenceHold, schema, table string, c columns, ids []int64, rc *rowCheck) error {
+	return applyKeysFrom(ctx, src, dst, hold, "", schema, table, c, ids, rc)
 }
 
 // applyKeysFrom is applyKeys reading the source's rows from srcTable, a
 // table or a derived table (a split reads a shard's rows of a monolith's
 // table), or, if it is empty, from the target's table name on src.
-func applyKeysFrom(ctx context.Context, src, dst *gorm.DB, srcTable, schema, table string, c columns, ids []int64, rc *rowCheck) error {
+func applyKeysFrom(ctx context.Context, src, dst *gorm.DB, hold fenceHold, srcTable, schema, table string, c columns, ids []int64, rc *rowCheck) error {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 1000)]
 		ids = ids[len(chunk):]
-		if err := applyChunk(ctx, src, dst, srcTable, schema, table, c, chunk, rc); err != nil {
+		if err := applyChunk(ctx, src, dst, hold, srcTable, schema, table, c, chunk, rc); err != nil {
 			return fmt.Errorf("shardid: applying changed rows of %s: %w", quoteTable(dst, schema, table), err)
 		}
 	}
@@ -505,7 +507,7 @@ func applyKeysFrom(ctx context.Context, src, dst *gorm.DB, srcTable, schema, tab
 // It is evicted (deleted on the target in the same transaction, and in
 // doubt until its change is applied, see rowCheck.evicted), which frees
 // the value for the chunk however long the chain of such rows.
-func applyChunk(ctx context.Context, src, dst *gorm.DB, srcTable, schema, table string, c columns, chunk []int64, rc *rowCheck) error {
+func applyChunk(ctx context.Context, src, dst *gorm.DB, hold fenceHold, srcTable, schema, table string, c columns, chunk []int64, rc *rowCheck) error {
 	cols, qt := c.write, quoteTable(dst, schema, table)
 	if srcTable == "" {
 		srcTable = qt
@@ -532,6 +534,9 @@ func applyChunk(ctx context.Context, src, dst *gorm.DB, srcTable, schema, table 
 		}
 		// Through the target's mover-only fence.
 		err = moverTx(ctx, dst, func(tx *sql.Tx) (err error) {
+			if err := hold.hold(ctx, tx); err != nil {
+				return err
+			}
 			if rc != nil {
 				if old, err = keyHashes(ctx, tx, dst, qt, c.all, append(slices.Clone(chunk), evict...)); err != nil {
 					return err

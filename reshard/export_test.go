@@ -17,3 +17,11 @@ func SetMaxLockRetry(d time.Duration) (restore func()) {
 	maxLockRetry = d
 	return func() { maxLockRetry = old }
 }
+
+// SetRunPause calls pause at the points of a split's or a move's run
+// named in runPause, with its lock unwatched, until restore is called.
+func SetRunPause(pause func(at string)) (restore func()) {
+	old := runPause
+	runPause = pause
+	return func() { runPause = old }
+}

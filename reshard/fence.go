@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shardid/shardid"
 	"gorm.io/gorm"
 )
@@ -565,4 +566,110 @@ func fenceTarget(ctx context.Context, db *gorm.DB, in, final string, tables []st
 		return 0, err
 	}
 	return fenceForMover(ctx, db, in, tables)
+}
+
+// fenceHold is what a mover's run holds on a target: the fences it set on
+// schemas there, by their tokens. Each of the run's transactions that
+// writes to the target holds them first (hold): it reads them under a
+// shared lock kept to its end, and refuses, with an error wrapping
+// ErrMoveLockLost, unless each is still the run's. A run paused after it
+// last found its lock held (its keep-alive has not seen it lost yet) while
+// another run took the shard over, or finished it, must not write to the
+// target: it would empty or overwrite that run's copy, or the rows the
+// application wrote there since the flip
+// (TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres,
+// TestMovePausedRunKeepsOffItsRivalsTargetPostgres). The other run
+// changes the fences (their tokens) before it writes, and waits for the
+// transaction to end to do it; a lift changes them too. The zero value
+// holds none.
+type fenceHold struct {
+	mysql   bool
+	on      string // the target's name, for errors
+	schemas []string
+	tokens  []int64
+}
+
+// hold holds h's fences in tx.
+func (h fenceHold) hold(ctx context.Context, tx *sql.Tx) error {
+	return h.holdWith(func(q string) (map[int]int64, error) {
+		rows, err := tx.QueryContext(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		got, err := scanTokens(rows.Next, rows.Scan)
+		if err == nil {
+			err = rows.Err()
+		}
+		return got, err
+	})
+}
+
+// holdPgx is hold in a pgx transaction.
+func (h fenceHold) holdPgx(ctx context.Context, tx pgx.Tx) error {
+	return h.holdWith(func(q string) (map[int]int64, error) {
+		rows, err := tx.Query(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		got, err := scanTokens(rows.Next, rows.Scan)
+		if err == nil {
+			err = rows.Err()
+		}
+		return got, err
+	})
+}
+
+// holdWith is hold, with query running a query in the transaction: one
+// per 200 schemas.
+func (h fenceHold) holdWith(query func(q string) (map[int]int64, error)) error {
+	for lo := 0; lo < len(h.schemas); lo += 200 {
+		hi := min(lo+200, len(h.schemas))
+		schemas, want := h.schemas[lo:hi], h.tokens[lo:hi]
+		got, err := query(holdFencesQuery(h.mysql, schemas))
+		if err != nil {
+			return fmt.Errorf("shardid: reading the fences of %s to %s on %s: %w", schemas[0], schemas[len(schemas)-1], h.on, err)
+		}
+		for i, sc := range schemas {
+			tok, ok := got[i]
+			if !ok {
+				return fmt.Errorf("%w: the fence of %s on %s is gone: another run has taken the shard over", ErrMoveLockLost, sc, h.on)
+			}
+			if tok != want[i] {
+				return fmt.Errorf("%w: the fence of %s on %s is not this run's any more (token %d, the run's %d): another run has taken the shard over, or finished it",
+					ErrMoveLockLost, sc, h.on, tok, want[i])
+			}
+		}
+	}
+	return nil
+}
+
+// scanTokens reads the rows (index, token) of holdFencesQuery's query.
+func scanTokens(next func() bool, scan func(...any) error) (map[int]int64, error) {
+	got := map[int]int64{}
+	for next() {
+		var i int
+		var tok int64
+		if err := scan(&i, &tok); err != nil {
+			return nil, err
+		}
+		got[i] = tok
+	}
+	return got, nil
+}
+
+// holdFencesQuery is the query that reads the fence's token of each of
+// schemas (index, token) under a shared lock kept to the end of its
+// transaction.
+func holdFencesQuery(mysql bool, schemas []string) string {
+	parts := make([]string, len(schemas))
+	for i, sc := range schemas {
+		if mysql {
+			parts[i] = fmt.Sprintf("(SELECT %d AS i, token FROM `%s`.`%s` WHERE id = 1 LOCK IN SHARE MODE)", i, sc, fenceTable)
+		} else {
+			parts[i] = fmt.Sprintf(`SELECT * FROM (SELECT %d AS i, token FROM "%s".%s WHERE id = 1 FOR SHARE) f%d`, i, sc, fenceTable, i)
+		}
+	}
+	return strings.Join(parts, " UNION ALL ")
 }

@@ -237,8 +237,11 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	defer lock.release()
 	// A lock lost mid-move stops the move as a cancellation would, and
 	// says so.
-	ctx, unwatch := lock.watch(ctx)
-	defer unwatch()
+	if runPause == nil {
+		var unwatch func()
+		ctx, unwatch = lock.watch(ctx)
+		defer unwatch()
+	}
 	defer func() {
 		if lost := lock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
 			err = fmt.Errorf("shardid: move shard %d: %w: %w", shard, lost, err)
@@ -316,6 +319,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// (unfenced), and a first copy while the source takes writes.
 	cp := newShardCopier(src, dst, schema, tables, opts.Batch, opts.Progress)
 	cp.fencedTarget = true // createTarget fenced it for the mover
+	cp.hold = fenceHold{mysql: dst.Dialector.Name() == "mysql", on: target, schemas: []string{schema}, tokens: []int64{dstToken}}
 	cp.compareSource = opts.CompareSource
 	cp.caughtUp = mv.CaughtUp
 	defer func() {
@@ -339,6 +343,9 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	}
 	if err := lock.ensure(ctx, "copying into the target"); err != nil {
 		return res, err
+	}
+	if runPause != nil {
+		runPause("move copy")
 	}
 	copyStart := timeNow()
 	if res.Copied, err = cp.copy(ctx); err != nil {

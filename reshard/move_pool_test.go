@@ -527,3 +527,80 @@ func checkRivalMove(t *testing.T, r, other *shardid.Router, fresh func() *shardi
 		}
 	}
 }
+
+// TestMovePausedRunKeepsOffItsRivalsTargetPostgres: a move asks whether it
+// still holds its lock, and then empties and fills its target. A move
+// paused between the two (the machine stops it, its keep-alive has not
+// seen the lock lost yet) while a second operator runs the same move to
+// the end and the application writes to the shard's new home must not
+// empty that home when it resumes: its copy's TRUNCATE did, and the rows
+// written since the rival's flip were lost.
+func TestMovePausedRunKeepsOffItsRivalsTargetPostgres(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, direct.Databases()[0], 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMovePausedRunKeepsOffItsRivalsTargetMariaDB is
+// TestMovePausedRunKeepsOffItsRivalsTargetPostgres on MariaDB, where the
+// copy empties the target with a DELETE (a TRUNCATE would commit).
+func TestMovePausedRunKeepsOffItsRivalsTargetMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mp")
+	r := loaded(t, newRouter(), c)
+	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, r.Databases()[0], 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// checkPausedRivalMove moves shard from r's database to target, pausing
+// the move before its copy; meanwhile the move's lock session ends
+// (killMoveLock on direct), a rival runs the same move to the end and the
+// application writes to the shard on its new home, through a fresh
+// router. The first move, resumed, must fail with ErrMoveLockLost and
+// leave every row there.
+func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, opts reshard.MoveOptions) {
+	t.Helper()
+	ctx := context.Background()
+	seeded := seedShard(t, r, shard, 100)
+	schema := r.Schema(shard)
+	var after []RPhoto // written after the rival's move
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "move copy" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, direct, schema)
+		if _, err := reshard.MoveShard(ctx, fresh(), c, shard, target, opts); err != nil {
+			t.Errorf("the rival move, once the first mover's lock is gone: %v", err)
+			return
+		}
+		f := fresh()
+		for range 5 {
+			ph := RPhoto{UserID: int64(shard), Caption: "after the rival's move"}
+			if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+				t.Fatalf("a write to shard %d on its new home: %v", shard, err)
+			}
+			after = append(after, ph)
+		}
+	})()
+	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	if !paused {
+		t.Fatal("the move never reached its copy")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused move, resumed: %v, want ErrMoveLockLost", err)
+	}
+	f := fresh()
+	if got := f.DatabaseName(shard); got != target {
+		t.Fatalf("the catalog maps shard %d to %s after the rival's move, want %s", shard, got, target)
+	}
+	if len(after) == 0 {
+		t.Fatal("no row written after the rival's move")
+	}
+	for _, s := range append(seeded, after...) {
+		var got RPhoto
+		if err := f.Get(ctx, &got, s.ID); err != nil {
+			t.Errorf("photo %v (%q) on the shard's new home: %v", s.ID, s.Caption, err)
+		}
+	}
+}

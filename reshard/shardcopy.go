@@ -37,6 +37,9 @@ type shardCopier struct {
 	// (a move's do, fenceForMover): on MySQL the copy passes it once per
 	// transaction (passFenceMySQL).
 	fencedTarget bool
+	// hold is the fence that the move's run set on the target: every
+	// transaction that writes there holds it first (fenceHold).
+	hold fenceHold
 
 	// compareSource: after the copy, compare the source with it as well
 	// (MoveOptions.CompareSource).
@@ -87,10 +90,17 @@ func (c *shardCopier) copy(ctx context.Context) (int64, error) {
 	// truncate a table that another table's foreign key references unless
 	// that table goes too. The target is fenced for all but the mover
 	// (fenceForMover): every write here goes through moverTx.
+	// On MySQL a TRUNCATE commits the transaction, and the hold of the
+	// fence with it: a DELETE keeps it (and costs nothing on a target the
+	// move created, empty).
 	var stmts []string
 	if c.dst.Dialector.Name() == "mysql" {
 		for _, t := range c.tables {
-			stmts = append(stmts, "TRUNCATE TABLE "+c.table(t))
+			if len(c.hold.schemas) > 0 {
+				stmts = append(stmts, "DELETE FROM "+c.table(t))
+			} else {
+				stmts = append(stmts, "TRUNCATE TABLE "+c.table(t))
+			}
 		}
 	} else {
 		var all []string
@@ -100,6 +110,9 @@ func (c *shardCopier) copy(ctx context.Context) (int64, error) {
 		stmts = append(stmts, "TRUNCATE TABLE "+strings.Join(all, ", "))
 	}
 	err := moverTx(ctx, c.dst, func(tx *sql.Tx) error {
+		if err := c.hold.hold(ctx, tx); err != nil {
+			return err
+		}
 		for _, q := range stmts {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return err
@@ -117,7 +130,7 @@ func (c *shardCopier) copy(ctx context.Context) (int64, error) {
 		if c.progress != nil {
 			progress = func(n int64) { c.progress(t, n) }
 		}
-		n, sent, err := copySnapshot(ctx, c.src, c.dst, c.fenceOf(), c.table(t), c.cols[t], c.batch, progress)
+		n, sent, err := copySnapshot(ctx, c.src, c.dst, c.hold, c.fenceOf(), c.table(t), c.cols[t], c.batch, progress)
 		if err != nil {
 			return total, err
 		}
@@ -161,7 +174,7 @@ func (c *shardCopier) catchUp(ctx context.Context, all bool) (applied int, err e
 			if !ok {
 				return applied, fmt.Errorf("shardid: the change log of %s names table %q, not one of the move's", c.schema, t)
 			}
-			if err := applyKeys(ctx, c.src, c.dst, c.schema, t, cols, b.keys[t], c.checks[t]); err != nil {
+			if err := applyKeys(ctx, c.src, c.dst, c.hold, c.schema, t, cols, b.keys[t], c.checks[t]); err != nil {
 				return applied, err
 			}
 		}

@@ -72,11 +72,12 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 // read them (rowHash), for the target to be checked against
 // (verifySent). progress, if not nil, is called as rows arrive. fence, if
 // not "", is the schema whose fence a MySQL target passes (copyBatches).
-func copySnapshot(ctx context.Context, src, dst *gorm.DB, fence, table string, cols columns, batch int, progress func(int64)) (int64, bucketSent, error) {
+// Each transaction on dst holds hold's fences first (fenceHold).
+func copySnapshot(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, table string, cols columns, batch int, progress func(int64)) (int64, bucketSent, error) {
 	// The target is fenced for all but the mover (fenceForMover): every
 	// write here goes through moverTx or its equivalent.
 	if src.Dialector.Name() != "mysql" {
-		n, sent, err := copyPG(ctx, src, dst, table, cols, batch, progress)
+		n, sent, err := copyPG(ctx, src, dst, hold, table, cols, batch, progress)
 		if err == nil {
 			// Statistics for the new rows now, not when autovacuum comes
 			// by: the verification's lookups by key, and the shard's
@@ -87,7 +88,7 @@ func copySnapshot(ctx context.Context, src, dst *gorm.DB, fence, table string, c
 			return n, sent, err
 		}
 	}
-	return copyBatches(ctx, src, dst, fence, table, cols, batch, progress)
+	return copyBatches(ctx, src, dst, hold, fence, table, cols, batch, progress)
 }
 
 // bucketSent is what a copy sent of a table, by bucket of keys (id modulo
@@ -132,7 +133,7 @@ func withPgx(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
 // newlines inside values) and reporting them every every rows. Each row
 // leaves the source with its bucket and its hash in front, which a
 // bucketSummer adds up and cuts off.
-func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols columns, every int, progress func(int64)) (int64, bucketSent, error) {
+func copyPG(ctx context.Context, src, dst *gorm.DB, hold fenceHold, table string, cols columns, every int, progress func(int64)) (int64, bucketSent, error) {
 	list := columnList(src, cols.write)
 	q := "COPY (SELECT " + bucketKey() + ", " + rowHash(src, cols.all) + ", " + list + " FROM " + table + ") TO STDOUT"
 	var copied int64
@@ -176,6 +177,9 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, table string, cols columns, 
 			}
 			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 			_, err = tx.Exec(ctx, moverSettingsPG)
+			if err == nil {
+				err = hold.holdPgx(ctx, tx)
+			}
 			var tag pgconn.CommandTag
 			if err == nil {
 				tag, err = dc.PgConn().CopyFrom(ctx, cr, "COPY "+table+" ("+list+") FROM STDIN")
@@ -318,7 +322,7 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 // copyCommitRows rows. On MySQL each transaction passes the fence of the
 // schema named fence (if not ""), the target's, once (passFenceMySQL), not
 // once for each row.
-func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, columns columns, batch int, progress func(int64)) (int64, bucketSent, error) {
+func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, table string, columns columns, batch int, progress func(int64)) (int64, bucketSent, error) {
 	cols := columns.write
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -435,6 +439,9 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, fence, table string, co
 					if _, err := tx.ExecContext(ctx, settings); err != nil {
 						return fmt.Errorf("shardid: writing %s: %w", table, err)
 					}
+				}
+				if err := hold.hold(ctx, tx); err != nil {
+					return err
 				}
 				if fence != "" && dst.Dialector.Name() == "mysql" {
 					if err := passFenceMySQL(ctx, tx, fence); err != nil {

@@ -292,3 +292,83 @@ func testSplitLockLostToARival(t *testing.T, e *splitEnv, to []string) {
 		}
 	}
 }
+
+// TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres: a batch's run asks
+// whether it still holds the lock, and then writes to its targets. A run
+// paused between the two (the machine stops it, its keep-alive has not
+// seen the lock lost yet) while a second operator runs the whole batch and
+// the application writes to the flipped shards must not empty their
+// tables when it resumes: its copy's TRUNCATE did, and copied the
+// monolith's sealed rows over the acknowledged writes. (The run is a
+// second one, which finds the targets that a first run, cancelled,
+// created: it empties them before it copies.)
+func TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres(t *testing.T) {
+	testSplitPausedRunKeepsOff(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestSplitPausedRunKeepsOffItsRivalsTargetsMariaDB is
+// TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres on MariaDB.
+func TestSplitPausedRunKeepsOffItsRivalsTargetsMariaDB(t *testing.T) {
+	testSplitPausedRunKeepsOff(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := "public"
+	if mono.Dialector.Name() == "mysql" {
+		mono.Raw("SELECT DATABASE()").Scan(&schema)
+	}
+	// A first run, cancelled once it created the targets.
+	cctx, cancel := context.WithCancel(ctx)
+	_, err := reshard.SplitShards(cctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "created" {
+			cancel()
+		}
+	}})
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first run, cancelled: %v", err)
+	}
+	var wrote []int64 // the users updated on their targets after the rival's flip
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "split copy" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
+			t.Errorf("the rival's run: %v", err)
+			return
+		}
+		// The application's writes to the flipped shards, acknowledged.
+		mono.Raw("SELECT id FROM users WHERE id % 4 IN (0, 1)").Scan(&wrote)
+		for _, id := range wrote {
+			db, table := e.table(id, "users")
+			if err := db.Exec("UPDATE "+table+" SET name = 'after the flip' WHERE id = ?", id).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})()
+	_, err = reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
+	if !paused {
+		t.Fatal("the run never reached its copy")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused run, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if len(wrote) == 0 {
+		t.Fatal("no row written after the rival's flip")
+	}
+	for _, id := range wrote {
+		db, table := e.table(id, "users")
+		var names []string
+		if err := db.Raw("SELECT name FROM "+table+" WHERE id = ?", id).Scan(&names).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(names) != 1 || names[0] != "after the flip" {
+			t.Errorf("user %d on its target: %q, want the write acknowledged after the flip", id, names)
+		}
+	}
+}

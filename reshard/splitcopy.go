@@ -32,6 +32,10 @@ type splitBatch struct {
 	sent map[string]map[int]*sentRows
 	// fresh are the shards whose schemas this run created: empty.
 	fresh map[int]bool
+	// tokens are the fences this run set on its targets (createTargets),
+	// by shard: every transaction of the run that writes to a target
+	// first holds them (holdFences).
+	tokens map[int]int64
 	// grants are the monolith's owners and privileges that each shard's
 	// schema gets (PostgreSQL).
 	grants *splitGrants
@@ -39,6 +43,30 @@ type splitBatch struct {
 	// TABLE name.
 	defs     map[string]string
 	progress func(table string, copied int64)
+}
+
+// fenceHold is the hold of the fences this run set on the target of
+// shards (all on one target): its transactions that write there hold
+// them first (fenceHold).
+func (b *splitBatch) fenceHold(shards []int) (fenceHold, error) {
+	h := fenceHold{mysql: b.sp.mysql, schemas: make([]string, len(shards)), tokens: make([]int64, len(shards))}
+	for i, s := range shards {
+		tok, ok := b.tokens[s]
+		if !ok {
+			return h, fmt.Errorf("shardid: split: shard %d has no fence of this run", s)
+		}
+		h.schemas[i], h.tokens[i], h.on = b.schemaOf(s), tok, b.sp.cfg.Map.Databases()[b.to[s]]
+	}
+	return h, nil
+}
+
+// holdFences holds, in tx, the fences of shards (fenceHold).
+func (b *splitBatch) holdFences(ctx context.Context, tx *sql.Tx, shards []int) error {
+	h, err := b.fenceHold(shards)
+	if err != nil {
+		return err
+	}
+	return h.hold(ctx, tx)
 }
 
 // schemaOf is the schema of shard on its target.
@@ -399,6 +427,9 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 	for _, d := range targets {
 		db := b.sp.cfg.DBs[d]
 		err := moverTx(ctx, db, func(tx *sql.Tx) error {
+			if err := b.holdFences(ctx, tx, shards[d]); err != nil {
+				return err
+			}
 			for _, s := range shards[d] {
 				if b.fresh[s] {
 					continue
@@ -484,6 +515,9 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 				}
 				n := 0
 				err := moverTx(ctx, db, func(tx *sql.Tx) error {
+					if err := b.holdFences(ctx, tx, sortedKeys(per)); err != nil {
+						return err
+					}
 					for _, s := range sortedKeys(per) {
 						if err := passFenceMySQL(ctx, tx, b.schemaOf(s)); err != nil {
 							return fmt.Errorf("shard %d: %w", s, err)
@@ -813,7 +847,7 @@ func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			err := b.applyUnit(ctx, u.table, u.target, units[u])
-			if err != nil && ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil && !errors.Is(err, ErrMoveLockLost) {
 				err = nil
 				t := b.sp.byName[u.table]
 				for _, s := range sortedKeys(units[u]) {
@@ -821,7 +855,11 @@ func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
 					if b.checks != nil {
 						rc = b.checks[u.table][s]
 					}
-					if err = applyKeysFrom(ctx, b.sp.mono, b.dst(s), b.sp.rel(t, []int{s}), b.schemaOf(s), u.table, b.cols[u.table], units[u][s], rc); err != nil {
+					var h fenceHold
+					if h, err = b.fenceHold([]int{s}); err != nil {
+						break
+					}
+					if err = applyKeysFrom(ctx, b.sp.mono, b.dst(s), h, b.sp.rel(t, []int{s}), b.schemaOf(s), u.table, b.cols[u.table], units[u][s], rc); err != nil {
 						break
 					}
 				}
@@ -944,6 +982,9 @@ func (b *splitBatch) applyUnit(ctx context.Context, table string, d int, keys ma
 	upsert := !b.sp.mysql
 	var old, now map[int]map[int64]uint64
 	err = moverTx(ctx, db, func(tx *sql.Tx) (err error) {
+		if err := b.holdFences(ctx, tx, shards); err != nil {
+			return err
+		}
 		if old, err = hashes(tx); err != nil {
 			return err
 		}

@@ -135,8 +135,11 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		return res, fmt.Errorf("shardid: split: %w", err)
 	}
 	defer lock.release()
-	ctx, unwatch := lock.watch(ctx)
-	defer unwatch()
+	if runPause == nil {
+		var unwatch func()
+		ctx, unwatch = lock.watch(ctx)
+		defer unwatch()
+	}
 	// A lock lost mid-batch stops it as a cancellation would, and says
 	// so, not "context canceled" (ErrMoveLockLost); another error stays
 	// what it is.
@@ -206,6 +209,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err != nil {
 		return res, err
 	}
+	b.tokens = dstTokens
 	stage("created")
 	// 2. The change log, then the copy while the monolith takes writes.
 	sealed := false
@@ -220,6 +224,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	}()
 	if err := sp.startChangeLog(ctx, lock, b.shards); err != nil {
 		return res, fmt.Errorf("shardid: split: starting the change log: %w", err)
+	}
+	if runPause != nil {
+		runPause("split copy")
 	}
 	copyStart := timeNow()
 	if res.Copied, err = b.copy(ctx); err != nil {
@@ -269,6 +276,14 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	stage("sealed")
 	return b.flipAndClean(ctx, lock, res, dstTokens, fenced, stage)
 }
+
+// runPause, set by tests only, is called at the named points of a split's
+// or a move's run ("split copy", "move copy": after the change log
+// started, before the copy empties and fills the targets), and the run's
+// lock is not watched then: a test pauses the run there as a machine
+// would pause the process, before its lock's keep-alive finds the lock
+// lost.
+var runPause func(at string)
 
 // flipAndClean flips the catalog and the map, lets writes through to the
 // targets and deletes the batch's verified rows from the monolith.

@@ -208,11 +208,13 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 	targets, shards := b.byTarget()
 	type lane struct{ d, i int }
 	laneOf := map[int]lane{}
+	laneShards := map[lane][]int{}
 	feeds := map[lane]chan copyChunkOf{}
 	for _, d := range targets {
 		n := lanesOf(b.sp.cfg.DBs[d])
 		for i, s := range shards[d] {
 			laneOf[s] = lane{d, i % n}
+			laneShards[laneOf[s]] = append(laneShards[laneOf[s]], s)
 		}
 	}
 	errs := make(chan error, len(targets)*copyLanes)
@@ -226,7 +228,7 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := b.copyInto(ctx, l.d, t.Name, columnList(b.sp.cfg.DBs[l.d], cols.write), feed)
+			err := b.copyInto(ctx, l.d, laneShards[l], t.Name, columnList(b.sp.cfg.DBs[l.d], cols.write), feed)
 			if err != nil {
 				cancel(fmt.Errorf("shardid: copying %s to %s: %w", t.Name, b.sp.cfg.Map.Databases()[l.d], err))
 				for range feed { // the reader stops at the cancellation
@@ -307,9 +309,9 @@ func lanesOf(db *gorm.DB) int {
 }
 
 // copyInto writes the chunks of table that feed brings into their shards'
-// tables on target d, in one transaction let through the fence for the
+// tables on target d (shards, the lane's, whose fences it holds), in one transaction let through the fence for the
 // mover, committed once feed is closed, unless ctx is cancelled by then.
-func (b *splitBatch) copyInto(ctx context.Context, d int, table, list string, feed <-chan copyChunkOf) error {
+func (b *splitBatch) copyInto(ctx context.Context, d int, shards []int, table, list string, feed <-chan copyChunkOf) error {
 	db := b.sp.cfg.DBs[d]
 	return withPgx(ctx, db, func(c *pgx.Conn) error {
 		tx, err := c.Begin(ctx)
@@ -318,6 +320,14 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, table, list string, fe
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		if _, err := tx.Exec(ctx, moverSettingsPG); err != nil {
+			return err
+		}
+		// The fences of the lane's shards, held (holdFences).
+		h, err := b.fenceHold(shards)
+		if err != nil {
+			return err
+		}
+		if err := h.holdPgx(ctx, tx); err != nil {
 			return err
 		}
 		// The transaction waits for the rows that the monolith's read
