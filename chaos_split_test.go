@@ -26,6 +26,11 @@ import (
 //     random time, or that dies at a stage (no clean-up at all);
 //   - paused: the splitter process stops (SIGSTOP) at a stage for up to
 //     8s, longer than its fence (chaosSplitFenceFor) at times, then goes on;
+//   - stopped: the splitter process stops (SIGSTOP) after a random time,
+//     wherever it is (between a check of its lock and the write after
+//     it, at times); meanwhile every session of it is ended (a reaper, a
+//     network reset) and a second operator runs the batch to the end,
+//     while the writers write to its shards' new home; then it goes on;
 //   - lock: the first run loses its split lock at a stage (created to
 //     sealed): the server ends the lock's session (terminate), or the run
 //     is slow there on connections with idle_session_timeout (idle); a
@@ -72,6 +77,7 @@ var chaosSplitStages = []string{"created", "copied", "fenced", "verified", "seal
 // chaosSplitPlan is what the driver chose for a split, from the seed.
 type chaosSplitPlan struct {
 	killAfter time.Duration // the first run is a splitter process, killed after this long
+	stopAfter time.Duration // ... or stopped after this long, its sessions ended, while a rival runs the batch
 	killAt    string        // ... or that dies at this stage
 	pauseAt   string        // ... or that stops (SIGSTOP) at this stage
 	pause     time.Duration // for this long
@@ -155,7 +161,15 @@ func chooseSplitFault(rng *rand.Rand, counts map[string]int, what string, stages
 	case 1:
 		if rng.IntN(2) == 0 {
 			p.killAfter = time.Duration(200+rng.IntN(4000)) * time.Millisecond
-			counts[what+" killed"]++
+			// A split stopped instead of killed, from the time's parity,
+			// not a draw of its own: a seed picks the faults it picked
+			// before this choice existed.
+			if what == "split" && p.killAfter/time.Millisecond%2 == 1 {
+				p.stopAfter, p.killAfter = p.killAfter, 0
+				counts[what+" stopped, its sessions ended, a rival ran it"]++
+			} else {
+				counts[what+" killed"]++
+			}
 		} else {
 			p.killAt = stage(stages)
 			counts[what+" killed at "+p.killAt]++
@@ -290,8 +304,8 @@ func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]str
 	c.note("split of shards %v begins (plan: %+v)", shards, p)
 	failed := false
 	switch {
-	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "":
-		m := c.splitterProcess(plan, p)
+	case p.killAfter > 0 || p.killAt != "" || p.pauseAt != "" || p.stopAfter > 0:
+		m := c.splitterProcess(plan, p, func() string { return sp.rivalFor(plan, "run", time.Minute) })
 		note("%s", m)
 		sp.judgeOwner(p, m)
 		// Judged by what the process said: a paused run may have failed
@@ -531,7 +545,12 @@ func (sp *chaosSplitter) runFaulted(name string, p chaosSplitPlan, run func(ctx 
 // first may have lost its lock. Either must be refused (ErrMoveInProgress)
 // while the first holds it; it waits 5s for the lock at most.
 func (sp *chaosSplitter) rival(plan *reshard.SplitPlan, kind string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return sp.rivalFor(plan, kind, 5*time.Second)
+}
+
+// rivalFor is rival, given timeout for the whole of it.
+func (sp *chaosSplitter) rivalFor(plan *reshard.SplitPlan, kind string, timeout time.Duration) string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cfg, err := sp.c.splitConfig(ctx, sp.c.dbs)
 	if err != nil {

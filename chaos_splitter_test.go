@@ -26,13 +26,13 @@ import (
 // that is killed after p.killAfter, dies at p.killAt, or stops at
 // p.pauseAt for p.pause, as the tables' owner (chaosOwner) if p.owner,
 // and returns what became of it.
-func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan) string {
+func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan, rival func() string) string {
 	shards := plan.Batches[0]
 	var to []string
 	for _, s := range shards {
 		to = append(to, plan.To[s])
 	}
-	return c.stageProcess("splitter", fmt.Sprintf("split of shards %v", shards), shards, to, p)
+	return c.stageProcess("splitter", fmt.Sprintf("split of shards %v", shards), shards, to, p, rival)
 }
 
 // rollbackProcess rolls shards back into the monolith in a process
@@ -43,14 +43,16 @@ func (c *chaosCluster) rollbackProcess(shards []int, afterLast bool, p chaosSpli
 	if afterLast {
 		mode = "rollbacker-after-last"
 	}
-	return c.stageProcess(mode, fmt.Sprintf("rollback of the split of shards %v", shards), shards, nil, p)
+	return c.stageProcess(mode, fmt.Sprintf("rollback of the split of shards %v", shards), shards, nil, p, nil)
 }
 
 // stageProcess runs a process of the test binary in mode (splitter, or
 // rollbacker) over shards (onto to) that is killed after p.killAfter, dies
-// at p.killAt, or stops at p.pauseAt for p.pause, and returns what became
-// of it (name says what it does). It connects as chaosOwner if p.owner.
-func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string, p chaosSplitPlan) string {
+// at p.killAt, stops at p.pauseAt for p.pause, or stops after p.stopAfter
+// while its sessions are ended and rival runs (if not nil), and returns
+// what became of it (name says what it does). It connects as chaosOwner if
+// p.owner.
+func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string, p chaosSplitPlan, rival func() string) string {
 	var list []string
 	for _, s := range shards {
 		list = append(list, strconv.Itoa(s))
@@ -79,6 +81,21 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 	if p.killAfter > 0 {
 		timer = time.AfterFunc(p.killAfter, func() { cmd.Process.Kill() })
 	}
+	stopped := make(chan string, 1) // what the rival met while the process was stopped
+	if p.stopAfter > 0 && rival != nil {
+		timer = time.AfterFunc(p.stopAfter, func() {
+			defer cmd.Process.Signal(syscall.SIGCONT)
+			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				stopped <- fmt.Sprintf("not stopped: %v", err)
+				return
+			}
+			n := c.terminateSessionsOf(cmd.Process.Pid)
+			c.note("%s: the %s stopped after %v; %d of its sessions ended", name, mode, p.stopAfter, n)
+			m := rival()
+			c.note("%s: while the %s was stopped: %s", name, mode, m)
+			stopped <- m
+		})
+	}
 	var lines []string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
@@ -90,8 +107,8 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 		}
 	}
 	err = cmd.Wait()
-	if timer != nil {
-		timer.Stop()
+	if timer != nil && !timer.Stop() && p.stopAfter > 0 && rival != nil {
+		lines = append(lines, "stopped: "+<-stopped)
 	}
 	how := "ran"
 	switch {
@@ -101,6 +118,8 @@ func (c *chaosCluster) stageProcess(mode, name string, shards []int, to []string
 		how = "was to die at " + p.killAt
 	case p.pauseAt != "":
 		how = fmt.Sprintf("stopped at %s for %v", p.pauseAt, p.pause)
+	case p.stopAfter > 0:
+		how = fmt.Sprintf("stopped after %v, its sessions ended, while a rival ran the batch", p.stopAfter)
 	}
 	return fmt.Sprintf("%s: a %s process as %s %s: %v (%s)", name, mode, as, how, err, strings.Join(lines, "; "))
 }
@@ -119,6 +138,8 @@ func chaosSplitterMain() {
 		if role := chaosEnv("AS"); role != "" {
 			dsn = strings.Replace(dsn, "user=postgres", "user="+role, 1)
 		}
+		// Its sessions are its own to end (terminateSessionsOf).
+		dsn += " application_name=" + chaosSessionName(os.Getpid())
 		if chaosEnv("REAPED") == "1" {
 			// The server ends every session of the process that stays
 			// idle in a transaction for 1s.
@@ -254,4 +275,21 @@ func (d *splitDriver) recount() {
 	d.mu.Lock()
 	d.left, d.flipped = left, flipped
 	d.mu.Unlock()
+}
+
+// chaosSessionName is the application_name of the sessions of the
+// splitter process pid.
+func chaosSessionName(pid int) string { return "shardid_chaos_stage_" + strconv.Itoa(pid) }
+
+// terminateSessionsOf ends every session of the splitter process pid on
+// both servers (pg1's, which holds the monolith, and pg2's), as a reaper
+// or a network reset would, and returns how many it ended.
+func (c *chaosCluster) terminateSessionsOf(pid int) int {
+	total := 0
+	for _, db := range c.dbs[:2] {
+		var n int
+		db.Raw("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = ?", chaosSessionName(pid)).Scan(&n)
+		total += n
+	}
+	return total
 }
