@@ -363,18 +363,32 @@ END $$`, sp.schema, st, log, shardid.FenceMessage)
 
 // splitFunctionBodyPG is the body of the split's trigger function of t
 // (PostgreSQL): it refuses a TRUNCATE, but the mover's once every shard
-// is sealed (the last batch's, which checks every row's sum first: a
-// mover that is not a superuser cannot quiet the trigger with
+// of the monolith is sealed (the last batch's, which checks every row's
+// sum first: a mover that is not a superuser cannot quiet the trigger with
 // session_replication_role), and
 // checks each row's old and new shard (shardid_split_check), which logs or
-// refuses the write.
+// refuses the write. The shards of the monolith are those its state holds
+// but the ones that the map, when the function is made (by every batch),
+// places elsewhere and that are not sealed: shards the monolith never held
+// (a monolith of a part of the shards) would be left unsealed for ever.
 func (sp *splitter) splitFunctionBodyPG(t SplitTable) string {
+	v := sp.cfg.Map.Load()
+	var elsewhere []int
+	for s := range v.LogicalShards() {
+		if !v.Shared(s) || v.DB(s) != sp.monoIdx {
+			elsewhere = append(elsewhere, s)
+		}
+	}
+	unsealed := "shard >= 0 AND NOT sealed"
+	if len(elsewhere) > 0 {
+		unsealed += " AND shard NOT " + inList(elsewhere)
+	}
 	return fmt.Sprintf(`
 DECLARE so int; sn int;
 BEGIN
 	IF TG_OP = 'TRUNCATE' THEN
 		IF coalesce(current_setting('shardid.mover', true), '') = 'on'
-			AND NOT EXISTS (SELECT 1 FROM %[4]s WHERE shard >= 0 AND NOT sealed) THEN
+			AND NOT EXISTS (SELECT 1 FROM %[4]s WHERE %[5]s) THEN
 			RETURN NULL; -- the split's own, once every shard is sealed
 		END IF;
 		RAISE EXCEPTION 'shardid: table %% cannot be truncated while its monolith is split: the split cannot record it', TG_TABLE_NAME
@@ -392,7 +406,7 @@ BEGIN
 		PERFORM "%[3]s".shardid_split_check(TG_TABLE_NAME, NEW.id, sn);
 	END IF;
 	RETURN NEW;
-END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema, sp.q(splitStateTable))
+END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema, sp.q(splitStateTable), unsealed)
 }
 
 // splitFunction names the split's trigger function (PostgreSQL) of table.

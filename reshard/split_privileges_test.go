@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardid/shardid/shardmap"
 	"strconv"
 	"strings"
 	"testing"
@@ -737,5 +738,51 @@ func TestSplitCountsRolesMariaDB(t *testing.T) {
 		if err := testdb.OpenMySQLUser(t, dsn, app).Exec("UPDATE `"+v.Schema(s)+"`.users SET name = name WHERE id = ?", s).Error; err != nil {
 			t.Errorf("shard %d, as %s by its default role: %v", s, app, err)
 		}
+	}
+}
+
+// TestSplitOfAPartOfTheShardsWithoutSuperuserPostgres: a monolith that
+// holds some of the logical shards only (the others live in schemas of
+// their own already), split by the tables' owner. The split's trigger let
+// the last batch's TRUNCATE through only once every shard's state was
+// sealed, those of the shards the monolith never held too: the last batch
+// was refused its clean-up ("cannot be truncated while its monolith is
+// split"; the fault test, seed 340).
+func TestSplitOfAPartOfTheShardsWithoutSuperuserPostgres(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	// Shards 2 and 3 are not the monolith's: their rows go, and the map
+	// places them on the targets.
+	for _, q := range []string{
+		"DELETE FROM comments WHERE photo_id IN (SELECT id FROM photos WHERE user_id % 4 IN (2, 3))",
+		"DELETE FROM photos WHERE user_id % 4 IN (2, 3)",
+		"DELETE FROM users WHERE id % 4 IN (2, 3)",
+	} {
+		if err := e.dbs[0].Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 4, SchemaPattern: "shard_%04d",
+		Assign: []int{0, 0, 1, 2}, Shared: []int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.m, e.cfg.Map = m, m
+	e.cat = &reshard.Catalog{DB: e.dbs[0], Table: "partial_catalog"}
+	e.cfg.Catalog = e.cat
+	if _, err := e.cat.SaveMap(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := e.withRolesPG(t)
+	owner.cat = &reshard.Catalog{DB: owner.dbs[0], Table: "partial_catalog"}
+	owner.cfg.Catalog = owner.cat
+	res, err := reshard.SplitShards(ctx, owner.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{})
+	if err != nil {
+		t.Fatalf("the last batch, as the tables' owner: %v", err)
+	}
+	var left int64
+	e.dbs[0].Raw("SELECT (SELECT count(*) FROM users) + (SELECT count(*) FROM photos) + (SELECT count(*) FROM comments)").Scan(&left)
+	if left != 0 || res.Deleted == 0 {
+		t.Errorf("the monolith holds %d rows after its last batch (%d deleted), want none", left, res.Deleted)
 	}
 }

@@ -220,11 +220,29 @@ func (sp *splitter) triggersMatch(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	for _, h := range have {
-		if b, ok := want[h.Name]; !ok || b != h.Body {
+		if b, ok := want[h.Name]; !ok || withoutElsewhere(b) != withoutElsewhere(h.Body) {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// withoutElsewhere is the body of a split's trigger function (PostgreSQL)
+// without the shards that its TRUNCATE's test leaves out, which follow the
+// map when the function was made (splitFunctionBodyPG), not how the
+// function computes shards.
+func withoutElsewhere(body string) string {
+	const from = "shard >= 0 AND NOT sealed"
+	i := strings.Index(body, from)
+	if i < 0 {
+		return body
+	}
+	i += len(from)
+	j := strings.Index(body[i:], ") THEN")
+	if j < 0 {
+		return body
+	}
+	return body[:i] + body[i+j:]
 }
 
 // forgetDeclared deletes the recorded declarations if nothing is under way
