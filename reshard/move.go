@@ -362,13 +362,20 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		return res, err
 	}
 	// 3. The fence: from here on no write reaches the source.
-	// Over a seal too: a move run again after one that sealed the source
-	// and could not flip the catalog, which (checked above) names the source.
+	// Over a seal too, if the source was sealed when the move began: a
+	// move run again after one that sealed the source and could not flip
+	// the catalog, which (checked above) names the source. Not over a seal
+	// made since: a rival's, who finished the move while this one was
+	// paused (ErrShardMoved); replacing it, and lifting the fence on the
+	// way out, would open the old copy to stale routers.
 	// Fenced counts from the try that set it.
 	if err := lock.ensure(ctx, "fencing the source"); err != nil {
 		return res, err
 	}
-	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, true)
+	if runPause != nil {
+		runPause("move fence")
+	}
+	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, overSeal)
 	if err != nil {
 		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, res.From, err)
 	}

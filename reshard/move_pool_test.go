@@ -538,7 +538,28 @@ func checkRivalMove(t *testing.T, r, other *shardid.Router, fresh func() *shardi
 func TestMovePausedRunKeepsOffItsRivalsTargetPostgres(t *testing.T) {
 	direct, r, c, p, b := pooledMoveSetup(t, 3)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
-		c, direct.Databases()[0], 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+		c, direct.Databases()[0], 3, "pg2", "move copy", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMovePausedBeforeItsFenceKeepsTheRivalsSealPostgres: a move paused
+// after its check of the lock and before it fences its source, while a
+// rival finishes the move (and seals the source, the shard's old copy),
+// must not replace that seal when it resumes: it did, and lifted its own
+// fence on the way out, which opened the old copy to routers whose map
+// still names it.
+func TestMovePausedBeforeItsFenceKeepsTheRivalsSealPostgres(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, direct.Databases()[0], 3, "pg2", "move fence", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMovePausedBeforeItsFenceKeepsTheRivalsSealMariaDB is
+// TestMovePausedBeforeItsFenceKeepsTheRivalsSealPostgres on MariaDB.
+func TestMovePausedBeforeItsFenceKeepsTheRivalsSealMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mf")
+	r := loaded(t, newRouter(), c)
+	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, r.Databases()[0], 1, "my2", "move fence", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
 }
 
 // TestMovePausedRunKeepsOffItsRivalsTargetMariaDB is
@@ -548,16 +569,18 @@ func TestMovePausedRunKeepsOffItsRivalsTargetMariaDB(t *testing.T) {
 	newRouter, c := mariaMoveSetup(t, "shardid_mp")
 	r := loaded(t, newRouter(), c)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
-		c, r.Databases()[0], 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+		c, r.Databases()[0], 1, "my2", "move copy", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
 }
 
 // checkPausedRivalMove moves shard from r's database to target, pausing
-// the move before its copy; meanwhile the move's lock session ends
-// (killMoveLock on direct), a rival runs the same move to the end and the
-// application writes to the shard on its new home, through a fresh
-// router. The first move, resumed, must fail with ErrMoveLockLost and
-// leave every row there.
-func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, opts reshard.MoveOptions) {
+// the move at at (reshard.SetRunPause); meanwhile the move's lock session
+// ends (killMoveLock on direct), a rival runs the same move to the end and
+// the application writes to the shard on its new home, through a fresh
+// router. The first move, resumed, must fail (with ErrMoveLockLost, or
+// ErrShardMoved at its fence), leave every row there, and the shard's old
+// copy sealed: a write there by a router whose map still names it is
+// refused.
+func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target, pauseAt string, opts reshard.MoveOptions) {
 	t.Helper()
 	ctx := context.Background()
 	seeded := seedShard(t, r, shard, 100)
@@ -565,7 +588,7 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 	var after []RPhoto // written after the rival's move
 	paused := false
 	defer reshard.SetRunPause(func(at string) {
-		if at != "move copy" || paused {
+		if at != pauseAt || paused {
 			return
 		}
 		paused = true
@@ -585,10 +608,15 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 	})()
 	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
 	if !paused {
-		t.Fatal("the move never reached its copy")
+		t.Fatalf("the move never reached %q", pauseAt)
 	}
-	if !errors.Is(err, reshard.ErrMoveLockLost) {
-		t.Errorf("the paused move, resumed: %v, want ErrMoveLockLost", err)
+	if !errors.Is(err, reshard.ErrMoveLockLost) && !errors.Is(err, reshard.ErrShardMoved) {
+		t.Errorf("the paused move, resumed: %v, want ErrMoveLockLost or ErrShardMoved", err)
+	}
+	// The old copy, as a router whose map still names it sees it.
+	stale := RPhoto{UserID: int64(shard), Caption: "through a stale map"}
+	if err := r.ForKey(stale.UserID).Create(&stale).Error; err == nil {
+		t.Errorf("a write to shard %d's old copy after the paused move resumed went through, want the seal's refusal", shard)
 	}
 	f := fresh()
 	if got := f.DatabaseName(shard); got != target {
