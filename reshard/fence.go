@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"math/rand/v2"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/shardid/shardid"
 	"gorm.io/gorm"
@@ -80,19 +82,26 @@ func fenceStatementsPG(in, final string) []string {
 		"SELECT pg_advisory_xact_lock(hashtext('shardid:fence:" + schema + "'))",
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)`, schema, fenceTable),
 		fmt.Sprintf(`ALTER TABLE "%s".%s ADD COLUMN IF NOT EXISTS mover_only BOOLEAN NOT NULL DEFAULT FALSE`, schema, fenceTable),
-		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', 0, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable),
+		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed) VALUES (1, '-infinity', %d, FALSE) ON CONFLICT (id) DO NOTHING`, schema, fenceTable, newFenceToken()),
 		fenceFunctionPG(schema, final),
 	}
 }
 
+// newFenceToken is the token of a fence's new state row: a random one,
+// not 0 or 1, so that a schema dropped and created again (an abort, then
+// another run) does not give its new fence the token of the old one,
+// which a run paused meanwhile still holds (fenceHold compares tokens for
+// equality only).
+func newFenceToken() int64 { return 1<<40 + rand.Int64N(1<<60) }
+
 // freshMoverFencePG are the statements that give a schema created in the
 // same transaction, which no other session can see yet, its fence, fenced
-// for the mover with token 1 (fenceForMover's): the state ensureFencePG and
+// for the mover with token (fenceForMover's): the state ensureFencePG and
 // fenceForMoverTx leave, in fewer statements, with no lock to take.
-func freshMoverFencePG(schema string, tables []string) []string {
+func freshMoverFencePG(schema string, tables []string, token int64) []string {
 	out := []string{
 		fmt.Sprintf(`CREATE TABLE "%s".%s (id INT PRIMARY KEY, fenced_until TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE)`, schema, fenceTable),
-		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed, mover_only) VALUES (1, 'infinity', 1, FALSE, TRUE)`, schema, fenceTable),
+		fmt.Sprintf(`INSERT INTO "%s".%s (id, fenced_until, token, sealed, mover_only) VALUES (1, 'infinity', %d, FALSE, TRUE)`, schema, fenceTable, token),
 		fenceFunctionPG(schema, schema),
 	}
 	for _, t := range tables {
@@ -224,7 +233,7 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 			return err
 		}
 	}
-	if err := exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` (id, fenced_until, token, sealed) VALUES (1, '1000-01-01', 0, FALSE)", schema, fenceTable)); err != nil {
+	if err := exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` (id, fenced_until, token, sealed) VALUES (1, '1000-01-01', %d, FALSE)", schema, fenceTable, newFenceToken())); err != nil {
 		return err
 	}
 	var have []struct {

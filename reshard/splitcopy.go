@@ -207,11 +207,12 @@ func (b *splitBatch) createChunks(ctx context.Context, d int, chunks <-chan []in
 					}
 				}
 				// fenceForMover's fence, of a fresh state row.
-				script = append(script, freshMoverFencePG(sc, tables)...)
+				tok := newFenceToken()
+				script = append(script, freshMoverFencePG(sc, tables, tok)...)
 				// The monolith's owners and privileges.
 				script = append(script, b.grants.statements(sc, tables, true)...)
 				mu.Lock()
-				tokens[s] = 1
+				tokens[s] = tok
 				b.fresh[s] = true
 				mu.Unlock()
 			}
@@ -1258,13 +1259,14 @@ func (b *splitBatch) createTargetMySQL(ctx context.Context, db *gorm.DB, schema 
 		tok, err := fenceTarget(ctx, db, schema, schema, tables)
 		return false, tok, err
 	}
+	tok := newFenceToken()
 	stmts := []string{"CREATE DATABASE `" + schema + "`"}
 	for _, t := range tables {
 		stmts = append(stmts, "CREATE TABLE "+quoteTable(db, schema, t)+b.defs[t])
 	}
 	stmts = append(stmts, "CREATE TABLE "+quoteTable(db, schema, fenceTable)+
 		" (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE) ENGINE=InnoDB",
-		"INSERT INTO "+quoteTable(db, schema, fenceTable)+" (id, fenced_until, token, sealed, mover_only) VALUES (1, '9999-12-31 23:59:59', 1, FALSE, TRUE)")
+		"INSERT INTO "+quoteTable(db, schema, fenceTable)+" (id, fenced_until, token, sealed, mover_only) VALUES (1, '9999-12-31 23:59:59', "+strconv.FormatInt(tok, 10)+", FALSE, TRUE)")
 	for _, t := range tables {
 		for _, ev := range mysqlFenceEvents {
 			stmts = append(stmts, fenceTriggerMySQL(schema, t, fenceTriggerNameMySQL(ev.letter, t), ev.event))
@@ -1287,5 +1289,5 @@ func (b *splitBatch) createTargetMySQL(ctx context.Context, db *gorm.DB, schema 
 				return nil
 			})
 	})
-	return true, 1, err
+	return true, tok, err
 }
