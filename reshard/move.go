@@ -287,10 +287,11 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	// overwrite or delete its rows.
 	// What a failed move created on the target, it drops (guards.go),
 	// under the lock only (see below).
-	existed, err := schemaExists(ctx, dst, schema)
+	seen, err := seeTarget(ctx, dst, schema, false)
 	if err != nil {
 		return res, err
 	}
+	existed := seen.exists
 	sealed := false
 	var dstToken int64 // the token of the copy's fence, for this mover alone
 	defer func() {
@@ -309,7 +310,10 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := lock.ensure(ctx, "creating the target"); err != nil {
 		return res, err
 	}
-	dstToken, err = createTarget(ctx, src, dst, schema, tables, opts.Models)
+	if runPause != nil {
+		runPause("move create")
+	}
+	dstToken, err = createTarget(ctx, src, dst, schema, tables, opts.Models, seen)
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
 	}
@@ -618,12 +622,19 @@ func tableNames(db *gorm.DB, models []any) ([]string, error) {
 // its name. On MySQL, which cannot rename a database nor roll DDL back, a
 // writer could reach a table in the milliseconds between its creation and
 // its fence's triggers.
-func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any) (token int64, err error) {
+func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, models []any, seen targetSeen) (token int64, err error) {
 	carry, err := readCarried(ctx, src, dst, schema, tables)
 	if err != nil {
 		return 0, err
 	}
 	if dst.Dialector.Name() == "mysql" {
+		// MySQL's DDL commits as it goes: the target is checked first, and
+		// its fence again in the transaction that fences it.
+		if now, err := seeTarget(ctx, dst, schema, false); err != nil {
+			return 0, err
+		} else if err := seen.unchanged(now, schema); err != nil {
+			return 0, err
+		}
 		if len(models) > 0 {
 			err = shardid.MigrateSchema(ctx, dst, schema, models...)
 		} else {
@@ -632,7 +643,23 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 		if err != nil {
 			return 0, err
 		}
-		if token, err = fenceTarget(ctx, dst, schema, schema, tables); err != nil {
+		if err := ensureFenceIn(ctx, dst, schema, schema, tables); err != nil {
+			return 0, fmt.Errorf("fencing the copy: %w", err)
+		}
+		err = lockedTx(ctx, dst, schema, func(tx *gorm.DB) error {
+			if seen.fenced {
+				now, err := seeTarget(ctx, tx, schema, true)
+				if err != nil {
+					return err
+				}
+				if err := seen.unchanged(now, schema); err != nil {
+					return err
+				}
+			}
+			token, err = fenceForMoverTx(tx, schema, tables)
+			return err
+		})
+		if err != nil {
 			return 0, fmt.Errorf("fencing the copy: %w", err)
 		}
 		return token, nil
@@ -640,6 +667,15 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 	err = lockedTx(ctx, dst, schema, func(tx *gorm.DB) error {
 		var n int64
 		if err := tx.Raw("SELECT count(*) FROM pg_namespace WHERE nspname = ?", schema).Scan(&n).Error; err != nil {
+			return err
+		}
+		// As the move found it when it began, or another run has been
+		// at it since (seen.unchanged).
+		now, err := seeTarget(ctx, tx, schema, true)
+		if err != nil {
+			return err
+		}
+		if err := seen.unchanged(now, schema); err != nil {
 			return err
 		}
 		in := schema
@@ -651,7 +687,6 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 				return err
 			}
 		}
-		var err error
 		if len(models) > 0 {
 			err = migrateInTx(tx, in, models)
 		} else {
@@ -776,4 +811,44 @@ func tableDefinition(ctx context.Context, src *gorm.DB, schema, t string, defaul
 	}
 	defs = append(defs, `PRIMARY KEY ("id")`)
 	return " (" + strings.Join(defs, ", ") + ")", nil
+}
+
+// targetSeen is what a move found of its target's schema: whether it
+// existed, whether it held a fence, and that fence's token.
+type targetSeen struct {
+	exists, fenced bool
+	token          int64
+}
+
+// seeTarget reads what db (a pool or a transaction) holds of schema on
+// the target; with lock, the fence's state row under FOR UPDATE.
+func seeTarget(ctx context.Context, db *gorm.DB, schema string, lock bool) (targetSeen, error) {
+	var s targetSeen
+	var err error
+	if s.exists, err = schemaExists(ctx, db, schema); err != nil || !s.exists {
+		return s, err
+	}
+	if s.fenced, err = tableExists(ctx, db, schema, fenceTable); err != nil || !s.fenced {
+		return s, err
+	}
+	q := "SELECT token FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1"
+	if lock {
+		q += " FOR UPDATE"
+	}
+	err = db.WithContext(ctx).Raw(q).Scan(&s.token).Error
+	return s, err
+}
+
+// unchanged returns an error wrapping ErrMoveLockLost unless the target
+// is now as the move found it when it began: a move paused after its
+// last check of the lock, while another run created the target, or took
+// it over and finished the move (its fence lifted, its token moved on),
+// must not fence it again for itself (every write to the shard's home
+// refused) nor, failing, drop it as its own.
+func (s targetSeen) unchanged(now targetSeen, schema string) error {
+	if now == s {
+		return nil
+	}
+	return fmt.Errorf("%w: the target %s changed since this move began (%+v, then %+v): another run has been at it",
+		ErrMoveLockLost, schema, s, now)
 }

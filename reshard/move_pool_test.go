@@ -541,6 +541,27 @@ func TestMovePausedRunKeepsOffItsRivalsTargetPostgres(t *testing.T) {
 		c, direct.Databases()[0], 3, "pg2", "move copy", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
 }
 
+// TestMovePausedBeforeItCreatesItsTargetPostgres: a move paused after its
+// check of the lock and before it creates its target, while a rival
+// finishes the move and the application writes to the new home, must
+// leave that home alone when it resumes: it fenced it again for itself
+// (every write refused), and, failing, could drop it as the copy it
+// created.
+func TestMovePausedBeforeItCreatesItsTargetPostgres(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, direct.Databases()[0], 3, "pg2", "move create", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMovePausedBeforeItCreatesItsTargetMariaDB is
+// TestMovePausedBeforeItCreatesItsTargetPostgres on MariaDB.
+func TestMovePausedBeforeItCreatesItsTargetMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mc")
+	r := loaded(t, newRouter(), c)
+	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, r.Databases()[0], 1, "my2", "move create", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
 // TestMovePausedBeforeItsFenceKeepsTheRivalsSealPostgres: a move paused
 // after its check of the lock and before it fences its source, while a
 // rival finishes the move (and seals the source, the shard's old copy),
@@ -624,6 +645,13 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 	}
 	if len(after) == 0 {
 		t.Fatal("no row written after the rival's move")
+	}
+	// The home takes writes still: the paused move did not fence it again.
+	last := RPhoto{UserID: int64(shard), Caption: "after the paused move failed"}
+	if err := f.ForKey(last.UserID).Create(&last).Error; err != nil {
+		t.Errorf("a write to shard %d on its new home after the paused move failed: %v", shard, err)
+	} else {
+		after = append(after, last)
 	}
 	for _, s := range append(seeded, after...) {
 		var got RPhoto

@@ -279,8 +279,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 
 // runPause, set by tests only, is called at the named points of a split's
 // or a move's run ("split copy", "move copy": after the change log
-// started, before the copy empties and fills the targets; "move fence":
-// before the move fences its source), and the run's
+// started, before the copy empties and fills the targets; "move create":
+// before the move creates its target; "move fence": before the move
+// fences its source), and the run's
 // lock is not watched then: a test pauses the run there as a machine
 // would pause the process, before its lock's keep-alive finds the lock
 // lost.
