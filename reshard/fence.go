@@ -672,12 +672,23 @@ func scanTokens(next func() bool, scan func(...any) error) (map[int]int64, error
 // schemas (index, token) under a shared lock kept to the end of its
 // transaction.
 func holdFencesQuery(mysql bool, schemas []string) string {
+	return fenceTokensQuery(mysql, schemas, true)
+}
+
+// fenceTokensQuery is the query that reads the fence's token of each of
+// schemas (index, token), under a shared lock if lock.
+func fenceTokensQuery(mysql bool, schemas []string, lock bool) string {
 	parts := make([]string, len(schemas))
 	for i, sc := range schemas {
-		if mysql {
+		switch {
+		case mysql && lock:
 			parts[i] = fmt.Sprintf("(SELECT %d AS i, token FROM `%s`.`%s` WHERE id = 1 LOCK IN SHARE MODE)", i, sc, fenceTable)
-		} else {
+		case mysql:
+			parts[i] = fmt.Sprintf("(SELECT %d AS i, token FROM `%s`.`%s` WHERE id = 1)", i, sc, fenceTable)
+		case lock:
 			parts[i] = fmt.Sprintf(`SELECT * FROM (SELECT %d AS i, token FROM "%s".%s WHERE id = 1 FOR SHARE) f%d`, i, sc, fenceTable, i)
+		default:
+			parts[i] = fmt.Sprintf(`SELECT %d AS i, token FROM "%s".%s WHERE id = 1`, i, sc, fenceTable)
 		}
 	}
 	return strings.Join(parts, " UNION ALL ")

@@ -643,23 +643,7 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 		if err != nil {
 			return 0, err
 		}
-		if err := ensureFenceIn(ctx, dst, schema, schema, tables); err != nil {
-			return 0, fmt.Errorf("fencing the copy: %w", err)
-		}
-		err = lockedTx(ctx, dst, schema, func(tx *gorm.DB) error {
-			if seen.fenced {
-				now, err := seeTarget(ctx, tx, schema, true)
-				if err != nil {
-					return err
-				}
-				if err := seen.unchanged(now, schema); err != nil {
-					return err
-				}
-			}
-			token, err = fenceForMoverTx(tx, schema, tables)
-			return err
-		})
-		if err != nil {
+		if token, err = fenceTargetAsSeen(ctx, dst, schema, tables, seen); err != nil {
 			return 0, fmt.Errorf("fencing the copy: %w", err)
 		}
 		return token, nil
@@ -851,4 +835,27 @@ func (s targetSeen) unchanged(now targetSeen, schema string) error {
 	}
 	return fmt.Errorf("%w: the target %s changed since this move began (%+v, then %+v): another run has been at it",
 		ErrMoveLockLost, schema, s, now)
+}
+
+// fenceTargetAsSeen is fenceTarget (MySQL) of a target that must still be
+// as seen: its fence's token is compared in the transaction that fences
+// it for the mover (targetSeen.unchanged).
+func fenceTargetAsSeen(ctx context.Context, db *gorm.DB, schema string, tables []string, seen targetSeen) (token int64, err error) {
+	if err := ensureFenceIn(ctx, db, schema, schema, tables); err != nil {
+		return 0, err
+	}
+	err = lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		if seen.fenced {
+			now, err := seeTarget(ctx, tx, schema, true)
+			if err != nil {
+				return err
+			}
+			if err := seen.unchanged(now, schema); err != nil {
+				return err
+			}
+		}
+		token, err = fenceForMoverTx(tx, schema, tables)
+		return err
+	})
+	return token, err
 }

@@ -303,16 +303,34 @@ func testSplitLockLostToARival(t *testing.T, e *splitEnv, to []string) {
 // second one, which finds the targets that a first run, cancelled,
 // created: it empties them before it copies.)
 func TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres(t *testing.T) {
-	testSplitPausedRunKeepsOff(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+	testSplitPausedRunKeepsOff(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"}, "split copy")
+}
+
+// TestSplitPausedBeforeItCreatesItsTargetsPostgres: the same run paused
+// before it creates its targets must not fence the shards' new homes
+// again for itself when it resumes (every write to them refused).
+func TestSplitPausedBeforeItCreatesItsTargetsPostgres(t *testing.T) {
+	testSplitPausedRunKeepsOff(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"}, "split create")
+}
+
+// TestSplitPausedBeforeItCreatesItsTargetsMariaDB is
+// TestSplitPausedBeforeItCreatesItsTargetsPostgres on MariaDB.
+func TestSplitPausedBeforeItCreatesItsTargetsMariaDB(t *testing.T) {
+	testSplitPausedRunKeepsOff(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"}, "split create")
 }
 
 // TestSplitPausedRunKeepsOffItsRivalsTargetsMariaDB is
 // TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres on MariaDB.
 func TestSplitPausedRunKeepsOffItsRivalsTargetsMariaDB(t *testing.T) {
-	testSplitPausedRunKeepsOff(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+	testSplitPausedRunKeepsOff(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"}, "split copy")
 }
 
-func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string) {
+// testSplitPausedRunKeepsOff runs a batch that a first run, cancelled,
+// began, pausing it at pauseAt while its lock is lost, a rival runs the
+// batch to the end and the application updates the split users on their
+// new homes; resumed, it must fail with ErrMoveLockLost, and leave the
+// updates there and the homes writable.
+func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string, pauseAt string) {
 	ctx := context.Background()
 	mono := e.dbs[0]
 	schema := "public"
@@ -333,7 +351,7 @@ func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string) {
 	var wrote []int64 // the users updated on their targets after the rival's flip
 	paused := false
 	defer reshard.SetRunPause(func(at string) {
-		if at != "split copy" || paused {
+		if at != pauseAt || paused {
 			return
 		}
 		paused = true
@@ -353,7 +371,7 @@ func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string) {
 	})()
 	_, err = reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
 	if !paused {
-		t.Fatal("the run never reached its copy")
+		t.Fatalf("the run never reached %q", pauseAt)
 	}
 	if !errors.Is(err, reshard.ErrMoveLockLost) {
 		t.Errorf("the paused run, resumed: %v, want ErrMoveLockLost", err)
@@ -369,6 +387,10 @@ func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string) {
 		}
 		if len(names) != 1 || names[0] != "after the flip" {
 			t.Errorf("user %d on its target: %q, want the write acknowledged after the flip", id, names)
+		}
+		// Still writable: the paused run did not fence it again.
+		if err := db.Exec("UPDATE "+table+" SET name = 'after the paused run' WHERE id = ?", id).Error; err != nil {
+			t.Errorf("user %d on its target, after the paused run failed: %v", id, err)
 		}
 	}
 }

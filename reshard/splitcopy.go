@@ -32,6 +32,9 @@ type splitBatch struct {
 	sent map[string]map[int]*sentRows
 	// fresh are the shards whose schemas this run created: empty.
 	fresh map[int]bool
+	// seen is what each target held of its shard's schema when the run
+	// last found its lock held before it created them (seeTargets).
+	seen map[int]targetSeen
 	// tokens are the fences this run set on its targets (createTargets),
 	// by shard: every transaction of the run that writes to a target
 	// first holds them (holdFences).
@@ -67,6 +70,54 @@ func (b *splitBatch) holdFences(ctx context.Context, tx *sql.Tx, shards []int) e
 		return err
 	}
 	return h.hold(ctx, tx)
+}
+
+// seeTargets reads what each target holds of its shards' schemas
+// (seeTarget's, in a few queries a target), for createTargets to find
+// them unchanged.
+func (b *splitBatch) seeTargets(ctx context.Context) (map[int]targetSeen, error) {
+	out := map[int]targetSeen{}
+	targets, shards := b.byTarget()
+	for _, d := range targets {
+		db := b.sp.cfg.DBs[d]
+		schemas := shardSchemas(b, shards[d])
+		var have, fenced []string
+		if err := db.WithContext(ctx).Raw("SELECT schema_name FROM information_schema.schemata WHERE schema_name IN ?", schemas).Scan(&have).Error; err != nil {
+			return nil, err
+		}
+		if len(have) > 0 {
+			if err := db.WithContext(ctx).Raw("SELECT table_schema FROM information_schema.tables WHERE table_schema IN ? AND table_name = ?", have, fenceTable).Scan(&fenced).Error; err != nil {
+				return nil, err
+			}
+		}
+		tokens := map[string]int64{}
+		for lo := 0; lo < len(fenced); lo += 200 {
+			chunk := fenced[lo:min(lo+200, len(fenced))]
+			var rows []struct{ I, Token int64 }
+			if err := db.WithContext(ctx).Raw(fenceTokensQuery(b.sp.mysql, chunk, false)).Scan(&rows).Error; err != nil {
+				return nil, err
+			}
+			for _, r := range rows {
+				tokens[chunk[r.I]] = r.Token
+			}
+		}
+		for _, s := range shards[d] {
+			sc := b.schemaOf(s)
+			tok, ok := tokens[sc]
+			out[s] = targetSeen{exists: slices.Contains(have, sc), fenced: ok, token: tok}
+		}
+	}
+	return out, nil
+}
+
+// shardOf is the batch's shard whose schema is schema.
+func (b *splitBatch) shardOf(schema string) int {
+	for _, s := range b.shards {
+		if b.schemaOf(s) == schema {
+			return s
+		}
+	}
+	return -1
 }
 
 // schemaOf is the schema of shard on its target.
@@ -192,6 +243,13 @@ func (b *splitBatch) createChunks(ctx context.Context, d int, chunks <-chan []in
 			if err := tx.Raw("SELECT nspname FROM pg_namespace WHERE nspname IN ?", shardSchemas(b, chunk)).Scan(&have).Error; err != nil {
 				return err
 			}
+			// As the run found them, or another run has been at them
+			// since (targetSeen.unchanged).
+			for _, s := range chunk {
+				if slices.Contains(have, b.schemaOf(s)) != b.seen[s].exists {
+					return b.seen[s].unchanged(targetSeen{exists: !b.seen[s].exists}, b.schemaOf(s))
+				}
+			}
 			// New schemas: one script, one round trip.
 			var script []string
 			for _, s := range chunk {
@@ -226,6 +284,13 @@ func (b *splitBatch) createChunks(ctx context.Context, d int, chunks <-chan []in
 				sc := b.schemaOf(s)
 				if !slices.Contains(have, sc) {
 					continue
+				}
+				now, err := seeTarget(ctx, tx, sc, true)
+				if err != nil {
+					return err
+				}
+				if err := b.seen[s].unchanged(now, sc); err != nil {
+					return err
 				}
 				for _, t := range tables {
 					if err := tx.Exec("CREATE TABLE IF NOT EXISTS " + quoteTable(db, sc, t) + defs[t]).Error; err != nil {
@@ -1252,11 +1317,15 @@ func (b *splitBatch) createTargetMySQL(ctx context.Context, db *gorm.DB, schema 
 	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", schema).Scan(&n).Error; err != nil {
 		return false, 0, err
 	}
+	seen := b.seen[b.shardOf(schema)]
+	if n > 0 != seen.exists {
+		return false, 0, seen.unchanged(targetSeen{exists: n > 0}, schema)
+	}
 	if n > 0 {
 		if err := copyDefinitions(ctx, b.sp.mono, db, b.sp.schema, schema, tables); err != nil {
 			return false, 0, err
 		}
-		tok, err := fenceTarget(ctx, db, schema, schema, tables)
+		tok, err := fenceTargetAsSeen(ctx, db, schema, tables, seen)
 		return false, tok, err
 	}
 	tok := newFenceToken()

@@ -198,12 +198,19 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		return b.flipAndClean(ctx, lock, res, nil, time.Time{}, stage)
 	}
 
-	// 1. The targets, fenced for all but the mover.
+	// 1. The targets, fenced for all but the mover, found as they were
+	// when the lock was last found held (b.seen).
 	if err := b.checkTargetsEmpty(ctx); err != nil {
+		return res, err
+	}
+	if b.seen, err = b.seeTargets(ctx); err != nil {
 		return res, err
 	}
 	if err := lock.ensure(ctx, "creating the targets"); err != nil {
 		return res, err
+	}
+	if runPause != nil {
+		runPause("split create")
 	}
 	dstTokens, err := b.createTargets(ctx)
 	if err != nil {
@@ -278,13 +285,12 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 }
 
 // runPause, set by tests only, is called at the named points of a split's
-// or a move's run ("split copy", "move copy": after the change log
-// started, before the copy empties and fills the targets; "move create":
-// before the move creates its target; "move fence": before the move
-// fences its source), and the run's
-// lock is not watched then: a test pauses the run there as a machine
-// would pause the process, before its lock's keep-alive finds the lock
-// lost.
+// or a move's run, and the run's lock is not watched then: a test pauses
+// the run there as a machine would pause the process, before its lock's
+// keep-alive finds the lock lost. The points: "split create", "move
+// create" (before the targets are created), "split copy", "move copy"
+// (after the change log started, before the copy empties and fills the
+// targets) and "move fence" (before the move fences its source).
 var runPause func(at string)
 
 // flipAndClean flips the catalog and the map, lets writes through to the
