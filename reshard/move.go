@@ -339,7 +339,12 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := lock.ensure(ctx, "starting the change log"); err != nil {
 		return res, err
 	}
-	if err := cp.capture(ctx); err != nil {
+	if runPause != nil {
+		runPause("move capture")
+	}
+	// Checked again under the capture's lock: the log it drops may be a
+	// rival's otherwise (startCapture).
+	if err := cp.capture(ctx, func(ctx context.Context) error { return lock.ensure(ctx, "starting the change log") }); err != nil {
 		return res, err
 	}
 	if err := ensureFence(ctx, src, schema, tables); err != nil {

@@ -660,3 +660,87 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 		}
 	}
 }
+
+// TestMovePausedBeforeItsChangeLogKeepsTheRivalsPostgres: a move paused
+// after its check of the lock and before it starts its change log, while a
+// rival takes the move over and copies, must not drop and create again the
+// rival's change log when it resumes: the updates made after the rival's
+// copy, logged there alone, were lost with it, and the rival flipped
+// without them.
+func TestMovePausedBeforeItsChangeLogKeepsTheRivalsPostgres(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, direct.Databases()[0], 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMovePausedBeforeItsChangeLogKeepsTheRivalsMariaDB is
+// TestMovePausedBeforeItsChangeLogKeepsTheRivalsPostgres on MariaDB.
+func TestMovePausedBeforeItsChangeLogKeepsTheRivalsMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_ml2")
+	r := loaded(t, newRouter(), c)
+	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, r.Databases()[0], 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// checkPausedMoveKeepsRivalsLog pauses a move of shard before its change
+// log starts; meanwhile its lock's session ends and a rival runs the same
+// move, which, after its copy, waits while the shard's photos are updated
+// (in its change log only) and the first move resumes and fails. The
+// rival then finishes: the updates must be on the shard's new home.
+func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, opts reshard.MoveOptions) {
+	t.Helper()
+	ctx := context.Background()
+	seeded := seedShard(t, r, shard, 50)
+	schema := r.Schema(shard)
+	paused := false
+	updated, resume := make(chan struct{}), make(chan struct{})
+	rivalErr := make(chan error, 1)
+	defer reshard.SetRunPause(func(at string) {
+		if at != "move capture" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, direct, schema)
+		rival := opts
+		rival.OnStage = func(s string) {
+			if s != "copied" {
+				return
+			}
+			var ids []any
+			for _, s := range seeded {
+				ids = append(ids, s.ID)
+			}
+			err := r.ForKey(int64(shard)).Model(&RPhoto{}).Where("id IN ?", ids).Update("caption", "after the rival's copy").Error
+			if err != nil {
+				t.Errorf("updating shard %d during the rival's move: %v", shard, err)
+			}
+			close(updated)
+			<-resume
+		}
+		go func() {
+			_, err := reshard.MoveShard(ctx, fresh(), c, shard, target, rival)
+			rivalErr <- err
+		}()
+		<-updated
+	})()
+	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	close(resume)
+	if !paused {
+		t.Fatal("the move never reached its change log")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused move, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if err := <-rivalErr; err != nil {
+		t.Fatalf("the rival move: %v", err)
+	}
+	f := fresh()
+	for _, s := range seeded {
+		var got RPhoto
+		if err := f.Get(ctx, &got, s.ID); err != nil {
+			t.Errorf("photo %v on the shard's new home: %v", s.ID, err)
+		} else if got.Caption != "after the rival's copy" {
+			t.Errorf("photo %v on the shard's new home: %q, want the update made after the rival's copy", s.ID, got.Caption)
+		}
+	}
+}

@@ -68,8 +68,9 @@ func (c *shardCopier) fenceOf() string {
 
 func (c *shardCopier) table(t string) string { return quoteTable(c.src, c.schema, t) }
 
-// capture reads the tables' columns and starts the change log.
-func (c *shardCopier) capture(ctx context.Context) error {
+// capture reads the tables' columns and starts the change log; check (if
+// not nil) runs under the lock of the schema's capture (startCapture).
+func (c *shardCopier) capture(ctx context.Context, check func(context.Context) error) error {
 	c.cols = map[string]columns{}
 	for _, t := range c.tables {
 		cols, err := tableColumns(ctx, c.src, c.schema, t)
@@ -78,7 +79,7 @@ func (c *shardCopier) capture(ctx context.Context) error {
 		}
 		c.cols[t] = cols
 	}
-	if err := startCapture(ctx, c.src, c.schema, c.tables); err != nil {
+	if err := startCapture(ctx, c.src, c.schema, c.tables, check); err != nil {
 		return fmt.Errorf("shardid: starting the change log of %s: %w", c.schema, err)
 	}
 	return nil

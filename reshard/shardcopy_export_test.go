@@ -13,7 +13,7 @@ import (
 func CopyShard(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, fence func()) ([]TableCheck, error) {
 	c := newShardCopier(src, dst, schema, tables, 1000, nil)
 	defer c.release(context.WithoutCancel(ctx))
-	if err := c.capture(ctx); err != nil {
+	if err := c.capture(ctx, nil); err != nil {
 		return nil, err
 	}
 	if _, err := c.copy(ctx); err != nil {
@@ -32,7 +32,7 @@ func CopyShard(ctx context.Context, src, dst *gorm.DB, schema string, tables []s
 func CopyVerifiesItself(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, tamper func()) (bool, error) {
 	c := newShardCopier(src, dst, schema, tables, 1000, nil)
 	defer c.release(context.WithoutCancel(ctx))
-	if err := c.capture(ctx); err != nil {
+	if err := c.capture(ctx, nil); err != nil {
 		return false, err
 	}
 	if _, err := c.copy(ctx); err != nil {

@@ -22,7 +22,7 @@ func (bc *backCopy) capture(ctx context.Context, keep bool) error {
 			return err
 		}
 	}
-	if err := startCapture(ctx, bc.src, bc.schema, tables); err != nil {
+	if err := startCapture(ctx, bc.src, bc.schema, tables, nil); err != nil {
 		return fmt.Errorf("shardid: starting the change log of %s: %w", bc.schema, err)
 	}
 	return nil
