@@ -214,6 +214,22 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 	if err != nil {
 		return done, err
 	}
+	// Each copy to drop as found under the lock: dropped only if it is
+	// still so (dropCopyAsSeen).
+	seen := map[string]targetSeen{}
+	for _, c := range l.Copies {
+		if c.Unfinished {
+			if seen[c.Database], err = seeTarget(ctx, dbs[slices.Index(names, c.Database)], schema, false); err != nil {
+				return done, err
+			}
+		}
+	}
+	if err := lock.ensure(ctx, "dropping the unfinished copies"); err != nil {
+		return done, err
+	}
+	if runPause != nil {
+		runPause("drop copies")
+	}
 	for _, s := range l.Staging {
 		db := dbs[slices.Index(names, s.Database)]
 		if err := db.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + s.Schema + `" CASCADE`).Error; err != nil {
@@ -235,11 +251,7 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 				shard, names[home], c.Database, c.Database))
 		}
 		db := dbs[slices.Index(names, c.Database)]
-		q := `DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`
-		if db.Dialector.Name() == "mysql" {
-			q = "DROP DATABASE IF EXISTS `" + schema + "`"
-		}
-		if err := db.WithContext(ctx).Exec(q).Error; err != nil {
+		if err := dropCopyAsSeen(ctx, db, schema, seen[c.Database], lock, "dropping the unfinished copy on "+c.Database); err != nil {
 			return done, fmt.Errorf("shardid: dropping the unfinished copy of shard %d on %s: %w", shard, c.Database, err)
 		}
 		done.Copies = append(done.Copies, c)
@@ -354,4 +366,35 @@ func fenceLeft(ctx context.Context, db *gorm.DB, schema string) (*FenceLeft, err
 		f.Seconds = row.Seconds
 	}
 	return f, nil
+}
+
+// dropCopyAsSeen drops schema on db, a copy found as seen, if it is still
+// so and lock still held (step names the step for ErrMoveLockLost): a
+// clean-up paused after it found the copy, while its lock was lost and a
+// move took the copy over and finished (the copy is then the shard's
+// home, its fence changed), must not drop it. On PostgreSQL the check and
+// the drop are one transaction; MySQL's DROP DATABASE commits on its own,
+// right after the transaction that checks.
+func dropCopyAsSeen(ctx context.Context, db *gorm.DB, schema string, seen targetSeen, lock *moveLock, step string) error {
+	mysql := db.Dialector.Name() == "mysql"
+	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		now, err := seeTarget(ctx, tx, schema, true)
+		if err != nil {
+			return err
+		}
+		if err := seen.unchanged(now, schema); err != nil {
+			return err
+		}
+		if err := lock.ensure(ctx, step); err != nil {
+			return err
+		}
+		if mysql {
+			return nil
+		}
+		return tx.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`).Error
+	})
+	if err != nil || !mysql {
+		return err
+	}
+	return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + schema + "`").Error
 }

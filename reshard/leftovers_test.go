@@ -133,3 +133,65 @@ func TestDropUnfinishedCopiesKeepsAFinishedCopy(t *testing.T) {
 		t.Fatalf("a write on the new home after Unfence: %v", err)
 	}
 }
+
+// TestDropUnfinishedCopiesPausedKeepsARivalsMove: DropUnfinishedCopies
+// paused after it found an unfinished copy, while its lock was lost and a
+// move took that copy over and finished (the copy is now the shard's home,
+// with a row written there since), must not drop it when it resumes.
+func TestDropUnfinishedCopiesPausedKeepsARivalsMove(t *testing.T) {
+	db1, db2 := openPostgres(t), openSecondPostgresTB(t)
+	const pattern = "shardid_lp_%04d"
+	for _, db := range []*gorm.DB{db1, db2} {
+		for s := range 2 {
+			db.Exec(fmt.Sprintf(`DROP SCHEMA IF EXISTS "`+pattern+`" CASCADE`, s))
+		}
+	}
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	newRouter := func() *shardid.Router {
+		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db1, db2}, Names: []string{"pg1", "pg2"},
+			LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r, mover := newRouter(), newRouter()
+	ctx := context.Background()
+	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "the shard's row"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	// A copy on pg2 with no fence and no row: a move killed before it
+	// fenced its target.
+	if err := db2.Exec(`CREATE SCHEMA shardid_lp_0001; CREATE TABLE shardid_lp_0001.r_photos (id BIGINT PRIMARY KEY, user_id BIGINT, caption TEXT)`).Error; err != nil {
+		t.Fatal(err)
+	}
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "drop copies" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, db1, r.Schema(1))
+		if _, err := reshard.MoveShard(ctx, mover, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
+			t.Errorf("the move, once the clean-up's lock is gone: %v", err)
+			return
+		}
+		if err := mover.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "after the move"}).Error; err != nil {
+			t.Errorf("a write to the shard's new home: %v", err)
+		}
+	})()
+	done, err := reshard.DropUnfinishedCopies(ctx, r, 1)
+	if !paused {
+		t.Fatal("DropUnfinishedCopies never reached its drops")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) || len(done.Copies) > 0 {
+		t.Errorf("DropUnfinishedCopies, resumed after the move: %+v, %v; want ErrMoveLockLost and nothing dropped", done, err)
+	}
+	var n int64
+	if err := db2.Raw(`SELECT count(*) FROM "shardid_lp_0001".r_photos`).Scan(&n).Error; err != nil || n != 2 {
+		t.Errorf("the shard's new home after DropUnfinishedCopies: %d rows (%v), want 2", n, err)
+	}
+}

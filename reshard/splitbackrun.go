@@ -96,7 +96,8 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	// the shard are never emptied: sealed, they refuse a router whose map
 	// is from before the split, which would find none to update or delete
 	// and be told it succeeded.
-	if err := bc.capture(ctx, bs.marked); err != nil {
+	// Checked again under the capture's lock (startCapture).
+	if err := bc.capture(ctx, bs.marked, func(context.Context) error { return ensure("starting the change log") }); err != nil {
 		return res, err
 	}
 	stage("captured")

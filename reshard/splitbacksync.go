@@ -13,8 +13,9 @@ import (
 // capture starts the change log of the shard's schema on its target
 // (startCapture), unless keep and a whole one is there already: a
 // roll-back run again after it was stopped goes on with the log it left,
-// which holds every write since its first copy began.
-func (bc *backCopy) capture(ctx context.Context, keep bool) error {
+// which holds every write since its first copy began. check runs under
+// the capture's lock (startCapture).
+func (bc *backCopy) capture(ctx context.Context, keep bool, check func(context.Context) error) error {
 	tables := bc.sp.tableNames()
 	if keep {
 		whole, err := captureWhole(ctx, bc.src, bc.schema, tables)
@@ -22,7 +23,7 @@ func (bc *backCopy) capture(ctx context.Context, keep bool) error {
 			return err
 		}
 	}
-	if err := startCapture(ctx, bc.src, bc.schema, tables, nil); err != nil {
+	if err := startCapture(ctx, bc.src, bc.schema, tables, check); err != nil {
 		return fmt.Errorf("shardid: starting the change log of %s: %w", bc.schema, err)
 	}
 	return nil
