@@ -670,7 +670,27 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 func TestMovePausedBeforeItsChangeLogKeepsTheRivalsPostgres(t *testing.T) {
 	direct, r, c, p, b := pooledMoveSetup(t, 3)
 	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
-		c, direct.Databases()[0], 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+		c, direct.Databases()[0], 3, "pg2", "move capture", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMovePausedBeforeItForgetsKeepsTheRivalsLogPostgres: a move paused
+// after it applied changes of its log and before it forgets them (by their
+// seq), while a rival took the move over and logs its own, must not delete
+// the rival's entries when it resumes: both logs numbered their entries
+// from 1, and the rival flipped without the writes it forgot.
+func TestMovePausedBeforeItForgetsKeepsTheRivalsLogPostgres(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, direct.Databases()[0], 3, "pg2", "move forget", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMovePausedBeforeItForgetsKeepsTheRivalsLogMariaDB is
+// TestMovePausedBeforeItForgetsKeepsTheRivalsLogPostgres on MariaDB.
+func TestMovePausedBeforeItForgetsKeepsTheRivalsLogMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mg")
+	r := loaded(t, newRouter(), c)
+	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, r.Databases()[0], 1, "my2", "move forget", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
 }
 
 // TestMovePausedBeforeItsChangeLogKeepsTheRivalsMariaDB is
@@ -679,15 +699,16 @@ func TestMovePausedBeforeItsChangeLogKeepsTheRivalsMariaDB(t *testing.T) {
 	newRouter, c := mariaMoveSetup(t, "shardid_ml2")
 	r := loaded(t, newRouter(), c)
 	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
-		c, r.Databases()[0], 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+		c, r.Databases()[0], 1, "my2", "move capture", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
 }
 
-// checkPausedMoveKeepsRivalsLog pauses a move of shard before its change
-// log starts; meanwhile its lock's session ends and a rival runs the same
-// move, which, after its copy, waits while the shard's photos are updated
-// (in its change log only) and the first move resumes and fails. The
-// rival then finishes: the updates must be on the shard's new home.
-func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, opts reshard.MoveOptions) {
+// checkPausedMoveKeepsRivalsLog pauses a move of shard at pauseAt (the
+// shard's photos updated after its copy, so that its log holds entries);
+// meanwhile its lock's session ends and a rival runs the same move, which,
+// after its copy, waits while the photos are updated again (in its change
+// log only) and the first move resumes and fails. The rival then
+// finishes: the last updates must be on the shard's new home.
+func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target, pauseAt string, opts reshard.MoveOptions) {
 	t.Helper()
 	ctx := context.Background()
 	seeded := seedShard(t, r, shard, 50)
@@ -695,8 +716,20 @@ func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func()
 	paused := false
 	updated, resume := make(chan struct{}), make(chan struct{})
 	rivalErr := make(chan error, 1)
+	var ids []any
+	for _, s := range seeded {
+		ids = append(ids, s.ID)
+	}
+	first := opts
+	first.OnStage = func(s string) {
+		if s == "copied" {
+			if err := r.ForKey(int64(shard)).Model(&RPhoto{}).Where("id IN ?", ids).Update("caption", "after the first copy").Error; err != nil {
+				t.Errorf("updating shard %d during the first move: %v", shard, err)
+			}
+		}
+	}
 	defer reshard.SetRunPause(func(at string) {
-		if at != "move capture" || paused {
+		if at != pauseAt || paused {
 			return
 		}
 		paused = true
@@ -705,10 +738,6 @@ func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func()
 		rival.OnStage = func(s string) {
 			if s != "copied" {
 				return
-			}
-			var ids []any
-			for _, s := range seeded {
-				ids = append(ids, s.ID)
 			}
 			err := r.ForKey(int64(shard)).Model(&RPhoto{}).Where("id IN ?", ids).Update("caption", "after the rival's copy").Error
 			if err != nil {
@@ -723,10 +752,10 @@ func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func()
 		}()
 		<-updated
 	})()
-	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	_, err := reshard.MoveShard(ctx, r, c, shard, target, first)
 	close(resume)
 	if !paused {
-		t.Fatal("the move never reached its change log")
+		t.Fatalf("the move never reached %q", pauseAt)
 	}
 	if !errors.Is(err, reshard.ErrMoveLockLost) {
 		t.Errorf("the paused move, resumed: %v, want ErrMoveLockLost", err)
