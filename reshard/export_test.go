@@ -25,3 +25,11 @@ func SetRunPause(pause func(at string)) (restore func()) {
 	runPause = pause
 	return func() { runPause = old }
 }
+
+// SetEmptyChunk makes n the rows a transaction of a move's emptying of
+// its target deletes (MySQL), until restore is called.
+func SetEmptyChunk(n int) (restore func()) {
+	old := emptyChunk
+	emptyChunk = n
+	return func() { emptyChunk = old }
+}

@@ -637,6 +637,11 @@ func (h fenceHold) holdWith(query func(q string) (map[int]int64, error)) error {
 		hi := min(lo+200, len(h.schemas))
 		schemas, want := h.schemas[lo:hi], h.tokens[lo:hi]
 		got, err := query(holdFencesQuery(h.mysql, schemas))
+		if err != nil && noSuchTable(err) {
+			// Dropped since the run fenced it: by an abort, once the
+			// run's lock was lost.
+			return fmt.Errorf("%w: a fence of %s to %s on %s is gone (%w): another run has dropped the target", ErrMoveLockLost, schemas[0], schemas[len(schemas)-1], h.on, err)
+		}
 		if err != nil {
 			return fmt.Errorf("shardid: reading the fences of %s to %s on %s: %w", schemas[0], schemas[len(schemas)-1], h.on, err)
 		}

@@ -773,3 +773,50 @@ func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func()
 		}
 	}
 }
+
+// TestMoveRunAgainEmptiesItsCopyInChunksMariaDB: a move run again over the
+// copy a cancelled run filled empties it a chunk a transaction, each
+// holding the move's fence (a DELETE, as a TRUNCATE would commit), and
+// copies every row once.
+func TestMoveRunAgainEmptiesItsCopyInChunksMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_me")
+	r := loaded(t, newRouter(), c)
+	ctx := context.Background()
+	seeded := seedShard(t, r, 1, 100)
+	// The target's database exists before the move: a cancelled run
+	// leaves its copy there, rows and all.
+	dst := r.Databases()[1]
+	if err := dst.Exec("CREATE DATABASE shardid_me_0001").Error; err != nil {
+		t.Fatal(err)
+	}
+	opts := reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second}
+	cctx, cancel := context.WithCancel(ctx)
+	first := opts
+	first.OnStage = func(s string) {
+		if s == "copied" {
+			cancel()
+		}
+	}
+	if _, err := reshard.MoveShard(cctx, r, c, 1, "my2", first); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first run, cancelled after its copy: %v", err)
+	}
+	var n int64
+	dst.Raw("SELECT count(*) FROM shardid_me_0001.r_photos").Scan(&n)
+	if n != int64(len(seeded)) {
+		t.Fatalf("the cancelled run's copy holds %d rows, want %d", n, len(seeded))
+	}
+	defer reshard.SetEmptyChunk(7)()
+	if _, err := reshard.MoveShard(ctx, r, c, 1, "my2", opts); err != nil {
+		t.Fatalf("the move run again: %v", err)
+	}
+	dst.Raw("SELECT count(*) FROM shardid_me_0001.r_photos").Scan(&n)
+	if n != int64(len(seeded)) {
+		t.Errorf("the shard's new home holds %d rows, want %d", n, len(seeded))
+	}
+	for _, s := range seeded {
+		var got RPhoto
+		if err := r.Get(ctx, &got, s.ID); err != nil {
+			t.Errorf("photo %v: %v", s.ID, err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gorm.io/gorm"
@@ -85,43 +86,11 @@ func (c *shardCopier) capture(ctx context.Context, check func(context.Context) e
 	return nil
 }
 
-// copy copies every table, after emptying it on the target.
+// copy copies every table, after emptying it on the target. The target is
+// fenced for all but the mover (fenceForMover): every write here goes
+// through moverTx.
 func (c *shardCopier) copy(ctx context.Context) (int64, error) {
-	// Empty them all in one statement on PostgreSQL, which refuses to
-	// truncate a table that another table's foreign key references unless
-	// that table goes too. The target is fenced for all but the mover
-	// (fenceForMover): every write here goes through moverTx.
-	// On MySQL a TRUNCATE commits the transaction, and the hold of the
-	// fence with it: a DELETE keeps it (and costs nothing on a target the
-	// move created, empty).
-	var stmts []string
-	if c.dst.Dialector.Name() == "mysql" {
-		for _, t := range c.tables {
-			if len(c.hold.schemas) > 0 {
-				stmts = append(stmts, "DELETE FROM "+c.table(t))
-			} else {
-				stmts = append(stmts, "TRUNCATE TABLE "+c.table(t))
-			}
-		}
-	} else {
-		var all []string
-		for _, t := range c.tables {
-			all = append(all, c.table(t))
-		}
-		stmts = append(stmts, "TRUNCATE TABLE "+strings.Join(all, ", "))
-	}
-	err := moverTx(ctx, c.dst, func(tx *sql.Tx) error {
-		if err := c.hold.hold(ctx, tx); err != nil {
-			return err
-		}
-		for _, q := range stmts {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := c.empty(ctx); err != nil {
 		return 0, fmt.Errorf("shardid: emptying shard %s on the target: %w", c.schema, err)
 	}
 	var total int64
@@ -140,6 +109,72 @@ func (c *shardCopier) copy(ctx context.Context) (int64, error) {
 	}
 	return total, nil
 }
+
+// empty empties the tables on the target, in transactions that hold the
+// move's fence there (fenceHold). On PostgreSQL, one TRUNCATE of them
+// all, which refuses to truncate a table that another table's foreign key
+// references unless that table goes too. On MySQL a TRUNCATE would commit
+// the transaction, and the hold with it: a held target is emptied with
+// DELETEs of emptyChunk rows, a transaction each, which pass the fence
+// once (passFenceMySQL) rather than once a row, and cost nothing on a
+// target the move created, empty; one it finds with rows (a move run
+// again) takes a transaction a chunk, not one for them all.
+func (c *shardCopier) empty(ctx context.Context) error {
+	if c.dst.Dialector.Name() != "mysql" {
+		all := make([]string, len(c.tables))
+		for i, t := range c.tables {
+			all[i] = c.table(t)
+		}
+		return moverTx(ctx, c.dst, func(tx *sql.Tx) error {
+			if err := c.hold.hold(ctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "TRUNCATE TABLE "+strings.Join(all, ", "))
+			return err
+		})
+	}
+	for _, t := range c.tables {
+		if len(c.hold.schemas) == 0 {
+			if err := moverTx(ctx, c.dst, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, "TRUNCATE TABLE "+c.table(t))
+				return err
+			}); err != nil {
+				return err
+			}
+			continue
+		}
+		for {
+			var n int64
+			err := moverTx(ctx, c.dst, func(tx *sql.Tx) error {
+				if err := c.hold.hold(ctx, tx); err != nil {
+					return err
+				}
+				if c.fencedTarget {
+					if err := passFenceMySQL(ctx, tx, c.schema); err != nil {
+						return err
+					}
+				}
+				r, err := tx.ExecContext(ctx, "DELETE FROM "+c.table(t)+" ORDER BY id LIMIT "+strconv.Itoa(emptyChunk))
+				if err != nil {
+					return err
+				}
+				n, err = r.RowsAffected()
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if n < int64(emptyChunk) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// emptyChunk is how many rows a transaction of empty deletes (MySQL); a
+// variable for tests (SetEmptyChunk).
+var emptyChunk = 10000
 
 // catchUp applies the change log until a read of it finds fewer than
 // changeBatchSize entries (or none, if all), and returns how many entries

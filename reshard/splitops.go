@@ -214,10 +214,17 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 			if !st.MoverOnly || st.Sealed {
 				continue // not a copy under way: left alone
 			}
+			// Dropped only as found, the lock held: a run of the batch
+			// that took the lock while this abort was paused may have
+			// flipped the copy since (dropCopyAsSeen).
+			seen, err := seeTarget(ctx, db, sc, false)
+			if err != nil {
+				return res, err
+			}
 			if err := lock.ensure(ctx, "dropping a split's copy"); err != nil {
 				return res, err
 			}
-			if err := dropTarget(ctx, db, sc); err != nil {
+			if err := dropCopyAsSeen(ctx, db, sc, seen, lock, "dropping a split's copy"); err != nil {
 				return res, err
 			}
 			res.Dropped = append(res.Dropped, schemas[sc])
