@@ -220,28 +220,40 @@ func passFenceMySQL(ctx context.Context, tx *sql.Tx, schema string) error {
 const fenceTableMySQL = " (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL) ENGINE=InnoDB"
 
 func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
+	_, err := ensureFenceMySQLAs(ctx, db, schema, tables)
+	return err
+}
+
+// ensureFenceMySQLAs is ensureFenceMySQL, and returns the token of the
+// state row if it inserted it, or 0 if the row was there.
+func ensureFenceMySQLAs(ctx context.Context, db *gorm.DB, schema string, tables []string) (inserted int64, err error) {
 	exec := func(q string, args ...any) error { return db.WithContext(ctx).Exec(q, args...).Error }
 	if err := exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS `%s`.`%s`", schema, fenceTable) + fenceTableMySQL); err != nil {
-		return err
+		return 0, err
 	}
 	var hasCol int64
 	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'mover_only'", schema, fenceTable).Scan(&hasCol).Error; err != nil {
-		return err
+		return 0, err
 	}
 	if hasCol == 0 {
 		if err := exec(fmt.Sprintf("ALTER TABLE `%s`.`%s` ADD COLUMN mover_only BOOLEAN NOT NULL DEFAULT FALSE", schema, fenceTable)); err != nil && !strings.Contains(err.Error(), "Duplicate column") {
-			return err
+			return 0, err
 		}
 	}
-	if err := exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` (id, fenced_until, token, sealed) VALUES (1, '1000-01-01', %d, FALSE)", schema, fenceTable, newFenceToken())); err != nil {
-		return err
+	tok := newFenceToken()
+	ins := db.WithContext(ctx).Exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` (id, fenced_until, token, sealed) VALUES (1, '1000-01-01', %d, FALSE)", schema, fenceTable, tok))
+	if ins.Error != nil {
+		return 0, ins.Error
+	}
+	if ins.RowsAffected == 1 {
+		inserted = tok
 	}
 	var have []struct {
 		Name string `gorm:"column:name"`
 		Body string `gorm:"column:body"`
 	}
 	if err := db.WithContext(ctx).Raw("SELECT TRIGGER_NAME AS name, ACTION_STATEMENT AS body FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", schema).Scan(&have).Error; err != nil {
-		return err
+		return 0, err
 	}
 	bodies := map[string]string{}
 	for _, h := range have {
@@ -262,12 +274,12 @@ func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []
 		}
 	}
 	if len(stmts) == 0 {
-		return nil
+		return inserted, nil
 	}
 	// With the tables locked, as for the capture's triggers
 	// (withTablesLocked): a write racing the creation of a trigger that
 	// reads another table fails on MariaDB.
-	return withTablesLocked(ctx, db, schema, tables, func(conn *sql.Conn) error {
+	return inserted, withTablesLocked(ctx, db, schema, tables, func(conn *sql.Conn) error {
 		for _, q := range stmts {
 			if _, err := conn.ExecContext(ctx, q); err != nil && !strings.Contains(err.Error(), "already exists") {
 				return err

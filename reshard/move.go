@@ -385,6 +385,13 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		runPause("move fence")
 	}
 	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, overSeal)
+	if errors.Is(err, ErrShardMoved) && !overSeal {
+		// Sealed since this move began: by a rival who finished it. Not
+		// ErrShardMoved, which callers take for an old copy on the target
+		// to drop (Plan.Apply with DropCopies): the target is the shard's
+		// home now.
+		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w: its source was sealed since this move began: another run finished the move", shard, res.From, ErrMoveLockLost)
+	}
 	if err != nil {
 		return res, fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, res.From, err)
 	}
@@ -583,10 +590,18 @@ func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from strin
 	if err := checkCopyHeld(ctx, db, home, r.Schema(shard), from, r.DatabaseName(shard)); err != nil {
 		return err
 	}
-	if err := lock.ensure(ctx, "dropping the copy of shard "+strconv.Itoa(shard)+" on "+from); err != nil {
+	// Dropped only as found, the lock held (dropCopyAsSeen): a move that
+	// took the copy over while this call was paused may have made it the
+	// shard's home.
+	seen, err := seeTarget(ctx, db, r.Schema(shard), false)
+	if err != nil {
 		return err
 	}
-	return dropTarget(ctx, db, r.Schema(shard))
+	step := "dropping the copy of shard " + strconv.Itoa(shard) + " on " + from
+	if err := lock.ensure(ctx, step); err != nil {
+		return err
+	}
+	return dropCopyAsSeen(ctx, db, r.Schema(shard), seen, lock, step)
 }
 
 // tableNames returns the table names of models, validated. A model may be
@@ -824,8 +839,11 @@ func seeTarget(ctx context.Context, db *gorm.DB, schema string, lock bool) (targ
 	if lock {
 		q += " FOR UPDATE"
 	}
-	err = db.WithContext(ctx).Raw(q).Scan(&s.token).Error
-	return s, err
+	// Fenced: the state row is there (a fence table without it, left by
+	// a crash between the two, is no fence).
+	res := db.WithContext(ctx).Raw(q).Scan(&s.token)
+	s.fenced = res.RowsAffected > 0
+	return s, res.Error
 }
 
 // unchanged returns an error wrapping ErrMoveLockLost unless the target
@@ -845,19 +863,33 @@ func (s targetSeen) unchanged(now targetSeen, schema string) error {
 // fenceTargetAsSeen is fenceTarget (MySQL) of a target that must still be
 // as seen: its fence's token is compared in the transaction that fences
 // it for the mover (targetSeen.unchanged).
+//
+// A target found with no fence gets one here, whose state row this call
+// must then have inserted itself: a row found instead is another run's,
+// made while this one was paused after its check.
 func fenceTargetAsSeen(ctx context.Context, db *gorm.DB, schema string, tables []string, seen targetSeen) (token int64, err error) {
-	if err := ensureFenceIn(ctx, db, schema, schema, tables); err != nil {
+	if runPause != nil {
+		runPause("fence target")
+	}
+	inserted, err := ensureFenceMySQLAs(ctx, db, schema, tables)
+	if err != nil {
 		return 0, err
 	}
 	err = lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
-		if seen.fenced {
-			now, err := seeTarget(ctx, tx, schema, true)
-			if err != nil {
-				return err
+		now, err := seeTarget(ctx, tx, schema, true)
+		if err != nil {
+			return err
+		}
+		want := seen
+		if !seen.fenced {
+			// The row this call inserted, untouched since.
+			want = targetSeen{exists: true, fenced: true, token: inserted}
+			if inserted == 0 {
+				want.token = -1 // found, not inserted: never equal
 			}
-			if err := seen.unchanged(now, schema); err != nil {
-				return err
-			}
+		}
+		if err := want.unchanged(now, schema); err != nil {
+			return err
 		}
 		token, err = fenceForMoverTx(tx, schema, tables)
 		return err

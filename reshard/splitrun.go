@@ -290,7 +290,8 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // keep-alive finds the lock lost. The points: "split create", "move
 // create" (before the targets are created), "split copy", "move copy"
 // (after the change log started, before the copy empties and fills the
-// targets), "move forget" (before a move forgets the changes it applied)
+// targets), "fence target" (MySQL: before a target created is fenced),
+// "move forget" (before a move forgets the changes it applied)
 // and "move fence" (before the move fences its source).
 var runPause func(at string)
 
