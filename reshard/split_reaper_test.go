@@ -394,3 +394,65 @@ func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string, pauseAt 
 		}
 	}
 }
+
+// TestAbortSplitPausedKeepsARivalsSealPostgres: an abort paused after its
+// check of the lock and before it lifts the batch's fences on the
+// monolith, while another operator runs the batch to its flip (the
+// monolith's rows of its shards sealed, an old copy), must not unseal
+// them when it resumes: writes from routers whose map is from before the
+// split would succeed there, and be lost.
+func TestAbortSplitPausedKeepsARivalsSealPostgres(t *testing.T) {
+	testAbortSplitPaused(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestAbortSplitPausedKeepsARivalsSealMariaDB is
+// TestAbortSplitPausedKeepsARivalsSealPostgres on MariaDB.
+func TestAbortSplitPausedKeepsARivalsSealMariaDB(t *testing.T) {
+	testAbortSplitPaused(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testAbortSplitPaused(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := "public"
+	if mono.Dialector.Name() == "mysql" {
+		mono.Raw("SELECT DATABASE()").Scan(&schema)
+	}
+	// A first run, cancelled after its copy, whose clean-up did not run
+	// (a process killed): the batch's shards still logged.
+	cctx, cancel := context.WithCancel(ctx)
+	_, err := reshard.SplitShards(cctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "copied" {
+			cancel()
+		}
+	}})
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first run, cancelled: %v", err)
+	}
+	if err := mono.Exec("UPDATE shardid_split_state SET moving = TRUE WHERE shard IN (0, 1)").Error; err != nil {
+		t.Fatal(err)
+	}
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "abort lift" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
+			t.Errorf("the rival's run: %v", err)
+		}
+	})()
+	_, err = reshard.AbortSplit(ctx, e.cfg)
+	if !paused {
+		t.Fatal("the abort never reached its lift")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused abort, resumed: %v, want ErrMoveLockLost", err)
+	}
+	// The monolith's rows of the split shards: an old copy, sealed.
+	if err := mono.Exec("UPDATE users SET name = 'through a stale map' WHERE id % 4 IN (0, 1)").Error; !isFenced(err) {
+		t.Errorf("a write to the monolith's rows of a split shard after the paused abort: %v, want the seal's refusal", err)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"gorm.io/gorm"
 )
 
 // RunSplit carries plan out, batch by batch (SplitShards), after
@@ -180,7 +182,27 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		if err := lock.ensure(ctx, "lifting the split's fences"); err != nil {
 			return res, err
 		}
-		if err := sp.liftShards(ctx, reset, nil, true); err != nil {
+		if runPause != nil {
+			runPause("abort lift")
+		}
+		// As read, under the lock: a run of the batch that took the
+		// lock while this abort was paused has changed their tokens
+		// (sealed, flipped), and its shards are left alone. The lock is
+		// asked again once the rows are held, as stopChangeLog does.
+		tokens := map[int]int64{}
+		for _, s := range reset {
+			tokens[s] = state[s].Token
+		}
+		err := lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+			if _, err := sp.lockStates(tx, reset); err != nil {
+				return err
+			}
+			if err := lock.ensure(ctx, "lifting the split's fences"); err != nil {
+				return err
+			}
+			return sp.liftShardsTx(tx, reset, tokens, true)
+		})
+		if err != nil {
 			return res, err
 		}
 		res.Unfenced = reset
