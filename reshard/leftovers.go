@@ -374,7 +374,9 @@ func fenceLeft(ctx context.Context, db *gorm.DB, schema string) (*FenceLeft, err
 // move took the copy over and finished (the copy is then the shard's
 // home, its fence changed), must not drop it. On PostgreSQL the check and
 // the drop are one transaction; MySQL's DROP DATABASE commits on its own,
-// right after the transaction that checks.
+// right after the transaction that checks, which marks its fence as being
+// dropped (droppingToken) first: a move that begins meanwhile refuses the
+// copy rather than take it over.
 func dropCopyAsSeen(ctx context.Context, db *gorm.DB, schema string, seen targetSeen, lock *moveLock, step string) error {
 	mysql := db.Dialector.Name() == "mysql"
 	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
@@ -389,7 +391,10 @@ func dropCopyAsSeen(ctx context.Context, db *gorm.DB, schema string, seen target
 			return err
 		}
 		if mysql {
-			return nil
+			if !now.fenced {
+				return nil
+			}
+			return tx.Exec("UPDATE "+quoteTable(db, schema, fenceTable)+" SET token = ?, mover_only = TRUE, sealed = FALSE, fenced_until = '9999-12-31 23:59:59' WHERE id = 1", droppingToken).Error
 		}
 		return tx.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`).Error
 	})

@@ -817,6 +817,12 @@ func tableDefinition(ctx context.Context, src *gorm.DB, schema, t string, defaul
 	return " (" + strings.Join(defs, ", ") + ")", nil
 }
 
+// droppingToken is the token of the fence of a copy that a clean-up is
+// about to drop (MySQL, whose DROP DATABASE cannot be in the transaction
+// that checks it): no move takes such a copy over (targetSeen.unchanged).
+// A new fence's token is never negative (newFenceToken).
+const droppingToken = -1
+
 // targetSeen is what a move found of its target's schema: whether it
 // existed, whether it held a fence, and that fence's token.
 type targetSeen struct {
@@ -853,6 +859,10 @@ func seeTarget(ctx context.Context, db *gorm.DB, schema string, lock bool) (targ
 // must not fence it again for itself (every write to the shard's home
 // refused) nor, failing, drop it as its own.
 func (s targetSeen) unchanged(now targetSeen, schema string) error {
+	if now.fenced && now.token == droppingToken {
+		return fmt.Errorf("%w: the target %s is being dropped by a clean-up (DropUnfinishedCopies, DropShardCopy or AbortSplit) that stopped before its drop: "+
+			"run it again, then this", ErrMoveInProgress, schema)
+	}
 	if now == s {
 		return nil
 	}
