@@ -579,16 +579,6 @@ const moverSettingsPG = "SELECT set_config('shardid.mover', 'on', true)," +
 	" CASE WHEN current_setting('is_superuser') = 'on' THEN set_config('session_replication_role', 'replica', true) END, " +
 	hashSettingsColsPG
 
-// fenceTarget prepares the fence on a move's target (schema in's tables on
-// db, just created; in is renamed final afterwards on PostgreSQL) and
-// fences it for every writer but the mover.
-func fenceTarget(ctx context.Context, db *gorm.DB, in, final string, tables []string) (int64, error) {
-	if err := ensureFenceIn(ctx, db, in, final, tables); err != nil {
-		return 0, err
-	}
-	return fenceForMover(ctx, db, in, tables)
-}
-
 // fenceHold is what a mover's run holds on a target: the fences it set on
 // schemas there, by their tokens. Each of the run's transactions that
 // writes to the target holds them first (hold): it reads them under a
