@@ -146,40 +146,50 @@ func changeLogStart() int64 { return 1 + rand.Int64N(1<<61) }
 
 // stopCapture drops the capture triggers of schema on db and the change
 // log, if they exist: a move that ends, fails or is aborted leaves no
-// trigger that keeps logging writes.
-func stopCapture(ctx context.Context, db *gorm.DB, schema string) error {
+// trigger that keeps logging writes. Like startCapture, it does so under
+// the lock of the schema's capture, and runs check (if not nil: the run's
+// check of its lock) once that lock is held: an abort or a clean-up paused
+// after its last check, while another run took the move over, must not
+// drop that run's log.
+func stopCapture(ctx context.Context, db *gorm.DB, schema string, check func(context.Context) error) error {
 	var exists int64
 	q := "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?"
 	if err := db.WithContext(ctx).Raw(q, schema).Scan(&exists).Error; err != nil || exists == 0 {
 		return err
 	}
 	if db.Dialector.Name() == "mysql" {
-		pool, err := sqlDB(db)
-		if err != nil {
-			return err
-		}
-		conn, err := pool.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		return stopCaptureMySQLOn(ctx, conn, db, schema)
+		return withCaptureLockMySQL(ctx, db, schema, check, func(conn *sql.Conn) error {
+			return stopCaptureMySQLOn(ctx, conn, db, schema)
+		})
+	}
+	locked := func(f func(tx *gorm.DB) error) error {
+		return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+			if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "shardid:capture:"+schema).Error; err != nil {
+				return err
+			}
+			if check != nil {
+				if err := check(ctx); err != nil {
+					return err
+				}
+			}
+			return f(tx)
+		})
 	}
 	// First the function made a no-op, which locks no table: if dropping
 	// the triggers cannot get its locks (a transaction stays open on the
 	// tables), writes are no longer logged all the same.
-	var fn int64
-	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = 'shardid_capture'", schema).Scan(&fn).Error; err != nil {
-		return err
-	}
-	if fn > 0 {
-		noop := fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%s".shardid_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`, schema)
-		if err := db.WithContext(ctx).Exec(noop).Error; err != nil {
+	err := locked(func(tx *gorm.DB) error {
+		var fn int64
+		if err := tx.Raw("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = 'shardid_capture'", schema).Scan(&fn).Error; err != nil || fn == 0 {
 			return err
 		}
+		return tx.Exec(fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%s".shardid_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`, schema)).Error
+	})
+	if err != nil {
+		return err
 	}
 	// The function's triggers go with it.
-	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+	return locked(func(tx *gorm.DB) error {
 		return tx.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture() CASCADE; DROP TABLE IF EXISTS %s`,
 			schema, quoteTable(db, schema, changeTable))).Error
 	})
@@ -785,6 +795,25 @@ func checkCascades(ctx context.Context, src, dst *gorm.DB, schema string, tables
 // exist"), and the lock keeps writes out for those few milliseconds.
 func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string, check func(context.Context) error) error {
 	log := quoteTable(db, schema, changeTable)
+	return withCaptureLockMySQL(ctx, db, schema, check, func(conn *sql.Conn) error {
+		if err := stopCaptureMySQLOn(ctx, conn, db, schema); err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("CREATE TABLE %s (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL) ENGINE=InnoDB AUTO_INCREMENT=%d",
+			log, changeLogStart())); err != nil {
+			return err
+		}
+		return withTablesLockedOn(ctx, conn, db, schema, tables, func() error {
+			return createCaptureTriggersMySQL(ctx, conn, db, schema, tables)
+		})
+	})
+}
+
+// withCaptureLockMySQL runs f on one session of db that holds the lock of
+// schema's capture (GET_LOCK), after check (if not nil): every statement
+// of f on that session, so that if the session ends, the lock goes with
+// it, and so does every statement after.
+func withCaptureLockMySQL(ctx context.Context, db *gorm.DB, schema string, check func(context.Context) error, f func(conn *sql.Conn) error) error {
 	pool, err := sqlDB(db)
 	if err != nil {
 		return err
@@ -817,18 +846,7 @@ func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables [
 			return err
 		}
 	}
-	// Every statement on conn: if its session ends, the lock goes with
-	// it, and so does every statement after.
-	if err := stopCaptureMySQLOn(ctx, conn, db, schema); err != nil {
-		return err
-	}
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("CREATE TABLE %s (seq BIGINT AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, id BIGINT NOT NULL) ENGINE=InnoDB AUTO_INCREMENT=%d",
-		log, changeLogStart())); err != nil {
-		return err
-	}
-	return withTablesLockedOn(ctx, conn, db, schema, tables, func() error {
-		return createCaptureTriggersMySQL(ctx, conn, db, schema, tables)
-	})
+	return f(conn)
 }
 
 // execTablesLocked runs stmts in order on a session of db (MySQL) that

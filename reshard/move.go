@@ -333,7 +333,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		cctx, cancel := cleanupContext(ctx)
 		defer cancel()
 		if lock.reclaim(cctx) {
-			_ = cp.release(cctx)
+			_ = cp.release(cctx, func(ctx context.Context) error { return lock.ensure(ctx, "dropping the change log") })
 		}
 	}()
 	if err := lock.ensure(ctx, "starting the change log"); err != nil {
@@ -551,7 +551,13 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 	if err := lock.ensure(ctx, "dropping the change log of shard "+strconv.Itoa(shard)); err != nil {
 		return err
 	}
-	if err := stopCapture(ctx, db, schema); err != nil {
+	if runPause != nil {
+		runPause("unfence capture")
+	}
+	// Checked again under the capture's lock (stopCapture).
+	if err := stopCapture(ctx, db, schema, func(ctx context.Context) error {
+		return lock.ensure(ctx, "dropping the change log of shard "+strconv.Itoa(shard))
+	}); err != nil {
 		return fmt.Errorf("shardid: dropping the change log of shard %d: %w", shard, err)
 	}
 	r.LogFenceLifted(shard, r.DatabaseName(shard))

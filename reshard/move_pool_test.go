@@ -832,3 +832,84 @@ func TestMoveRunAgainEmptiesItsCopyInChunksMariaDB(t *testing.T) {
 		}
 	}
 }
+
+// TestUnfencePausedKeepsARivalsChangeLogPostgres: an abort (Unfence)
+// paused after its check of the lock and before it drops the shard's
+// change log, while a move of the shard began and copied meanwhile, must
+// not drop that move's log when it resumes: the move flipped without the
+// updates logged there.
+func TestUnfencePausedKeepsARivalsChangeLogPostgres(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	checkPausedUnfence(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, direct.Databases()[0], 3, "pg2", []any{&RPhoto{}}, reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestUnfencePausedKeepsARivalsChangeLogMariaDB is
+// TestUnfencePausedKeepsARivalsChangeLogPostgres on MariaDB.
+func TestUnfencePausedKeepsARivalsChangeLogMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mu")
+	r := loaded(t, newRouter(), c)
+	checkPausedUnfence(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, r.Databases()[0], 1, "my2", []any{"r_photos"}, reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// checkPausedUnfence pauses an Unfence of shard before it drops the
+// change log; meanwhile its lock's session ends and a move of the shard
+// runs, which, after its copy, waits while the shard's photos are updated
+// (in its change log only) and the Unfence resumes and fails. The move
+// then finishes: the updates must be on the shard's new home.
+func checkPausedUnfence(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, models []any, opts reshard.MoveOptions) {
+	t.Helper()
+	ctx := context.Background()
+	seeded := seedShard(t, r, shard, 30)
+	var ids []any
+	for _, s := range seeded {
+		ids = append(ids, s.ID)
+	}
+	paused := false
+	updated, resume := make(chan struct{}), make(chan struct{})
+	moveErr := make(chan error, 1)
+	defer reshard.SetRunPause(func(at string) {
+		if at != "unfence capture" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, direct, r.Schema(shard))
+		mv := opts
+		mv.OnStage = func(s string) {
+			if s != "copied" {
+				return
+			}
+			if err := r.ForKey(int64(shard)).Model(&RPhoto{}).Where("id IN ?", ids).Update("caption", "after the move's copy").Error; err != nil {
+				t.Errorf("updating shard %d during the move: %v", shard, err)
+			}
+			close(updated)
+			<-resume
+		}
+		go func() {
+			_, err := reshard.MoveShard(ctx, fresh(), c, shard, target, mv)
+			moveErr <- err
+		}()
+		<-updated
+	})()
+	err := reshard.Unfence(ctx, r, shard, models)
+	close(resume)
+	if !paused {
+		t.Fatal("the Unfence never reached its change log")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused Unfence, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if err := <-moveErr; err != nil {
+		t.Fatalf("the move: %v", err)
+	}
+	f := fresh()
+	for _, s := range seeded {
+		var got RPhoto
+		if err := f.Get(ctx, &got, s.ID); err != nil {
+			t.Errorf("photo %v on the shard's new home: %v", s.ID, err)
+		} else if got.Caption != "after the move's copy" {
+			t.Errorf("photo %v on the shard's new home: %q, want the update made after the move's copy", s.ID, got.Caption)
+		}
+	}
+}

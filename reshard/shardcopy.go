@@ -373,7 +373,8 @@ func (c *shardCopier) finish(ctx context.Context) ([]TableCheck, error) {
 	return out, nil
 }
 
-// release drops the change log and its triggers on the source.
-func (c *shardCopier) release(ctx context.Context) error {
-	return stopCapture(ctx, c.src, c.schema)
+// release drops the change log and its triggers on the source; check (if
+// not nil) runs under the capture's lock (stopCapture).
+func (c *shardCopier) release(ctx context.Context, check func(context.Context) error) error {
+	return stopCapture(ctx, c.src, c.schema, check)
 }

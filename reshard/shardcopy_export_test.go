@@ -12,7 +12,7 @@ import (
 // (finish, release).
 func CopyShard(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, fence func()) ([]TableCheck, error) {
 	c := newShardCopier(src, dst, schema, tables, 1000, nil)
-	defer c.release(context.WithoutCancel(ctx))
+	defer c.release(context.WithoutCancel(ctx), nil)
 	if err := c.capture(ctx, nil); err != nil {
 		return nil, err
 	}
@@ -31,7 +31,7 @@ func CopyShard(ctx context.Context, src, dst *gorm.DB, schema string, tables []s
 // the copy then verifies itself against what it sent (verifySent).
 func CopyVerifiesItself(ctx context.Context, src, dst *gorm.DB, schema string, tables []string, tamper func()) (bool, error) {
 	c := newShardCopier(src, dst, schema, tables, 1000, nil)
-	defer c.release(context.WithoutCancel(ctx))
+	defer c.release(context.WithoutCancel(ctx), nil)
 	if err := c.capture(ctx, nil); err != nil {
 		return false, err
 	}

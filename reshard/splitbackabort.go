@@ -153,7 +153,7 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 				return n, err
 			}
 		}
-		if err := stopCapture(ctx, src, schema); err != nil {
+		if err := stopCapture(ctx, src, schema, func(context.Context) error { return ensure("dropping the roll-back's change log") }); err != nil {
 			return n, err
 		}
 	}

@@ -186,7 +186,7 @@ func (sp *splitter) finishBack(ctx context.Context, lock, slock *moveLock, bs ba
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	if slock.reclaim(cctx) {
-		_ = stopCapture(cctx, src, schema)
+		_ = stopCapture(cctx, src, schema, func(ctx context.Context) error { return slock.ensure(ctx, "dropping the change log") })
 	}
 	return res, nil
 }
