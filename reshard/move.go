@@ -680,8 +680,11 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 			return err
 		}
 		// As the move found it when it began, or another run has been
-		// at it since (seen.unchanged).
-		now, err := seeTarget(ctx, tx, schema, true)
+		// at it since (seen.unchanged). Read without a lock, which would
+		// come before the tables' locks (a writer then waits for the one
+		// while holding the other): the fence's token is compared again
+		// under fenceForMoverTx's, taken after them.
+		now, err := seeTarget(ctx, tx, schema, false)
 		if err != nil {
 			return err
 		}
@@ -710,6 +713,9 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 		}
 		if token, err = fenceForMoverTx(tx, in, tables); err != nil {
 			return fmt.Errorf("fencing the copy: %w", err)
+		}
+		if seen.fenced && token-1 != seen.token {
+			return seen.unchanged(targetSeen{exists: true, fenced: true, token: token - 1}, schema)
 		}
 		if err := carry.apply(ctx, tx, in, tables); err != nil {
 			return fmt.Errorf("giving the copy the source's next_id(), owners and privileges: %w", err)

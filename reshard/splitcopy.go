@@ -285,7 +285,9 @@ func (b *splitBatch) createChunks(ctx context.Context, d int, chunks <-chan []in
 				if !slices.Contains(have, sc) {
 					continue
 				}
-				now, err := seeTarget(ctx, tx, sc, true)
+				// Without a lock (see createTarget): the token is
+				// compared again under fenceForMoverTx's.
+				now, err := seeTarget(ctx, tx, sc, false)
 				if err != nil {
 					return err
 				}
@@ -313,6 +315,9 @@ func (b *splitBatch) createChunks(ctx context.Context, d int, chunks <-chan []in
 				tok, err := fenceForMoverTx(tx, sc, tables)
 				if err != nil {
 					return err
+				}
+				if b.seen[s].fenced && tok-1 != b.seen[s].token {
+					return b.seen[s].unchanged(targetSeen{exists: true, fenced: true, token: tok - 1}, sc)
 				}
 				mu.Lock()
 				tokens[s] = tok
