@@ -456,3 +456,66 @@ func testAbortSplitPaused(t *testing.T, e *splitEnv, to []string) {
 		t.Errorf("a write to the monolith's rows of a split shard after the paused abort: %v, want the seal's refusal", err)
 	}
 }
+
+// TestRollbackPausedKeepsOffTheMonolithPostgres: a roll-back paused after
+// its check of its locks and before it copies the shard back into the
+// monolith, while a second run of it took the shard over and finished
+// (flipped back: the application writes to the monolith again), must not
+// write to the monolith when it resumes: its copy wrote the shard's old
+// rows over the writes made since.
+func TestRollbackPausedKeepsOffTheMonolithPostgres(t *testing.T) {
+	testRollbackPaused(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestRollbackPausedKeepsOffTheMonolithMariaDB is
+// TestRollbackPausedKeepsOffTheMonolithPostgres on MariaDB.
+func TestRollbackPausedKeepsOffTheMonolithMariaDB(t *testing.T) {
+	testRollbackPaused(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testRollbackPaused(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := "public"
+	if mono.Dialector.Name() == "mysql" {
+		mono.Raw("SELECT DATABASE()").Scan(&schema)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v := e.m.Load()
+	target, shardSchema := e.dbs[v.DB(0)], v.Schema(0)
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "rollback copy" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		killMoveLock(t, target, shardSchema)
+		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+			t.Errorf("the second run of the roll-back: %v", err)
+			return
+		}
+		// The application's writes to the shard, back on the monolith.
+		if err := mono.Exec("UPDATE users SET name = 'after the roll-back' WHERE id % 4 = 0").Error; err != nil {
+			t.Fatal(err)
+		}
+	})()
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	if !paused {
+		t.Fatal("the roll-back never reached its copy")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused roll-back, resumed: %v, want ErrMoveLockLost", err)
+	}
+	var names []string
+	if err := mono.Raw("SELECT name FROM users WHERE id % 4 = 0").Scan(&names).Error; err != nil || len(names) == 0 {
+		t.Fatalf("shard 0's users on the monolith: %v, %v", names, err)
+	}
+	for _, n := range names {
+		if n != "after the roll-back" {
+			t.Errorf("a user of shard 0 on the monolith: %q, want the write made after the roll-back", n)
+		}
+	}
+}

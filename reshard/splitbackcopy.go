@@ -37,6 +37,42 @@ type backCopy struct {
 	cols     map[string]columns
 	checks   map[string]*rowCheck // by table, once both sides were compared
 	progress func(table string, copied int64)
+	// token is the token of the shard's state row on the monolith that
+	// this run claimed (claimBack): each of its transactions that writes
+	// the shard's rows there holds it first (hold); 0 holds nothing.
+	token int64
+}
+
+// hold reads, in tx, the shard's state row on the monolith under a shared
+// lock kept to the end of tx, and returns an error wrapping
+// ErrMoveLockLost unless it is still sealed with the token this run
+// claimed. A roll-back paused after its last check of its locks, while a
+// second run of it took the shard over (claimBack: a new token) or
+// finished it (flipped back: unsealed), must not write to the monolith:
+// it would write old rows over the ones written there since, or delete
+// them (TestRollbackPausedKeepsOffTheMonolithPostgres). The other run
+// changes the row before it writes, and waits for tx to end to do it.
+func (bc *backCopy) hold(ctx context.Context, tx *sql.Tx) error {
+	if bc.token == 0 {
+		return nil
+	}
+	q := "SELECT token, sealed FROM " + bc.sp.q(splitStateTable) + " WHERE shard = " + strconv.Itoa(bc.shard)
+	if bc.sp.mysql {
+		q += " LOCK IN SHARE MODE"
+	} else {
+		q += " FOR SHARE"
+	}
+	var token int64
+	var sealed bool
+	err := tx.QueryRowContext(ctx, q).Scan(&token, &sealed)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if err != nil || token != bc.token || !sealed {
+		return fmt.Errorf("%w: shard %d's state on the monolith is not this roll-back's any more (token %d, sealed %v; the run's %d): another run has taken it over, or finished it",
+			ErrMoveLockLost, bc.shard, token, sealed, bc.token)
+	}
+	return nil
 }
 
 // backBatch is how many rows the first copy reads and writes at a time.
@@ -114,7 +150,19 @@ func (bc *backCopy) dropExtras(ctx context.Context) (int64, error) {
 			if bc.sp.mysql {
 				q = "DELETE x FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.guard(t, "x")
 			}
-			if err := moverTxExec(ctx, bc.sp.mono, q, args, &n); err != nil {
+			err := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error {
+				if err := bc.hold(ctx, tx); err != nil {
+					return err
+				}
+				r, err := tx.ExecContext(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				k, err := r.RowsAffected()
+				n += k
+				return err
+			})
+			if err != nil {
 				return n, fmt.Errorf("shardid: deleting shard %d's rows of %s from the monolith: %w", bc.shard, t.Name, err)
 			}
 		}
@@ -195,6 +243,9 @@ func (bc *backCopy) upsert(ctx context.Context, t SplitTable, rows [][]any, srcH
 	for round := 0; ; round++ {
 		var old, now map[int64]uint64
 		err := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) (err error) {
+			if err := bc.hold(ctx, tx); err != nil {
+				return err
+			}
 			if err := bc.checkTaken(ctx, tx, t, ids); err != nil {
 				return err
 			}

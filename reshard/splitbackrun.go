@@ -72,6 +72,10 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 		bc.progress = func(table string, n int64) { opts.Progress(s, table, n) }
 	}
 
+	// The shard's rows on the monolith, this run's to write (claimBack).
+	if bc.token, err = sp.claimBack(ctx, s, func(context.Context) error { return ensure("taking the roll-back") }); err != nil {
+		return res, err
+	}
 	// 1. The roll-back recorded: from here on the monolith's rows of the
 	// shard are the roll-back's. Those the split left there (sealed, so
 	// that a router whose map is stale is refused) stay, to be written
@@ -106,6 +110,9 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	// deleted.
 	if err := ensure("copying into the monolith"); err != nil {
 		return res, err
+	}
+	if runPause != nil {
+		runPause("rollback copy")
 	}
 	start := timeNow()
 	if res.Copied, err = bc.copy(ctx); err != nil {

@@ -182,3 +182,28 @@ func (sp *splitter) refusesEveryWritePG(ctx context.Context) (bool, error) {
 	err := sp.mono.WithContext(ctx).Raw(q, sp.schema, splitDoneFunction).Scan(&n).Error
 	return n > 0, err
 }
+
+// claimBack makes the roll-back of s this run's: with the shard's state
+// row on the monolith locked, check (the run's check of its locks), then
+// a new token, which it returns, and which every write of this run to the
+// monolith holds (backCopy.hold): a run of the same roll-back that was
+// paused before it (and lost its locks) writes nothing there any more.
+// The shard must still be sealed there (split, not flipped back).
+func (sp *splitter) claimBack(ctx context.Context, s int, check func(context.Context) error) (int64, error) {
+	var token int64
+	err := lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		cur, err := sp.lockStates(tx, []int{s})
+		if err != nil {
+			return err
+		}
+		if len(cur) != 1 || !cur[0].Sealed {
+			return withDetail(ErrNotSplit, fmt.Sprintf("shard %d is not sealed on the monolith: flipped back by another run meanwhile", s))
+		}
+		if err := check(ctx); err != nil {
+			return err
+		}
+		token = cur[0].Token + 1
+		return tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET token = ? WHERE shard = ?", token, s).Error
+	})
+	return token, err
+}

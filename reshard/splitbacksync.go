@@ -98,6 +98,9 @@ func (bc *backCopy) apply(ctx context.Context, keys map[string][]int64) error {
 			var done []deleted
 			err := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error {
 				done = done[:0]
+				if err := bc.hold(ctx, tx); err != nil {
+					return err
+				}
 				return bc.deleteGone(ctx, tx, t, chunk, &done)
 			})
 			if err != nil {

@@ -291,7 +291,8 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // create" (before the targets are created), "split copy", "move copy"
 // (after the change log started, before the copy empties and fills the
 // targets), "fence target" (MySQL: before a target created is fenced),
-// "abort lift" (before AbortSplit lifts the monolith's fences), "unfence
+// "abort lift" (before AbortSplit lifts the monolith's fences), "rollback
+// copy" (before a roll-back copies into the monolith), "unfence
 // capture" (before Unfence drops the change log), "move
 // forget" (before a move forgets the changes it applied)
 // and "move fence" (before the move fences its source).
