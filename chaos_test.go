@@ -1544,10 +1544,13 @@ func (r *chaosRun) report(t *testing.T) {
 	if v.Acked == 0 {
 		t.Error("no write was acknowledged: the run tested nothing")
 	}
-	if len(v.Violations) > 0 {
+	// Kept on a violation, or when SHARDID_CHAOS_KEEP asks for them.
+	if len(v.Violations) > 0 || os.Getenv("SHARDID_CHAOS_KEEP") != "" {
 		keep := filepath.Join(os.TempDir(), fmt.Sprintf("shardid-chaos-%d-%d", r.seed, time.Now().Unix()))
-		if err := os.CopyFS(keep, os.DirFS(r.dir)); err == nil {
+		if err := os.CopyFS(keep, os.DirFS(r.dir)); err == nil && len(v.Violations) > 0 {
 			t.Errorf("the logs of the run (driver.log, writerNNN.log) are kept in %s", keep)
+		} else if err == nil {
+			t.Logf("the logs of the run (driver.log, writerNNN.log) are kept in %s", keep)
 		}
 	}
 }
