@@ -266,8 +266,14 @@ func tryMoveLock(ctx context.Context, db *gorm.DB, schema string) (*moveLock, er
 }
 
 func schemaExists(ctx context.Context, db *gorm.DB, schema string) (bool, error) {
+	// pg_namespace on PostgreSQL: information_schema hides a schema from
+	// a role without privileges on it.
+	q := "SELECT count(*) FROM pg_namespace WHERE nspname = ?"
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?"
+	}
 	var n int64
-	err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", schema).Scan(&n).Error
+	err := db.WithContext(ctx).Raw(q, schema).Scan(&n).Error
 	return n > 0, err
 }
 

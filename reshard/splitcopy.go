@@ -82,7 +82,13 @@ func (b *splitBatch) seeTargets(ctx context.Context) (map[int]targetSeen, error)
 		db := b.sp.cfg.DBs[d]
 		schemas := shardSchemas(b, shards[d])
 		var have, fenced []string
-		if err := db.WithContext(ctx).Raw("SELECT schema_name FROM information_schema.schemata WHERE schema_name IN ?", schemas).Scan(&have).Error; err != nil {
+		// As createChunks reads them (pg_namespace lists a schema that
+		// information_schema hides from a role without privileges on it).
+		q := "SELECT nspname FROM pg_namespace WHERE nspname IN ?"
+		if b.sp.mysql {
+			q = "SELECT schema_name FROM information_schema.schemata WHERE schema_name IN ?"
+		}
+		if err := db.WithContext(ctx).Raw(q, schemas).Scan(&have).Error; err != nil {
 			return nil, err
 		}
 		if len(have) > 0 {
