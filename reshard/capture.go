@@ -884,20 +884,8 @@ func withTablesLocked(ctx context.Context, db *gorm.DB, schema string, tables []
 // withTablesLockedOn is withTablesLocked on the session conn.
 func withTablesLockedOn(ctx context.Context, conn *sql.Conn, db *gorm.DB, schema string, tables []string, f func() error) error {
 	var have []string
-	rows, err := conn.QueryContext(ctx, "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_name IN (?, ?)", schema, changeTable, fenceTable)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var t string
-		if err := rows.Scan(&t); err != nil {
-			rows.Close()
-			return err
-		}
-		have = append(have, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	q := "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_name IN (?, ?)"
+	if err := onConn(ctx, db, conn).Raw(q, schema, changeTable, fenceTable).Scan(&have).Error; err != nil {
 		return err
 	}
 	var locks []string
@@ -949,23 +937,18 @@ func createCaptureTriggersMySQL(ctx context.Context, conn *sql.Conn, db *gorm.DB
 	return nil
 }
 
+// onConn is db, in ctx, with every statement on the session conn.
+func onConn(ctx context.Context, db *gorm.DB, conn *sql.Conn) *gorm.DB {
+	tx := db.Session(&gorm.Session{NewDB: true, Context: ctx})
+	tx.Statement.ConnPool = conn
+	return tx
+}
+
 // stopCaptureMySQLOn is stopCapture on MySQL, every statement on conn.
 func stopCaptureMySQLOn(ctx context.Context, conn *sql.Conn, db *gorm.DB, schema string) error {
 	var found []struct{ Name, Table string }
-	rows, err := conn.QueryContext(ctx, "SELECT TRIGGER_NAME, EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%'", schema)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var f struct{ Name, Table string }
-		if err := rows.Scan(&f.Name, &f.Table); err != nil {
-			rows.Close()
-			return err
-		}
-		found = append(found, f)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	q := "SELECT TRIGGER_NAME AS name, EVENT_OBJECT_TABLE AS `table` FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%'"
+	if err := onConn(ctx, db, conn).Raw(q, schema).Scan(&found).Error; err != nil {
 		return err
 	}
 	if len(found) > 0 {
@@ -988,6 +971,6 @@ func stopCaptureMySQLOn(ctx context.Context, conn *sql.Conn, db *gorm.DB, schema
 			return err
 		}
 	}
-	_, err = conn.ExecContext(ctx, "DROP TABLE IF EXISTS "+quoteTable(db, schema, changeTable))
+	_, err := conn.ExecContext(ctx, "DROP TABLE IF EXISTS "+quoteTable(db, schema, changeTable))
 	return err
 }

@@ -242,10 +242,7 @@ func TestSplitLockLostToARivalKeepsItsLogMariaDB(t *testing.T) {
 func testSplitLockLostToARival(t *testing.T, e *splitEnv, to []string) {
 	ctx := context.Background()
 	mono := e.dbs[0]
-	schema := "public"
-	if mono.Dialector.Name() == "mysql" {
-		mono.Raw("SELECT DATABASE()").Scan(&schema)
-	}
+	schema := monoSchema(mono)
 	rivalCopied, firstDone := make(chan struct{}), make(chan struct{})
 	rivalErr := make(chan error, 1)
 	var wrote []int64 // the users written after the rival's copy
@@ -333,10 +330,7 @@ func TestSplitPausedRunKeepsOffItsRivalsTargetsMariaDB(t *testing.T) {
 func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string, pauseAt string) {
 	ctx := context.Background()
 	mono := e.dbs[0]
-	schema := "public"
-	if mono.Dialector.Name() == "mysql" {
-		mono.Raw("SELECT DATABASE()").Scan(&schema)
-	}
+	schema := monoSchema(mono)
 	// A first run, cancelled once it created the targets.
 	cctx, cancel := context.WithCancel(ctx)
 	_, err := reshard.SplitShards(cctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
@@ -414,10 +408,7 @@ func TestAbortSplitPausedKeepsARivalsSealMariaDB(t *testing.T) {
 func testAbortSplitPaused(t *testing.T, e *splitEnv, to []string) {
 	ctx := context.Background()
 	mono := e.dbs[0]
-	schema := "public"
-	if mono.Dialector.Name() == "mysql" {
-		mono.Raw("SELECT DATABASE()").Scan(&schema)
-	}
+	schema := monoSchema(mono)
 	// A first run, cancelled after its copy, whose clean-up did not run
 	// (a process killed): the batch's shards still logged.
 	cctx, cancel := context.WithCancel(ctx)
@@ -476,10 +467,7 @@ func TestRollbackPausedKeepsOffTheMonolithMariaDB(t *testing.T) {
 func testRollbackPaused(t *testing.T, e *splitEnv, to []string) {
 	ctx := context.Background()
 	mono := e.dbs[0]
-	schema := "public"
-	if mono.Dialector.Name() == "mysql" {
-		mono.Raw("SELECT DATABASE()").Scan(&schema)
-	}
+	schema := monoSchema(mono)
 	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -518,4 +506,15 @@ func testRollbackPaused(t *testing.T, e *splitEnv, to []string) {
 			t.Errorf("a user of shard 0 on the monolith: %q, want the write made after the roll-back", n)
 		}
 	}
+}
+
+// monoSchema is the schema of the monolith's tables: public, or the
+// database on MySQL (the key of its split's lock, killMoveLock).
+func monoSchema(mono *gorm.DB) string {
+	if mono.Dialector.Name() != "mysql" {
+		return "public"
+	}
+	var schema string
+	mono.Raw("SELECT DATABASE()").Scan(&schema)
+	return schema
 }
