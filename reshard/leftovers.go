@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/shardid/shardid"
 	"gorm.io/gorm"
@@ -381,31 +382,54 @@ func fenceLeft(ctx context.Context, db *gorm.DB, schema string) (*FenceLeft, err
 // home, its fence changed), must not drop it. On PostgreSQL the check and
 // the drop are one transaction; MySQL's DROP DATABASE commits on its own,
 // right after the transaction that checks, which marks its fence as being
-// dropped (droppingToken) first: a move that begins meanwhile refuses the
-// copy rather than take it over.
+// dropped (droppingToken) first, and gives a copy with no fence one so
+// marked: a move that begins meanwhile refuses the copy rather than take
+// it over. A copy that is gone is not dropped again: a database of that
+// name made since is another run's.
 func dropCopyAsSeen(ctx context.Context, db *gorm.DB, schema string, seen targetSeen, lock *moveLock, step string) error {
 	mysql := db.Dialector.Name() == "mysql"
+	if mysql && seen.exists && !seen.fenced {
+		// The mark's table, where there is none (DDL: before the
+		// transaction); with no row it is still no fence.
+		q := "CREATE TABLE IF NOT EXISTS " + quoteTable(db, schema, fenceTable) + strings.Replace(fenceTableMySQL, "sealed BOOLEAN NOT NULL)", "sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE)", 1)
+		if err := db.WithContext(ctx).Exec(q).Error; err != nil {
+			return err
+		}
+	}
+	drop := false
 	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		now, err := seeTarget(ctx, tx, schema, true)
 		if err != nil {
 			return err
 		}
-		if err := seen.unchanged(now, schema); err != nil {
-			return err
+		if now != seen {
+			// Changed: another run's now. (As seen, a copy that a
+			// clean-up stopped before its drop marked is dropped: this
+			// is that clean-up run again.)
+			if err := seen.unchanged(now, schema); err != nil {
+				return err
+			}
 		}
 		if err := lock.ensure(ctx, step); err != nil {
 			return err
 		}
+		if !now.exists {
+			return nil
+		}
+		drop = true
 		if mysql {
 			if !now.fenced {
-				return nil
+				return tx.Exec("INSERT INTO "+quoteTable(db, schema, fenceTable)+" (id, fenced_until, token, sealed, mover_only) VALUES (1, '9999-12-31 23:59:59', ?, FALSE, TRUE)", droppingToken).Error
 			}
 			return tx.Exec("UPDATE "+quoteTable(db, schema, fenceTable)+" SET token = ?, mover_only = TRUE, sealed = FALSE, fenced_until = '9999-12-31 23:59:59' WHERE id = 1", droppingToken).Error
 		}
 		return tx.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`).Error
 	})
-	if err != nil || !mysql {
+	if err != nil || !mysql || !drop {
 		return err
+	}
+	if runPause != nil {
+		runPause("drop database")
 	}
 	return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + schema + "`").Error
 }

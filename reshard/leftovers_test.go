@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
@@ -193,5 +194,75 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMove(t *testing.T) {
 	var n int64
 	if err := db2.Raw(`SELECT count(*) FROM "shardid_lp_0001".r_photos`).Scan(&n).Error; err != nil || n != 2 {
 		t.Errorf("the shard's new home after DropUnfinishedCopies: %d rows (%v), want 2", n, err)
+	}
+}
+
+// TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB is
+// TestDropUnfinishedCopiesPausedKeepsARivalsMove on MariaDB, where the
+// copy is dropped by a DROP DATABASE after the transaction that checks
+// it: paused between the two, while its lock is lost and another
+// operator moves the shard there, it must not drop the shard's new home.
+// The copy has no fence (a move killed before it fenced its target): the
+// check gives it one, marked as being dropped, and the move refuses it.
+// Run again, the clean-up drops it, and the move then goes through.
+func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mdu")
+	r := loaded(t, newRouter(), c)
+	ctx := context.Background()
+	seeded := seedShard(t, r, 1, 20)
+	dst := r.Databases()[1]
+	// A copy on my2 with no fence and no row: a move killed before it
+	// fenced its target.
+	for _, q := range []string{"CREATE DATABASE shardid_mdu_0001", "CREATE TABLE shardid_mdu_0001.r_photos (id BIGINT PRIMARY KEY, user_id BIGINT, caption VARCHAR(100))"} {
+		if err := dst.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second}
+	var rival error
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "drop database" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, r.Databases()[0], r.Schema(1))
+		_, rival = reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my2", opts)
+	})()
+	done, err := reshard.DropUnfinishedCopies(ctx, r, 1)
+	if !paused {
+		t.Fatal("DropUnfinishedCopies never reached its DROP DATABASE")
+	}
+	if rival == nil {
+		var n int64
+		err := dst.Raw("SELECT count(*) FROM shardid_mdu_0001.r_photos").Scan(&n).Error
+		t.Fatalf("the move to a copy being dropped went through; the shard's new home after the clean-up resumed: %d rows (%v), want %d", n, err, len(seeded))
+	}
+	if !errors.Is(rival, reshard.ErrMoveInProgress) {
+		t.Errorf("the move to a copy being dropped: %v, want ErrMoveInProgress", rival)
+	}
+	if err != nil || len(done.Copies) != 1 {
+		t.Errorf("DropUnfinishedCopies, resumed: %+v, %v; want the copy dropped", done, err)
+	}
+	// The mark of a clean-up stopped before its drop: run again, it drops
+	// the copy it marked.
+	for _, q := range []string{"CREATE DATABASE shardid_mdu_0001", "CREATE TABLE shardid_mdu_0001.r_photos (id BIGINT PRIMARY KEY, user_id BIGINT, caption VARCHAR(100))"} {
+		if err := dst.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	dieAt(t, "drop database", func() { reshard.DropUnfinishedCopies(ctx, r, 1) })
+	if _, err := reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my2", opts); !errors.Is(err, reshard.ErrMoveInProgress) {
+		t.Errorf("the move to a copy a stopped clean-up marked: %v, want ErrMoveInProgress", err)
+	}
+	if done, err := reshard.DropUnfinishedCopies(ctx, r, 1); err != nil || len(done.Copies) != 1 {
+		t.Fatalf("DropUnfinishedCopies run again: %+v, %v; want the marked copy dropped", done, err)
+	}
+	if _, err := reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my2", opts); err != nil {
+		t.Fatalf("the move, once the copy is dropped: %v", err)
+	}
+	var n int64
+	if err := dst.Raw("SELECT count(*) FROM shardid_mdu_0001.r_photos").Scan(&n).Error; err != nil || n != int64(len(seeded)) {
+		t.Errorf("the shard's new home: %d rows (%v), want %d", n, err, len(seeded))
 	}
 }

@@ -746,14 +746,6 @@ func migrateInTx(tx *gorm.DB, schema string, models []any) error {
 	return tx.Session(&gorm.Session{NewDB: true}).AutoMigrate(models...)
 }
 
-// dropTarget drops the copy of schema on db (DropShardCopy).
-func dropTarget(ctx context.Context, db *gorm.DB, schema string) error {
-	if db.Dialector.Name() == "mysql" {
-		return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + schema + "`").Error
-	}
-	return db.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`).Error
-}
-
 // copyDefinitions creates schema dstSchema and its tables on dst as
 // srcSchema's are on src: on MySQL with SHOW CREATE TABLE, on PostgreSQL
 // from the columns and the "id" primary key.

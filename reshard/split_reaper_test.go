@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/sqllock"
 	"github.com/shardid/shardid/reshard"
 	"gorm.io/gorm"
@@ -517,4 +518,350 @@ func monoSchema(mono *gorm.DB) string {
 	var schema string
 	mono.Raw("SELECT DATABASE()").Scan(&schema)
 	return schema
+}
+
+// TestCleanMonolithPausedKeepsARolledBackShardPostgres: the last batch's
+// clean-up of the monolith, paused after it read what the batches
+// verified and before it empties the tables, while its lock is lost and
+// another operator rolls a split shard back into the monolith (whose rows
+// there are then the shard's home again, the same rows as verified), must
+// not empty the tables when it resumes: the shard's rows would be lost,
+// and its writes refused there for good.
+func TestCleanMonolithPausedKeepsARolledBackShardPostgres(t *testing.T) {
+	testCleanMonolithPaused(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestCleanMonolithPausedKeepsARolledBackShardMariaDB is
+// TestCleanMonolithPausedKeepsARolledBackShardPostgres on MariaDB, where
+// the clean-up deletes each shard's rows.
+func TestCleanMonolithPausedKeepsARolledBackShardMariaDB(t *testing.T) {
+	testCleanMonolithPaused(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testCleanMonolithPaused(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var before int64
+	if err := mono.Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&before).Error; err != nil || before == 0 {
+		t.Fatalf("shard 0's users on the monolith: %d, %v", before, err)
+	}
+	mysql := mono.Dialector.Name() == "mysql"
+	if mysql {
+		// The last batch: MySQL's clean-up is CleanSplit's, below.
+		if _, err := reshard.SplitShards(ctx, e.cfg, []int{2, 3}, to, reshard.SplitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "clean monolith" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		// Shard 0 back into the monolith, its rows there as the split
+		// verified them: the application writes to them there again.
+		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+			t.Errorf("the rival's roll-back: %v", err)
+		}
+	})()
+	var err error
+	if mysql {
+		_, err = reshard.CleanSplit(ctx, e.cfg)
+	} else {
+		// The last batch: shards 2 and 3, then the clean-up.
+		_, err = reshard.SplitShards(ctx, e.cfg, []int{2, 3}, to, reshard.SplitOptions{})
+	}
+	if !paused {
+		t.Fatal("the last batch never reached its clean-up")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused clean-up, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if v := e.m.Load(); !v.Shared(0) || v.DB(0) != 0 {
+		t.Fatalf("shard 0 after its roll-back: placed %+v, want the monolith's shared tables", v.Placements()[0])
+	}
+	var after int64
+	if err := mono.Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&after).Error; err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("shard 0's users on the monolith, its home again: %d, want %d", after, before)
+	}
+	if err := mono.Exec("UPDATE users SET name = 'after the roll-back' WHERE id % 4 = 0").Error; err != nil {
+		t.Errorf("a write to shard 0 on the monolith, its home again: %v", err)
+	}
+}
+
+// TestDropSplitCopyPausedKeepsTheShardsNewHomePostgres: DropSplitCopy,
+// paused after its checks and before its drop while its locks are lost,
+// another operator drops the same copy and splits the shard onto that
+// database again (its new home, which the application writes to), must
+// not drop the new home when it resumes.
+func TestDropSplitCopyPausedKeepsTheShardsNewHomePostgres(t *testing.T) {
+	testDropSplitCopyPaused(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestDropSplitCopyPausedKeepsTheShardsNewHomeMariaDB is
+// TestDropSplitCopyPausedKeepsTheShardsNewHomePostgres on MariaDB.
+func TestDropSplitCopyPausedKeepsTheShardsNewHomeMariaDB(t *testing.T) {
+	testDropSplitCopyPaused(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testDropSplitCopyPaused(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	from := e.names[1]
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{from, from}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	target, shardSchema := e.dbs[1], e.m.Load().Schema(0)
+	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var wrote []int64
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "drop split copy" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		killMoveLock(t, target, shardSchema)
+		if err := reshard.DropSplitCopy(ctx, e.cfg, 0, from); err != nil {
+			t.Errorf("the rival's drop: %v", err)
+			return
+		}
+		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
+			t.Errorf("the rival's split of shard 0 again: %v", err)
+			return
+		}
+		// The application's writes to the shard's new home.
+		mono.Raw("SELECT id FROM users WHERE id % 4 = 0").Scan(&wrote)
+		for _, id := range wrote {
+			db, table := e.table(id, "users")
+			if err := db.Exec("UPDATE "+table+" SET name = 'on its new home' WHERE id = ?", id).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})()
+	err := reshard.DropSplitCopy(ctx, e.cfg, 0, from)
+	if !paused {
+		t.Fatal("the drop never reached its pause")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused drop, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if len(wrote) == 0 {
+		t.Fatal("no row written on the shard's new home")
+	}
+	for _, id := range wrote {
+		db, table := e.table(id, "users")
+		var names []string
+		if err := db.Raw("SELECT name FROM "+table+" WHERE id = ?", id).Scan(&names).Error; err != nil {
+			t.Fatalf("user %d on its new home: %v", id, err)
+		}
+		if len(names) != 1 || names[0] != "on its new home" {
+			t.Errorf("user %d on its new home: %q, want the write made there", id, names)
+		}
+	}
+}
+
+// TestAbortRollbackPausedKeepsTheMonolithsRowsPostgres: an abort of a
+// stopped roll-back, paused after its check of its locks and before it
+// deletes the roll-back's rows of no shard from the monolith, while
+// another operator runs the roll-back to its end (the monolith the shard's
+// home again) and the application deletes a photo there, its comments
+// kept (no foreign key), must not delete those comments when it resumes:
+// rows it did not copy.
+func TestAbortRollbackPausedKeepsTheMonolithsRowsPostgres(t *testing.T) {
+	testAbortRollbackPaused(t, "postgres")
+}
+
+// TestAbortRollbackPausedKeepsTheMonolithsRowsMariaDB is
+// TestAbortRollbackPausedKeepsTheMonolithsRowsPostgres on MariaDB.
+func TestAbortRollbackPausedKeepsTheMonolithsRowsMariaDB(t *testing.T) {
+	testAbortRollbackPaused(t, "mysql")
+}
+
+func testAbortRollbackPaused(t *testing.T, dialect string) {
+	ctx := context.Background()
+	e := newBackEnv(t, dialect, 4, 20, 2, 2)
+	e.splitBatches(t, 0, 2, 2)
+	e.stopRollback(t, 0, "copied")
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	v := e.m.Load()
+	target, shardSchema := e.dbs[v.DB(0)], v.Schema(0)
+	var photo int64
+	var orphans []int64
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "abort orphans" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		killMoveLock(t, target, shardSchema)
+		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+			t.Errorf("the rival's roll-back: %v", err)
+			return
+		}
+		// The application, on the shard's home again: a photo deleted,
+		// its comments kept.
+		drop := "ALTER TABLE comments DROP CONSTRAINT comments_photo_id_fkey"
+		if dialect == "mysql" {
+			drop = "ALTER TABLE comments DROP FOREIGN KEY comments_ibfk_1"
+		}
+		if err := mono.Exec(drop).Error; err != nil {
+			t.Fatal(err)
+		}
+		mono.Raw("SELECT min(id) FROM photos WHERE user_id % 4 = 0").Scan(&photo)
+		mono.Raw("SELECT id FROM comments WHERE photo_id = ?", photo).Scan(&orphans)
+		if err := mono.Exec("DELETE FROM photos WHERE id = ?", photo).Error; err != nil {
+			t.Fatal(err)
+		}
+	})()
+	_, err := reshard.AbortRollback(ctx, e.cfg)
+	if !paused {
+		t.Fatal("the abort never reached its deletion of the rows of no shard")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused abort, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if len(orphans) == 0 {
+		t.Fatalf("photo %d had no comments", photo)
+	}
+	var n int64
+	if err := mono.Raw("SELECT count(*) FROM comments WHERE id IN ?", orphans).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(orphans)) {
+		t.Errorf("%d of the %d comments of photo %d left on the monolith, the shard's home, want every one", n, len(orphans), photo)
+	}
+}
+
+// TestRollbackPausedBeforeItsFlipKeepsTheNewSealPostgres: a roll-back
+// paused before it lets the monolith take the shard's writes again, while
+// its locks are lost and another operator finishes the roll-back, drops
+// the copy and splits the shard again (the monolith's rows of it an old
+// copy, sealed anew), must not unseal them when it resumes: a router
+// whose map is stale would write there, and its writes would be lost.
+func TestRollbackPausedBeforeItsFlipKeepsTheNewSealPostgres(t *testing.T) {
+	testRollbackPausedBeforeItsFlip(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestRollbackPausedBeforeItsFlipKeepsTheNewSealMariaDB is
+// TestRollbackPausedBeforeItsFlipKeepsTheNewSealPostgres on MariaDB.
+func TestRollbackPausedBeforeItsFlipKeepsTheNewSealMariaDB(t *testing.T) {
+	testRollbackPausedBeforeItsFlip(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testRollbackPausedBeforeItsFlip(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	from := e.names[1]
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{from, from}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	target, shardSchema := e.dbs[1], e.m.Load().Schema(0)
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "flip back" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		killMoveLock(t, target, shardSchema)
+		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+			t.Errorf("the rival's roll-back: %v", err)
+			return
+		}
+		if err := reshard.DropSplitCopy(ctx, e.cfg, 0, from); err != nil {
+			t.Errorf("the rival's drop of the copy: %v", err)
+			return
+		}
+		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
+			t.Errorf("the rival's split of shard 0 again: %v", err)
+		}
+	})()
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	if !paused {
+		t.Fatal("the roll-back never reached its flip")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused roll-back, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if v := e.m.Load(); v.Shared(0) {
+		t.Fatalf("shard 0 after the rival split it again: placed %+v, want its target", v.Placements()[0])
+	}
+	// The monolith's rows of shard 0: an old copy, sealed.
+	if err := mono.Exec("UPDATE users SET name = 'through a stale map' WHERE id % 4 = 0").Error; !isFenced(err) {
+		t.Errorf("a write to the monolith's rows of shard 0, split again, after the paused roll-back: %v, want the seal's refusal", err)
+	}
+}
+
+// TestSplitRunAgainAfterItsFlipKeepsAnotherFencePostgres: a batch run
+// again after a run that flipped it and died before it let the targets
+// take writes lifts the fences that run set for the mover, and no other:
+// shard 0's target, fenced by an operator (Fence) in between, as a move
+// of it from there would fence it, stays fenced; lifting that fence lets
+// writes into a move's source after its last read of the change log.
+func TestSplitRunAgainAfterItsFlipKeepsAnotherFencePostgres(t *testing.T) {
+	testSplitRunAgainAfterItsFlip(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestSplitRunAgainAfterItsFlipKeepsAnotherFenceMariaDB is
+// TestSplitRunAgainAfterItsFlipKeepsAnotherFencePostgres on MariaDB.
+func TestSplitRunAgainAfterItsFlipKeepsAnotherFenceMariaDB(t *testing.T) {
+	testSplitRunAgainAfterItsFlip(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testSplitRunAgainAfterItsFlip(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	dieAt(t, "split lift", func() { reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}) })
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, Names: e.names, ShardMap: e.m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.Fence(ctx, r, 0, []any{"users", "photos", "comments"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("the batch run again: %v", err)
+	}
+	db, users := e.table(4, "users")
+	if err := db.Exec("UPDATE " + users + " SET name = 'through the fence' WHERE id = 4").Error; !isFenced(err) {
+		t.Errorf("a write to shard 0, fenced by an operator, after the batch ran again: %v, want the fence's refusal", err)
+	}
+	db, users = e.table(1, "users")
+	if err := db.Exec("UPDATE " + users + " SET name = 'after the flip' WHERE id = 1").Error; err != nil {
+		t.Errorf("a write to shard 1 after the batch ran again: %v", err)
+	}
+}
+
+// dieAt runs run until it reaches the pause point at, where it stops dead,
+// as a process killed there would (its deferred clean-ups still run: the
+// sessions of a killed process end too); it fails t if run never gets
+// there.
+func dieAt(t *testing.T, at string, run func()) {
+	t.Helper()
+	died := errors.New("died at " + at)
+	defer reshard.SetRunPause(func(p string) {
+		if p == at {
+			panic(died)
+		}
+	})()
+	defer func() {
+		if p := recover(); p != died {
+			t.Fatalf("the run did not reach %q: %v", at, p)
+		}
+	}()
+	run()
 }

@@ -386,7 +386,21 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	if err != nil {
 		return 0, err
 	}
+	if runPause != nil {
+		runPause("flip back")
+	}
 	err = lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		// The lock checked with the shard's state row held (FOR UPDATE):
+		// a run paused before this transaction, while another finished
+		// the roll-back and split the shard again (sealed anew, its home
+		// on a target), must not unseal the monolith's old rows of it,
+		// where a router whose map is stale would write and be lost.
+		if _, err := sp.lockStates(tx, []int{s}); err != nil {
+			return err
+		}
+		if err := lock.ensure(ctx, "lifting the monolith's seal"); err != nil {
+			return err
+		}
 		if emptied {
 			// The function's triggers go with it.
 			if err := tx.Exec(`DROP FUNCTION IF EXISTS "` + sp.schema + `".` + splitDoneFunction + "() CASCADE").Error; err != nil {
@@ -426,5 +440,5 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	if !lock.reclaim(cctx) {
 		return version, fmt.Errorf("the shard is back in the catalog, but its roll-back is still recorded (run the roll-back again): %w", ErrMoveLockLost)
 	}
-	return version, sp.unmarkBack(cctx, s, "", nil)
+	return version, sp.unmarkBack(cctx, s, "", nil, 0)
 }

@@ -127,10 +127,21 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 	// becomes what they hold now (the roll-back wrote over them), so that
 	// the split's clean-up deletes them. Only the copies of rows of no
 	// shard (their parent missing) go: a stale router reaches none.
+	//
+	// The shard's state row is this abort's from here (claimBack, its
+	// locks checked with the row held): each of its writes to the
+	// monolith holds it, so that an abort paused after its last check,
+	// while another run finished the roll-back (the monolith the shard's
+	// home again), deletes nothing there when it resumes.
+	if bc.token, err = sp.claimBack(ctx, s, func(context.Context) error {
+		return ensure("deleting the roll-back's rows of no shard from the monolith")
+	}); err != nil {
+		return 0, err
+	}
 	var n int64
 	if home && ok {
-		if err := ensure("deleting the roll-back's rows of no shard from the monolith"); err != nil {
-			return 0, err
+		if runPause != nil {
+			runPause("abort orphans")
 		}
 		k, err := bc.emptyOrphans(ctx)
 		n += k
@@ -167,7 +178,7 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 	if err := lock.ensure(ctx, "restoring the split's state"); err != nil {
 		return n, err
 	}
-	return n, sp.unmarkBack(ctx, s, verified, &m)
+	return n, sp.unmarkBack(ctx, s, verified, &m, bc.token)
 }
 
 // shardSums returns what the monolith's tables hold of shard s, as a
@@ -192,7 +203,8 @@ func (sp *splitter) shardSums(ctx context.Context, s int, cols map[string]column
 
 // emptyOrphans deletes the monolith's rows of no shard whose keys the
 // shard's schema holds: the roll-back's copies of its rows whose parent is
-// missing. Children first.
+// missing. Children first, each transaction holding the abort's claim of
+// the shard (backCopy.hold).
 func (bc *backCopy) emptyOrphans(ctx context.Context) (int64, error) {
 	var n int64
 	for i := len(bc.sp.tables) - 1; i >= 0; i-- {
@@ -203,7 +215,18 @@ func (bc *backCopy) emptyOrphans(ctx context.Context) (int64, error) {
 			if bc.sp.mysql {
 				q = "DELETE x FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.sp.rowShard(t, "x", 0) + " IS NULL"
 			}
-			return moverTxExec(ctx, bc.sp.mono, q, args, &n)
+			return moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error {
+				if err := bc.hold(ctx, tx); err != nil {
+					return err
+				}
+				res, err := tx.ExecContext(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				k, _ := res.RowsAffected()
+				n += k
+				return nil
+			})
 		})
 		if err != nil {
 			return n, err
@@ -277,6 +300,13 @@ func DropSplitCopy(ctx context.Context, cfg SplitConfig, shard int, from string)
 		return err
 	}
 	defer slock.release()
+	// Dropped only as found here, the locks held (dropCopyAsSeen): a run
+	// paused after its checks, while another dropped the copy and split
+	// the shard onto that database again, must not drop its new home.
+	seen, err := seeTarget(ctx, db, schema, false)
+	if err != nil {
+		return err
+	}
 	_, sealed, ok, err := fenceToken(ctx, db, schema)
 	if err != nil {
 		return err
@@ -302,21 +332,12 @@ func DropSplitCopy(ctx context.Context, cfg SplitConfig, shard int, from string)
 			return refuse("it holds " + t + ", which is not one of the split's tables")
 		}
 	}
-	if err := slock.ensure(ctx, "dropping the copy of shard "+strconv.Itoa(shard)+" on "+from); err != nil {
+	step := "dropping the copy of shard " + strconv.Itoa(shard) + " on " + from
+	if err := lock.ensure(ctx, step); err != nil {
 		return err
 	}
-	return dropTarget(ctx, db, schema)
-}
-
-// moverTxExec runs q in a moverTx on db and adds the rows it changed to n.
-func moverTxExec(ctx context.Context, db *gorm.DB, q string, args []any, n *int64) error {
-	return moverTx(ctx, db, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		k, _ := res.RowsAffected()
-		*n += k
-		return nil
-	})
+	if runPause != nil {
+		runPause("drop split copy")
+	}
+	return dropCopyAsSeen(ctx, db, schema, seen, slock, step)
 }

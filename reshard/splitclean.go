@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -52,9 +53,9 @@ func (sp *splitter) cleanMonolith(ctx context.Context, lock *moveLock) (int64, e
 		return 0, err
 	}
 	if sp.mysql {
-		return sp.deleteCopied(ctx, b)
+		return sp.deleteCopied(ctx, b, lock)
 	}
-	return sp.truncateSplit(ctx, b)
+	return sp.truncateSplit(ctx, b, lock)
 }
 
 // splitSoFar returns the shards split from the monolith so far (sealed
@@ -85,13 +86,14 @@ func (sp *splitter) splitSoFar(ctx context.Context) (*splitBatch, error) {
 
 // truncateSplit is cleanMonolith on PostgreSQL: in one transaction, with
 // the sharded tables locked, each table's rows summed by shard, compared
-// with what every shard's batch verified (and the table's own row count,
-// so that no row of no shard hides), then all the tables emptied at once
-// and their writes refused from then on (splitDoneFunction).
-func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch) (int64, error) {
-	verified, err := sp.readVerified(ctx, b.shards)
-	if err != nil {
-		return 0, err
+// with what every shard's batch verified (read in the same transaction,
+// the shards' state rows held and the lock checked with them held:
+// holdVerified), and with the table's own row count, so that no row of no
+// shard hides; then all the tables emptied at once and their writes
+// refused from then on (splitDoneFunction).
+func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch, lock *moveLock) (int64, error) {
+	if runPause != nil {
+		runPause("clean monolith")
 	}
 	tables := make([]string, len(sp.tables))
 	for i, t := range sp.tables {
@@ -101,10 +103,10 @@ func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch) (int64, er
 	// The lock waits lockWait at a time (lockedTx's way), so that a long
 	// reader of the monolith does not queue every other session behind
 	// this one.
-	err = retryLocks(ctx, nil, func() error {
+	err := retryLocks(ctx, nil, func() error {
 		deleted = 0
 		return moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
-			return sp.truncateInTx(ctx, tx, b, tables, verified, &deleted)
+			return sp.truncateInTx(ctx, tx, b, tables, lock, &deleted)
 		})
 	})
 	if err != nil {
@@ -119,11 +121,15 @@ func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch) (int64, er
 
 // truncateInTx is truncateSplit's transaction, tx; it adds the rows it
 // deletes to deleted.
-func (sp *splitter) truncateInTx(ctx context.Context, tx *sql.Tx, b *splitBatch, tables []string, verified map[int]map[string]shardCheck, deleted *int64) error {
+func (sp *splitter) truncateInTx(ctx context.Context, tx *sql.Tx, b *splitBatch, tables []string, lock *moveLock, deleted *int64) error {
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockWait.Milliseconds())); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		return err
+	}
+	verified, err := sp.holdVerified(ctx, tx, b.shards, lock)
+	if err != nil {
 		return err
 	}
 	var kept []string
@@ -219,10 +225,18 @@ END $$`, sp.schema, splitDoneFunction, shardid.FenceMessage)
 // seal (a sealed shard's rows on the monolith cannot change since; its
 // copy on the target can, as it takes writes). A shard whose rows do not
 // add up keeps them, and the function fails naming it.
-func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch) (int64, error) {
+//
+// Each table's deletion holds the shards' state rows and checks the lock
+// with them held (holdVerified): a run paused between its reads and its
+// deletion, while another rolled a shard back into the monolith, deletes
+// nothing of the shard's home there.
+func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch, lock *moveLock) (int64, error) {
 	state, err := sp.readVerified(ctx, b.shards)
 	if err != nil {
 		return 0, err
+	}
+	if runPause != nil {
+		runPause("clean monolith")
 	}
 	var deleted int64
 	var kept []string
@@ -262,6 +276,15 @@ func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch) (int64, err
 			from, shard := sp.from(t)
 			q := "DELETE FROM " + sp.q(t.Name) + " WHERE id IN (SELECT id FROM (SELECT x.id FROM " + from + " WHERE " + shard + " " + inList(good) + ") AS d)"
 			err := moverTx(ctx, sp.mono, func(tx *sql.Tx) error {
+				now, err := sp.holdVerified(ctx, tx, good, lock)
+				if err != nil {
+					return err
+				}
+				for _, s := range good {
+					if !maps.Equal(now[s], state[s]) {
+						return fmt.Errorf("%w: what the split verified of shard %d changed since this run read it: another run has been at it", ErrMoveLockLost, s)
+					}
+				}
 				res, err := tx.ExecContext(ctx, q)
 				if err != nil {
 					return err
@@ -281,17 +304,73 @@ func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch) (int64, err
 	return deleted, nil
 }
 
+// verifiedRow is a shard's seal in the split's state table.
+type verifiedRow struct {
+	Shard    int
+	Sealed   bool
+	Verified *string
+}
+
 // readVerified returns what the seal of each of shards stored: its tables'
 // verified rows and checksums.
 func (sp *splitter) readVerified(ctx context.Context, shards []int) (map[int]map[string]shardCheck, error) {
-	var rows []struct {
-		Shard    int
-		Sealed   bool
-		Verified *string
-	}
+	var rows []verifiedRow
 	if err := sp.mono.WithContext(ctx).Raw("SELECT shard, sealed, verified FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards)).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
+	return verifiedOf(rows)
+}
+
+// holdVerified is readVerified in tx, on the monolith, the state rows of
+// shards held (shared) until tx ends, and the lock checked with them held:
+// no roll-back takes one of the shards before tx ends (markBack updates
+// its row). Every one of shards must still be sealed with a verification;
+// one that is not was taken by another run while this one was paused
+// after its last check of its lock (ErrMoveLockLost).
+func (sp *splitter) holdVerified(ctx context.Context, tx *sql.Tx, shards []int, lock *moveLock) (map[int]map[string]shardCheck, error) {
+	q := "SELECT shard, sealed, verified FROM " + sp.q(splitStateTable) + " WHERE shard " + inList(shards) + " FOR SHARE"
+	if sp.mysql {
+		q = strings.TrimSuffix(q, "FOR SHARE") + "LOCK IN SHARE MODE"
+	}
+	rs, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var rows []verifiedRow
+	for rs.Next() {
+		var r verifiedRow
+		var v sql.NullString
+		if err := rs.Scan(&r.Shard, &r.Sealed, &v); err != nil {
+			rs.Close()
+			return nil, err
+		}
+		if v.Valid {
+			r.Verified = &v.String
+		}
+		rows = append(rows, r)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	out, err := verifiedOf(rows)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range shards {
+		if _, ok := out[s]; !ok {
+			return nil, fmt.Errorf("%w: shard %d is no longer sealed on the monolith by the split (a roll-back took it since this run read it): another run has been at it", ErrMoveLockLost, s)
+		}
+	}
+	if err := lock.ensure(ctx, "deleting the split's rows from the monolith"); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// verifiedOf decodes the seals of rows; a row not sealed by a split (no
+// verification) is left out.
+func verifiedOf(rows []verifiedRow) (map[int]map[string]shardCheck, error) {
 	out := map[int]map[string]shardCheck{}
 	for _, r := range rows {
 		if !r.Sealed || r.Verified == nil {

@@ -192,10 +192,11 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if sealedN > 0 {
 		// Sealed before a flip that failed: the targets hold the
 		// verified copies, fenced for the mover.
-		if err := b.checkTargetsSealedCopy(ctx); err != nil {
+		tokens, err := b.checkTargetsSealedCopy(ctx)
+		if err != nil {
 			return res, err
 		}
-		return b.flipAndClean(ctx, lock, res, nil, time.Time{}, stage)
+		return b.flipAndClean(ctx, lock, res, tokens, time.Time{}, stage)
 	}
 
 	// 1. The targets, fenced for all but the mover, found as they were
@@ -336,6 +337,9 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 	if !lock.reclaim(cctx) {
 		return res, fmt.Errorf("shardid: split: the batch is flipped, but its targets still refuse writes (run the batch again): %w", ErrMoveLockLost)
 	}
+	if runPause != nil {
+		runPause("split lift")
+	}
 	if err := b.liftTargets(cctx, dstTokens); err != nil {
 		return res, fmt.Errorf("shardid: split: the batch is flipped, but its targets still refuse writes (run the batch again): %w", err)
 	}
@@ -384,10 +388,20 @@ func (b *splitBatch) flippedInCatalog(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// liftTargets lifts the mover's fences of the batch's targets: with tokens
-// those fences only, without any but a seal.
+// liftTargets lifts the mover's fences of the batch's targets, those with
+// the tokens given (by shard) only: a shard with none, or whose fence has
+// another token by now (a move of it, or an operator's Fence, since), keeps
+// its fence.
 func (b *splitBatch) liftTargets(ctx context.Context, tokens map[int]int64) error {
-	targets, shards := b.byTarget()
+	targets, all := b.byTarget()
+	shards := map[int][]int{}
+	for d, ss := range all {
+		for _, s := range ss {
+			if _, ok := tokens[s]; ok {
+				shards[d] = append(shards[d], s)
+			}
+		}
+	}
 	errs := make(chan error, len(targets))
 	for _, d := range targets {
 		go func() {
@@ -398,10 +412,7 @@ func (b *splitBatch) liftTargets(ctx context.Context, tokens map[int]int64) erro
 				chunk := shards[d][lo:min(lo+200, len(shards[d]))]
 				script := make([]string, len(chunk))
 				for i, s := range chunk {
-					cond := "NOT sealed"
-					if tok, ok := tokens[s]; ok {
-						cond = "token = " + strconv.FormatInt(tok, 10)
-					}
+					cond := "token = " + strconv.FormatInt(tokens[s], 10)
 					open := "'-infinity'"
 					if b.sp.mysql {
 						open = "'1000-01-01'"
@@ -471,18 +482,34 @@ func (b *splitBatch) checkPlaced(ctx context.Context, sealed bool) error {
 
 // checkTargetsSealedCopy checks, for a batch run again after its seal,
 // that each target still holds the copy, fenced for the mover or
-// already taking writes (a flip done, the run died after).
-func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) error {
+// already taking writes (a flip done, the run died after), and returns the
+// tokens of the fences for the mover it finds (by shard): the fences the
+// run lifts once it has flipped, and no other (liftTargets). A fence of
+// another kind, or set after this read, is a move's or an operator's.
+func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) (map[int]int64, error) {
+	tokens := map[int]int64{}
 	for _, s := range b.shards {
-		ok, err := tableExists(ctx, b.dst(s), b.schemaOf(s), fenceTable)
+		db, sc := b.dst(s), b.schemaOf(s)
+		ok, err := tableExists(ctx, db, sc, fenceTable)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
-			return withDetail(ErrNoCopy, fmt.Sprintf("shard %d is sealed on the monolith but %s has no copy of it", s, b.sp.cfg.Map.Databases()[b.to[s]]))
+			return nil, withDetail(ErrNoCopy, fmt.Sprintf("shard %d is sealed on the monolith but %s has no copy of it", s, b.sp.cfg.Map.Databases()[b.to[s]]))
+		}
+		var f []struct {
+			Token     int64
+			Sealed    bool
+			MoverOnly bool
+		}
+		if err := db.WithContext(ctx).Raw("SELECT token, sealed, mover_only FROM " + quoteTable(db, sc, fenceTable) + " WHERE id = 1").Scan(&f).Error; err != nil {
+			return nil, err
+		}
+		if len(f) == 1 && f[0].MoverOnly && !f[0].Sealed {
+			tokens[s] = f[0].Token
 		}
 	}
-	return nil
+	return tokens, nil
 }
 
 // startChangeLog empties the split's change log and marks shards moving
