@@ -814,6 +814,14 @@ func startCaptureMySQL(ctx context.Context, db *gorm.DB, schema string, tables [
 // of f on that session, so that if the session ends, the lock goes with
 // it, and so does every statement after.
 func withCaptureLockMySQL(ctx context.Context, db *gorm.DB, schema string, check func(context.Context) error, f func(conn *sql.Conn) error) error {
+	return withNamedLockMySQL(ctx, db, "shardid_capture:", schema, "the change log of "+schema, check, f)
+}
+
+// withNamedLockMySQL runs f on one session of db that holds the named
+// lock prefix+schema (GET_LOCK; a hash of schema where the name would pass
+// MySQL's 64 characters), after check (if not nil); what names the lock's
+// object in ErrLockWait.
+func withNamedLockMySQL(ctx context.Context, db *gorm.DB, prefix, schema, what string, check func(context.Context) error, f func(conn *sql.Conn) error) error {
 	pool, err := sqlDB(db)
 	if err != nil {
 		return err
@@ -823,18 +831,18 @@ func withCaptureLockMySQL(ctx context.Context, db *gorm.DB, schema string, check
 		return err
 	}
 	defer conn.Close()
-	name := "shardid_capture:" + schema
+	name := prefix + schema
 	if len(name) > 64 { // MySQL's limit
 		h := fnv.New64a()
 		h.Write([]byte(schema))
-		name = "shardid_capture:" + strconv.FormatUint(h.Sum64(), 16)
+		name = prefix + strconv.FormatUint(h.Sum64(), 16)
 	}
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, int(maxLockRetry.Seconds())).Scan(&got); err != nil {
 		return err
 	}
 	if got.Int64 != 1 {
-		return fmt.Errorf("%w: the change log of %s: another run holds its lock (%s)", ErrLockWait, schema, name)
+		return fmt.Errorf("%w: %s: another run holds its lock (%s)", ErrLockWait, what, name)
 	}
 	defer func() {
 		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", name); err != nil {

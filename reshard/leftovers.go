@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -176,10 +177,13 @@ func findLeftovers(ctx context.Context, r *shardid.Router, shard int, tryLock bo
 			// No fence in force: a copy a move was creating (its fence
 			// not set yet, so it holds no rows), or a copy nobody
 			// accounts for, left alone.
-			hasFence, err := tableExists(ctx, db, schema, fenceTable)
+			// A fence table without its state row (a crash between
+			// the two, or a clean-up's mark that failed) is no fence.
+			seen, err := seeTarget(ctx, db, schema, false)
 			if err != nil {
 				return fail(err)
 			}
+			hasFence := seen.fenced
 			empty, err := tablesEmpty(ctx, db, schema, tables)
 			if err != nil {
 				return fail(err)
@@ -380,56 +384,82 @@ func fenceLeft(ctx context.Context, db *gorm.DB, schema string) (*FenceLeft, err
 // clean-up paused after it found the copy, while its lock was lost and a
 // move took the copy over and finished (the copy is then the shard's
 // home, its fence changed), must not drop it. On PostgreSQL the check and
-// the drop are one transaction; MySQL's DROP DATABASE commits on its own,
-// right after the transaction that checks, which marks its fence as being
-// dropped (droppingToken) first, and gives a copy with no fence one so
-// marked: a move that begins meanwhile refuses the copy rather than take
-// it over. A copy that is gone is not dropped again: a database of that
-// name made since is another run's.
+// the drop are one transaction. A copy gone by then is not dropped again:
+// a database of that name made since is another run's.
 func dropCopyAsSeen(ctx context.Context, db *gorm.DB, schema string, seen targetSeen, lock *moveLock, step string) error {
-	mysql := db.Dialector.Name() == "mysql"
-	if mysql && seen.exists && !seen.fenced {
-		// The mark's table, where there is none (DDL: before the
-		// transaction); with no row it is still no fence.
-		q := "CREATE TABLE IF NOT EXISTS " + quoteTable(db, schema, fenceTable) + strings.Replace(fenceTableMySQL, "sealed BOOLEAN NOT NULL)", "sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE)", 1)
-		if err := db.WithContext(ctx).Exec(q).Error; err != nil {
-			return err
-		}
+	if db.Dialector.Name() == "mysql" {
+		return dropCopyAsSeenMySQL(ctx, db, schema, seen, lock, step)
 	}
-	drop := false
-	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
-		now, err := seeTarget(ctx, tx, schema, true)
-		if err != nil {
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		if err := checkCopyAsSeen(ctx, tx, schema, seen, lock, step); err != nil {
 			return err
-		}
-		if now != seen {
-			// Changed: another run's now. (As seen, a copy that a
-			// clean-up stopped before its drop marked is dropped: this
-			// is that clean-up run again.)
-			if err := seen.unchanged(now, schema); err != nil {
-				return err
-			}
-		}
-		if err := lock.ensure(ctx, step); err != nil {
-			return err
-		}
-		if !now.exists {
-			return nil
-		}
-		drop = true
-		if mysql {
-			if !now.fenced {
-				return tx.Exec("INSERT INTO "+quoteTable(db, schema, fenceTable)+" (id, fenced_until, token, sealed, mover_only) VALUES (1, '9999-12-31 23:59:59', ?, FALSE, TRUE)", droppingToken).Error
-			}
-			return tx.Exec("UPDATE "+quoteTable(db, schema, fenceTable)+" SET token = ?, mover_only = TRUE, sealed = FALSE, fenced_until = '9999-12-31 23:59:59' WHERE id = 1", droppingToken).Error
 		}
 		return tx.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`).Error
 	})
-	if err != nil || !mysql || !drop {
+}
+
+// checkCopyAsSeen reads, in tx, schema's fence under FOR UPDATE, and
+// returns an error unless it is as seen, and lock still held.
+func checkCopyAsSeen(ctx context.Context, tx *gorm.DB, schema string, seen targetSeen, lock *moveLock, step string) error {
+	now, err := seeTarget(ctx, tx, schema, true)
+	if err != nil {
 		return err
 	}
-	if runPause != nil {
-		runPause("drop database")
+	if now != seen {
+		// Changed: another run's now. (As seen, a copy that a clean-up
+		// stopped before its drop marked is dropped: this is that
+		// clean-up run again, or another after it died.)
+		if err := seen.unchanged(now, schema); err != nil {
+			return err
+		}
 	}
-	return db.WithContext(ctx).Exec("DROP DATABASE IF EXISTS `" + schema + "`").Error
+	return lock.ensure(ctx, step)
+}
+
+// dropCopyAsSeenMySQL is dropCopyAsSeen on MySQL, whose DROP DATABASE
+// commits on its own: every statement on one session that holds a named
+// lock of the copy (GET_LOCK) from its check to its drop. The transaction
+// that checks marks the copy's fence as being dropped (droppingToken), a
+// copy with no fence too: a move that begins meanwhile refuses it. If the
+// server ends the session while the run is paused between its check and
+// its drop, the drop cannot run (its session is gone) and the lock is
+// free: another clean-up drops the copy, and a move may then make it the
+// shard's home. While the session lives, another clean-up waits for the
+// lock.
+func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, seen targetSeen, lock *moveLock, step string) error {
+	if !seen.exists {
+		return nil
+	}
+	return withNamedLockMySQL(ctx, db, "shardid_drop:", schema, "dropping the copy "+schema, nil, func(conn *sql.Conn) error {
+		g := onConn(ctx, db, conn)
+		if !seen.fenced {
+			// The mark's table, where there is none (DDL: before the
+			// transaction); with no row it is still no fence.
+			q := "CREATE TABLE IF NOT EXISTS " + quoteTable(db, schema, fenceTable) +
+				strings.Replace(fenceTableMySQL, "sealed BOOLEAN NOT NULL)", "sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE)", 1)
+			if err := g.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		err := retryLocks(ctx, nil, func() error {
+			return lockedTxOnce(ctx, conn, g, func(tx *gorm.DB) error {
+				if err := checkCopyAsSeen(ctx, tx, schema, seen, lock, step); err != nil {
+					return err
+				}
+				mark := "UPDATE " + quoteTable(db, schema, fenceTable) + " SET token = ?, mover_only = TRUE, sealed = FALSE, fenced_until = '9999-12-31 23:59:59' WHERE id = 1"
+				if !seen.fenced {
+					mark = "INSERT INTO " + quoteTable(db, schema, fenceTable) + " (id, fenced_until, token, sealed, mover_only) VALUES (1, '9999-12-31 23:59:59', ?, FALSE, TRUE)"
+				}
+				return tx.Exec(mark, droppingToken).Error
+			})
+		})
+		if err != nil {
+			return err
+		}
+		if runPause != nil {
+			runPause("drop database")
+		}
+		_, err = conn.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+schema+"`")
+		return err
+	})
 }

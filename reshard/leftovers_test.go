@@ -258,11 +258,63 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 	if done, err := reshard.DropUnfinishedCopies(ctx, r, 1); err != nil || len(done.Copies) != 1 {
 		t.Fatalf("DropUnfinishedCopies run again: %+v, %v; want the marked copy dropped", done, err)
 	}
+	// A mark that failed after its table was made (its transaction
+	// rolled back): a fence table without its state row is still no
+	// fence, and the copy is still one to drop.
+	for _, q := range []string{"CREATE DATABASE shardid_mdu_0001", "CREATE TABLE shardid_mdu_0001.r_photos (id BIGINT PRIMARY KEY, user_id BIGINT, caption VARCHAR(100))",
+		"CREATE TABLE shardid_mdu_0001.shardid_fence_state (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE)"} {
+		if err := dst.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if done, err := reshard.DropUnfinishedCopies(ctx, r, 1); err != nil || len(done.Copies) != 1 {
+		t.Fatalf("DropUnfinishedCopies of a copy with an empty fence table: %+v, %v; want it dropped", done, err)
+	}
 	if _, err := reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my2", opts); err != nil {
 		t.Fatalf("the move, once the copy is dropped: %v", err)
 	}
 	var n int64
 	if err := dst.Raw("SELECT count(*) FROM shardid_mdu_0001.r_photos").Scan(&n).Error; err != nil || n != int64(len(seeded)) {
 		t.Errorf("the shard's new home: %d rows (%v), want %d", n, err, len(seeded))
+	}
+
+	// A clean-up paused there again, with the shard on my2 and a copy
+	// left on my1, its sessions ended by the server (its lock's and the
+	// one that holds the copy's lock to its drop), while another
+	// clean-up drops the copy and a move makes the shard's home there:
+	// resumed, it cannot drop the new home.
+	src := r.Databases()[0]
+	r = loaded(t, newRouter(), c)
+	if err := reshard.DropShardCopy(ctx, r, 1, "my1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"CREATE DATABASE shardid_mdu_0001", "CREATE TABLE shardid_mdu_0001.r_photos (id BIGINT PRIMARY KEY, user_id BIGINT, caption VARCHAR(100))"} {
+		if err := src.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	paused = false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "drop database" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, dst, r.Schema(1))
+		killNamedLockMySQL(t, src, "shardid_drop:shardid_mdu_0001")
+		if done, err := reshard.DropUnfinishedCopies(ctx, loaded(t, newRouter(), c), 1); err != nil || len(done.Copies) != 1 {
+			t.Errorf("the second clean-up: %+v, %v; want the copy dropped", done, err)
+		}
+		if _, err := reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my1", opts); err != nil {
+			t.Errorf("the move, once the second clean-up dropped the copy: %v", err)
+		}
+	})()
+	if _, err := reshard.DropUnfinishedCopies(ctx, r, 1); err == nil {
+		t.Error("the first clean-up, resumed after its sessions ended: no error")
+	}
+	if !paused {
+		t.Fatal("the first clean-up never reached its DROP DATABASE")
+	}
+	if err := src.Raw("SELECT count(*) FROM shardid_mdu_0001.r_photos").Scan(&n).Error; err != nil || n != int64(len(seeded)) {
+		t.Errorf("the shard's new home after the first clean-up resumed: %d rows (%v), want %d", n, err, len(seeded))
 	}
 }

@@ -49,8 +49,7 @@ func lockedTx(ctx context.Context, db *gorm.DB, schema string, f func(tx *gorm.D
 				if !ok {
 					return fmt.Errorf("shardid: gorm's Connection gave a %T, not a session", conn.Statement.ConnPool)
 				}
-				return withSessionVars(ctx, sc, "SET @shardid_ilwt = @@session.innodb_lock_wait_timeout, innodb_lock_wait_timeout = 1",
-					"SET innodb_lock_wait_timeout = @shardid_ilwt, @shardid_ilwt = NULL", func() error { return conn.Transaction(f) })
+				return lockedTxOnce(ctx, sc, conn, f)
 			})
 		})
 	}
@@ -62,6 +61,13 @@ func lockedTx(ctx context.Context, db *gorm.DB, schema string, f func(tx *gorm.D
 			return f(tx)
 		})
 	})
+}
+
+// lockedTxOnce is one try of lockedTx on MySQL, on session sc (conn, its
+// *gorm.DB).
+func lockedTxOnce(ctx context.Context, sc *sql.Conn, conn *gorm.DB, f func(tx *gorm.DB) error) error {
+	return withSessionVars(ctx, sc, "SET @shardid_ilwt = @@session.innodb_lock_wait_timeout, innodb_lock_wait_timeout = 1",
+		"SET innodb_lock_wait_timeout = @shardid_ilwt, @shardid_ilwt = NULL", func() error { return conn.Transaction(f) })
 }
 
 // dropConn makes conn's session leave the pool when it is given back:

@@ -236,22 +236,8 @@ func TestMoveSameShardThroughTransactionPool(t *testing.T) {
 func killMoveLock(t *testing.T, db *gorm.DB, schema string) {
 	t.Helper()
 	if db.Dialector.Name() == "mysql" {
-		var id int64
-		if err := db.Raw("SELECT IS_USED_LOCK(?)", "shardid_move:"+schema).Scan(&id).Error; err != nil || id == 0 {
-			t.Fatalf("no session holds the move lock of %s: %v", schema, err)
-		}
-		if err := db.Exec(fmt.Sprintf("KILL %d", id)).Error; err != nil {
-			t.Fatal(err)
-		}
-		for range 200 {
-			var n int64
-			db.Raw("SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n)
-			if n == 0 {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("connection %d still there after KILL", id)
+		killNamedLockMySQL(t, db, "shardid_move:"+schema)
+		return
 	}
 	var pid int64
 	// Of this database only: another test's (or package's) monolith in
@@ -915,4 +901,26 @@ func checkPausedUnfence(t *testing.T, r *shardid.Router, fresh func() *shardid.R
 			t.Errorf("photo %v on the shard's new home: %q, want the update made after the move's copy", s.ID, got.Caption)
 		}
 	}
+}
+
+// killNamedLockMySQL ends the session that holds the named lock name
+// (GET_LOCK) on db, and waits until it is gone.
+func killNamedLockMySQL(t *testing.T, db *gorm.DB, name string) {
+	t.Helper()
+	var id int64
+	if err := db.Raw("SELECT IS_USED_LOCK(?)", name).Scan(&id).Error; err != nil || id == 0 {
+		t.Fatalf("no session holds the lock %s: %v", name, err)
+	}
+	if err := db.Exec(fmt.Sprintf("KILL %d", id)).Error; err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		var n int64
+		db.Raw("SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n)
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("connection %d still there after KILL", id)
 }

@@ -568,13 +568,18 @@ func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verifi
 	return err
 }
 
-// liftShards lifts the fences of shards on the monolith: with tokens, only
-// those fences (a batch lifting its own); without, any fence but a seal,
-// and with unseal a seal too (an abort before the flip, which the caller
-// checked). Moving is cleared.
-func (sp *splitter) liftShards(ctx context.Context, shards []int, tokens map[int]int64, unseal bool) error {
+// liftShards lifts a failed batch's fences of shards on the monolith,
+// those with tokens only, with no lock held: writes go through again at
+// once rather than when the fences lapse. The shards' logging (moving) is
+// left as it is: that is the lock holder's, who may be a rival that began
+// its own run, its change log started, since this run lost its lock
+// (stopChangeLog ends it, the lock held). Clearing it here stopped the
+// rival's log, and the writes made between this lift and the rival's fence
+// were neither in its copy nor in its log: lost (found by the fault test;
+// TestSplitFailedRunsLiftKeepsARivalsLog*).
+func (sp *splitter) liftShards(ctx context.Context, shards []int, tokens map[int]int64) error {
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		return sp.liftShardsTx(tx, shards, tokens, unseal)
+		return sp.liftShardsTx(tx, shards, tokens, false, false)
 	})
 }
 
@@ -594,8 +599,13 @@ func (sp *splitter) lockStates(tx *gorm.DB, shards []int) ([]shardState, error) 
 	return cur, err
 }
 
-// liftShardsTx is liftShards in tx.
-func (sp *splitter) liftShardsTx(tx *gorm.DB, shards []int, tokens map[int]int64, unseal bool) error {
+// liftShardsTx lifts the fences of shards on the monolith, in tx: with
+// tokens, only those fences; without, any fence but a seal, and with
+// unseal a seal too (an abort before the flip, a roll-back's flip back,
+// which the caller checked). With endLog, the shards' logging ends too
+// (moving cleared): only for a caller that holds the split's lock, checked
+// with the state rows held.
+func (sp *splitter) liftShardsTx(tx *gorm.DB, shards []int, tokens map[int]int64, unseal, endLog bool) error {
 	open := "'-infinity'"
 	if sp.mysql {
 		open = "'1000-01-01'"
@@ -616,7 +626,11 @@ func (sp *splitter) liftShardsTx(tx *gorm.DB, shards []int, tokens map[int]int64
 	if len(lift) == 0 {
 		return nil
 	}
-	return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET fenced_until = " + open + ", token = token + 1, sealed = FALSE, moving = FALSE WHERE shard " + inList(lift)).Error
+	q := "UPDATE " + sp.q(splitStateTable) + " SET fenced_until = " + open + ", token = token + 1, sealed = FALSE"
+	if endLog {
+		q += ", moving = FALSE"
+	}
+	return tx.Exec(q + " WHERE shard " + inList(lift)).Error
 }
 
 // installTriggersMySQL is installTriggers on MySQL/MariaDB: AFTER row

@@ -865,3 +865,89 @@ func dieAt(t *testing.T, at string, run func()) {
 	}()
 	run()
 }
+
+// TestSplitFailedRunsLiftKeepsARivalsLogPostgres: a run that lost its lock
+// after it fenced the batch on the monolith lifts its fences on its way
+// out, with no lock (writes go through at once rather than when the
+// fences lapse). When a rival has begun its own run by then (its change
+// log started, its copy made), the lift must leave the rival's log on:
+// it ended it, and the writes made between the lift and the rival's
+// fence, after its copy and in no log, were lost (found by the fault
+// test, seed 943475155).
+func TestSplitFailedRunsLiftKeepsARivalsLogPostgres(t *testing.T) {
+	testSplitFailedRunsLift(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestSplitFailedRunsLiftKeepsARivalsLogMariaDB is
+// TestSplitFailedRunsLiftKeepsARivalsLogPostgres on MariaDB.
+func TestSplitFailedRunsLiftKeepsARivalsLogMariaDB(t *testing.T) {
+	testSplitFailedRunsLift(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testSplitFailedRunsLift(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	copied, resume := make(chan struct{}), make(chan struct{})
+	rival := make(chan error, 1)
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "split unfence" || paused {
+			return
+		}
+		paused = true
+		// The rival's run, from its lock to its copy, before this run's
+		// lift; it goes on once the application wrote.
+		go func() {
+			_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
+				if stage == "copied" {
+					close(copied)
+					<-resume
+				}
+			}})
+			rival <- err
+		}()
+		select {
+		case <-copied:
+		case err := <-rival:
+			t.Fatalf("the rival's run ended before its copy: %v", err)
+		}
+	})()
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "fenced" {
+			killMoveLock(t, mono, schema)
+		}
+	}})
+	if !paused {
+		t.Fatalf("the first run never lifted its fences: %v", err)
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the first run: %v, want ErrMoveLockLost", err)
+	}
+	// The application, between the first run's lift and the rival's
+	// fence: the batch's shards still live in the monolith.
+	var ids []int64
+	mono.Raw("SELECT id FROM users WHERE id % 4 IN (0, 1)").Scan(&ids)
+	for _, id := range ids {
+		if err := mono.Exec("UPDATE users SET name = 'between the two runs' WHERE id = ?", id).Error; err != nil {
+			t.Fatalf("a write to user %d in the monolith after the first run's lift: %v", id, err)
+		}
+	}
+	close(resume)
+	if err := <-rival; err != nil {
+		t.Fatalf("the rival's run: %v", err)
+	}
+	if len(ids) == 0 {
+		t.Fatal("no user of the batch's shards")
+	}
+	for _, id := range ids {
+		db, table := e.table(id, "users")
+		var names []string
+		if err := db.Raw("SELECT name FROM "+table+" WHERE id = ?", id).Scan(&names).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(names) != 1 || names[0] != "between the two runs" {
+			t.Errorf("user %d on its new home: %q, want the write acknowledged between the two runs", id, names)
+		}
+	}
+}

@@ -390,24 +390,35 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 		runPause("flip back")
 	}
 	err = lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		// The lock checked with the shard's state row held (FOR UPDATE):
-		// a run paused before this transaction, while another finished
-		// the roll-back and split the shard again (sealed anew, its home
-		// on a target), must not unseal the monolith's old rows of it,
-		// where a router whose map is stale would write and be lost.
-		if _, err := sp.lockStates(tx, []int{s}); err != nil {
-			return err
-		}
-		if err := lock.ensure(ctx, "lifting the monolith's seal"); err != nil {
-			return err
-		}
 		if emptied {
-			// The function's triggers go with it.
+			// The function's triggers go with it (the tables locked
+			// first, then the state rows, as the clean-up takes them).
 			if err := tx.Exec(`DROP FUNCTION IF EXISTS "` + sp.schema + `".` + splitDoneFunction + "() CASCADE").Error; err != nil {
 				return fmt.Errorf("letting the monolith take writes again: %w", err)
 			}
 		}
-		return sp.liftShardsTx(tx, []int{s}, nil, true)
+		// The lock checked with the shard's state row held (FOR UPDATE),
+		// and the roll-back's record still there, from the same
+		// database: a run paused before this transaction (or one that
+		// lost its lock and took it back since, with its plan read
+		// before), while another finished the roll-back and split the
+		// shard again (sealed anew, its home on a target), must not
+		// unseal the monolith's old rows of it, where a router whose map
+		// is stale would write and be lost.
+		if _, err := sp.lockStates(tx, []int{s}); err != nil {
+			return err
+		}
+		var src []string
+		if err := tx.Raw("SELECT source FROM "+sp.q(splitBackTable)+" WHERE shard = ?", s).Scan(&src).Error; err != nil {
+			return err
+		}
+		if len(src) != 1 || src[0] != names[from] {
+			return fmt.Errorf("%w: the roll-back of shard %d from %s is no longer recorded (%q): another run finished it", ErrMoveLockLost, s, names[from], src)
+		}
+		if err := lock.ensure(ctx, "lifting the monolith's seal"); err != nil {
+			return err
+		}
+		return sp.liftShardsTx(tx, []int{s}, nil, true, true)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("letting the monolith take its writes: %w", err)

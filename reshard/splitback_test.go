@@ -1099,3 +1099,44 @@ func TestSplitRollbackKilledAtEachStagePostgres(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitLastBatchWaitsForARollBackPostgres: the last batch of a split,
+// run while the roll-back of a shard split before is stopped (its rows
+// copied back into the monolith, not yet flipped), flips its shards and
+// leaves the monolith's clean-up for later, where it used to fail on the
+// rows the roll-back copied; the roll-back then finishes.
+func TestSplitLastBatchWaitsForARollBackPostgres(t *testing.T) {
+	testSplitLastBatchWaitsForARollBack(t, "postgres")
+}
+
+// TestSplitLastBatchWaitsForARollBackMariaDB is
+// TestSplitLastBatchWaitsForARollBackPostgres on MariaDB (where the
+// clean-up is CleanSplit's, which waits for the roll-back too).
+func TestSplitLastBatchWaitsForARollBackMariaDB(t *testing.T) {
+	testSplitLastBatchWaitsForARollBack(t, "mysql")
+}
+
+func testSplitLastBatchWaitsForARollBack(t *testing.T, dialect string) {
+	ctx := context.Background()
+	e := newBackEnv(t, dialect, 4, 20, 2, 2)
+	e.splitBatches(t, 0, 2, 2)
+	e.stopRollback(t, 0, "copied")
+	res, err := reshard.SplitShards(ctx, e.cfg, []int{2, 3}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{})
+	if err != nil || res.Deleted != 0 {
+		t.Fatalf("the last batch, a roll-back stopped: %+v, %v; want it flipped, nothing deleted", res, err)
+	}
+	if n, err := reshard.CleanSplit(ctx, e.cfg); err != nil || n != 0 {
+		t.Errorf("CleanSplit while the roll-back is stopped: %d rows deleted, %v; want none", n, err)
+	}
+	var n int64
+	e.dbs[0].Raw("SELECT count(*) FROM users WHERE id % 4 = 0").Scan(&n)
+	if n != 5 {
+		t.Errorf("%d users of shard 0 in the monolith, want the 5 the roll-back copied", n)
+	}
+	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		t.Fatalf("the roll-back, finished: %v", err)
+	}
+	if err := e.dbs[0].Exec("UPDATE users SET name = 'back' WHERE id % 4 = 0").Error; err != nil {
+		t.Errorf("a write to shard 0 in the monolith after its roll-back: %v", err)
+	}
+}

@@ -45,6 +45,11 @@ func (sp *splitter) cleanMonolith(ctx context.Context, lock *moveLock) (int64, e
 	if sp.holdsShared() {
 		return 0, nil
 	}
+	// A roll-back under way copies its shard's rows into the monolith:
+	// they stay until it is finished or aborted (CleanSplit then).
+	if back, err := sp.rollingBack(ctx); err != nil || len(back) > 0 {
+		return 0, err
+	}
 	b, err := sp.splitSoFar(ctx)
 	if err != nil || b == nil {
 		return 0, err
@@ -356,6 +361,11 @@ func (sp *splitter) holdVerified(ctx context.Context, tx *sql.Tx, shards []int, 
 	out, err := verifiedOf(rows)
 	if err != nil {
 		return nil, err
+	}
+	for _, r := range rows {
+		if r.Sealed && r.Verified == nil {
+			return nil, withDetail(ErrMoveInProgress, fmt.Sprintf("shard %d is being rolled back (RollbackSplit): finish the roll-back or abort it (AbortRollback), then run CleanSplit", r.Shard))
+		}
 	}
 	for _, s := range shards {
 		if _, ok := out[s]; !ok {

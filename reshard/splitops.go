@@ -121,9 +121,6 @@ func CleanSplit(ctx context.Context, cfg SplitConfig) (int64, error) {
 			}
 		}
 	}
-	if back, err := sp.rollingBack(ctx); err != nil || len(back) > 0 {
-		return 0, err
-	}
 	return sp.cleanMonolith(ctx, lock)
 }
 
@@ -200,7 +197,7 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 			if err := lock.ensure(ctx, "lifting the split's fences"); err != nil {
 				return err
 			}
-			return sp.liftShardsTx(tx, reset, tokens, true)
+			return sp.liftShardsTx(tx, reset, tokens, true, true)
 		})
 		if err != nil {
 			return res, err

@@ -262,7 +262,10 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		if err != nil && !sealed {
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
-			_ = sp.liftShards(cctx, b.shards, tokens, false)
+			if runPause != nil {
+				runPause("split unfence")
+			}
+			_ = sp.liftShards(cctx, b.shards, tokens)
 		}
 	}()
 	// 4. The last changes, and the keys in doubt compared again.
@@ -294,9 +297,15 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // targets), "fence target" (MySQL: before a target created is fenced),
 // "abort lift" (before AbortSplit lifts the monolith's fences), "rollback
 // copy" (before a roll-back copies into the monolith), "unfence
-// capture" (before Unfence drops the change log), "move
-// forget" (before a move forgets the changes it applied)
-// and "move fence" (before the move fences its source).
+// capture" (before Unfence drops the change log), "move forget" (before
+// a move forgets the changes it applied), "move fence" (before the move
+// fences its source), "clean monolith" (before the clean-up empties the
+// monolith), "drop split copy" (before DropSplitCopy drops), "abort
+// orphans" (before AbortRollback deletes the rows of no shard), "flip
+// back" (before a roll-back lifts the monolith's seal), "drop database"
+// (MySQL: between a copy's check and its DROP DATABASE), "split lift"
+// (before a batch lifts its targets' fences, after its flip) and "split
+// unfence" (before a failed batch lifts its fences on the monolith).
 var runPause func(at string)
 
 // flipAndClean flips the catalog and the map, lets writes through to the
@@ -359,6 +368,11 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 	// operator runs CleanSplit.
 	if sp.mysql || sp.holdsShared() {
 		return res, nil
+	}
+	// A roll-back under way (of another shard, stopped) copies its rows
+	// into the monolith: the clean-up waits for it (CleanSplit, after).
+	if back, err := sp.rollingBack(ctx); err != nil || len(back) > 0 {
+		return res, err
 	}
 	n, err := sp.cleanMonolith(ctx, lock)
 	res.Deleted = n
@@ -505,7 +519,7 @@ func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) (map[int]int64,
 		if err := db.WithContext(ctx).Raw("SELECT token, sealed, mover_only FROM " + quoteTable(db, sc, fenceTable) + " WHERE id = 1").Scan(&f).Error; err != nil {
 			return nil, err
 		}
-		if len(f) == 1 && f[0].MoverOnly && !f[0].Sealed {
+		if len(f) == 1 && f[0].MoverOnly && !f[0].Sealed && f[0].Token != droppingToken {
 			tokens[s] = f[0].Token
 		}
 	}
