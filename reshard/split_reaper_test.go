@@ -660,16 +660,7 @@ func testDropSplitCopyPaused(t *testing.T, e *splitEnv) {
 	if len(wrote) == 0 {
 		t.Fatal("no row written on the shard's new home")
 	}
-	for _, id := range wrote {
-		db, table := e.table(id, "users")
-		var names []string
-		if err := db.Raw("SELECT name FROM "+table+" WHERE id = ?", id).Scan(&names).Error; err != nil {
-			t.Fatalf("user %d on its new home: %v", id, err)
-		}
-		if len(names) != 1 || names[0] != "on its new home" {
-			t.Errorf("user %d on its new home: %q, want the write made there", id, names)
-		}
-	}
+	e.wantNames(t, wrote, "on its new home")
 }
 
 // TestAbortRollbackPausedKeepsTheMonolithsRowsPostgres: an abort of a
@@ -940,14 +931,73 @@ func testSplitFailedRunsLift(t *testing.T, e *splitEnv, to []string) {
 	if len(ids) == 0 {
 		t.Fatal("no user of the batch's shards")
 	}
+	e.wantNames(t, ids, "between the two runs")
+}
+
+// TestAbortRollbackPausedKeepsTheOldCopySealedPostgres: an abort of a
+// roll-back that stopped after it sealed the shard's schema, paused
+// before it unseals that schema (the shard's home again, as it thinks),
+// while another operator runs the roll-back to its flip (the schema an
+// old copy, sealed), must not unseal it when it resumes: a router whose
+// map is stale would write there, and its writes would be lost.
+func TestAbortRollbackPausedKeepsTheOldCopySealedPostgres(t *testing.T) {
+	testAbortRollbackPausedBeforeItsUnseal(t, "postgres")
+}
+
+// TestAbortRollbackPausedKeepsTheOldCopySealedMariaDB is
+// TestAbortRollbackPausedKeepsTheOldCopySealedPostgres on MariaDB.
+func TestAbortRollbackPausedKeepsTheOldCopySealedMariaDB(t *testing.T) {
+	testAbortRollbackPausedBeforeItsUnseal(t, "mysql")
+}
+
+func testAbortRollbackPausedBeforeItsUnseal(t *testing.T, dialect string) {
+	ctx := context.Background()
+	e := newBackEnv(t, dialect, 4, 20, 2, 2)
+	e.splitBatches(t, 0, 2, 2)
+	e.stopRollback(t, 0, "sealed")
+	mono := e.dbs[0]
+	v := e.m.Load()
+	target, shardSchema := e.dbs[v.DB(0)], v.Schema(0)
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "abort unseal" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, monoSchema(mono))
+		killMoveLock(t, target, shardSchema)
+		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+			t.Errorf("the rival's roll-back: %v", err)
+		}
+	})()
+	_, err := reshard.AbortRollback(ctx, e.cfg)
+	if !paused {
+		t.Fatalf("the abort never reached its unseal: %v", err)
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused abort, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if v := e.m.Load(); !v.Shared(0) {
+		t.Fatalf("shard 0 after the rival's roll-back: %+v, want the monolith's shared tables", v.Placements()[0])
+	}
+	// The schema on the target: an old copy, sealed.
+	if err := target.Exec("UPDATE " + e.qt(shardSchema, "users") + " SET name = 'through a stale map' WHERE id = 4").Error; !isFenced(err) {
+		t.Errorf("a write to the old copy of shard 0 after the paused abort: %v, want the seal's refusal", err)
+	}
+}
+
+// wantNames fails t unless each of users ids, where the map places it
+// now, is named name: the write acknowledged last.
+func (e *splitEnv) wantNames(t *testing.T, ids []int64, name string) {
+	t.Helper()
 	for _, id := range ids {
 		db, table := e.table(id, "users")
 		var names []string
 		if err := db.Raw("SELECT name FROM "+table+" WHERE id = ?", id).Scan(&names).Error; err != nil {
-			t.Fatal(err)
+			t.Fatalf("user %d where the map places it: %v", id, err)
 		}
-		if len(names) != 1 || names[0] != "between the two runs" {
-			t.Errorf("user %d on its new home: %q, want the write acknowledged between the two runs", id, names)
+		if len(names) != 1 || names[0] != name {
+			t.Errorf("user %d where the map places it: %q, want %q, the write acknowledged last", id, names, name)
 		}
 	}
 }

@@ -125,6 +125,9 @@ type backShard struct {
 	from   int // the database it comes back from
 	phase  backPhase
 	marked bool // a roll-back of it is under way (splitBackTable)
+	// seal is, in backFlipPhase, the token of the roll-back's seal of
+	// the shard's schema on from, as planned.
+	seal int64
 }
 
 func rollbackSplit(ctx context.Context, cfg SplitConfig, shards []int, opts RollbackOptions) (_ []RollbackResult, err error) {
@@ -276,7 +279,7 @@ func (sp *splitter) planBack(ctx context.Context, shards []int, cols map[string]
 		case sealed && bs.marked && m.Token > 0 && token == m.Token+1:
 			// Sealed by this roll-back (which may have lifted the
 			// monolith's seal too): the flip is left to do.
-			bs.phase = backFlipPhase
+			bs.phase, bs.seal = backFlipPhase, token
 			todo = append(todo, bs)
 			continue
 		case !state[s].Sealed:

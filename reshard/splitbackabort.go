@@ -151,11 +151,23 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 		if err := ensure("lifting the roll-back's fence"); err != nil {
 			return n, err
 		}
+		if runPause != nil {
+			runPause("abort unseal")
+		}
 		switch {
 		case sealed && m.Token > 0 && token == m.Token+1:
 			// Sealed by the roll-back, which then stopped: the schema is
-			// the shard's home again, as it was.
-			if err := unsealBack(ctx, src, schema, token); err != nil {
+			// the shard's home again, as it was. Only while this abort's
+			// claim stands (checked with the seal held): a second run of
+			// the roll-back flips without changing the seal, and the
+			// schema is then an old copy, which must stay sealed.
+			claimed := func(ctx context.Context) error {
+				if err := bc.stillClaimed(ctx, m); err != nil {
+					return err
+				}
+				return ensure("unsealing the shard's schema")
+			}
+			if err := unsealBack(ctx, src, schema, token, claimed); err != nil {
 				return n, err
 			}
 		case !sealed && m.Token > 0:
@@ -236,15 +248,69 @@ func (bc *backCopy) emptyOrphans(ctx context.Context) (int64, error) {
 }
 
 // unsealBack lifts the seal of schema on db that a roll-back set (token,
-// the seal's own), and no other.
-func unsealBack(ctx context.Context, db *gorm.DB, schema string, token int64) error {
+// the seal's own), and no other, if check (called with the seal's row
+// held) passes.
+func unsealBack(ctx context.Context, db *gorm.DB, schema string, token int64, check func(context.Context) error) error {
 	open := "'-infinity'"
 	if db.Dialector.Name() == "mysql" {
 		open = "'1000-01-01'"
 	}
 	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		var held []int64
+		if err := tx.Raw("SELECT token FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1 FOR UPDATE").Scan(&held).Error; err != nil {
+			return err
+		}
+		if err := check(ctx); err != nil {
+			return err
+		}
 		return tx.Exec("UPDATE "+quoteTable(db, schema, fenceTable)+" SET fenced_until = "+open+", token = token + 1, sealed = FALSE, mover_only = FALSE WHERE id = 1 AND token = ?", token).Error
 	})
+}
+
+// sealedAsSeen returns an error wrapping ErrMoveLockLost unless schema on
+// db is sealed with token, read under a shared lock (unsealBack's row).
+func sealedAsSeen(ctx context.Context, db *gorm.DB, schema string, token int64) error {
+	q := "SELECT token, sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1"
+	if db.Dialector.Name() == "mysql" {
+		q += " LOCK IN SHARE MODE"
+	} else {
+		q += " FOR SHARE"
+	}
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		var f []struct {
+			Token  int64
+			Sealed bool
+		}
+		if err := tx.Raw(q).Scan(&f).Error; err != nil {
+			return err
+		}
+		if len(f) != 1 || !f[0].Sealed || f[0].Token != token {
+			return fmt.Errorf("%w: the roll-back's seal of %s changed (%+v; planned sealed with token %d): an abort of the roll-back unsealed it", ErrMoveLockLost, schema, f, token)
+		}
+		return nil
+	})
+}
+
+// stillClaimed returns an error wrapping ErrMoveLockLost unless the
+// shard's state row on the monolith still carries this run's claim
+// (claimBack's token), sealed, and its roll-back's record is still m.
+func (bc *backCopy) stillClaimed(ctx context.Context, m backMark) error {
+	var st []struct {
+		Token  int64
+		Sealed bool
+	}
+	db := bc.sp.mono.WithContext(ctx)
+	if err := db.Raw("SELECT token, sealed FROM "+bc.sp.q(splitStateTable)+" WHERE shard = ?", bc.shard).Scan(&st).Error; err != nil {
+		return err
+	}
+	var cur []backMark
+	if err := db.Raw("SELECT shard, source, verified, token FROM "+bc.sp.q(splitBackTable)+" WHERE shard = ?", bc.shard).Scan(&cur).Error; err != nil {
+		return err
+	}
+	if len(st) != 1 || st[0].Token != bc.token || !st[0].Sealed || len(cur) != 1 || cur[0].Source != m.Source || cur[0].Token != m.Token {
+		return fmt.Errorf("%w: shard %d's roll-back is not this abort's any more: another run has taken it over, or finished it", ErrMoveLockLost, bc.shard)
+	}
+	return nil
 }
 
 // DropSplitCopy drops the copy of shard left on the database named from by

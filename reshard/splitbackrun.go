@@ -65,6 +65,26 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 		}
 	}
 	if bs.phase == backFlipPhase {
+		// The roll-back taken (claimBack), then its seal of the schema
+		// read again under a lock: an abort of it that checked its claim
+		// before this one (and unseals the schema, the shard's home
+		// again) has unsealed it by then, and this run must not flip; one
+		// that checks after finds this claim, and unseals nothing
+		// (AbortRollback).
+		// (A run that died after it let the monolith take the shard's
+		// writes left its state row unsealed: no abort takes it then.)
+		st, err := sp.readSplitState(ctx, []int{s})
+		if err != nil {
+			return res, err
+		}
+		if st[s].Sealed {
+			if _, err := sp.claimBack(ctx, s, func(context.Context) error { return ensure("taking the roll-back") }); err != nil {
+				return res, err
+			}
+		}
+		if err := sealedAsSeen(ctx, src, schema, bs.seal); err != nil {
+			return res, err
+		}
 		return sp.finishBack(ctx, lock, slock, bs, res, time.Time{}, stage)
 	}
 	bc := &backCopy{sp: sp, shard: s, src: src, schema: schema, cols: cols}

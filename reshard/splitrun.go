@@ -304,8 +304,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // orphans" (before AbortRollback deletes the rows of no shard), "flip
 // back" (before a roll-back lifts the monolith's seal), "drop database"
 // (MySQL: between a copy's check and its DROP DATABASE), "split lift"
-// (before a batch lifts its targets' fences, after its flip) and "split
-// unfence" (before a failed batch lifts its fences on the monolith).
+// (before a batch lifts its targets' fences, after its flip), "split
+// unfence" (before a failed batch lifts its fences on the monolith) and
+// "abort unseal" (before AbortRollback unseals the shard's schema).
 var runPause func(at string)
 
 // flipAndClean flips the catalog and the map, lets writes through to the
