@@ -219,6 +219,24 @@ func passFenceMySQL(ctx context.Context, tx *sql.Tx, schema string) error {
 // follows CREATE TABLE name.
 const fenceTableMySQL = " (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL) ENGINE=InnoDB"
 
+// ensureMoverOnlyMySQL adds the mover_only column to schema's fence table
+// on db (MySQL) where it lacks it: a table an older version made, or one
+// whose creation was cut short between the table and the column.
+func ensureMoverOnlyMySQL(ctx context.Context, db *gorm.DB, schema string) error {
+	var hasCol int64
+	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'mover_only'", schema, fenceTable).Scan(&hasCol).Error; err != nil {
+		return err
+	}
+	if hasCol > 0 {
+		return nil
+	}
+	err := db.WithContext(ctx).Exec(fmt.Sprintf("ALTER TABLE `%s`.`%s` ADD COLUMN mover_only BOOLEAN NOT NULL DEFAULT FALSE", schema, fenceTable)).Error
+	if err != nil && !strings.Contains(err.Error(), "Duplicate column") {
+		return err
+	}
+	return nil
+}
+
 func ensureFenceMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) error {
 	_, err := ensureFenceMySQLAs(ctx, db, schema, tables)
 	return err
@@ -231,14 +249,8 @@ func ensureFenceMySQLAs(ctx context.Context, db *gorm.DB, schema string, tables 
 	if err := exec(fmt.Sprintf("CREATE TABLE IF NOT EXISTS `%s`.`%s`", schema, fenceTable) + fenceTableMySQL); err != nil {
 		return 0, err
 	}
-	var hasCol int64
-	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'mover_only'", schema, fenceTable).Scan(&hasCol).Error; err != nil {
+	if err := ensureMoverOnlyMySQL(ctx, db, schema); err != nil {
 		return 0, err
-	}
-	if hasCol == 0 {
-		if err := exec(fmt.Sprintf("ALTER TABLE `%s`.`%s` ADD COLUMN mover_only BOOLEAN NOT NULL DEFAULT FALSE", schema, fenceTable)); err != nil && !strings.Contains(err.Error(), "Duplicate column") {
-			return 0, err
-		}
 	}
 	tok := newFenceToken()
 	ins := db.WithContext(ctx).Exec(fmt.Sprintf("INSERT IGNORE INTO `%s`.`%s` (id, fenced_until, token, sealed) VALUES (1, '1000-01-01', %d, FALSE)", schema, fenceTable, tok))

@@ -441,6 +441,11 @@ func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, seen t
 				return err
 			}
 		}
+		// The mark sets mover_only, which a table made by an older
+		// version, or cut short before its column, lacks.
+		if err := ensureMoverOnlyMySQL(ctx, g, schema); err != nil {
+			return err
+		}
 		err := retryLocks(ctx, nil, func() error {
 			return lockedTxOnce(ctx, conn, g, func(tx *gorm.DB) error {
 				if err := checkCopyAsSeen(ctx, tx, schema, seen, lock, step); err != nil {

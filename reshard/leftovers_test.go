@@ -259,10 +259,11 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 		t.Fatalf("DropUnfinishedCopies run again: %+v, %v; want the marked copy dropped", done, err)
 	}
 	// A mark that failed after its table was made (its transaction
-	// rolled back): a fence table without its state row is still no
+	// rolled back), or a move cut short before its fence table got its
+	// mover_only column: a fence table without its state row is still no
 	// fence, and the copy is still one to drop.
 	for _, q := range []string{"CREATE DATABASE shardid_mdu_0001", "CREATE TABLE shardid_mdu_0001.r_photos (id BIGINT PRIMARY KEY, user_id BIGINT, caption VARCHAR(100))",
-		"CREATE TABLE shardid_mdu_0001.shardid_fence_state (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE)"} {
+		"CREATE TABLE shardid_mdu_0001.shardid_fence_state (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL)"} {
 		if err := dst.Exec(q).Error; err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -999,5 +1000,44 @@ func (e *splitEnv) wantNames(t *testing.T, ids []int64, name string) {
 		if len(names) != 1 || names[0] != name {
 			t.Errorf("user %d where the map places it: %q, want %q, the write acknowledged last", id, names, name)
 		}
+	}
+}
+
+// TestSplitBatchEndsAFailedRunsLoggingPostgres: a batch that failed with
+// its lock lost leaves its shards logged (its lift leaves the logging to
+// the lock holder); the next batch's run, its log started, logs its own
+// shards only, so that the failed batch's writes neither fill the log nor
+// keep its catching up from ending.
+func TestSplitBatchEndsAFailedRunsLoggingPostgres(t *testing.T) {
+	testSplitBatchEndsAFailedRunsLogging(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestSplitBatchEndsAFailedRunsLoggingMariaDB is
+// TestSplitBatchEndsAFailedRunsLoggingPostgres on MariaDB.
+func TestSplitBatchEndsAFailedRunsLoggingMariaDB(t *testing.T) {
+	testSplitBatchEndsAFailedRunsLogging(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testSplitBatchEndsAFailedRunsLogging(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0}, to[:1], reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Shards 2 and 3 as a failed run whose lock was lost left them.
+	if err := mono.Exec("UPDATE shardid_split_state SET moving = TRUE WHERE shard IN (2, 3)").Error; err != nil {
+		t.Fatal(err)
+	}
+	var logged []int
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{1}, to[1:], reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "copied" {
+			mono.Raw("SELECT shard FROM shardid_split_state WHERE moving AND shard >= 0 ORDER BY shard").Scan(&logged)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(logged, []int{1}) {
+		t.Errorf("the shards logged during the batch of shard 1: %v, want [1]", logged)
 	}
 }

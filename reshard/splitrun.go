@@ -545,7 +545,15 @@ func (sp *splitter) startChangeLog(ctx context.Context, lock *moveLock, shards [
 		if err := tx.Exec("DELETE FROM " + sp.q(splitChangeTable)).Error; err != nil {
 			return err
 		}
-		return tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET moving = ? WHERE shard "+inList(append([]int{-1}, shards...)), true).Error
+		// Only this batch's shards are logged from here: a batch that
+		// failed with its lock lost leaves its own marked (its lift
+		// leaves the logging to the lock holder), and the log is this
+		// run's now.
+		keep := inList(append([]int{-1}, shards...))
+		if err := tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE moving AND shard NOT " + keep).Error; err != nil {
+			return err
+		}
+		return tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET moving = ? WHERE shard "+keep, true).Error
 	})
 }
 
