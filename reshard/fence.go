@@ -217,7 +217,7 @@ func passFenceMySQL(ctx context.Context, tx *sql.Tx, schema string) error {
 
 // fenceTableMySQL is the definition of the fence's state table, as it
 // follows CREATE TABLE name.
-const fenceTableMySQL = " (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL) ENGINE=InnoDB"
+const fenceTableMySQL = " (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL, token BIGINT NOT NULL, sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE) ENGINE=InnoDB"
 
 // ensureMoverOnlyMySQL adds the mover_only column to schema's fence table
 // on db (MySQL) where it lacks it: a table an older version made, or one

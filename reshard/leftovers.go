@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/shardid/shardid"
 	"gorm.io/gorm"
@@ -435,14 +434,12 @@ func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, seen t
 		if !seen.fenced {
 			// The mark's table, where there is none (DDL: before the
 			// transaction); with no row it is still no fence.
-			q := "CREATE TABLE IF NOT EXISTS " + quoteTable(db, schema, fenceTable) +
-				strings.Replace(fenceTableMySQL, "sealed BOOLEAN NOT NULL)", "sealed BOOLEAN NOT NULL, mover_only BOOLEAN NOT NULL DEFAULT FALSE)", 1)
-			if err := g.Exec(q).Error; err != nil {
+			if err := g.Exec("CREATE TABLE IF NOT EXISTS " + quoteTable(db, schema, fenceTable) + fenceTableMySQL).Error; err != nil {
 				return err
 			}
 		}
 		// The mark sets mover_only, which a table made by an older
-		// version, or cut short before its column, lacks.
+		// version lacks.
 		if err := ensureMoverOnlyMySQL(ctx, g, schema); err != nil {
 			return err
 		}

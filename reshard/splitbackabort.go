@@ -2,7 +2,6 @@ package reshard
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -227,18 +226,9 @@ func (bc *backCopy) emptyOrphans(ctx context.Context) (int64, error) {
 			if bc.sp.mysql {
 				q = "DELETE x FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.sp.rowShard(t, "x", 0) + " IS NULL"
 			}
-			return moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error {
-				if err := bc.hold(ctx, tx); err != nil {
-					return err
-				}
-				res, err := tx.ExecContext(ctx, q, args...)
-				if err != nil {
-					return err
-				}
-				k, _ := res.RowsAffected()
-				n += k
-				return nil
-			})
+			k, err := bc.execHeld(ctx, q, args)
+			n += k
+			return err
 		})
 		if err != nil {
 			return n, err

@@ -75,6 +75,25 @@ func (bc *backCopy) hold(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
+// execHeld runs q on the monolith in a mover's transaction that holds
+// the run's claim of the shard first (hold), and returns the rows it
+// changed.
+func (bc *backCopy) execHeld(ctx context.Context, q string, args []any) (int64, error) {
+	var n int64
+	err := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error {
+		if err := bc.hold(ctx, tx); err != nil {
+			return err
+		}
+		r, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
 // backBatch is how many rows the first copy reads and writes at a time.
 const backBatch = 1000
 
@@ -150,18 +169,8 @@ func (bc *backCopy) dropExtras(ctx context.Context) (int64, error) {
 			if bc.sp.mysql {
 				q = "DELETE x FROM " + bc.sp.q(t.Name) + " AS x WHERE x.id IN (" + in + ") AND " + bc.guard(t, "x")
 			}
-			err := moverTx(ctx, bc.sp.mono, func(tx *sql.Tx) error {
-				if err := bc.hold(ctx, tx); err != nil {
-					return err
-				}
-				r, err := tx.ExecContext(ctx, q, args...)
-				if err != nil {
-					return err
-				}
-				k, err := r.RowsAffected()
-				n += k
-				return err
-			})
+			k, err := bc.execHeld(ctx, q, args)
+			n += k
 			if err != nil {
 				return n, fmt.Errorf("shardid: deleting shard %d's rows of %s from the monolith: %w", bc.shard, t.Name, err)
 			}
