@@ -1041,3 +1041,102 @@ func testSplitBatchEndsAFailedRunsLogging(t *testing.T, e *splitEnv, to []string
 		t.Errorf("the shards logged during the batch of shard 1: %v, want [1]", logged)
 	}
 }
+
+// TestRollbackPausedBeforeItsTokenKeepsARivalsPostgres: a roll-back
+// records the token of the fence it set on the shard's schema, by which a
+// run of it again tells its own seal of that schema from a move's. A run
+// paused before that record, whose claim a rival took meanwhile (the
+// rival fenced, recorded its token and went on), must not write its token
+// over the rival's: the rival died after its seal, and a third run, which
+// must finish the roll-back from that seal, took it for a move's and
+// refused.
+func TestRollbackPausedBeforeItsTokenKeepsARivalsPostgres(t *testing.T) {
+	testRollbackPausedBeforeItsToken(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestRollbackPausedBeforeItsTokenKeepsARivalsMariaDB is
+// TestRollbackPausedBeforeItsTokenKeepsARivalsPostgres on MariaDB.
+func TestRollbackPausedBeforeItsTokenKeepsARivalsMariaDB(t *testing.T) {
+	testRollbackPausedBeforeItsToken(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testRollbackPausedBeforeItsToken(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	from := e.names[1]
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{from, from}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	target, shardSchema := e.dbs[1], e.m.Load().Schema(0)
+	var (
+		mu                sync.Mutex
+		paused, rivalDies bool
+		rivalFenced       = make(chan struct{})
+		resumeRival       = make(chan struct{})
+		rivalDone         = make(chan error, 1)
+	)
+	died := errors.New("the rival died before its flip")
+	defer reshard.SetRunPause(func(at string) {
+		mu.Lock()
+		first, dies := at == "rollback token" && !paused, at == "flip back" && rivalDies
+		paused = paused || first
+		rivalDies = rivalDies && !dies
+		mu.Unlock()
+		if dies {
+			panic(died)
+		}
+		if !first {
+			return
+		}
+		killMoveLock(t, mono, schema)
+		killMoveLock(t, target, shardSchema)
+		go func() {
+			var err error
+			defer func() {
+				if p := recover(); p != nil {
+					if p != died {
+						err = fmt.Errorf("the rival's roll-back panicked: %v", p)
+					} else {
+						err = died
+					}
+				}
+				rivalDone <- err
+			}()
+			_, err = reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
+				if st == "verified" {
+					close(rivalFenced)
+					<-resumeRival
+				}
+			}})
+		}()
+		select {
+		case <-rivalFenced:
+		case err := <-rivalDone:
+			rivalDone <- fmt.Errorf("it ended before its fence was recorded: %w", err)
+		}
+	})()
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	if !paused {
+		t.Fatal("the roll-back never reached its fence")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused roll-back, resumed: %v, want ErrMoveLockLost", err)
+	}
+	mu.Lock()
+	rivalDies = true
+	mu.Unlock()
+	close(resumeRival)
+	if err := <-rivalDone; err != died {
+		t.Fatalf("the rival's roll-back: %v, want it to die before its flip", err)
+	}
+	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		t.Fatalf("the roll-back run again after the rival sealed the schema: %v", err)
+	}
+	if v := e.m.Load(); !v.Shared(0) {
+		t.Errorf("shard 0 after its roll-back: placed %+v, want the monolith", v.Placements()[0])
+	}
+	if err := mono.Exec("UPDATE users SET name = 'rolled back' WHERE id = 4").Error; err != nil {
+		t.Errorf("a write to shard 0 on the monolith after its roll-back: %v", err)
+	}
+}

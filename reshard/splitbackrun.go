@@ -171,7 +171,14 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 		}
 	}()
 	stage("fenced")
-	if err := sp.setBackToken(ctx, s, token); err != nil {
+	if runPause != nil {
+		runPause("rollback token")
+	}
+	// The fence's token recorded, holding this run's claim: a run of the
+	// roll-back paused here, whose claim another run has taken meanwhile,
+	// must not write its token over that run's, by which a run again
+	// tells the roll-back's seal of the schema from a move's.
+	if _, err := bc.execHeld(ctx, fmt.Sprintf("UPDATE %s SET token = %d WHERE shard = %d", sp.q(splitBackTable), token, s), nil); err != nil {
 		return res, err
 	}
 	// 6. The last changes, and the keys in doubt compared again.

@@ -80,12 +80,6 @@ func (sp *splitter) markBack(ctx context.Context, s int, source string) error {
 	})
 }
 
-// setBackToken records the token of the fence the roll-back of s set on
-// the shard's schema, before it seals it.
-func (sp *splitter) setBackToken(ctx context.Context, s int, token int64) error {
-	return sp.mono.WithContext(ctx).Exec("UPDATE "+sp.q(splitBackTable)+" SET token = ? WHERE shard = ?", token, s).Error
-}
-
 // unmarkBack deletes the roll-back's row of s: the shard takes writes on
 // the monolith again or, with m (an abort, which read the row as m and
 // claimed the shard's state row with token claimed), its state row gets
