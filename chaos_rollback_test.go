@@ -23,7 +23,9 @@ import (
 // cancelled at a stage. The operator then does what the guide says
 // (docs/resharding.md, "Stop, resume, abort, roll back"): a roll-back that
 // failed is run again until it is done or, one time in four, aborted
-// (AbortRollback), which leaves the shards on their targets; once every
+// (AbortRollback), which leaves the shards on their targets (one abort in
+// three is cut short, its context cancelled after a random time as by
+// Ctrl-C, and the roll-back is then run again); once every
 // router follows the catalog (chaosCaughtUp), the old copies on the
 // targets are dropped (DropSplitCopy) before the next split or roll-back,
 // and a later split takes the shards out again. Once the last batch has
@@ -182,9 +184,16 @@ func (sp *chaosSplitter) rollback(shards []int, p chaosSplitPlan) ([]string, boo
 		if err == nil && failed && p.abort && try == 0 && !emptied {
 			// The operator gives up on the roll-back: the shards stay
 			// on their targets (or, if it went past the point where the
-			// monolith took their writes, it is run again).
-			res, err := sp.abortRollback()
-			note("%s: AbortRollback: %+v, %v", name, res, err)
+			// monolith took their writes, it is run again). One time in
+			// three the abort is cut short (Ctrl-C) after a random time,
+			// wherever it is, and the roll-back is run again.
+			var cut time.Duration
+			if sp.own.IntN(3) == 0 {
+				cut = time.Duration(20+sp.own.IntN(1500)) * time.Millisecond
+				sp.count("split rollback abort cut short")
+			}
+			res, err := sp.abortRollback(cut)
+			note("%s: AbortRollback (cut short after %v): %+v, %v", name, cut, res, err)
 			sp.count("split rollback aborted")
 			if err == nil {
 				return msgs, false
@@ -272,10 +281,15 @@ func (sp *chaosSplitter) rollbackRival(shards []int, kind string) string {
 	return fmt.Sprintf("rival %s of the rollback of the split of shards %v: done (the split's lock was lost)", kind, shards)
 }
 
-// abortRollback runs AbortRollback, with a map loaded from the catalog.
-func (sp *chaosSplitter) abortRollback() (reshard.RollbackAbortResult, error) {
+// abortRollback runs AbortRollback, with a map loaded from the catalog,
+// its context cancelled after cut unless cut is 0.
+func (sp *chaosSplitter) abortRollback(cut time.Duration) (reshard.RollbackAbortResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if cut > 0 {
+		stop := time.AfterFunc(cut, cancel)
+		defer stop.Stop()
+	}
 	cfg, err := sp.c.splitConfig(ctx, sp.c.dbs)
 	if err != nil {
 		return reshard.RollbackAbortResult{}, err

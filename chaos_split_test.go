@@ -216,6 +216,11 @@ type chaosSplitter struct {
 	// privilege that the guide does not ask of a mover.
 	fail func(kind, msg string)
 
+	// own draws the operator's choices added after the faults' stream was
+	// fixed, from the seed in a stream of their own, so that a seed still
+	// picks the faults it picked before them.
+	own *rand.Rand
+
 	// lastDone is when a batch was last found split: the routers have
 	// all loaded the catalog's map since chaosCaughtUp after it.
 	lastDone time.Time

@@ -513,7 +513,8 @@ func (c *chaosCluster) run(r chaosRun) *chaosRun {
 	if r.rng.IntN(2) == 0 {
 		targets = []string{"pg2", "pg1"}
 	}
-	splits := &splitDriver{left: -1, copies: map[int]splitCopy{}, sp: &chaosSplitter{c: c, batch: 2 + r.rng.IntN(3), targets: targets, count: count}}
+	splits := &splitDriver{left: -1, copies: map[int]splitCopy{}, sp: &chaosSplitter{c: c, batch: 2 + r.rng.IntN(3), targets: targets, count: count,
+		own: rand.New(rand.NewPCG(uint64(r.seed), 0x6f776e))}}
 	splits.fail = func(kind, msg string) {
 		movesMu.Lock()
 		late = append(late, [2]string{kind, msg})

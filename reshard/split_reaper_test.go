@@ -1140,3 +1140,74 @@ func testRollbackPausedBeforeItsToken(t *testing.T, e *splitEnv) {
 		t.Errorf("a write to shard 0 on the monolith after its roll-back: %v", err)
 	}
 }
+
+// TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardPostgres: an
+// abort of a roll-back stopped after its seal deletes from the monolith
+// the roll-back's copies of rows of no shard (comments whose photo the
+// shard's schema deleted) before it unseals the schema. Dead between the
+// two, it leaves the schema sealed by the roll-back, and the roll-back
+// run again only flips: the monolith must hold those rows again first,
+// or they are left in the old copy only.
+func TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardPostgres(t *testing.T) {
+	testAbortRollbackDiedBeforeItsUnseal(t, "postgres")
+}
+
+// TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardMariaDB is
+// TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardPostgres on
+// MariaDB.
+func TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardMariaDB(t *testing.T) {
+	testAbortRollbackDiedBeforeItsUnseal(t, "mysql")
+}
+
+func testAbortRollbackDiedBeforeItsUnseal(t *testing.T, dialect string) {
+	ctx := context.Background()
+	e := newBackEnv(t, dialect, 4, 20, 2, 2)
+	mono := e.dbs[0]
+	// No foreign key from comments to photos: a comment may outlive its
+	// photo.
+	drop := "ALTER TABLE comments DROP CONSTRAINT comments_photo_id_fkey"
+	if dialect == "mysql" {
+		drop = "ALTER TABLE comments DROP FOREIGN KEY comments_ibfk_1"
+	}
+	if err := mono.Exec(drop).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.splitBatches(t, 0, 2, 2)
+	// On the shard's home: a photo deleted, its comments kept.
+	v := e.m.Load()
+	home, photos, comments := e.dbs[v.DB(0)], e.qt(v.Schema(0), "photos"), e.qt(v.Schema(0), "comments")
+	var photo int64
+	var orphans []int64
+	home.Raw("SELECT min(id) FROM " + photos).Scan(&photo)
+	home.Raw("SELECT id FROM "+comments+" WHERE photo_id = ?", photo).Scan(&orphans)
+	if len(orphans) == 0 {
+		t.Fatalf("photo %d has no comments", photo)
+	}
+	if err := home.Exec("DELETE FROM "+photos+" WHERE id = ?", photo).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.stopRollback(t, 0, "sealed")
+	count := func() int64 {
+		var n int64
+		if err := mono.Raw("SELECT count(*) FROM comments WHERE id IN ?", orphans).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != int64(len(orphans)) {
+		t.Fatalf("%d of the %d comments of photo %d on the monolith after the roll-back's seal, want every one", n, len(orphans), photo)
+	}
+	dieAt(t, "abort unseal", func() { reshard.AbortRollback(ctx, e.cfg) })
+	if n := count(); n != 0 {
+		t.Fatalf("%d of the %d comments of photo %d on the monolith after the abort deleted them, want none", n, len(orphans), photo)
+	}
+	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		t.Fatalf("the roll-back run again: %v", err)
+	}
+	if v := e.m.Load(); !v.Shared(0) {
+		t.Fatalf("shard 0 after the roll-back: placed %+v, want the monolith", v.Placements()[0])
+	}
+	if n := count(); n != int64(len(orphans)) {
+		t.Errorf("%d of the %d comments of photo %d (deleted on the shard's schema) on the monolith, the shard's home again, want every one", n, len(orphans), photo)
+	}
+}

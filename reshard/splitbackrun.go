@@ -77,13 +77,29 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 		if err != nil {
 			return res, err
 		}
+		var bc *backCopy
 		if st[s].Sealed {
-			if _, err := sp.claimBack(ctx, s, func(context.Context) error { return ensure("taking the roll-back") }); err != nil {
+			bc = &backCopy{sp: sp, shard: s, src: src, schema: schema, cols: cols}
+			if bc.token, err = sp.claimBack(ctx, s, func(context.Context) error { return ensure("taking the roll-back") }); err != nil {
 				return res, err
 			}
 		}
 		if err := sealedAsSeen(ctx, src, schema, bs.seal); err != nil {
 			return res, err
+		}
+		if bc != nil {
+			// The monolith, which takes no writes of the shard yet, made
+			// to hold what the sealed schema holds before the flip: an
+			// abort of the roll-back that died after it deleted the
+			// roll-back's copies of rows of no shard (their parent
+			// missing in the monolith) and before it unsealed the
+			// schema leaves them in the schema only.
+			if err := ensure("comparing the monolith with the sealed schema"); err != nil {
+				return res, err
+			}
+			if err := bc.reconcile(ctx); err != nil {
+				return res, err
+			}
 		}
 		return sp.finishBack(ctx, lock, slock, bs, res, time.Time{}, stage)
 	}

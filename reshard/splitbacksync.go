@@ -257,6 +257,12 @@ func (bc *backCopy) finish(ctx context.Context) error {
 	if _, err := bc.catchUp(ctx, true); err != nil {
 		return err
 	}
+	return bc.finishChecks(ctx)
+}
+
+// finishChecks compares the keys in doubt again; ErrCopyDiffers if one
+// still differs.
+func (bc *backCopy) finishChecks(ctx context.Context) error {
 	if err := bc.recheck(ctx); err != nil {
 		return err
 	}
@@ -336,4 +342,28 @@ func (bc *backCopy) deleteGone(ctx context.Context, tx *sql.Tx, t SplitTable, id
 		*done = append(*done, deleted{t.Name, chunk, old})
 	}
 	return nil
+}
+
+// reconcile brings the monolith's rows of the shard to what the shard's
+// schema holds, which its seal keeps from changing: both sides compared,
+// the keys that differ written again (apply) and compared once more;
+// ErrCopyDiffers if one still differs. The rows of the shard that the
+// schema does not hold are left: an abort never adds one.
+func (bc *backCopy) reconcile(ctx context.Context) error {
+	if err := bc.compare(ctx); err != nil {
+		return err
+	}
+	keys := map[string][]int64{}
+	for _, t := range bc.sp.tables {
+		for id := range bc.checks[t.Name].suspect {
+			keys[t.Name] = append(keys[t.Name], id)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := bc.apply(ctx, keys); err != nil {
+		return err
+	}
+	return bc.finishChecks(ctx)
 }
