@@ -1211,3 +1211,56 @@ func testAbortRollbackDiedBeforeItsUnseal(t *testing.T, dialect string) {
 		t.Errorf("%d of the %d comments of photo %d (deleted on the shard's schema) on the monolith, the shard's home again, want every one", n, len(orphans), photo)
 	}
 }
+
+// TestAbortSplitForgetsNoRivalsTablesPostgres: AbortSplit forgets the
+// split's declarations of its tables once nothing is under way. When its
+// lock is lost while it deletes them and a rival split takes the lock,
+// the rival must not go on with the record it read just before the
+// deletion: its split would be under way with no record of its tables.
+func TestAbortSplitForgetsNoRivalsTablesPostgres(t *testing.T) {
+	testAbortSplitForgetsNoRivalsTables(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestAbortSplitForgetsNoRivalsTablesMariaDB is
+// TestAbortSplitForgetsNoRivalsTablesPostgres on MariaDB.
+func TestAbortSplitForgetsNoRivalsTablesMariaDB(t *testing.T) {
+	testAbortSplitForgetsNoRivalsTables(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testAbortSplitForgetsNoRivalsTables(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	dieAt(t, "split copy", func() { reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}) })
+	paused := false
+	rival := make(chan error, 1)
+	defer reshard.SetRunPause(func(at string) {
+		if at != "abort forget held" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		go func() {
+			_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
+			rival <- err
+		}()
+		// Long enough for the rival to take the lock and read the record.
+		time.Sleep(2 * time.Second)
+	})()
+	if _, err := reshard.AbortSplit(ctx, e.cfg); err != nil {
+		t.Fatalf("AbortSplit: %v", err)
+	}
+	if !paused {
+		t.Fatal("the abort never forgot the split's tables")
+	}
+	if err := <-rival; err != nil {
+		t.Fatalf("the rival's split: %v", err)
+	}
+	var n int64
+	if err := mono.Raw("SELECT count(*) FROM shardid_split_tables").Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("the split's record of its tables after the rival split shards 0 and 1: %d rows, want 1", n)
+	}
+}

@@ -38,6 +38,12 @@ func declaredTables(tables []SplitTable) string {
 // readDeclared returns the declarations recorded on the monolith, "" if
 // none (or no table for them yet).
 func (sp *splitter) readDeclared(ctx context.Context) (string, error) {
+	return sp.readDeclaredAs(ctx, false)
+}
+
+// readDeclaredAs is readDeclared, the record read under a shared lock if
+// shared: after forgetDeclared's deletion, if one holds the record.
+func (sp *splitter) readDeclaredAs(ctx context.Context, shared bool) (string, error) {
 	var n int64
 	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
 	if !sp.mysql {
@@ -49,8 +55,20 @@ func (sp *splitter) readDeclared(ctx context.Context) (string, error) {
 		return "", err
 	}
 	var got []string
-	if err := sp.mono.WithContext(ctx).Raw("SELECT tables FROM " + sp.q(splitTablesTable) + " WHERE id = 1").Scan(&got).Error; err != nil {
-		return "", err
+	q = "SELECT tables FROM " + sp.q(splitTablesTable) + " WHERE id = 1"
+	if !shared {
+		if err := sp.mono.WithContext(ctx).Raw(q).Scan(&got).Error; err != nil {
+			return "", err
+		}
+	} else {
+		if sp.mysql {
+			q += " LOCK IN SHARE MODE"
+		} else {
+			q += " FOR SHARE"
+		}
+		if err := lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error { return tx.Raw(q).Scan(&got).Error }); err != nil {
+			return "", err
+		}
 	}
 	if len(got) == 0 {
 		return "", nil
@@ -95,7 +113,7 @@ func (sp *splitter) underWay(ctx context.Context) (int, error) {
 // the monolith (a run of another version, or of declarations that an
 // abort forgot, made them), which installTriggers then makes anew.
 func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
-	was, err := sp.readDeclared(ctx)
+	was, err := sp.readDeclaredAs(ctx, record)
 	if err != nil {
 		return fmt.Errorf("shardid: split: reading the tables it began with: %w", err)
 	}
@@ -246,15 +264,36 @@ func withoutElsewhere(body string) string {
 }
 
 // forgetDeclared deletes the recorded declarations if nothing is under way
-// any more (AbortSplit): the next run may declare the tables otherwise.
-func (sp *splitter) forgetDeclared(ctx context.Context) error {
+// any more (AbortSplit, holding lock): the next run may declare the tables
+// otherwise. The record's row is held from before the lock is checked and
+// the split's state read to the deletion's commit: a run that takes the
+// lock once this one's is lost reads the record under a shared lock
+// (checkDeclared), so it waits, finds no record and makes its own. (A
+// plain read found the record, the run went on, and the deletion left a
+// split under way with none.)
+func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) error {
 	if was, err := sp.readDeclared(ctx); err != nil || was == "" {
 		return err
 	}
-	if s, err := sp.underWay(ctx); err != nil || s >= 0 {
-		return err
+	if runPause != nil {
+		runPause("abort forget")
 	}
-	return sp.mono.WithContext(ctx).Exec("DELETE FROM " + sp.q(splitTablesTable)).Error
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		var held []int
+		if err := tx.Raw("SELECT id FROM " + sp.q(splitTablesTable) + " WHERE id = 1 FOR UPDATE").Scan(&held).Error; err != nil {
+			return err
+		}
+		if err := lock.ensure(ctx, "forgetting the split's tables"); err != nil {
+			return err
+		}
+		if s, err := sp.underWay(ctx); err != nil || s >= 0 {
+			return err
+		}
+		if runPause != nil {
+			runPause("abort forget held")
+		}
+		return tx.Exec("DELETE FROM " + sp.q(splitTablesTable)).Error
+	})
 }
 
 // dropSplitTriggers drops every trigger of the split on the monolith's

@@ -252,10 +252,7 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 	slices.Sort(res.Dropped)
 	// Nothing under way any more: the next run may declare the tables
 	// otherwise.
-	if err := lock.ensure(ctx, "forgetting the split's tables"); err != nil {
-		return res, err
-	}
-	if err := sp.forgetDeclared(ctx); err != nil {
+	if err := sp.forgetDeclared(ctx, lock); err != nil {
 		return res, err
 	}
 	return res, nil
