@@ -1264,3 +1264,80 @@ func testAbortSplitForgetsNoRivalsTables(t *testing.T, e *splitEnv, to []string)
 		t.Errorf("the split's record of its tables after the rival split shards 0 and 1: %d rows, want 1", n)
 	}
 }
+
+// TestAbortRollbackKeepsNoSealOfAPausedRunPostgres: a roll-back paused
+// after its last check of its locks and before it seals the shard's
+// schema, its locks lost, while an operator aborts the roll-back (which
+// leaves the shard on that schema), seals it when it resumes, in the
+// middle of the abort. The abort must lift that seal (or fail): it read
+// the fence before, unsealed, lifted nothing by that fence's token, and
+// reported the roll-back undone, the shard sealed on its only home.
+func TestAbortRollbackKeepsNoSealOfAPausedRunPostgres(t *testing.T) {
+	testAbortRollbackKeepsNoSealOfAPausedRun(t, "postgres")
+}
+
+// TestAbortRollbackKeepsNoSealOfAPausedRunMariaDB is
+// TestAbortRollbackKeepsNoSealOfAPausedRunPostgres on MariaDB.
+func TestAbortRollbackKeepsNoSealOfAPausedRunMariaDB(t *testing.T) {
+	testAbortRollbackKeepsNoSealOfAPausedRun(t, "mysql")
+}
+
+func testAbortRollbackKeepsNoSealOfAPausedRun(t *testing.T, dialect string) {
+	ctx := context.Background()
+	e := newBackEnv(t, dialect, 4, 20, 2, 2)
+	e.splitBatches(t, 0, 2, 2)
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	v := e.m.Load()
+	target, shardSchema := e.dbs[v.DB(0)], v.Schema(0)
+	var (
+		mu          sync.Mutex
+		paused      bool
+		abortAt     = make(chan struct{})
+		runDone     = make(chan struct{})
+		abortResult = make(chan error, 1)
+	)
+	defer reshard.SetRunPause(func(at string) {
+		mu.Lock()
+		first := at == "rollback seal" && !paused
+		paused = paused || first
+		mu.Unlock()
+		switch {
+		case first:
+			killMoveLock(t, mono, schema)
+			killMoveLock(t, target, shardSchema)
+			go func() {
+				res, err := reshard.AbortRollback(ctx, e.cfg)
+				if err == nil && !slices.Equal(res.Undone, []int{0}) {
+					err = fmt.Errorf("undid %v, want shard 0", res.Undone)
+				}
+				abortResult <- err
+			}()
+			select {
+			case <-abortAt:
+			case err := <-abortResult:
+				abortResult <- fmt.Errorf("it ended before its unseal: %w", err)
+			}
+		case at == "abort unseal":
+			close(abortAt)
+			<-runDone
+		}
+	})()
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	close(runDone)
+	if !paused {
+		t.Fatal("the roll-back never reached its seal")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused roll-back, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if err := <-abortResult; err != nil {
+		t.Fatalf("the abort: %v", err)
+	}
+	if v := e.m.Load(); v.Shared(0) || v.DB(0) != e.m.DatabaseIndex(e.names[1]) {
+		t.Fatalf("shard 0 after the abort: placed %+v, want its target", v.Placements()[0])
+	}
+	if err := target.Exec("UPDATE " + e.qt(shardSchema, "users") + " SET name = 'after the abort' WHERE id = 4").Error; err != nil {
+		t.Errorf("a write to shard 0 on its target, its home, after the abort: %v", err)
+	}
+}

@@ -278,7 +278,14 @@ func (sp *splitter) planBack(ctx context.Context, shards []int, cols map[string]
 			return nil, notSplit(fmt.Sprintf("%s holds no copy of it in %s", names[pl.DB], schema))
 		case sealed && bs.marked && m.Token > 0 && token == m.Token+1:
 			// Sealed by this roll-back (which may have lifted the
-			// monolith's seal too): the flip is left to do.
+			// monolith's seal too): the flip is left to do. While the
+			// monolith's seal stands, the run compares both sides first
+			// (backCopy.reconcile): their tables must match.
+			if state[s].Sealed {
+				if err := sp.checkBackTables(ctx, s, src, schema, names[pl.DB], cols); err != nil {
+					return nil, err
+				}
+			}
 			bs.phase, bs.seal = backFlipPhase, token
 			todo = append(todo, bs)
 			continue

@@ -106,7 +106,7 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 		return slock.ensure(ctx, step)
 	}
 	bc := &backCopy{sp: sp, shard: s, src: src, schema: schema, cols: cols}
-	token, sealed, ok, err := fenceToken(ctx, src, schema)
+	_, _, ok, err := fenceToken(ctx, src, schema)
 	if err != nil {
 		return 0, err
 	}
@@ -153,27 +153,22 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 		if runPause != nil {
 			runPause("abort unseal")
 		}
-		switch {
-		case sealed && m.Token > 0 && token == m.Token+1:
-			// Sealed by the roll-back, which then stopped: the schema is
-			// the shard's home again, as it was. Only while this abort's
-			// claim stands (checked with the seal held): a second run of
-			// the roll-back flips without changing the seal, and the
-			// schema is then an old copy, which must stay sealed.
-			claimed := func(ctx context.Context) error {
-				if err := bc.stillClaimed(ctx, m); err != nil {
-					return err
-				}
-				return ensure("unsealing the shard's schema")
+		// The roll-back's fence or seal of the schema lifted, as found
+		// with its row held and this abort's claim standing: the schema
+		// is the shard's home again, as it was. A run of the roll-back
+		// paused before its seal may seal it after this abort read it
+		// outside (and its seal then stayed, the shard refusing every
+		// write on its only home); a second run flips without changing
+		// the seal, and the schema is then an old copy, which must stay
+		// sealed (the claim is gone by then).
+		claimed := func(ctx context.Context) error {
+			if err := bc.stillClaimed(ctx, m); err != nil {
+				return err
 			}
-			if err := unsealBack(ctx, src, schema, token, claimed); err != nil {
-				return n, err
-			}
-		case !sealed && m.Token > 0:
-			tables := sp.tableNames()
-			if _, err := liftFence(ctx, src, schema, tables, m.Token); err != nil {
-				return n, err
-			}
+			return ensure("lifting the roll-back's fence")
+		}
+		if err := undoBackFence(ctx, src, schema, m.Token, claimed); err != nil {
+			return n, err
 		}
 		if err := stopCapture(ctx, src, schema, func(context.Context) error { return ensure("dropping the roll-back's change log") }); err != nil {
 			return n, err
@@ -237,23 +232,41 @@ func (bc *backCopy) emptyOrphans(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// unsealBack lifts the seal of schema on db that a roll-back set (token,
-// the seal's own), and no other, if check (called with the seal's row
-// held) passes.
-func unsealBack(ctx context.Context, db *gorm.DB, schema string, token int64, check func(context.Context) error) error {
+// undoBackFence lifts the fence of schema on db that a roll-back set and
+// recorded as token (0: none recorded), sealed (token+1) or not, if check
+// (called with the fence's row held) passes; a fence it did not set stays,
+// and a seal it did not set fails with ErrMoveInProgress.
+func undoBackFence(ctx context.Context, db *gorm.DB, schema string, token int64, check func(context.Context) error) error {
+	if token == 0 {
+		// Never recorded: a run that set a fence and stopped before
+		// its record lets it run out (FenceFor), and can no longer
+		// seal it (it records the token holding its claim first).
+		return nil
+	}
 	open := "'-infinity'"
 	if db.Dialector.Name() == "mysql" {
 		open = "'1000-01-01'"
 	}
 	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
-		var held []int64
-		if err := tx.Raw("SELECT token FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1 FOR UPDATE").Scan(&held).Error; err != nil {
+		var cur []struct {
+			Token  int64
+			Sealed bool
+		}
+		if err := tx.Raw("SELECT token, sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1 FOR UPDATE").Scan(&cur).Error; err != nil {
 			return err
 		}
 		if err := check(ctx); err != nil {
 			return err
 		}
-		return tx.Exec("UPDATE "+quoteTable(db, schema, fenceTable)+" SET fenced_until = "+open+", token = token + 1, sealed = FALSE, mover_only = FALSE WHERE id = 1 AND token = ?", token).Error
+		switch {
+		case len(cur) != 1:
+			return nil // no fence
+		case cur[0].Sealed && cur[0].Token != token+1:
+			return withDetail(ErrMoveInProgress, fmt.Sprintf("%s is sealed (token %d), and not by the roll-back (its fence's token %d): see shardid split status", schema, cur[0].Token, token))
+		case !cur[0].Sealed && cur[0].Token != token:
+			return nil // lifted already, or not the roll-back's
+		}
+		return tx.Exec("UPDATE " + quoteTable(db, schema, fenceTable) + " SET fenced_until = " + open + ", token = token + 1, sealed = FALSE, mover_only = FALSE WHERE id = 1").Error
 	})
 }
 

@@ -209,6 +209,9 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	if err := ensure("sealing the shard's schema"); err != nil {
 		return res, fmt.Errorf("%w; the map is not flipped", err)
 	}
+	if runPause != nil {
+		runPause("rollback seal")
+	}
 	if err := sealFence(ctx, src, schema, tables, token); err != nil {
 		return res, fmt.Errorf("%w; the map is not flipped", err)
 	}

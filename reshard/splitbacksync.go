@@ -348,7 +348,10 @@ func (bc *backCopy) deleteGone(ctx context.Context, tx *sql.Tx, t SplitTable, id
 // schema holds, which its seal keeps from changing: both sides compared,
 // the keys that differ written again (apply) and compared once more;
 // ErrCopyDiffers if one still differs. The rows of the shard that the
-// schema does not hold are left: an abort never adds one.
+// schema does not hold are left: an abort never adds one. It reads the
+// whole shard on both sides while both refuse its writes: that is the
+// price of a roll-back run again after its seal (which already left the
+// shard refusing writes until it ran again), not of a roll-back.
 func (bc *backCopy) reconcile(ctx context.Context) error {
 	if err := bc.compare(ctx); err != nil {
 		return err
