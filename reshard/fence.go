@@ -365,8 +365,13 @@ func lockTables(tx *gorm.DB, schema string, tables []string) error {
 // sealFence turns the fence with token into a fence for good, if it has
 // been in force without a break since it was set: the token is unchanged
 // (nobody lifted or replaced it) and it has not run out by the database's
-// clock. Otherwise it changes nothing and returns ErrFenceLapsed.
-func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string, token int64) error {
+// clock. Otherwise it changes nothing and returns ErrFenceLapsed. check
+// (the run's check of its lock) is called with the fence's row held, and
+// its error returned: a run paused after its last check, whose lock a
+// rival took meanwhile, must not seal the shard's home under the rival,
+// which may be dropping the copy it made (DropUnfinishedCopies reads the
+// fence under a shared lock, and so waits for a seal under way).
+func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string, token int64, check func(context.Context) error) error {
 	var got struct {
 		Token int64 `gorm:"column:token"`
 		Live  bool  `gorm:"column:live"`
@@ -386,6 +391,12 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 			if got.Token != token || !got.Live {
 				return errFenceLapsed
 			}
+			if err := check(ctx); err != nil {
+				return err
+			}
+			if runPause != nil {
+				runPause("seal held")
+			}
 			return tx.Exec("UPDATE " + st + " SET fenced_until = '9999-12-31 23:59:59', token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
 		}
 		if err := lockTables(tx, schema, tables); err != nil {
@@ -397,6 +408,12 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		}
 		if got.Token != token || !got.Live {
 			return errFenceLapsed
+		}
+		if err := check(ctx); err != nil {
+			return err
+		}
+		if runPause != nil {
+			runPause("seal held")
 		}
 		return tx.Exec("UPDATE " + st + " SET fenced_until = 'infinity', token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
 	})

@@ -245,7 +245,18 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 		if !c.Unfinished {
 			continue
 		}
-		if l.Fence != nil && l.Fence.Sealed {
+		// Dropped with the home's fence held unsealed (holdUnsealed): a
+		// move paused after its last check of its lock may be sealing the
+		// home, and this copy is then the only one that can take the
+		// shard's writes.
+		err := holdUnsealed(ctx, dbs[home], schema, lock, "dropping the unfinished copy on "+c.Database, func() error {
+			db := dbs[slices.Index(names, c.Database)]
+			if err := dropCopyAsSeen(ctx, db, schema, seen[c.Database], lock, "dropping the unfinished copy on "+c.Database); err != nil {
+				return fmt.Errorf("shardid: dropping the unfinished copy of shard %d on %s: %w", shard, c.Database, err)
+			}
+			return nil
+		})
+		if errors.Is(err, errHomeSealed) {
 			// The move sealed the home and built this copy in full: it
 			// died before its flip, or after it and before it let writes
 			// through on the copy, which is then the shard's home and r's
@@ -254,13 +265,51 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 				"re-run the move with the catalog to finish it (or, if the catalog names %s, Unfence the shard there); nothing was dropped",
 				shard, names[home], c.Database, c.Database))
 		}
-		db := dbs[slices.Index(names, c.Database)]
-		if err := dropCopyAsSeen(ctx, db, schema, seen[c.Database], lock, "dropping the unfinished copy on "+c.Database); err != nil {
-			return done, fmt.Errorf("shardid: dropping the unfinished copy of shard %d on %s: %w", shard, c.Database, err)
+		if err != nil {
+			return done, err
 		}
 		done.Copies = append(done.Copies, c)
 	}
 	return done, nil
+}
+
+var errHomeSealed = errors.New("the home is sealed")
+
+// holdUnsealed runs f in a transaction on db that holds the fence's row of
+// schema under a shared lock, once it found it not sealed and lock (asked
+// with the row held) still held; errHomeSealed, f not run, if it is
+// sealed. A move's seal (sealFence) waits for the row, and then finds its
+// lock lost; with no fence table, f runs after the lock's check.
+func holdUnsealed(ctx context.Context, db *gorm.DB, schema string, lock *moveLock, step string, f func() error) error {
+	ok, err := tableExists(ctx, db, schema, fenceTable)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := lock.ensure(ctx, step); err != nil {
+			return err
+		}
+		return f()
+	}
+	q := "SELECT sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1"
+	if db.Dialector.Name() == "mysql" {
+		q += " LOCK IN SHARE MODE"
+	} else {
+		q += " FOR SHARE"
+	}
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		var sealed []bool
+		if err := tx.Raw(q).Scan(&sealed).Error; err != nil {
+			return err
+		}
+		if len(sealed) == 1 && sealed[0] {
+			return errHomeSealed
+		}
+		if err := lock.ensure(ctx, step); err != nil {
+			return err
+		}
+		return f()
+	})
 }
 
 // tryMoveLock takes the move lock of schema on db, without waiting:

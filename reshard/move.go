@@ -427,7 +427,10 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := lock.ensure(ctx, "fencing the source for good"); err != nil {
 		return res, fmt.Errorf("%w; the map is not flipped", err)
 	}
-	if err := sealFence(ctx, src, schema, tables, token); err != nil {
+	if runPause != nil {
+		runPause("move seal")
+	}
+	if err := sealFence(ctx, src, schema, tables, token, func(ctx context.Context) error { return lock.ensure(ctx, "fencing the source for good") }); err != nil {
 		return res, fmt.Errorf("shardid: shard %d on %s: %w; the map is not flipped", shard, res.From, err)
 	}
 	sealed = true

@@ -924,3 +924,96 @@ func killNamedLockMySQL(t *testing.T, db *gorm.DB, name string) {
 	}
 	t.Fatalf("connection %d still there after KILL", id)
 }
+
+// TestMovePausedBeforeItsSealKeepsItsCopyPostgres: a move paused after
+// its last check of its lock and before it seals the shard's home, its
+// lock lost, while an operator drops its unfinished copy
+// (DropUnfinishedCopies), must not seal the home when it resumes: the
+// shard, sealed there with its copy gone, refused every write, with no
+// way out through the library. Paused inside its seal's transaction
+// instead, the check passed, the operator's drop waits for the seal and
+// then leaves the copy, which a move run again flips.
+func TestMovePausedBeforeItsSealKeepsItsCopyPostgres(t *testing.T) {
+	for _, at := range []string{"move seal", "seal held"} {
+		t.Run(strings.ReplaceAll(at, " ", "-"), func(t *testing.T) {
+			direct, r, c, p, b := pooledMoveSetup(t, 3)
+			checkPausedSealDrop(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+				c, direct.Databases()[0], 3, "pg2", at, reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+		})
+	}
+}
+
+// TestMovePausedBeforeItsSealKeepsItsCopyMariaDB is
+// TestMovePausedBeforeItsSealKeepsItsCopyPostgres on MariaDB.
+func TestMovePausedBeforeItsSealKeepsItsCopyMariaDB(t *testing.T) {
+	for i, at := range []string{"move seal", "seal held"} {
+		t.Run(strings.ReplaceAll(at, " ", "-"), func(t *testing.T) {
+			newRouter, c := mariaMoveSetup(t, fmt.Sprintf("shardid_ms%d", i))
+			r := loaded(t, newRouter(), c)
+			checkPausedSealDrop(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+				c, r.Databases()[0], 1, "my2", at, reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+		})
+	}
+}
+
+// checkPausedSealDrop moves shard from r's database to target, pausing
+// the move at pauseAt; meanwhile its lock's session ends (killMoveLock on
+// direct) and DropUnfinishedCopies runs, at "seal held" on a goroutine of
+// its own (it must wait for the seal under way). Whatever each does, the
+// shard must then take writes, through a router that follows the catalog,
+// with every seeded row, once the move is run again if it must.
+func checkPausedSealDrop(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target, pauseAt string, opts reshard.MoveOptions) {
+	t.Helper()
+	ctx := context.Background()
+	seeded := seedShard(t, r, shard, 100)
+	schema := r.Schema(shard)
+	paused := false
+	dropped := make(chan error, 1)
+	defer reshard.SetRunPause(func(at string) {
+		if at != pauseAt || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, direct, schema)
+		drop := func() error {
+			_, err := reshard.DropUnfinishedCopies(ctx, fresh(), shard)
+			return err
+		}
+		if pauseAt != "seal held" {
+			dropped <- drop()
+			return
+		}
+		go func() { dropped <- drop() }()
+		time.Sleep(2 * time.Second) // the drop waits for the seal's row
+	})()
+	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	if !paused {
+		t.Fatalf("the move never reached %q", pauseAt)
+	}
+	if err == nil {
+		t.Fatalf("the paused move, resumed: nil, want its lock lost")
+	}
+	derr := <-dropped
+	t.Logf("the move: %v; DropUnfinishedCopies: %v", err, derr)
+	if pauseAt == "seal held" && !errors.Is(derr, reshard.ErrShardMoved) {
+		t.Errorf("DropUnfinishedCopies while the home was being sealed: %v, want ErrShardMoved (the copy kept)", derr)
+	}
+	if errors.Is(derr, reshard.ErrShardMoved) {
+		// The home sealed, the copy whole: the move run again flips.
+		if _, err := reshard.MoveShard(ctx, fresh(), c, shard, target, opts); err != nil {
+			t.Fatalf("the move run again after its seal: %v", err)
+		}
+	}
+	f := fresh()
+	ph := RPhoto{UserID: int64(shard), Caption: "after it all"}
+	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+		t.Fatalf("a write to shard %d on %s, its home by the catalog: %v", shard, f.DatabaseName(shard), err)
+	}
+	var n int64
+	if err := f.ForKey(int64(shard)).Model(&RPhoto{}).Where("user_id % ? = ?", f.LogicalShards(), shard).Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(seeded))+1 {
+		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, len(seeded))
+	}
+}

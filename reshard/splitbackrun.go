@@ -212,7 +212,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	if runPause != nil {
 		runPause("rollback seal")
 	}
-	if err := sealFence(ctx, src, schema, tables, token); err != nil {
+	if err := sealFence(ctx, src, schema, tables, token, func(ctx context.Context) error { return ensure("sealing the shard's schema") }); err != nil {
 		return res, fmt.Errorf("%w; the map is not flipped", err)
 	}
 	sealed = true
