@@ -170,9 +170,10 @@ func (c *Catalog) loadPlacements(ctx context.Context, names []string, shards int
 
 // flipShared moves the shards of moves out of the shared tables of the
 // database named from into their schemas on the databases they name, as
-// one new version, only if the catalog still has each of them shared on
-// from: otherwise it changes nothing and returns ErrCatalogConflict.
-func (c *Catalog) flipShared(ctx context.Context, from string, moves map[int]string) (int64, error) {
+// one new version, only if the catalog is still at version was and has
+// each of them shared on from: otherwise it changes nothing and returns
+// ErrCatalogConflict.
+func (c *Catalog) flipShared(ctx context.Context, from string, moves map[int]string, was int64) (int64, error) {
 	t, err := c.table()
 	if err != nil {
 		return 0, err
@@ -187,6 +188,9 @@ func (c *Catalog) flipShared(ctx context.Context, from string, moves map[int]str
 		var err error
 		if version, err = lockVersion(tx, t); err != nil {
 			return err
+		}
+		if version != was {
+			return &catalogConflict{fmt.Sprintf("the catalog changed since the batch read it (version %d, then %d): an abort of the batch, or a move, went on meanwhile", was, version)}
 		}
 		for lo := 0; lo < len(shards); lo += 500 {
 			chunk := shards[lo:min(lo+500, len(shards))]
@@ -284,4 +288,28 @@ func saveShared(tx *gorm.DB, t string, shared []int, has bool) error {
 		}
 	}
 	return nil
+}
+
+// claimVersion makes a new version of the catalog, changing nothing else,
+// only if it is still at version was: otherwise ErrCatalogConflict. An
+// operator who is about to undo what a run wrote before its flip claims
+// the version it read, so that the run's flip (flipShared, at the version
+// it read) fails after it.
+func (c *Catalog) claimVersion(ctx context.Context, was int64) error {
+	t, err := c.table()
+	if err != nil {
+		return err
+	}
+	err = c.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		version, err := lockVersion(tx, t)
+		if err != nil {
+			return err
+		}
+		if version != was {
+			return &catalogConflict{fmt.Sprintf("the catalog changed since it was read (version %d, then %d): a run went on meanwhile", was, version)}
+		}
+		_, err = bumpVersion(tx, t, version)
+		return err
+	})
+	return c.explain(ctx, t, err)
 }

@@ -496,7 +496,12 @@ func (sp *splitter) fenceShards(ctx context.Context, shards []int, d int64) (map
 // and checksum, equal on both sides), stored with the seal: the rows of a
 // sealed shard are deleted from the monolith only when they still add up
 // to it (deleteCopied).
-func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verified map[int]string) error {
+//
+// check (the run's check of its lock) is called with the rows held, and
+// its error returned: a run paused after its last check, whose lock a
+// rival took meanwhile (AbortSplit, which lifts the fences as it read
+// them), must not seal the monolith's rows under it.
+func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verified map[int]string, check func(context.Context) error) error {
 	shards := make([]int, 0, len(tokens))
 	for s := range tokens {
 		shards = append(shards, s)
@@ -536,6 +541,9 @@ func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verifi
 		if len(cur) != len(shards) {
 			why = "a shard's state row is missing"
 			return errFenceLapsed
+		}
+		if err := check(ctx); err != nil {
+			return err
 		}
 		for lo := 0; lo < len(shards); lo += 500 {
 			chunk := shards[lo:min(lo+500, len(shards))]

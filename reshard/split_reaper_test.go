@@ -1341,3 +1341,146 @@ func testAbortRollbackKeepsNoSealOfAPausedRun(t *testing.T, dialect string) {
 		t.Errorf("a write to shard 0 on its target, its home, after the abort: %v", err)
 	}
 }
+
+// TestSplitPausedBeforeItsFlipKeepsAnAbortPostgres: a batch paused after
+// its last check of its lock and before it flips the catalog, its lock
+// lost, while an operator aborts the split (AbortSplit lifts the batch's
+// seal on the monolith and drops its copies), must not flip the catalog
+// when it resumes: it pointed every router at the dropped copies, the
+// monolith's rows unsealed behind them.
+func TestSplitPausedBeforeItsFlipKeepsAnAbortPostgres(t *testing.T) {
+	testSplitPausedBeforeItsFlip(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestSplitPausedBeforeItsFlipKeepsAnAbortMariaDB is
+// TestSplitPausedBeforeItsFlipKeepsAnAbortPostgres on MariaDB.
+func TestSplitPausedBeforeItsFlipKeepsAnAbortMariaDB(t *testing.T) {
+	testSplitPausedBeforeItsFlip(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testSplitPausedBeforeItsFlip(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	paused := false
+	var aborted reshard.AbortResult
+	defer reshard.SetRunPause(func(at string) {
+		if at != "split flip" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		var err error
+		if aborted, err = reshard.AbortSplit(ctx, e.cfg); err != nil {
+			t.Errorf("the abort: %v", err)
+		}
+	})()
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
+	if !paused {
+		t.Fatal("the batch never reached its flip")
+	}
+	if err == nil {
+		t.Error("the paused batch, resumed: nil, want its flip refused")
+	}
+	t.Logf("the batch: %v; the abort: %+v", err, aborted)
+	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
+		t.Fatal(err)
+	}
+	p := e.m.Load().Placements()
+	for _, s := range []int{0, 1} {
+		if !p[s].Shared || p[s].DB != 0 {
+			t.Errorf("shard %d in the catalog after the abort: %+v, want shared on the monolith", s, p[s])
+		}
+	}
+	if err := mono.Exec("UPDATE users SET name = 'after the abort' WHERE id = 4").Error; err != nil {
+		t.Errorf("a write to shard 0 on the monolith, its home, after the abort: %v", err)
+	}
+}
+
+// TestSplitPausedBeforeItsSealKeepsAnAbortPostgres: a batch paused after
+// its last check of its lock and before it seals the monolith's rows,
+// its lock lost, while an operator's AbortSplit reads the batch's state
+// and pauses before its lift: the batch must not seal when it resumes,
+// and the abort must not lift by what it read and drop the copies if it
+// did. It lifted nothing (the tokens had changed), reported the shards
+// unfenced and dropped their copies, the shards sealed on the monolith
+// with no copy.
+func TestSplitPausedBeforeItsSealKeepsAnAbortPostgres(t *testing.T) {
+	testSplitPausedBeforeItsSeal(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
+}
+
+// TestSplitPausedBeforeItsSealKeepsAnAbortMariaDB is
+// TestSplitPausedBeforeItsSealKeepsAnAbortPostgres on MariaDB.
+func TestSplitPausedBeforeItsSealKeepsAnAbortMariaDB(t *testing.T) {
+	testSplitPausedBeforeItsSeal(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
+}
+
+func testSplitPausedBeforeItsSeal(t *testing.T, e *splitEnv, to []string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	var (
+		mu          sync.Mutex
+		paused      bool
+		lifted      bool
+		abortAt     = make(chan struct{})
+		batchDone   = make(chan struct{})
+		abortResult = make(chan error, 1)
+	)
+	defer reshard.SetRunPause(func(at string) {
+		mu.Lock()
+		first := at == "split seal" && !paused
+		paused = paused || first
+		lift := at == "abort lift" && !lifted
+		lifted = lifted || lift
+		mu.Unlock()
+		switch {
+		case first:
+			killMoveLock(t, mono, schema)
+			go func() {
+				_, err := reshard.AbortSplit(ctx, e.cfg)
+				abortResult <- err
+			}()
+			select {
+			case <-abortAt:
+			case err := <-abortResult:
+				abortResult <- fmt.Errorf("it ended before its lift: %w", err)
+			}
+		case lift:
+			close(abortAt)
+			<-batchDone
+		}
+	})()
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
+	close(batchDone)
+	if !paused {
+		t.Fatal("the batch never reached its seal")
+	}
+	aerr := <-abortResult
+	t.Logf("the batch: %v; the abort: %v", err, aerr)
+	if err == nil {
+		t.Error("the paused batch, resumed: nil, want its lock lost")
+	}
+	if aerr != nil {
+		// Refused, as it must be if the batch's state changed under it:
+		// the operator runs it again.
+		if !errors.Is(aerr, reshard.ErrMoveInProgress) {
+			t.Errorf("the abort: %v, want nil or ErrMoveInProgress", aerr)
+		}
+		if _, err := reshard.AbortSplit(ctx, e.cfg); err != nil {
+			t.Fatalf("the abort run again: %v", err)
+		}
+	}
+	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
+		t.Fatal(err)
+	}
+	p := e.m.Load().Placements()
+	for _, s := range []int{0, 1} {
+		if !p[s].Shared || p[s].DB != 0 {
+			t.Errorf("shard %d in the catalog after the abort: %+v, want shared on the monolith", s, p[s])
+		}
+	}
+	if err := mono.Exec("UPDATE users SET name = 'after the abort' WHERE id = 4").Error; err != nil {
+		t.Errorf("a write to shard 0 on the monolith, its home, after the abort: %v", err)
+	}
+}

@@ -154,8 +154,9 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		return res, err
 	}
 	p := cfg.Map.Load().Placements()
+	var version int64 // the catalog's, as p was read
 	if cfg.Catalog != nil {
-		if p, _, err = cfg.Catalog.loadPlacements(ctx, cfg.Map.Databases(), sp.shards); err != nil {
+		if p, version, err = cfg.Catalog.loadPlacements(ctx, cfg.Map.Databases(), sp.shards); err != nil {
 			return res, err
 		}
 	}
@@ -187,12 +188,33 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		// (sealed, flipped), and its shards are left alone. The lock is
 		// asked again once the rows are held, as stopChangeLog does.
 		tokens := map[int]int64{}
+		sealed := false
 		for _, s := range reset {
 			tokens[s] = state[s].Token
+			sealed = sealed || state[s].Sealed
+		}
+		// A run of the batch that sealed it and lost its lock may be
+		// about to flip the catalog: the catalog's version, as read with
+		// the placements, claimed first, so that its flip fails from
+		// here on (flipShared), and this abort fails if it flipped since.
+		if sealed && cfg.Catalog != nil {
+			if err := cfg.Catalog.claimVersion(ctx, version); err != nil {
+				return res, fmt.Errorf("shardid: split: %w (see shardid split status, then run the abort again)", err)
+			}
 		}
 		err := lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-			if _, err := sp.lockStates(tx, reset); err != nil {
+			cur, err := sp.lockStates(tx, reset)
+			if err != nil {
 				return err
+			}
+			// A shard whose state changed since it was read (a run of
+			// the batch that lost its lock sealed it meanwhile) fails the
+			// abort: lifting the others and dropping its copy would leave
+			// it sealed on the monolith with no copy to flip to.
+			for _, c := range cur {
+				if c.Token != tokens[c.Shard] {
+					return withDetail(ErrMoveInProgress, fmt.Sprintf("the split's state of shard %d changed while the abort read it (a run of its batch went on): see shardid split status, then run the abort again", c.Shard))
+				}
 			}
 			if err := lock.ensure(ctx, "lifting the split's fences"); err != nil {
 				return err

@@ -280,7 +280,10 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err := lock.ensure(ctx, "sealing the monolith's rows"); err != nil {
 		return res, fmt.Errorf("%w; the map is not flipped", err)
 	}
-	if err := sp.sealShards(ctx, tokens, b.verified()); err != nil {
+	if runPause != nil {
+		runPause("split seal")
+	}
+	if err := sp.sealShards(ctx, tokens, b.verified(), func(ctx context.Context) error { return lock.ensure(ctx, "sealing the monolith's rows") }); err != nil {
 		return res, fmt.Errorf("shardid: split: %w; the map is not flipped", err)
 	}
 	sealed = true
@@ -318,15 +321,22 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 	for _, s := range b.shards {
 		moves[s] = names[b.to[s]]
 	}
-	if err := lock.ensure(ctx, "flipping the catalog"); err != nil {
-		return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
-	}
-	flipped, err := b.flippedInCatalog(ctx)
+	// The catalog read before the lock is asked, and flipped only if it
+	// is still that version: an abort that took the lock once this run
+	// lost it changes the version before it lifts the batch's seal (and
+	// drops its targets), and a flip after it must fail.
+	flipped, version, err := b.flippedInCatalog(ctx)
 	if err != nil {
 		return res, err
 	}
+	if err := lock.ensure(ctx, "flipping the catalog"); err != nil {
+		return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
+	}
+	if runPause != nil {
+		runPause("split flip")
+	}
 	if c := sp.cfg.Catalog; c != nil && !flipped {
-		v, err := c.flipShared(ctx, sp.cfg.Monolith, moves)
+		v, err := c.flipShared(ctx, sp.cfg.Monolith, moves, version)
 		if err != nil {
 			return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
 		}
@@ -386,21 +396,21 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 
 // flippedInCatalog reports whether the catalog (if any) places every shard
 // of the batch on its target already: a batch run again after its flip.
-func (b *splitBatch) flippedInCatalog(ctx context.Context) (bool, error) {
+func (b *splitBatch) flippedInCatalog(ctx context.Context) (bool, int64, error) {
 	c := b.sp.cfg.Catalog
 	if c == nil {
-		return false, nil
+		return false, 0, nil
 	}
-	p, _, err := c.loadPlacements(ctx, b.sp.cfg.Map.Databases(), b.sp.shards)
+	p, version, err := c.loadPlacements(ctx, b.sp.cfg.Map.Databases(), b.sp.shards)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	for _, s := range b.shards {
 		if p[s].Shared || p[s].DB != b.to[s] {
-			return false, nil
+			return false, version, nil
 		}
 	}
-	return true, nil
+	return true, version, nil
 }
 
 // liftTargets lifts the mover's fences of the batch's targets, those with
