@@ -308,8 +308,15 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // back" (before a roll-back lifts the monolith's seal), "drop database"
 // (MySQL: between a copy's check and its DROP DATABASE), "split lift"
 // (before a batch lifts its targets' fences, after its flip), "split
-// unfence" (before a failed batch lifts its fences on the monolith) and
-// "abort unseal" (before AbortRollback unseals the shard's schema).
+// unfence" (before a failed batch lifts its fences on the monolith),
+// "abort unseal" (before AbortRollback lifts the roll-back's fence of the
+// shard's schema), "rollback token" (before a roll-back records its
+// fence's token), "rollback seal", "move seal" and "split seal" (before
+// the seal, after the last check of the lock), "seal held" (inside
+// sealFence's transaction, its check passed), "split flip" (before a
+// batch flips the catalog), "abort forget" and "abort forget held"
+// (AbortSplit forgetting the split's tables: before its transaction, and
+// inside it, the check passed).
 var runPause func(at string)
 
 // flipAndClean flips the catalog and the map, lets writes through to the
