@@ -10,8 +10,9 @@ import (
 // unflipShared places shard back in the shared tables of the database
 // named to (a roll-back of a split), as one new version, only if the
 // catalog still places it on the database named from, in a schema of its
-// own: otherwise it changes nothing and returns ErrCatalogConflict.
-func (c *Catalog) unflipShared(ctx context.Context, shard int, from, to string) (int64, error) {
+// own, and is still at version was: otherwise it changes nothing and
+// returns ErrCatalogConflict.
+func (c *Catalog) unflipShared(ctx context.Context, shard int, from, to string, was int64) (int64, error) {
 	t, err := c.table()
 	if err != nil {
 		return 0, err
@@ -24,6 +25,9 @@ func (c *Catalog) unflipShared(ctx context.Context, shard int, from, to string) 
 		var err error
 		if version, err = lockVersion(tx, t); err != nil {
 			return err
+		}
+		if version != was {
+			return &catalogConflict{fmt.Sprintf("the catalog changed since the roll-back read it (version %d, then %d): another run went on meanwhile", was, version)}
 		}
 		var shared int64
 		if err := tx.Raw("SELECT count(*) FROM "+sharedTable(t)+" WHERE shard = ?", shard).Scan(&shared).Error; err != nil {

@@ -1484,3 +1484,68 @@ func testSplitPausedBeforeItsSeal(t *testing.T, e *splitEnv, to []string) {
 		t.Errorf("a write to shard 0 on the monolith, its home, after the abort: %v", err)
 	}
 }
+
+// TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitPostgres: a roll-back
+// that let the monolith take the shard's writes again and paused before
+// it placed the shard back in the monolith in the catalog, its lock lost
+// while another operator finished the roll-back, dropped the old copy
+// and split the shard onto the same database again, must not flip the
+// catalog when it resumes: it placed the shard on the monolith, whose
+// rows of it are an old copy again, and every router left its new home.
+func TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitPostgres(t *testing.T) {
+	testRollbackPausedBeforeItsCatalog(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitMariaDB is
+// TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitPostgres on MariaDB.
+func TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitMariaDB(t *testing.T) {
+	testRollbackPausedBeforeItsCatalog(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testRollbackPausedBeforeItsCatalog(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	schema := monoSchema(mono)
+	from := e.names[1]
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{from, from}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	target, shardSchema := e.dbs[1], e.m.Load().Schema(0)
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "unflip back" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, mono, schema)
+		killMoveLock(t, target, shardSchema)
+		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+			t.Errorf("the rival's roll-back: %v", err)
+			return
+		}
+		if err := reshard.DropSplitCopy(ctx, e.cfg, 0, from); err != nil {
+			t.Errorf("the rival's drop of the copy: %v", err)
+			return
+		}
+		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
+			t.Errorf("the rival's split of shard 0 again: %v", err)
+		}
+	})()
+	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	if !paused {
+		t.Fatal("the roll-back never reached its flip of the catalog")
+	}
+	if err == nil {
+		t.Error("the paused roll-back, resumed: nil, want its flip refused")
+	}
+	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.m.Load().Placements()[0]; p.Shared || p.DB != 1 {
+		t.Errorf("shard 0 in the catalog after the rival split it again: %+v, want its schema on %s", p, from)
+	}
+	db, users := e.table(0, "users")
+	if err := db.Exec("UPDATE " + users + " SET name = 'on its new home' WHERE id = 4").Error; err != nil {
+		t.Errorf("a write to shard 0 on its home by the catalog: %v", err)
+	}
+}

@@ -399,6 +399,7 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	if runPause != nil {
 		runPause("flip back")
 	}
+	var mark backMark // the roll-back's record, as the lift found it
 	err = lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
 		if emptied {
 			// The function's triggers go with it (the tables locked
@@ -418,13 +419,14 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 		if _, err := sp.lockStates(tx, []int{s}); err != nil {
 			return err
 		}
-		var src []string
-		if err := tx.Raw("SELECT source FROM "+sp.q(splitBackTable)+" WHERE shard = ?", s).Scan(&src).Error; err != nil {
+		var rec []backMark
+		if err := tx.Raw("SELECT shard, source, verified, token FROM "+sp.q(splitBackTable)+" WHERE shard = ?", s).Scan(&rec).Error; err != nil {
 			return err
 		}
-		if len(src) != 1 || src[0] != names[from] {
-			return fmt.Errorf("%w: the roll-back of shard %d from %s is no longer recorded (%q): another run finished it", ErrMoveLockLost, s, names[from], src)
+		if len(rec) != 1 || rec[0].Source != names[from] {
+			return fmt.Errorf("%w: the roll-back of shard %d from %s is no longer recorded (%+v): another run finished it", ErrMoveLockLost, s, names[from], rec)
 		}
+		mark = rec[0]
 		if err := lock.ensure(ctx, "lifting the monolith's seal"); err != nil {
 			return err
 		}
@@ -436,7 +438,11 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	stage("unsealed")
 	var version int64
 	if c := sp.cfg.Catalog; c != nil {
-		p, _, err := c.loadPlacements(ctx, names, sp.shards)
+		// Read before the lock is asked, flipped only at that version:
+		// a run paused here, while another finished the roll-back and
+		// split the shard again onto the same database, must not place
+		// it back in the monolith.
+		p, was, err := c.loadPlacements(ctx, names, sp.shards)
 		if err != nil {
 			return 0, err
 		}
@@ -444,7 +450,10 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 			if err := lock.ensure(ctx, "flipping the catalog back"); err != nil {
 				return 0, err
 			}
-			if version, err = c.unflipShared(ctx, s, names[from], sp.cfg.Monolith); err != nil {
+			if runPause != nil {
+				runPause("unflip back")
+			}
+			if version, err = c.unflipShared(ctx, s, names[from], sp.cfg.Monolith, was); err != nil {
 				return 0, err
 			}
 		}
@@ -461,5 +470,22 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	if !lock.reclaim(cctx) {
 		return version, fmt.Errorf("the shard is back in the catalog, but its roll-back is still recorded (run the roll-back again): %w", ErrMoveLockLost)
 	}
-	return version, sp.unmarkBack(cctx, s, "", nil, 0)
+	return version, sp.forgetBack(cctx, s, mark)
+}
+
+// forgetBack deletes the roll-back's record of shard s, flipped back, if
+// it is still m and the shard's state row unsealed (the monolith takes
+// its writes): a run that took its lock back after a pause must not
+// delete the record of a later roll-back of the shard, split again since.
+func (sp *splitter) forgetBack(ctx context.Context, s int, m backMark) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		st, err := sp.lockStates(tx, []int{s})
+		if err != nil {
+			return err
+		}
+		if len(st) == 1 && st[0].Sealed {
+			return nil // sealed again: another roll-back's record, if any
+		}
+		return tx.Exec("DELETE FROM "+sp.q(splitBackTable)+" WHERE shard = ? AND source = ? AND token = ?", s, m.Source, m.Token).Error
+	})
 }
