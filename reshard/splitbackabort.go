@@ -184,7 +184,7 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 	if err := lock.ensure(ctx, "restoring the split's state"); err != nil {
 		return n, err
 	}
-	return n, sp.unmarkBack(ctx, s, verified, &m, bc.token)
+	return n, sp.unmarkBack(ctx, s, verified, m, bc.token)
 }
 
 // shardSums returns what the monolith's tables hold of shard s, as a

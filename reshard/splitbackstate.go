@@ -80,33 +80,31 @@ func (sp *splitter) markBack(ctx context.Context, s int, source string) error {
 	})
 }
 
-// unmarkBack deletes the roll-back's row of s: the shard takes writes on
-// the monolith again or, with m (an abort, which read the row as m and
-// claimed the shard's state row with token claimed), its state row gets
-// verified, the verification of the shard's rows the monolith keeps,
-// sealed. A row that another roll-back changed since the abort read it, or
-// a state row it claimed since (the abort lost its lock meanwhile), fails
-// with ErrMoveInProgress, and nothing changes.
-func (sp *splitter) unmarkBack(ctx context.Context, s int, verified string, m *backMark, claimed int64) error {
+// unmarkBack ends the roll-back of s that an abort read as m, having
+// claimed the shard's state row with token claimed: the roll-back's row
+// deleted, and the state row's verified set to verified, the
+// verification of the shard's rows the monolith keeps, sealed. A row that
+// another roll-back changed since the abort read it, or a state row it
+// claimed since (the abort lost its lock meanwhile), fails with
+// ErrMoveInProgress, and nothing changes.
+func (sp *splitter) unmarkBack(ctx context.Context, s int, verified string, m backMark, claimed int64) error {
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		if m != nil {
-			st, err := sp.lockStates(tx, []int{s})
-			if err != nil {
-				return err
-			}
-			if len(st) != 1 || st[0].Token != claimed || !st[0].Sealed {
-				return withDetail(ErrMoveInProgress, fmt.Sprintf("the split's state of shard %d changed while its roll-back was being aborted (another operator ran the roll-back): see shardid split status, then run it or the abort again", s))
-			}
-			var cur []backMark
-			if err := tx.Raw("SELECT shard, source, verified, token FROM "+sp.q(splitBackTable)+" WHERE shard = ? FOR UPDATE", s).Scan(&cur).Error; err != nil {
-				return err
-			}
-			if len(cur) != 1 || cur[0].Source != m.Source || cur[0].Token != m.Token {
-				return withDetail(ErrMoveInProgress, fmt.Sprintf("the roll-back of shard %d changed while it was being aborted (another operator ran it): see shardid split status, then run it or the abort again", s))
-			}
-			if err := tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET verified = ? WHERE shard = ?", verified, s).Error; err != nil {
-				return err
-			}
+		st, err := sp.lockStates(tx, []int{s})
+		if err != nil {
+			return err
+		}
+		if len(st) != 1 || st[0].Token != claimed || !st[0].Sealed {
+			return withDetail(ErrMoveInProgress, fmt.Sprintf("the split's state of shard %d changed while its roll-back was being aborted (another operator ran the roll-back): see shardid split status, then run it or the abort again", s))
+		}
+		var cur []backMark
+		if err := tx.Raw("SELECT shard, source, verified, token FROM "+sp.q(splitBackTable)+" WHERE shard = ? FOR UPDATE", s).Scan(&cur).Error; err != nil {
+			return err
+		}
+		if len(cur) != 1 || cur[0].Source != m.Source || cur[0].Token != m.Token {
+			return withDetail(ErrMoveInProgress, fmt.Sprintf("the roll-back of shard %d changed while it was being aborted (another operator ran it): see shardid split status, then run it or the abort again", s))
+		}
+		if err := tx.Exec("UPDATE "+sp.q(splitStateTable)+" SET verified = ? WHERE shard = ?", verified, s).Error; err != nil {
+			return err
 		}
 		return tx.Exec("DELETE FROM "+sp.q(splitBackTable)+" WHERE shard = ?", s).Error
 	})

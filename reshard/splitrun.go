@@ -314,7 +314,8 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // fence's token), "rollback seal", "move seal" and "split seal" (before
 // the seal, after the last check of the lock), "seal held" (inside
 // sealFence's transaction, its check passed), "split flip" (before a
-// batch flips the catalog), "abort forget" and "abort forget held"
+// batch flips the catalog), "unflip back" (before a roll-back places
+// the shard back in the monolith in the catalog), "abort forget" and "abort forget held"
 // (AbortSplit forgetting the split's tables: before its transaction, and
 // inside it, the check passed).
 var runPause func(at string)
