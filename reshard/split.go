@@ -431,9 +431,15 @@ type splitState struct {
 // readSplitState returns the state rows of shards (all of them if nil),
 // or nil when the split's tables do not exist.
 func (sp *splitter) readSplitState(ctx context.Context, shards []int) (map[int]splitState, error) {
+	return sp.readSplitStateOn(ctx, sp.mono, shards)
+}
+
+// readSplitStateOn is readSplitState through db: the monolith's pool, or
+// a transaction of it.
+func (sp *splitter) readSplitStateOn(ctx context.Context, db *gorm.DB, shards []int) (map[int]splitState, error) {
 	var n int64
 	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
-	if err := sp.mono.WithContext(ctx).Raw(q, sp.schema, splitStateTable).Scan(&n).Error; err != nil || n == 0 {
+	if err := db.WithContext(ctx).Raw(q, sp.schema, splitStateTable).Scan(&n).Error; err != nil || n == 0 {
 		return nil, err
 	}
 	now := "clock_timestamp()"
@@ -448,7 +454,7 @@ func (sp *splitter) readSplitState(ctx context.Context, shards []int) (map[int]s
 		sel += " WHERE shard " + inList(shards)
 	}
 	var rows []splitState
-	if err := sp.mono.WithContext(ctx).Raw(sel).Scan(&rows).Error; err != nil {
+	if err := db.WithContext(ctx).Raw(sel).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
 	out := make(map[int]splitState, len(rows))

@@ -84,6 +84,12 @@ func TestLockRefusesAPoolOfOne(t *testing.T) {
 	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{e.names[1], e.names[2]}, reshard.SplitOptions{}); err != nil {
 		t.Errorf("the same split with a pool of two: %v", err)
 	}
+	// The abort, too, with its lock's session and one more (it read the
+	// split's state through the pool while its transaction held the
+	// other, and waited for a third until its context ended).
+	if _, err := reshard.AbortSplit(ctx, e.cfg); err != nil {
+		t.Errorf("an abort with a pool of two: %v", err)
+	}
 
 	r, c, _ := freshMoveSetup(t)
 	src, err := r.Databases()[0].DB()

@@ -41,12 +41,18 @@ func (sp *splitter) ensureBackTable(ctx context.Context) error {
 // readBackMarks returns the roll-backs under way, by shard (none when the
 // table does not exist).
 func (sp *splitter) readBackMarks(ctx context.Context) (map[int]backMark, error) {
-	ok, err := tableExists(ctx, sp.mono, sp.schema, splitBackTable)
+	return sp.readBackMarksOn(ctx, sp.mono)
+}
+
+// readBackMarksOn is readBackMarks through db: the monolith's pool, or a
+// transaction of it.
+func (sp *splitter) readBackMarksOn(ctx context.Context, db *gorm.DB) (map[int]backMark, error) {
+	ok, err := tableExists(ctx, db, sp.schema, splitBackTable)
 	if err != nil || !ok {
 		return map[int]backMark{}, err
 	}
 	var rows []backMark
-	if err := sp.mono.WithContext(ctx).Raw("SELECT shard, source, verified, token FROM " + sp.q(splitBackTable)).Scan(&rows).Error; err != nil {
+	if err := db.WithContext(ctx).Raw("SELECT shard, source, verified, token FROM " + sp.q(splitBackTable)).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
 	out := make(map[int]backMark, len(rows))

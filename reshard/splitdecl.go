@@ -80,11 +80,17 @@ func (sp *splitter) readDeclaredAs(ctx context.Context, shared bool) (string, er
 // sealed, moving or fenced, or that a roll-back marked, or -1 if there is
 // none.
 func (sp *splitter) underWay(ctx context.Context) (int, error) {
-	state, err := sp.readSplitState(ctx, nil)
+	return sp.underWayOn(ctx, sp.mono)
+}
+
+// underWayOn is underWay through db: the monolith's pool, or a
+// transaction of it.
+func (sp *splitter) underWayOn(ctx context.Context, db *gorm.DB) (int, error) {
+	state, err := sp.readSplitStateOn(ctx, db, nil)
 	if err != nil {
 		return 0, err
 	}
-	marks, err := sp.readBackMarks(ctx)
+	marks, err := sp.readBackMarksOn(ctx, db)
 	if err != nil {
 		return 0, err
 	}
@@ -286,7 +292,10 @@ func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) error {
 		if err := lock.ensure(ctx, "forgetting the split's tables"); err != nil {
 			return err
 		}
-		if s, err := sp.underWay(ctx); err != nil || s >= 0 {
+		// Read in the transaction: its session is one of the two the
+		// monolith's pool must allow (ErrPoolTooSmall), the lock's the
+		// other.
+		if s, err := sp.underWayOn(ctx, tx); err != nil || s >= 0 {
 			return err
 		}
 		if runPause != nil {
