@@ -573,7 +573,10 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 // with ErrCopyNotMoved when the copy is not a move's leftover (neither
 // fenced for good nor fenced for a move's mover: a live home, the router's
 // map stale), or holds a table the shard's home does not, or rows in a
-// table that is empty there: never what no move carried over. As Unfence,
+// table that is empty there: never what no move carried over. It refuses
+// with ErrShardMoved while the shard's home by r's map is fenced for good:
+// a move sealed it, and the copy may be the only one that can take the
+// shard's writes (the move is run again to finish it). As Unfence,
 // it waits for the shard's move lock and refuses while a move of the
 // shard runs (ErrMoveInProgress).
 func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from string) error {
@@ -607,10 +610,18 @@ func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from strin
 		return err
 	}
 	step := "dropping the copy of shard " + strconv.Itoa(shard) + " on " + from
-	if err := lock.ensure(ctx, step); err != nil {
-		return err
+	// With the home's fence held unsealed (holdUnsealed): a home sealed
+	// by a move that finished its copy (and died, or is paused with its
+	// lock lost) has its only live copy in a move's target, maybe this
+	// one; and r's map is stale when the move flipped since.
+	err = holdUnsealed(ctx, home, r.Schema(shard), lock, step, func() error {
+		return dropCopyAsSeen(ctx, db, r.Schema(shard), seen, lock, step)
+	})
+	if errors.Is(err, errHomeSealed) {
+		return withDetail(ErrShardMoved, fmt.Sprintf("shard %d: %s, its home by this map, is fenced for good: a move of it sealed it, and %s may hold its only copy; "+
+			"load the catalog's map (or re-run the move with the catalog to finish it); nothing was dropped", shard, r.DatabaseName(shard), from))
 	}
-	return dropCopyAsSeen(ctx, db, r.Schema(shard), seen, lock, step)
+	return err
 }
 
 // tableNames returns the table names of models, validated. A model may be

@@ -1017,3 +1017,61 @@ func checkPausedSealDrop(t *testing.T, r *shardid.Router, fresh func() *shardid.
 		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, len(seeded))
 	}
 }
+
+// TestDropShardCopyKeepsTheCopyOfASealedHomePostgres: a move that sealed
+// the shard's home and stopped before its flip leaves the whole shard in
+// its target, fenced for its mover. DropShardCopy of that target, through
+// a map that still names the home, must refuse (ErrShardMoved): it
+// dropped it, the home sealed for good, and no run of the library could
+// bring the shard back.
+func TestDropShardCopyKeepsTheCopyOfASealedHomePostgres(t *testing.T) {
+	_, r, c, p, b := pooledMoveSetup(t, 3)
+	checkDropCopyOfSealedHome(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestDropShardCopyKeepsTheCopyOfASealedHomeMariaDB is
+// TestDropShardCopyKeepsTheCopyOfASealedHomePostgres on MariaDB.
+func TestDropShardCopyKeepsTheCopyOfASealedHomeMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mh")
+	r := loaded(t, newRouter(), c)
+	checkDropCopyOfSealedHome(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+func checkDropCopyOfSealedHome(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, shard int, target string, opts reshard.MoveOptions) {
+	t.Helper()
+	seeded := seedShard(t, r, shard, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := opts
+	stop.OnStage = func(stage string) {
+		if stage == "sealed" {
+			cancel()
+		}
+	}
+	if _, err := reshard.MoveShard(ctx, r, c, shard, target, stop); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a move stopped after its seal: %v, want context.Canceled", err)
+	}
+	f := fresh()
+	if got := f.DatabaseName(shard); got == target {
+		t.Fatalf("the catalog names %s after a move stopped before its flip", got)
+	}
+	if err := reshard.DropShardCopy(context.Background(), f, shard, target); !errors.Is(err, reshard.ErrShardMoved) {
+		t.Errorf("DropShardCopy of the target of a move that sealed the home: %v, want ErrShardMoved", err)
+	}
+	if _, err := reshard.MoveShard(context.Background(), f, c, shard, target, opts); err != nil {
+		t.Fatalf("the move run again: %v", err)
+	}
+	f = fresh()
+	ph := RPhoto{UserID: int64(shard), Caption: "after the move"}
+	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+		t.Fatalf("a write to shard %d on %s: %v", shard, f.DatabaseName(shard), err)
+	}
+	var n int64
+	if err := f.ForKey(int64(shard)).Model(&RPhoto{}).Where("user_id % ? = ?", f.LogicalShards(), shard).Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(seeded))+1 {
+		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, len(seeded))
+	}
+}
