@@ -346,9 +346,70 @@ func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, 
 			until = "clock_timestamp() + " + strconv.FormatInt(d.Microseconds(), 10) + " * interval '1 microsecond'"
 		}
 		token = cur.Token + 1
+		if cur.Sealed {
+			// Over a seal (a move run again): the source refuses every
+			// write since that seal, and keeps refusing them, sealed, so
+			// that whatever reads the fence meanwhile (DropUnfinishedCopies,
+			// DropShardCopy, Unfence) still finds the shard's home sealed
+			// and its copy the move's; only the token is this run's.
+			return tx.Exec("UPDATE "+st+" SET token = ? WHERE id = 1", token).Error
+		}
 		return tx.Exec("UPDATE "+st+" SET fenced_until = "+until+", token = ?, sealed = FALSE, mover_only = FALSE WHERE id = 1", token).Error
 	})
 	return token, began, err
+}
+
+// claimSeal makes the seal of schema on db (a move's source, sealed by a
+// move that did not flip) this run's: with the fence's row held, it must
+// still be sealed, check (the run's check of its lock, and that the
+// catalog still names db) must pass, and the token changes. A run that
+// sealed it and is about to flip the catalog holds the row under a shared
+// lock and flips only while the token is its seal's (holdSeal): either its
+// flip is committed first, and check finds the catalog changed, or this
+// claim is, and its flip is refused.
+func claimSeal(ctx context.Context, db *gorm.DB, schema string, check func(context.Context) error) error {
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		var cur []struct {
+			Token  int64
+			Sealed bool
+		}
+		if err := tx.Raw("SELECT token, sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1 FOR UPDATE").Scan(&cur).Error; err != nil {
+			return err
+		}
+		if len(cur) != 1 || !cur[0].Sealed {
+			return fmt.Errorf("%w: the seal of %s changed since the move began: another run took it over", ErrMoveLockLost, schema)
+		}
+		if err := check(ctx); err != nil {
+			return err
+		}
+		return tx.Exec("UPDATE " + quoteTable(db, schema, fenceTable) + " SET token = token + 1 WHERE id = 1").Error
+	})
+}
+
+// holdSeal runs f in a transaction on db that holds the fence's row of
+// schema under a shared lock, once it found it sealed with token (the
+// run's own seal); ErrMoveLockLost, f not run, otherwise: another run of
+// the move took the seal over (claimSeal) and is rebuilding the copy.
+func holdSeal(ctx context.Context, db *gorm.DB, schema string, token int64, f func() error) error {
+	q := "SELECT token, sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1"
+	if db.Dialector.Name() == "mysql" {
+		q += " LOCK IN SHARE MODE"
+	} else {
+		q += " FOR SHARE"
+	}
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		var cur []struct {
+			Token  int64
+			Sealed bool
+		}
+		if err := tx.Raw(q).Scan(&cur).Error; err != nil {
+			return err
+		}
+		if len(cur) != 1 || !cur[0].Sealed || cur[0].Token != token {
+			return fmt.Errorf("%w: the seal of %s is not this run's any more (%+v, its seal's token %d): another run of the move took it over", ErrMoveLockLost, schema, cur, token)
+		}
+		return f()
+	})
 }
 
 // lockTables takes a SHARE ROW EXCLUSIVE lock on tables of schema until the

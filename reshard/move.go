@@ -274,6 +274,31 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, err
 	}
+	if overSeal {
+		// The seal taken over before the copy is touched, the catalog
+		// read again with it held: the run that sealed it, paused before
+		// its flip with its lock lost, must not flip the catalog to the
+		// copy this run empties and fills again (holdSeal).
+		err := claimSeal(ctx, src, schema, func(ctx context.Context) error {
+			if err := lock.ensure(ctx, "taking the seal over"); err != nil {
+				return err
+			}
+			if c == nil {
+				return nil
+			}
+			name, err := c.shardDB(ctx, shard)
+			if err != nil {
+				return err
+			}
+			if name != res.From {
+				return fmt.Errorf("%w: the catalog maps shard %d to %s now: the run that sealed %s flipped it", ErrMoveLockLost, shard, name, res.From)
+			}
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+	}
 	stage := func(s string) {
 		mv.Stage(s)
 		if opts.OnStage != nil {
@@ -441,8 +466,18 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		return res, fmt.Errorf("shardid: shard %d is copied to %s and its old copy on %s fenced for good, "+
 			"but the catalog was not flipped (run the move again to finish it): %w", shard, target, res.From, err)
 	}
+	if runPause != nil {
+		runPause("move flip")
+	}
 	if c != nil {
-		if res.Version, err = c.flipShard(ctx, shard, res.From, target); err != nil {
+		// With the seal held as this run made it (holdSeal): a run of
+		// the move again, which took the seal over while this one was
+		// paused here, is filling the copy again.
+		err := holdSeal(ctx, src, schema, token+1, func() (err error) {
+			res.Version, err = c.flipShard(ctx, shard, res.From, target)
+			return err
+		})
+		if err != nil {
 			return res, fmt.Errorf("shardid: shard %d is copied to %s and its old copy on %s fenced for good, "+
 				"but the catalog was not flipped (run the move again to finish it): %w", shard, target, res.From, err)
 		}

@@ -1075,3 +1075,166 @@ func checkDropCopyOfSealedHome(t *testing.T, r *shardid.Router, fresh func() *sh
 		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, len(seeded))
 	}
 }
+
+// TestMovePausedBeforeItsFlipKeepsARerunPostgres: a move paused after it
+// sealed the shard's home and checked its lock, before it flips the
+// catalog, its lock lost while the operator runs the move again (which
+// takes the seal over, empties the copy and fills it again), must not
+// flip the catalog when it resumes: it pointed every router at a copy
+// being emptied, still fenced for the second run.
+func TestMovePausedBeforeItsFlipKeepsARerunPostgres(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	checkPausedFlipRerun(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, direct.Databases()[0], 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMovePausedBeforeItsFlipKeepsARerunMariaDB is
+// TestMovePausedBeforeItsFlipKeepsARerunPostgres on MariaDB.
+func TestMovePausedBeforeItsFlipKeepsARerunMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mr")
+	r := loaded(t, newRouter(), c)
+	checkPausedFlipRerun(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, r.Databases()[0], 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+func checkPausedFlipRerun(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, opts reshard.MoveOptions) {
+	t.Helper()
+	ctx := context.Background()
+	seeded := seedShard(t, r, shard, 100)
+	schema := r.Schema(shard)
+	var (
+		mu        sync.Mutex
+		paused    bool
+		copied    = make(chan struct{})
+		resume    = make(chan struct{})
+		rerunDone = make(chan error, 1)
+	)
+	defer reshard.SetRunPause(func(at string) {
+		mu.Lock()
+		first := at == "move flip" && !paused
+		paused = paused || first
+		mu.Unlock()
+		if !first {
+			return
+		}
+		killMoveLock(t, direct, schema)
+		again := opts
+		again.OnStage = func(stage string) {
+			if stage == "copied" {
+				close(copied)
+				<-resume
+			}
+		}
+		go func() {
+			_, err := reshard.MoveShard(ctx, fresh(), c, shard, target, again)
+			rerunDone <- err
+		}()
+		select {
+		case <-copied:
+		case err := <-rerunDone:
+			rerunDone <- fmt.Errorf("it ended before its copy: %w", err)
+		}
+	})()
+	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	close(resume)
+	mu.Lock()
+	reached := paused
+	mu.Unlock()
+	if !reached {
+		t.Fatal("the move never reached its flip")
+	}
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused move, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if err := <-rerunDone; err != nil {
+		t.Fatalf("the move run again: %v", err)
+	}
+	f := fresh()
+	if got := f.DatabaseName(shard); got != target {
+		t.Fatalf("the catalog names %s, want %s", got, target)
+	}
+	ph := RPhoto{UserID: int64(shard), Caption: "after the move"}
+	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+		t.Fatalf("a write to shard %d on %s: %v", shard, target, err)
+	}
+	var n int64
+	if err := f.ForKey(int64(shard)).Model(&RPhoto{}).Where("user_id % ? = ?", f.LogicalShards(), shard).Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(seeded))+1 {
+		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, target, n, len(seeded))
+	}
+}
+
+// TestMoveRunOverASealKeepsItSealedPostgres: a move run again over the
+// seal a first run left (it sealed the home and stopped before its
+// flip), paused before its own seal with its lock lost while an operator
+// drops the unfinished copies, must find the home still sealed: it
+// replaced the seal with a fence of its own, the drop took the home for
+// live and dropped the copy, and the run's way out sealed the home again,
+// no copy left.
+func TestMoveRunOverASealKeepsItSealedPostgres(t *testing.T) {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	checkRunOverSealDrop(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
+		c, direct.Databases()[0], 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+// TestMoveRunOverASealKeepsItSealedMariaDB is
+// TestMoveRunOverASealKeepsItSealedPostgres on MariaDB.
+func TestMoveRunOverASealKeepsItSealedMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mo")
+	r := loaded(t, newRouter(), c)
+	checkRunOverSealDrop(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
+		c, r.Databases()[0], 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+}
+
+func checkRunOverSealDrop(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, opts reshard.MoveOptions) {
+	t.Helper()
+	seeded := seedShard(t, r, shard, 100)
+	schema := r.Schema(shard)
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := opts
+	stop.OnStage = func(stage string) {
+		if stage == "sealed" {
+			cancel()
+		}
+	}
+	if _, err := reshard.MoveShard(ctx, r, c, shard, target, stop); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a move stopped after its seal: %v, want context.Canceled", err)
+	}
+	paused := false
+	var dropped error
+	defer reshard.SetRunPause(func(at string) {
+		if at != "move seal" || paused {
+			return
+		}
+		paused = true
+		killMoveLock(t, direct, schema)
+		_, dropped = reshard.DropUnfinishedCopies(context.Background(), fresh(), shard)
+	})()
+	_, err := reshard.MoveShard(context.Background(), fresh(), c, shard, target, opts)
+	if !paused {
+		t.Fatal("the move run again never reached its seal")
+	}
+	if err == nil {
+		t.Error("the paused run, resumed: nil, want its lock lost")
+	}
+	if !errors.Is(dropped, reshard.ErrShardMoved) {
+		t.Errorf("DropUnfinishedCopies while the home was sealed: %v, want ErrShardMoved (the copy kept)", dropped)
+	}
+	if _, err := reshard.MoveShard(context.Background(), fresh(), c, shard, target, opts); err != nil {
+		t.Fatalf("the move run once more: %v", err)
+	}
+	f := fresh()
+	ph := RPhoto{UserID: int64(shard), Caption: "after the move"}
+	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
+		t.Fatalf("a write to shard %d on %s: %v", shard, f.DatabaseName(shard), err)
+	}
+	var n int64
+	if err := f.ForKey(int64(shard)).Model(&RPhoto{}).Where("user_id % ? = ?", f.LogicalShards(), shard).Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(seeded))+1 {
+		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, len(seeded))
+	}
+}
