@@ -309,7 +309,8 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // (MySQL: between a copy's check and its DROP DATABASE), "split lift"
 // (before a batch lifts its targets' fences, after its flip), "split
 // unfence" (before a failed batch lifts its fences on the monolith),
-// "abort unseal" (before AbortRollback lifts the roll-back's fence of the
+// "move flip" (before a move flips the catalog), "abort unseal" (before
+// AbortRollback lifts the roll-back's fence of the
 // shard's schema), "rollback token" (before a roll-back records its
 // fence's token), "rollback seal", "move seal" and "split seal" (before
 // the seal, after the last check of the lock), "seal held" (inside
