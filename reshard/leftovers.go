@@ -302,11 +302,11 @@ func holdUnsealed(ctx context.Context, db *gorm.DB, schema string, lock *moveLoc
 		if err := tx.Raw(q).Scan(&sealed).Error; err != nil {
 			return err
 		}
-		if len(sealed) == 1 && sealed[0] {
-			return errHomeSealed
-		}
 		if err := lock.ensure(ctx, step); err != nil {
 			return err
+		}
+		if len(sealed) == 1 && sealed[0] {
+			return errHomeSealed
 		}
 		return f()
 	})

@@ -302,6 +302,10 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 		paused = true
 		killMoveLock(t, dst, r.Schema(1))
 		killNamedLockMySQL(t, src, "shardid_drop:shardid_mdu_0001")
+		// And the session that holds the home's fence, found unsealed,
+		// to the drop's end (holdUnsealed): it keeps a move's fence of
+		// the home waiting while it lives.
+		killOpenTransactionsMySQL(t, dst)
 		if done, err := reshard.DropUnfinishedCopies(ctx, loaded(t, newRouter(), c), 1); err != nil || len(done.Copies) != 1 {
 			t.Errorf("the second clean-up: %+v, %v; want the copy dropped", done, err)
 		}

@@ -925,6 +925,23 @@ func killNamedLockMySQL(t *testing.T, db *gorm.DB, name string) {
 	t.Fatalf("connection %d still there after KILL", id)
 }
 
+// killOpenTransactionsMySQL ends, as a server's reaper would, every
+// session of db's database (but the caller's) with a transaction open.
+func killOpenTransactionsMySQL(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	var ids []int64
+	q := `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+		WHERE p.DB = DATABASE() AND t.trx_mysql_thread_id <> CONNECTION_ID()`
+	if err := db.Raw(q).Scan(&ids).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := db.Exec(fmt.Sprintf("KILL %d", id)).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestMovePausedBeforeItsSealKeepsItsCopyPostgres: a move paused after
 // its last check of its lock and before it seals the shard's home, its
 // lock lost, while an operator drops its unfinished copy

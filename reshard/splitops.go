@@ -207,6 +207,9 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 			if err != nil {
 				return err
 			}
+			if err := lock.ensure(ctx, "lifting the split's fences"); err != nil {
+				return err
+			}
 			// A shard whose state changed since it was read (a run of
 			// the batch that lost its lock sealed it meanwhile) fails the
 			// abort: lifting the others and dropping its copy would leave
@@ -215,9 +218,6 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 				if c.Token != tokens[c.Shard] {
 					return withDetail(ErrMoveInProgress, fmt.Sprintf("the split's state of shard %d changed while the abort read it (a run of its batch went on): see shardid split status, then run the abort again", c.Shard))
 				}
-			}
-			if err := lock.ensure(ctx, "lifting the split's fences"); err != nil {
-				return err
 			}
 			return sp.liftShardsTx(tx, reset, tokens, true, true)
 		})
