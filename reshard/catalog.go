@@ -300,6 +300,14 @@ func (e *catalogConflict) Unwrap() error { return ErrCatalogConflict }
 // moves of different shards never undo each other, and a move of a shard
 // someone else moved fails with ErrCatalogConflict.
 func (c *Catalog) flipShard(ctx context.Context, shard int, from, to string) (int64, error) {
+	return c.flipShardHeld(ctx, shard, from, to, nil)
+}
+
+// flipShardHeld is flipShard, with held (if not nil) run first in its
+// transaction, after the version's row is locked: a check that must hold
+// until the flip commits (a read of a row under a shared lock in the same
+// database as the catalog).
+func (c *Catalog) flipShardHeld(ctx context.Context, shard int, from, to string, held func(tx *gorm.DB) error) (int64, error) {
 	t, err := c.table()
 	if err != nil {
 		return 0, err
@@ -309,6 +317,11 @@ func (c *Catalog) flipShard(ctx context.Context, shard int, from, to string) (in
 		var err error
 		if version, err = lockVersion(tx, t); err != nil {
 			return err
+		}
+		if held != nil {
+			if err := held(tx); err != nil {
+				return err
+			}
 		}
 		res := tx.Exec("UPDATE "+t+" SET db_name = ? WHERE shard = ? AND db_name = ?", to, shard, from)
 		if res.Error != nil {

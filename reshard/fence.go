@@ -361,12 +361,12 @@ func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, 
 
 // claimSeal makes the seal of schema on db (a move's source, sealed by a
 // move that did not flip) this run's: with the fence's row held, it must
-// still be sealed, check (the run's check of its lock, and that the
-// catalog still names db) must pass, and the token changes. A run that
-// sealed it and is about to flip the catalog holds the row under a shared
-// lock and flips only while the token is its seal's (holdSeal): either its
-// flip is committed first, and check finds the catalog changed, or this
-// claim is, and its flip is refused.
+// still be sealed, check (the run's check of its lock) must pass, and the
+// token changes. A run that sealed it and is about to flip the catalog
+// holds the row under a shared lock and flips only while the token is
+// its seal's (holdSeal, sealedAs): either its flip is committed before
+// this claim is granted, and the caller, reading the catalog after it,
+// finds it changed, or this claim is, and that flip is refused.
 func claimSeal(ctx context.Context, db *gorm.DB, schema string, check func(context.Context) error) error {
 	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		var cur []struct {
@@ -391,25 +391,35 @@ func claimSeal(ctx context.Context, db *gorm.DB, schema string, check func(conte
 // run's own seal); ErrMoveLockLost, f not run, otherwise: another run of
 // the move took the seal over (claimSeal) and is rebuilding the copy.
 func holdSeal(ctx context.Context, db *gorm.DB, schema string, token int64, f func() error) error {
-	q := "SELECT token, sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1"
-	if db.Dialector.Name() == "mysql" {
+	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+		if err := sealedAs(tx, schema, token); err != nil {
+			return err
+		}
+		return f()
+	})
+}
+
+// sealedAs reads, in tx, the fence's row of schema under a shared lock,
+// kept to the end of tx, and returns ErrMoveLockLost unless it is sealed
+// with token.
+func sealedAs(tx *gorm.DB, schema string, token int64) error {
+	q := "SELECT token, sealed FROM " + quoteTable(tx, schema, fenceTable) + " WHERE id = 1"
+	if tx.Dialector.Name() == "mysql" {
 		q += " LOCK IN SHARE MODE"
 	} else {
 		q += " FOR SHARE"
 	}
-	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
-		var cur []struct {
-			Token  int64
-			Sealed bool
-		}
-		if err := tx.Raw(q).Scan(&cur).Error; err != nil {
-			return err
-		}
-		if len(cur) != 1 || !cur[0].Sealed || cur[0].Token != token {
-			return fmt.Errorf("%w: the seal of %s is not this run's any more (%+v, its seal's token %d): another run of the move took it over", ErrMoveLockLost, schema, cur, token)
-		}
-		return f()
-	})
+	var cur []struct {
+		Token  int64
+		Sealed bool
+	}
+	if err := tx.Raw(q).Scan(&cur).Error; err != nil {
+		return err
+	}
+	if len(cur) != 1 || !cur[0].Sealed || cur[0].Token != token {
+		return fmt.Errorf("%w: the seal of %s is not this run's any more (%+v, its seal's token %d): another run of the move took it over", ErrMoveLockLost, schema, cur, token)
+	}
+	return nil
 }
 
 // lockTables takes a SHARE ROW EXCLUSIVE lock on tables of schema until the

@@ -139,3 +139,20 @@ func CheckDatabases(ctx context.Context, r *shardid.Router) error {
 	}
 	return checkDistinct(ctx, names, dbs)
 }
+
+// sameDatabase reports whether a and b reach one database (PostgreSQL) or
+// one server (MySQL), by identify.
+func sameDatabase(ctx context.Context, a, b *gorm.DB) (bool, error) {
+	if a.Dialector.Name() != b.Dialector.Name() {
+		return false, nil
+	}
+	ia, err := identify(ctx, a)
+	if err != nil {
+		return false, err
+	}
+	ib, err := identify(ctx, b)
+	if err != nil {
+		return false, err
+	}
+	return ia.same(ib), nil
+}

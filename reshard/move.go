@@ -279,24 +279,21 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		// read again with it held: the run that sealed it, paused before
 		// its flip with its lock lost, must not flip the catalog to the
 		// copy this run empties and fills again (holdSeal).
-		err := claimSeal(ctx, src, schema, func(ctx context.Context) error {
-			if err := lock.ensure(ctx, "taking the seal over"); err != nil {
-				return err
-			}
-			if c == nil {
-				return nil
-			}
-			name, err := c.shardDB(ctx, shard)
-			if err != nil {
-				return err
-			}
-			if name != res.From {
-				return fmt.Errorf("%w: the catalog maps shard %d to %s now: the run that sealed %s flipped it", ErrMoveLockLost, shard, name, res.From)
-			}
-			return nil
-		})
+		err := claimSeal(ctx, src, schema, func(ctx context.Context) error { return lock.ensure(ctx, "taking the seal over") })
 		if err != nil {
 			return res, err
+		}
+		// Read after the claim: a flip of the run that sealed it
+		// commits before the claim is granted (it holds the row), or
+		// not at all.
+		if c != nil {
+			name, err := c.shardDB(ctx, shard)
+			if err != nil {
+				return res, err
+			}
+			if name != res.From {
+				return res, fmt.Errorf("shardid: move shard %d: %w: the catalog maps it to %s now: the run that sealed %s flipped it", shard, ErrMoveLockLost, name, res.From)
+			}
 		}
 	}
 	stage := func(s string) {
@@ -473,10 +470,19 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		// With the seal held as this run made it (holdSeal): a run of
 		// the move again, which took the seal over while this one was
 		// paused here, is filling the copy again.
-		err := holdSeal(ctx, src, schema, token+1, func() (err error) {
-			res.Version, err = c.flipShard(ctx, shard, res.From, target)
-			return err
-		})
+		// In one transaction where the catalog is in the source's
+		// database: the lock holds a session of that pool, and a hold
+		// and a flip on two more would wait for a third in a pool of
+		// two.
+		same, err := sameDatabase(ctx, c.DB, src)
+		if err == nil && same {
+			res.Version, err = c.flipShardHeld(ctx, shard, res.From, target, func(tx *gorm.DB) error { return sealedAs(tx, schema, token+1) })
+		} else if err == nil {
+			err = holdSeal(ctx, src, schema, token+1, func() (err error) {
+				res.Version, err = c.flipShard(ctx, shard, res.From, target)
+				return err
+			})
+		}
 		if err != nil {
 			return res, fmt.Errorf("shardid: shard %d is copied to %s and its old copy on %s fenced for good, "+
 				"but the catalog was not flipped (run the move again to finish it): %w", shard, target, res.From, err)
