@@ -470,6 +470,12 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 			}
 			return tx.Exec("UPDATE " + st + " SET fenced_until = '9999-12-31 23:59:59', token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
 		}
+		// Asked before the tables' lock too: a run that lost its lock
+		// must not hold back the writers behind that lock while it
+		// waits for the fence's row.
+		if err := check(ctx); err != nil {
+			return err
+		}
 		if err := lockTables(tx, schema, tables); err != nil {
 			return err
 		}
