@@ -392,7 +392,7 @@ func claimSeal(ctx context.Context, db *gorm.DB, schema string, check func(conte
 // the move took the seal over (claimSeal) and is rebuilding the copy.
 func holdSeal(ctx context.Context, db *gorm.DB, schema string, token int64, f func() error) error {
 	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
-		if err := sealedAs(tx, schema, token); err != nil {
+		if err := sealedAs(tx, schema, token, "another run of the move took it over"); err != nil {
 			return err
 		}
 		return f()
@@ -400,9 +400,9 @@ func holdSeal(ctx context.Context, db *gorm.DB, schema string, token int64, f fu
 }
 
 // sealedAs reads, in tx, the fence's row of schema under a shared lock,
-// kept to the end of tx, and returns ErrMoveLockLost unless it is sealed
-// with token.
-func sealedAs(tx *gorm.DB, schema string, token int64) error {
+// kept to the end of tx, and returns ErrMoveLockLost (saying why, if not)
+// unless it is sealed with token.
+func sealedAs(tx *gorm.DB, schema string, token int64, why string) error {
 	q := "SELECT token, sealed FROM " + quoteTable(tx, schema, fenceTable) + " WHERE id = 1"
 	if tx.Dialector.Name() == "mysql" {
 		q += " LOCK IN SHARE MODE"
@@ -417,7 +417,7 @@ func sealedAs(tx *gorm.DB, schema string, token int64) error {
 		return err
 	}
 	if len(cur) != 1 || !cur[0].Sealed || cur[0].Token != token {
-		return fmt.Errorf("%w: the seal of %s is not this run's any more (%+v, its seal's token %d): another run of the move took it over", ErrMoveLockLost, schema, cur, token)
+		return fmt.Errorf("%w: the seal of %s is not this run's any more (%+v, its seal's token %d): %s", ErrMoveLockLost, schema, cur, token, why)
 	}
 	return nil
 }

@@ -476,7 +476,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		// two.
 		same, err := sameDatabase(ctx, c.DB, src)
 		if err == nil && same {
-			res.Version, err = c.flipShardHeld(ctx, shard, res.From, target, func(tx *gorm.DB) error { return sealedAs(tx, schema, token+1) })
+			res.Version, err = c.flipShardHeld(ctx, shard, res.From, target, func(tx *gorm.DB) error { return sealedAs(tx, schema, token+1, "another run of the move took it over") })
 		} else if err == nil {
 			err = holdSeal(ctx, src, schema, token+1, func() (err error) {
 				res.Version, err = c.flipShard(ctx, shard, res.From, target)

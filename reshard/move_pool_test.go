@@ -952,11 +952,7 @@ func killOpenTransactionsMySQL(t *testing.T, db *gorm.DB) {
 // then leaves the copy, which a move run again flips.
 func TestMovePausedBeforeItsSealKeepsItsCopyPostgres(t *testing.T) {
 	for _, at := range []string{"move seal", "seal held"} {
-		t.Run(strings.ReplaceAll(at, " ", "-"), func(t *testing.T) {
-			direct, r, c, p, b := pooledMoveSetup(t, 3)
-			checkPausedSealDrop(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
-				c, direct.Databases()[0], 3, "pg2", at, reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
-		})
+		t.Run(strings.ReplaceAll(at, " ", "-"), func(t *testing.T) { checkPausedSealDrop(t, pgMoveCase(t), at) })
 	}
 }
 
@@ -964,12 +960,7 @@ func TestMovePausedBeforeItsSealKeepsItsCopyPostgres(t *testing.T) {
 // TestMovePausedBeforeItsSealKeepsItsCopyPostgres on MariaDB.
 func TestMovePausedBeforeItsSealKeepsItsCopyMariaDB(t *testing.T) {
 	for i, at := range []string{"move seal", "seal held"} {
-		t.Run(strings.ReplaceAll(at, " ", "-"), func(t *testing.T) {
-			newRouter, c := mariaMoveSetup(t, fmt.Sprintf("shardid_ms%d", i))
-			r := loaded(t, newRouter(), c)
-			checkPausedSealDrop(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
-				c, r.Databases()[0], 1, "my2", at, reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
-		})
+		t.Run(strings.ReplaceAll(at, " ", "-"), func(t *testing.T) { checkPausedSealDrop(t, mariaMoveCase(t, fmt.Sprintf("shardid_ms%d", i)), at) })
 	}
 }
 
@@ -979,8 +970,9 @@ func TestMovePausedBeforeItsSealKeepsItsCopyMariaDB(t *testing.T) {
 // its own (it must wait for the seal under way). Whatever each does, the
 // shard must then take writes, through a router that follows the catalog,
 // with every seeded row, once the move is run again if it must.
-func checkPausedSealDrop(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target, pauseAt string, opts reshard.MoveOptions) {
+func checkPausedSealDrop(t *testing.T, mc moveCase, pauseAt string) {
 	t.Helper()
+	r, fresh, c, direct, shard, target, opts := mc.r, mc.fresh, mc.c, mc.direct, mc.shard, mc.target, mc.opts
 	ctx := context.Background()
 	seeded := seedShard(t, r, shard, 100)
 	schema := r.Schema(shard)
@@ -1021,18 +1013,7 @@ func checkPausedSealDrop(t *testing.T, r *shardid.Router, fresh func() *shardid.
 			t.Fatalf("the move run again after its seal: %v", err)
 		}
 	}
-	f := fresh()
-	ph := RPhoto{UserID: int64(shard), Caption: "after it all"}
-	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
-		t.Fatalf("a write to shard %d on %s, its home by the catalog: %v", shard, f.DatabaseName(shard), err)
-	}
-	var n int64
-	if err := f.ForKey(int64(shard)).Model(&RPhoto{}).Where("user_id % ? = ?", f.LogicalShards(), shard).Count(&n).Error; err != nil {
-		t.Fatal(err)
-	}
-	if n != int64(len(seeded))+1 {
-		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, len(seeded))
-	}
+	checkShardWhole(t, fresh(), shard, len(seeded))
 }
 
 // TestDropShardCopyKeepsTheCopyOfASealedHomePostgres: a move that sealed
@@ -1042,22 +1023,18 @@ func checkPausedSealDrop(t *testing.T, r *shardid.Router, fresh func() *shardid.
 // dropped it, the home sealed for good, and no run of the library could
 // bring the shard back.
 func TestDropShardCopyKeepsTheCopyOfASealedHomePostgres(t *testing.T) {
-	_, r, c, p, b := pooledMoveSetup(t, 3)
-	checkDropCopyOfSealedHome(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
-		c, 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+	checkDropCopyOfSealedHome(t, pgMoveCase(t))
 }
 
 // TestDropShardCopyKeepsTheCopyOfASealedHomeMariaDB is
 // TestDropShardCopyKeepsTheCopyOfASealedHomePostgres on MariaDB.
 func TestDropShardCopyKeepsTheCopyOfASealedHomeMariaDB(t *testing.T) {
-	newRouter, c := mariaMoveSetup(t, "shardid_mh")
-	r := loaded(t, newRouter(), c)
-	checkDropCopyOfSealedHome(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
-		c, 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+	checkDropCopyOfSealedHome(t, mariaMoveCase(t, "shardid_mh"))
 }
 
-func checkDropCopyOfSealedHome(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, shard int, target string, opts reshard.MoveOptions) {
+func checkDropCopyOfSealedHome(t *testing.T, mc moveCase) {
 	t.Helper()
+	r, fresh, c, shard, target, opts := mc.r, mc.fresh, mc.c, mc.shard, mc.target, mc.opts
 	seeded := seedShard(t, r, shard, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := opts
@@ -1080,17 +1057,7 @@ func checkDropCopyOfSealedHome(t *testing.T, r *shardid.Router, fresh func() *sh
 		t.Fatalf("the move run again: %v", err)
 	}
 	f = fresh()
-	ph := RPhoto{UserID: int64(shard), Caption: "after the move"}
-	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
-		t.Fatalf("a write to shard %d on %s: %v", shard, f.DatabaseName(shard), err)
-	}
-	var n int64
-	if err := f.ForKey(int64(shard)).Model(&RPhoto{}).Where("user_id % ? = ?", f.LogicalShards(), shard).Count(&n).Error; err != nil {
-		t.Fatal(err)
-	}
-	if n != int64(len(seeded))+1 {
-		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, len(seeded))
-	}
+	checkShardWhole(t, f, shard, len(seeded))
 }
 
 // TestMovePausedBeforeItsFlipKeepsARerunPostgres: a move paused after it
@@ -1100,22 +1067,18 @@ func checkDropCopyOfSealedHome(t *testing.T, r *shardid.Router, fresh func() *sh
 // flip the catalog when it resumes: it pointed every router at a copy
 // being emptied, still fenced for the second run.
 func TestMovePausedBeforeItsFlipKeepsARerunPostgres(t *testing.T) {
-	direct, r, c, p, b := pooledMoveSetup(t, 3)
-	checkPausedFlipRerun(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
-		c, direct.Databases()[0], 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+	checkPausedFlipRerun(t, pgMoveCase(t))
 }
 
 // TestMovePausedBeforeItsFlipKeepsARerunMariaDB is
 // TestMovePausedBeforeItsFlipKeepsARerunPostgres on MariaDB.
 func TestMovePausedBeforeItsFlipKeepsARerunMariaDB(t *testing.T) {
-	newRouter, c := mariaMoveSetup(t, "shardid_mr")
-	r := loaded(t, newRouter(), c)
-	checkPausedFlipRerun(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
-		c, r.Databases()[0], 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+	checkPausedFlipRerun(t, mariaMoveCase(t, "shardid_mr"))
 }
 
-func checkPausedFlipRerun(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, opts reshard.MoveOptions) {
+func checkPausedFlipRerun(t *testing.T, mc moveCase) {
 	t.Helper()
+	r, fresh, c, direct, shard, target, opts := mc.r, mc.fresh, mc.c, mc.direct, mc.shard, mc.target, mc.opts
 	ctx := context.Background()
 	seeded := seedShard(t, r, shard, 100)
 	schema := r.Schema(shard)
@@ -1170,17 +1133,7 @@ func checkPausedFlipRerun(t *testing.T, r *shardid.Router, fresh func() *shardid
 	if got := f.DatabaseName(shard); got != target {
 		t.Fatalf("the catalog names %s, want %s", got, target)
 	}
-	ph := RPhoto{UserID: int64(shard), Caption: "after the move"}
-	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
-		t.Fatalf("a write to shard %d on %s: %v", shard, target, err)
-	}
-	var n int64
-	if err := f.ForKey(int64(shard)).Model(&RPhoto{}).Where("user_id % ? = ?", f.LogicalShards(), shard).Count(&n).Error; err != nil {
-		t.Fatal(err)
-	}
-	if n != int64(len(seeded))+1 {
-		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, target, n, len(seeded))
-	}
+	checkShardWhole(t, f, shard, len(seeded))
 }
 
 // TestMoveRunOverASealKeepsItSealedPostgres: a move run again over the
@@ -1191,22 +1144,18 @@ func checkPausedFlipRerun(t *testing.T, r *shardid.Router, fresh func() *shardid
 // live and dropped the copy, and the run's way out sealed the home again,
 // no copy left.
 func TestMoveRunOverASealKeepsItSealedPostgres(t *testing.T) {
-	direct, r, c, p, b := pooledMoveSetup(t, 3)
-	checkRunOverSealDrop(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
-		c, direct.Databases()[0], 3, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
+	checkRunOverSealDrop(t, pgMoveCase(t))
 }
 
 // TestMoveRunOverASealKeepsItSealedMariaDB is
 // TestMoveRunOverASealKeepsItSealedPostgres on MariaDB.
 func TestMoveRunOverASealKeepsItSealedMariaDB(t *testing.T) {
-	newRouter, c := mariaMoveSetup(t, "shardid_mo")
-	r := loaded(t, newRouter(), c)
-	checkRunOverSealDrop(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
-		c, r.Databases()[0], 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second})
+	checkRunOverSealDrop(t, mariaMoveCase(t, "shardid_mo"))
 }
 
-func checkRunOverSealDrop(t *testing.T, r *shardid.Router, fresh func() *shardid.Router, c *reshard.Catalog, direct *gorm.DB, shard int, target string, opts reshard.MoveOptions) {
+func checkRunOverSealDrop(t *testing.T, mc moveCase) {
 	t.Helper()
+	r, fresh, c, direct, shard, target, opts := mc.r, mc.fresh, mc.c, mc.direct, mc.shard, mc.target, mc.opts
 	seeded := seedShard(t, r, shard, 100)
 	schema := r.Schema(shard)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -1242,16 +1191,54 @@ func checkRunOverSealDrop(t *testing.T, r *shardid.Router, fresh func() *shardid
 	if _, err := reshard.MoveShard(context.Background(), fresh(), c, shard, target, opts); err != nil {
 		t.Fatalf("the move run once more: %v", err)
 	}
-	f := fresh()
-	ph := RPhoto{UserID: int64(shard), Caption: "after the move"}
+	checkShardWhole(t, fresh(), shard, len(seeded))
+}
+
+// checkShardWhole writes a photo to shard through f, a router that follows
+// the catalog, and checks that the shard's home then holds the seeded
+// photos and that one.
+func checkShardWhole(t *testing.T, f *shardid.Router, shard, seeded int) {
+	t.Helper()
+	ph := RPhoto{UserID: int64(shard), Caption: "after it all"}
 	if err := f.ForKey(ph.UserID).Create(&ph).Error; err != nil {
-		t.Fatalf("a write to shard %d on %s: %v", shard, f.DatabaseName(shard), err)
+		t.Fatalf("a write to shard %d on %s, its home by the catalog: %v", shard, f.DatabaseName(shard), err)
 	}
 	var n int64
 	if err := f.ForKey(int64(shard)).Model(&RPhoto{}).Where("user_id % ? = ?", f.LogicalShards(), shard).Count(&n).Error; err != nil {
 		t.Fatal(err)
 	}
-	if n != int64(len(seeded))+1 {
-		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, len(seeded))
+	if n != int64(seeded)+1 {
+		t.Errorf("shard %d on %s holds %d photos, want the %d seeded and the one written after", shard, f.DatabaseName(shard), n, seeded)
 	}
+}
+
+// moveCase is a shard to move in the tests of paused runs: r's map and
+// the catalog name its home, fresh returns a router that follows the
+// catalog, direct reaches the home without a pooler (to end a lock's
+// session), and opts moves the shard's tables.
+type moveCase struct {
+	r      *shardid.Router
+	fresh  func() *shardid.Router
+	c      *reshard.Catalog
+	direct *gorm.DB
+	shard  int
+	target string
+	opts   reshard.MoveOptions
+}
+
+// pgMoveCase is shard 3 on pg1, moved to pg2, through a PgBouncer in
+// transaction mode with a pool of three.
+func pgMoveCase(t *testing.T) moveCase {
+	direct, r, c, p, b := pooledMoveSetup(t, 3)
+	return moveCase{r: r, fresh: func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) }, c: c, direct: direct.Databases()[0],
+		shard: 3, target: "pg2", opts: reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second}}
+}
+
+// mariaMoveCase is shard 1 on my1, moved to my2 (databases named from
+// prefix).
+func mariaMoveCase(t *testing.T, prefix string) moveCase {
+	newRouter, c := mariaMoveSetup(t, prefix)
+	r := loaded(t, newRouter(), c)
+	return moveCase{r: r, fresh: func() *shardid.Router { return loaded(t, newRouter(), c) }, c: c, direct: r.Databases()[0],
+		shard: 1, target: "my2", opts: reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second}}
 }

@@ -273,24 +273,8 @@ func undoBackFence(ctx context.Context, db *gorm.DB, schema string, token int64,
 // sealedAsSeen returns an error wrapping ErrMoveLockLost unless schema on
 // db is sealed with token, read under a shared lock (unsealBack's row).
 func sealedAsSeen(ctx context.Context, db *gorm.DB, schema string, token int64) error {
-	q := "SELECT token, sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1"
-	if db.Dialector.Name() == "mysql" {
-		q += " LOCK IN SHARE MODE"
-	} else {
-		q += " FOR SHARE"
-	}
 	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
-		var f []struct {
-			Token  int64
-			Sealed bool
-		}
-		if err := tx.Raw(q).Scan(&f).Error; err != nil {
-			return err
-		}
-		if len(f) != 1 || !f[0].Sealed || f[0].Token != token {
-			return fmt.Errorf("%w: the roll-back's seal of %s changed (%+v; planned sealed with token %d): an abort of the roll-back unsealed it", ErrMoveLockLost, schema, f, token)
-		}
-		return nil
+		return sealedAs(tx, schema, token, "an abort of the roll-back unsealed it")
 	})
 }
 
