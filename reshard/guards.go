@@ -215,10 +215,12 @@ func checkSealedSource(ctx context.Context, src, dst *gorm.DB, schema string, sh
 }
 
 // restoreSeal fences the tables of schema on db for good again, as a move
-// had sealed them before a move run again replaced the seal with its own
-// fence and then failed: the old copy must never take writes again. It
-// does so only while the fence is still the one of token, the failed
-// move's: not over a fence set since by another mover.
+// had sealed them before a move run again took the seal over (setFence
+// over a seal, which keeps it sealed and changes its token only) and then
+// failed: the old copy must never take writes again. It does so only
+// while the fence is still the one of token, the failed move's: not over
+// a fence set since by another mover. (A seal taken over by this version
+// stays sealed; the seal of an older version's run was a timed fence.)
 func restoreSeal(ctx context.Context, db *gorm.DB, schema string, token int64) error {
 	st, until := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'infinity'"
 	if db.Dialector.Name() == "mysql" {

@@ -517,8 +517,8 @@ func testStaleRerun(t *testing.T, newRouter func() *shardid.Router, b *gorm.DB, 
 }
 
 // Item 15: a move run again over the source it sealed (it could not flip
-// the catalog) replaces the seal with its fence; cancelled after that, it
-// must put the seal back, never lift it.
+// the catalog) takes the seal over with its fence; cancelled after that,
+// it must leave the source sealed, never lift it.
 func TestRerunCancelledKeepsTheSeal(t *testing.T) {
 	a, b := guardPG(t, "shardid_gk")
 	p := layoutPlugin(t, moveLayout, guardShards, 0)

@@ -424,7 +424,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
 			if overSeal {
-				// Our fence replaced a seal: the old copy stays sealed.
+				// Our fence took a seal over: the old copy stays sealed.
 				_ = restoreSeal(cctx, src, schema, token)
 				return
 			}
