@@ -308,12 +308,14 @@ func ensureFenceMySQLAs(ctx context.Context, db *gorm.DB, schema string, tables 
 // locks writers hold), so every write before it is committed and every
 // write after it sees the fence. It refuses, with ErrShardMoved, to replace
 // a move's seal, unless overSeal (a move run again over a source whose
-// catalog entry it checked).
+// catalog entry it checked): then the seal must still carry claimed, the
+// token this run's claimSeal gave it (ErrMoveLockLost otherwise: a run
+// that took the seal over since, while this one was paused, owns it).
 //
 // It also returns when its last try began (tries that timed out waiting
 // for a writer's lock held nobody back for long, see lockedTx): when
 // writes began to wait for the fence.
-func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, d time.Duration, overSeal bool) (int64, time.Time, error) {
+func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, d time.Duration, overSeal bool, claimed int64) (int64, time.Time, error) {
 	var token int64
 	var began time.Time
 	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
@@ -345,6 +347,9 @@ func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, 
 		case d > 0:
 			until = "clock_timestamp() + " + strconv.FormatInt(d.Microseconds(), 10) + " * interval '1 microsecond'"
 		}
+		if cur.Sealed && cur.Token != claimed {
+			return fmt.Errorf("%w: the seal of %s carries token %d, not this run's claim %d: another run took it over", ErrMoveLockLost, schema, cur.Token, claimed)
+		}
 		token = cur.Token + 1
 		if cur.Sealed {
 			// Over a seal (a move run again): the source refuses every
@@ -367,8 +372,9 @@ func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, 
 // its seal's (holdSeal, sealedAs): either its flip is committed before
 // this claim is granted, and the caller, reading the catalog after it,
 // finds it changed, or this claim is, and that flip is refused.
-func claimSeal(ctx context.Context, db *gorm.DB, schema string, check func(context.Context) error) error {
-	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+func claimSeal(ctx context.Context, db *gorm.DB, schema string, check func(context.Context) error) (int64, error) {
+	var claimed int64
+	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		var cur []struct {
 			Token  int64
 			Sealed bool
@@ -382,8 +388,10 @@ func claimSeal(ctx context.Context, db *gorm.DB, schema string, check func(conte
 		if err := check(ctx); err != nil {
 			return err
 		}
+		claimed = cur[0].Token + 1
 		return tx.Exec("UPDATE " + quoteTable(db, schema, fenceTable) + " SET token = token + 1 WHERE id = 1").Error
 	})
+	return claimed, err
 }
 
 // holdSeal runs f in a transaction on db that holds the fence's row of

@@ -274,12 +274,13 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, err
 	}
+	var claimed int64 // the seal's token once this run took it over
 	if overSeal {
 		// The seal taken over before the copy is touched, the catalog
 		// read again with it held: the run that sealed it, paused before
 		// its flip with its lock lost, must not flip the catalog to the
 		// copy this run empties and fills again (holdSeal).
-		err := claimSeal(ctx, src, schema, func(ctx context.Context) error { return lock.ensure(ctx, "taking the seal over") })
+		claimed, err = claimSeal(ctx, src, schema, func(ctx context.Context) error { return lock.ensure(ctx, "taking the seal over") })
 		if err != nil {
 			return res, err
 		}
@@ -406,7 +407,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if runPause != nil {
 		runPause("move fence")
 	}
-	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, overSeal)
+	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, overSeal, claimed)
 	if errors.Is(err, ErrShardMoved) && !overSeal {
 		// Sealed since this move began: by a rival who finished it. Not
 		// ErrShardMoved, which callers take for an old copy on the target
@@ -554,7 +555,7 @@ func Fence(ctx context.Context, r *shardid.Router, shard int, models []any, d ti
 	if err := lock.ensure(ctx, "fencing shard "+strconv.Itoa(shard)); err != nil {
 		return err
 	}
-	if _, _, err = setFence(ctx, db, schema, tables, d, false); err != nil {
+	if _, _, err = setFence(ctx, db, schema, tables, d, false, 0); err != nil {
 		return fmt.Errorf("shardid: fencing shard %d on %s: %w", shard, r.DatabaseName(shard), err)
 	}
 	r.LogFenceSet(shard, r.DatabaseName(shard), d)

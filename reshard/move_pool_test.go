@@ -1242,3 +1242,84 @@ func mariaMoveCase(t *testing.T, prefix string) moveCase {
 	return moveCase{r: r, fresh: func() *shardid.Router { return loaded(t, newRouter(), c) }, c: c, direct: r.Databases()[0],
 		shard: 1, target: "my2", opts: reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second}}
 }
+
+// TestMoveRunOverASealPausedKeepsARivalsClaimPostgres: a move run again
+// over a seal, paused after it took the seal over and before its fence,
+// its lock lost while a third run takes the seal over in turn and fences
+// it, must not fence over that run's claim when it resumes: it changed
+// the seal's token under the third run, whose seal then failed.
+func TestMoveRunOverASealPausedKeepsARivalsClaimPostgres(t *testing.T) {
+	checkRunOverSealPaused(t, pgMoveCase(t))
+}
+
+// TestMoveRunOverASealPausedKeepsARivalsClaimMariaDB is
+// TestMoveRunOverASealPausedKeepsARivalsClaimPostgres on MariaDB.
+func TestMoveRunOverASealPausedKeepsARivalsClaimMariaDB(t *testing.T) {
+	checkRunOverSealPaused(t, mariaMoveCase(t, "shardid_mc"))
+}
+
+func checkRunOverSealPaused(t *testing.T, mc moveCase) {
+	t.Helper()
+	seeded := seedShard(t, mc.r, mc.shard, 100)
+	schema := mc.r.Schema(mc.shard)
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := mc.opts
+	stop.OnStage = func(stage string) {
+		if stage == "sealed" {
+			cancel()
+		}
+	}
+	if _, err := reshard.MoveShard(ctx, mc.r, mc.c, mc.shard, mc.target, stop); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a move stopped after its seal: %v, want context.Canceled", err)
+	}
+	var (
+		mu         sync.Mutex
+		paused     bool
+		rivalAt    = make(chan struct{})
+		resume     = make(chan struct{})
+		rivalDone  = make(chan error, 1)
+		rivalState = "not started"
+	)
+	defer reshard.SetRunPause(func(at string) {
+		mu.Lock()
+		first := at == "move fence" && !paused
+		paused = paused || first
+		rival := at == "move seal" && rivalState == "running"
+		if rival {
+			rivalState = "at its seal"
+		}
+		mu.Unlock()
+		switch {
+		case first:
+			killMoveLock(t, mc.direct, schema)
+			mu.Lock()
+			rivalState = "running"
+			mu.Unlock()
+			go func() {
+				_, err := reshard.MoveShard(context.Background(), mc.fresh(), mc.c, mc.shard, mc.target, mc.opts)
+				rivalDone <- err
+			}()
+			select {
+			case <-rivalAt:
+			case err := <-rivalDone:
+				rivalDone <- fmt.Errorf("it ended before its seal: %w", err)
+			}
+		case rival:
+			close(rivalAt)
+			<-resume
+		}
+	})()
+	_, err := reshard.MoveShard(context.Background(), mc.fresh(), mc.c, mc.shard, mc.target, mc.opts)
+	close(resume)
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Errorf("the paused run, resumed: %v, want ErrMoveLockLost", err)
+	}
+	if err := <-rivalDone; err != nil {
+		t.Fatalf("the third run: %v", err)
+	}
+	f := mc.fresh()
+	if got := f.DatabaseName(mc.shard); got != mc.target {
+		t.Fatalf("the catalog names %s, want %s", got, mc.target)
+	}
+	checkShardWhole(t, f, mc.shard, len(seeded))
+}

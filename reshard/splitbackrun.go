@@ -170,7 +170,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	if err := ensure("fencing the shard's schema"); err != nil {
 		return res, err
 	}
-	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, false)
+	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, false, 0)
 	if err != nil {
 		return res, fmt.Errorf("fencing %s: %w", schema, err)
 	}
