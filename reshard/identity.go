@@ -140,10 +140,22 @@ func CheckDatabases(ctx context.Context, r *shardid.Router) error {
 	return checkDistinct(ctx, names, dbs)
 }
 
-// sameDatabase reports whether a and b reach one database (PostgreSQL) or
-// one server (MySQL), by identify.
-func sameDatabase(ctx context.Context, a, b *gorm.DB) (bool, error) {
+// sessionShared reports whether a and b reach one database (PostgreSQL)
+// or one server (MySQL), by identify, as one role: their sessions may come
+// from one pool (a pooler's is per database and role), and each may read
+// what the other may.
+func sessionShared(ctx context.Context, a, b *gorm.DB) (bool, error) {
 	if a.Dialector.Name() != b.Dialector.Name() {
+		return false, nil
+	}
+	var ua, ub string
+	if err := a.WithContext(ctx).Raw("SELECT CURRENT_USER").Scan(&ua).Error; err != nil {
+		return false, err
+	}
+	if err := b.WithContext(ctx).Raw("SELECT CURRENT_USER").Scan(&ub).Error; err != nil {
+		return false, err
+	}
+	if ua != ub {
 		return false, nil
 	}
 	ia, err := identify(ctx, a)

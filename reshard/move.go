@@ -274,6 +274,15 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err != nil {
 		return res, err
 	}
+	// Whether the flip reads the source's seal in the catalog's own
+	// transaction (sessionShared), found out before any fence: the
+	// flip runs while the shard refuses writes.
+	var flipInCatalog bool
+	if c != nil {
+		if flipInCatalog, err = sessionShared(ctx, c.DB, src); err != nil {
+			return res, err
+		}
+	}
 	var claimed int64 // the seal's token once this run took it over
 	if overSeal {
 		// The seal taken over before the copy is touched, the catalog
@@ -471,14 +480,13 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		// With the seal held as this run made it (holdSeal): a run of
 		// the move again, which took the seal over while this one was
 		// paused here, is filling the copy again.
-		// In one transaction where the catalog is in the source's
-		// database: the lock holds a session of that pool, and a hold
-		// and a flip on two more would wait for a third in a pool of
-		// two.
-		same, err := sameDatabase(ctx, c.DB, src)
-		if err == nil && same {
+		// In one transaction where the catalog's sessions are the
+		// source's (one database, one role: one pool, a pooler's too):
+		// the lock holds one of them, and a hold and a flip on two more
+		// would wait for a third in a pool of two.
+		if flipInCatalog {
 			res.Version, err = c.flipShardHeld(ctx, shard, res.From, target, func(tx *gorm.DB) error { return sealedAs(tx, schema, token+1, "another run of the move took it over") })
-		} else if err == nil {
+		} else {
 			err = holdSeal(ctx, src, schema, token+1, func() (err error) {
 				res.Version, err = c.flipShard(ctx, shard, res.From, target)
 				return err

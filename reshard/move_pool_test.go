@@ -1323,3 +1323,23 @@ func checkRunOverSealPaused(t *testing.T, mc moveCase) {
 	}
 	checkShardWhole(t, f, mc.shard, len(seeded))
 }
+
+// TestMoveWithACatalogOfItsOwnRole: the catalog in the source's database,
+// opened as a role that may only read and flip the catalog's tables (the
+// grants docs/deploying.md lists for it). The flip reads the source's seal
+// in the catalog's own transaction only when the catalog's sessions are
+// the source's: this role may not read the shard's fence, and the move
+// failed after its seal, the shard refusing every write.
+func TestMoveWithACatalogOfItsOwnRole(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	seeded := seedShard(t, r, 2, 20)
+	name := testdb.PostgresRole(t, "catflipmove", "GRANT SELECT, UPDATE ON "+c.Table+", "+c.Table+"_version TO %[1]s")
+	own := &reshard.Catalog{DB: testdb.OpenRole(t, name, ""), Table: c.Table}
+	if _, err := reshard.MoveShard(context.Background(), r, own, 2, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
+		t.Fatalf("a move whose catalog has a role of its own: %v", err)
+	}
+	if got := r.DatabaseName(2); got != "pg2" {
+		t.Fatalf("shard 2 after the move: on %s, want pg2", got)
+	}
+	checkShardWhole(t, r, 2, len(seeded))
+}
