@@ -411,12 +411,7 @@ func holdSeal(ctx context.Context, db *gorm.DB, schema string, token int64, f fu
 // kept to the end of tx, and returns ErrMoveLockLost (saying why, if not)
 // unless it is sealed with token.
 func sealedAs(tx *gorm.DB, schema string, token int64, why string) error {
-	q := "SELECT token, sealed FROM " + quoteTable(tx, schema, fenceTable) + " WHERE id = 1"
-	if tx.Dialector.Name() == "mysql" {
-		q += " LOCK IN SHARE MODE"
-	} else {
-		q += " FOR SHARE"
-	}
+	q := "SELECT token, sealed FROM " + quoteTable(tx, schema, fenceTable) + " WHERE id = 1" + forShare(tx.Dialector.Name() == "mysql")
 	var cur []struct {
 		Token  int64
 		Sealed bool

@@ -291,12 +291,7 @@ func holdUnsealed(ctx context.Context, db *gorm.DB, schema string, lock *moveLoc
 		}
 		return f()
 	}
-	q := "SELECT sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1"
-	if db.Dialector.Name() == "mysql" {
-		q += " LOCK IN SHARE MODE"
-	} else {
-		q += " FOR SHARE"
-	}
+	q := "SELECT sealed FROM " + quoteTable(db, schema, fenceTable) + " WHERE id = 1" + forShare(db.Dialector.Name() == "mysql")
 	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		var sealed []bool
 		if err := tx.Raw(q).Scan(&sealed).Error; err != nil {

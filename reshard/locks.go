@@ -163,3 +163,12 @@ func cancelAutovacuum(ctx context.Context, db *gorm.DB, schema string) {
 		AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE l.pid = a.pid AND n.nspname = ?)`, schema).Scan(&ignored)
 }
+
+// forShare is the clause that ends a SELECT whose rows stay under a shared
+// lock to the end of its transaction: MySQL's, or PostgreSQL's.
+func forShare(mysql bool) string {
+	if mysql {
+		return " LOCK IN SHARE MODE"
+	}
+	return " FOR SHARE"
+}

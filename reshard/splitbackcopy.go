@@ -56,12 +56,7 @@ func (bc *backCopy) hold(ctx context.Context, tx *sql.Tx) error {
 	if bc.token == 0 {
 		return nil
 	}
-	q := "SELECT token, sealed FROM " + bc.sp.q(splitStateTable) + " WHERE shard = " + strconv.Itoa(bc.shard)
-	if bc.sp.mysql {
-		q += " LOCK IN SHARE MODE"
-	} else {
-		q += " FOR SHARE"
-	}
+	q := "SELECT token, sealed FROM " + bc.sp.q(splitStateTable) + " WHERE shard = " + strconv.Itoa(bc.shard) + forShare(bc.sp.mysql)
 	var token int64
 	var sealed bool
 	err := tx.QueryRowContext(ctx, q).Scan(&token, &sealed)

@@ -61,11 +61,7 @@ func (sp *splitter) readDeclaredAs(ctx context.Context, shared bool) (string, er
 			return "", err
 		}
 	} else {
-		if sp.mysql {
-			q += " LOCK IN SHARE MODE"
-		} else {
-			q += " FOR SHARE"
-		}
+		q += forShare(sp.mysql)
 		if err := lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error { return tx.Raw(q).Scan(&got).Error }); err != nil {
 			return "", err
 		}
