@@ -444,6 +444,14 @@ func tableSums(ctx context.Context, db *gorm.DB, shards []int, schemaOf func(int
 		sum = "CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR)"
 	}
 	err := readSession(ctx, db, func(q querier) error {
+		if db.Dialector.Name() != "mysql" {
+			// Each of the small tables is read by this session alone: a
+			// parallel plan would have its workers, new sessions, open
+			// every table again (3 to 4 times slower).
+			if _, err := q.ExecContext(ctx, "SELECT set_config('max_parallel_workers_per_gather', '0', true)"); err != nil {
+				return err
+			}
+		}
 		for lo := 0; lo < len(shards); lo += 200 {
 			chunk := shards[lo:min(lo+200, len(shards))]
 			parts := make([]string, len(chunk))
