@@ -338,6 +338,9 @@ func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, 
 		if cur.Sealed && !overSeal {
 			return ErrShardMoved
 		}
+		if cur.Sealed && cur.Token != claimed {
+			return fmt.Errorf("%w: the seal of %s carries token %d, not this run's claim %d: another run took it over", ErrMoveLockLost, schema, cur.Token, claimed)
+		}
 		until := "'infinity'"
 		switch {
 		case db.Dialector.Name() == "mysql" && d > 0:
@@ -346,9 +349,6 @@ func setFence(ctx context.Context, db *gorm.DB, schema string, tables []string, 
 			until = "'9999-12-31 23:59:59'"
 		case d > 0:
 			until = "clock_timestamp() + " + strconv.FormatInt(d.Microseconds(), 10) + " * interval '1 microsecond'"
-		}
-		if cur.Sealed && cur.Token != claimed {
-			return fmt.Errorf("%w: the seal of %s carries token %d, not this run's claim %d: another run took it over", ErrMoveLockLost, schema, cur.Token, claimed)
 		}
 		token = cur.Token + 1
 		if cur.Sealed {

@@ -1036,16 +1036,7 @@ func checkDropCopyOfSealedHome(t *testing.T, mc moveCase) {
 	t.Helper()
 	r, fresh, c, shard, target, opts := mc.r, mc.fresh, mc.c, mc.shard, mc.target, mc.opts
 	seeded := seedShard(t, r, shard, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	stop := opts
-	stop.OnStage = func(stage string) {
-		if stage == "sealed" {
-			cancel()
-		}
-	}
-	if _, err := reshard.MoveShard(ctx, r, c, shard, target, stop); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a move stopped after its seal: %v, want context.Canceled", err)
-	}
+	stopAfterSeal(t, mc)
 	f := fresh()
 	if got := f.DatabaseName(shard); got == target {
 		t.Fatalf("the catalog names %s after a move stopped before its flip", got)
@@ -1158,16 +1149,7 @@ func checkRunOverSealDrop(t *testing.T, mc moveCase) {
 	r, fresh, c, direct, shard, target, opts := mc.r, mc.fresh, mc.c, mc.direct, mc.shard, mc.target, mc.opts
 	seeded := seedShard(t, r, shard, 100)
 	schema := r.Schema(shard)
-	ctx, cancel := context.WithCancel(context.Background())
-	stop := opts
-	stop.OnStage = func(stage string) {
-		if stage == "sealed" {
-			cancel()
-		}
-	}
-	if _, err := reshard.MoveShard(ctx, r, c, shard, target, stop); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a move stopped after its seal: %v, want context.Canceled", err)
-	}
+	stopAfterSeal(t, mc)
 	paused := false
 	var dropped error
 	defer reshard.SetRunPause(func(at string) {
@@ -1262,16 +1244,7 @@ func checkRunOverSealPaused(t *testing.T, mc moveCase) {
 	t.Helper()
 	seeded := seedShard(t, mc.r, mc.shard, 100)
 	schema := mc.r.Schema(mc.shard)
-	ctx, cancel := context.WithCancel(context.Background())
-	stop := mc.opts
-	stop.OnStage = func(stage string) {
-		if stage == "sealed" {
-			cancel()
-		}
-	}
-	if _, err := reshard.MoveShard(ctx, mc.r, mc.c, mc.shard, mc.target, stop); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a move stopped after its seal: %v, want context.Canceled", err)
-	}
+	stopAfterSeal(t, mc)
 	var (
 		mu         sync.Mutex
 		paused     bool
@@ -1342,4 +1315,22 @@ func TestMoveWithACatalogOfItsOwnRole(t *testing.T) {
 		t.Fatalf("shard 2 after the move: on %s, want pg2", got)
 	}
 	checkShardWhole(t, r, 2, len(seeded))
+}
+
+// stopAfterSeal runs mc's move until it has sealed the shard's home, and
+// stops it there (cancelled before its flip): the shard is whole in the
+// target, the home sealed for good.
+func stopAfterSeal(t *testing.T, mc moveCase) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := mc.opts
+	stop.OnStage = func(stage string) {
+		if stage == "sealed" {
+			cancel()
+		}
+	}
+	if _, err := reshard.MoveShard(ctx, mc.r, mc.c, mc.shard, mc.target, stop); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a move stopped after its seal: %v, want context.Canceled", err)
+	}
 }
