@@ -160,19 +160,31 @@ func TestChaosCheckerCatchesSharedWorker(t *testing.T) {
 	c := startChaosCluster(t, false)
 	for _, mode := range []string{"static", "liar"} {
 		t.Run(mode, func(t *testing.T) {
-			c.reset(t)
 			w := chaosWriterSpec{mode: mode, store: "postgres", prefer: 0, oneShard: true}
-			run := c.run(chaosRun{seed: 1, rng: rand.New(rand.NewPCG(1, 1)), duration: 4 * time.Second,
-				writers: []chaosWriterSpec{w, w}})
-			v := run.verdict
-			t.Logf("%d IDs, %d acknowledged, %d rows; %d violations", v.IDs, v.Acked, v.Rows, len(v.Violations))
+			// Two holders of one worker id collide only when they issue in
+			// the same millisecond with the same sequence; on a loaded
+			// machine a short run may issue too few IDs for that. So the
+			// run grows until the checker has something to find (4, 8,
+			// 16 s), and fails if even the longest finds nothing.
+			var v chaosVerdict
 			var overlap, dups int
-			for _, s := range v.Violations {
-				switch {
-				case strings.HasPrefix(s, "worker-held-twice"), strings.HasPrefix(s, "token-reused"), strings.HasPrefix(s, "foreign-claim"):
-					overlap++ // one worker id, two holders
-				case strings.Contains(s, "issued twice"), strings.Contains(s, "duplicate key"):
-					dups++
+			for d := 4 * time.Second; d <= 16*time.Second; d *= 2 {
+				c.reset(t)
+				run := c.run(chaosRun{seed: 1, rng: rand.New(rand.NewPCG(1, 1)), duration: d,
+					writers: []chaosWriterSpec{w, w}})
+				v = run.verdict
+				t.Logf("%v: %d IDs, %d acknowledged, %d rows; %d violations", d, v.IDs, v.Acked, v.Rows, len(v.Violations))
+				overlap, dups = 0, 0
+				for _, s := range v.Violations {
+					switch {
+					case strings.HasPrefix(s, "worker-held-twice"), strings.HasPrefix(s, "token-reused"), strings.HasPrefix(s, "foreign-claim"):
+						overlap++ // one worker id, two holders
+					case strings.Contains(s, "issued twice"), strings.Contains(s, "duplicate key"):
+						dups++
+					}
+				}
+				if overlap > 0 && dups > 0 {
+					break
 				}
 			}
 			if overlap == 0 || dups == 0 {
