@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -190,7 +191,7 @@ func (c *Catalog) flipShared(ctx context.Context, from string, moves map[int]str
 			return err
 		}
 		if version != was {
-			return &catalogConflict{fmt.Sprintf("the catalog changed since the batch read it (version %d, then %d): an abort of the batch, or a move, went on meanwhile", was, version)}
+			return &catalogMoved{"the batch", was, version}
 		}
 		for lo := 0; lo < len(shards); lo += 500 {
 			chunk := shards[lo:min(lo+500, len(shards))]
@@ -288,6 +289,42 @@ func saveShared(tx *gorm.DB, t string, shared []int, has bool) error {
 		}
 	}
 	return nil
+}
+
+// catalogMoved is the ErrCatalogConflict of a flip whose only finding is
+// that the catalog's version is no longer the one its run read: any write
+// to the catalog makes it, a move of another shard as well as the claim
+// of an operator undoing the run (claimVersion). A run that held its lock
+// from before it read the version until after it finds this knows that
+// no operator claimed it (an operator takes the same lock first), and
+// tries its flip again at the new version (retryFlip).
+type catalogMoved struct {
+	who      string
+	was, now int64
+}
+
+func (e *catalogMoved) Error() string {
+	return fmt.Sprintf("%v: version %d when %s read it, %d at its flip (an abort, or a move, went on meanwhile)", ErrCatalogConflict, e.was, e.who, e.now)
+}
+func (e *catalogMoved) Unwrap() error { return ErrCatalogConflict }
+
+// flipTries is how many times a run tries a flip of the catalog whose
+// version moved under it, its lock held all along (catalogMoved).
+const flipTries = 5
+
+// retryFlip runs try (read the catalog's version, ask the lock, flip at
+// that version) until it succeeds, fails otherwise than by a version
+// moved under it (catalogMoved), the lock was lost at any time (even if
+// taken again since: an operator may have held it meanwhile), or
+// flipTries tries have failed.
+func retryFlip(lock *moveLock, try func() error) error {
+	for n := 1; ; n++ {
+		err := try()
+		var moved *catalogMoved
+		if err == nil || !errors.As(err, &moved) || n >= flipTries || lock.lost() != nil {
+			return err
+		}
+	}
 }
 
 // claimVersion makes a new version of the catalog, changing nothing else,

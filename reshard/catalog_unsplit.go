@@ -27,7 +27,7 @@ func (c *Catalog) unflipShared(ctx context.Context, shard int, from, to string, 
 			return err
 		}
 		if version != was {
-			return &catalogConflict{fmt.Sprintf("the catalog changed since the roll-back read it (version %d, then %d): another run went on meanwhile", was, version)}
+			return &catalogMoved{"the roll-back", was, version}
 		}
 		var shared int64
 		if err := tx.Raw("SELECT count(*) FROM "+sharedTable(t)+" WHERE shard = ?", shard).Scan(&shared).Error; err != nil {

@@ -441,21 +441,27 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 		// Read before the lock is asked, flipped only at that version:
 		// a run paused here, while another finished the roll-back and
 		// split the shard again onto the same database, must not place
-		// it back in the monolith.
-		p, was, err := c.loadPlacements(ctx, names, sp.shards)
-		if err != nil {
-			return 0, err
-		}
-		if !p[s].Shared || p[s].DB != sp.monoIdx {
+		// it back in the monolith. A version moved by anything else, the
+		// lock held all along, is read again (retryFlip).
+		err := retryFlip(lock, func() error {
+			p, was, err := c.loadPlacements(ctx, names, sp.shards)
+			if err != nil {
+				return err
+			}
+			if p[s].Shared && p[s].DB == sp.monoIdx {
+				return nil
+			}
 			if err := lock.ensure(ctx, "flipping the catalog back"); err != nil {
-				return 0, err
+				return err
 			}
 			if runPause != nil {
 				runPause("unflip back")
 			}
-			if version, err = c.unflipShared(ctx, s, names[from], sp.cfg.Monolith, was); err != nil {
-				return 0, err
-			}
+			version, err = c.unflipShared(ctx, s, names[from], sp.cfg.Monolith, was)
+			return err
+		})
+		if err != nil {
+			return 0, err
 		}
 	}
 	err = sp.cfg.Map.Update(func(p []shardmap.Placement) error {

@@ -333,23 +333,32 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 	// The catalog read before the lock is asked, and flipped only if it
 	// is still that version: an abort that took the lock once this run
 	// lost it changes the version before it lifts the batch's seal (and
-	// drops its targets), and a flip after it must fail.
-	flipped, version, err := b.flippedInCatalog(ctx)
-	if err != nil {
-		return res, err
-	}
-	if err := lock.ensure(ctx, "flipping the catalog"); err != nil {
-		return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
-	}
-	if runPause != nil {
-		runPause("split flip")
-	}
-	if c := sp.cfg.Catalog; c != nil && !flipped {
-		v, err := c.flipShared(ctx, sp.cfg.Monolith, moves, version)
+	// drops its targets), and a flip after it must fail. A version moved
+	// by anything else (a move of another shard), the lock held all
+	// along, is read again and the flip tried again: the batch is sealed,
+	// its shards refuse writes until it flips.
+	err := retryFlip(lock, func() error {
+		flipped, version, err := b.flippedInCatalog(ctx)
 		if err != nil {
-			return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
+			return err
 		}
-		res.Version = v
+		if err := lock.ensure(ctx, "flipping the catalog"); err != nil {
+			return err
+		}
+		if runPause != nil {
+			runPause("split flip")
+		}
+		if c := sp.cfg.Catalog; c != nil && !flipped {
+			v, err := c.flipShared(ctx, sp.cfg.Monolith, moves, version)
+			if err != nil {
+				return err
+			}
+			res.Version = v
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
 	}
 	err = sp.cfg.Map.Update(func(p []shardmap.Placement) error {
 		for s, d := range b.to {
