@@ -91,7 +91,8 @@ var (
 	// shard they would change was fenced for good by a move (its old copy):
 	// the router's map is out of date, or the move failed after it fenced
 	// the old copy and before the catalog named the new one (run the move
-	// again to finish it).
+	// again to finish it). DropUnfinishedCopies returns it when the map it
+	// is given shows itself stale, and drops nothing.
 	ErrShardMoved = errors.New("shardid: this copy of the shard was moved away and is fenced for good")
 
 	// ErrLockWait is returned by MoveShard, Fence and Unfence when one of

@@ -201,7 +201,10 @@ func findLeftovers(ctx context.Context, r *shardid.Router, shard int, tryLock bo
 // them) and copies nobody accounts for. It holds the shard's move lock on
 // its home meanwhile, so it returns ErrMoveInProgress while a move of the
 // shard runs, and never drops the copy a move is building. Judged against
-// r's map: load the catalog's into r first.
+// r's map: load the catalog's into r first. A map that shows itself stale
+// (its home holds no copy of the shard, or another database holds one
+// that takes writes: a move from there may be building the copies that
+// look unfinished) fails it with ErrShardMoved, nothing dropped.
 func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Leftovers, error) {
 	if err := checkMove(r, shard); err != nil {
 		return Leftovers{}, err
@@ -216,6 +219,9 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 	defer lock.release()
 	l, err := findLeftovers(ctx, r, shard, false)
 	if err != nil {
+		return done, err
+	}
+	if err := l.checkHome(ctx, dbs[home], shard); err != nil {
 		return done, err
 	}
 	// Each copy to drop as found under the lock: dropped only if it is
@@ -274,6 +280,39 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 }
 
 var errHomeSealed = errors.New("the home is sealed")
+
+// checkHome refuses, with ErrShardMoved, a clean-up that has something to
+// drop and a reason to doubt that l's home is the shard's home: the home
+// holds no copy of the shard, or another database holds one that takes
+// writes. Both are what a stale map shows once the shard moved on from
+// the home it names: a move from its real home holds its lock there, not
+// on the home this clean-up locked, and the copy (or staging schema) that
+// move is building would look unfinished.
+func (l Leftovers) checkHome(ctx context.Context, home *gorm.DB, shard int) error {
+	drop := len(l.Staging) > 0
+	for _, c := range l.Copies {
+		drop = drop || c.Unfinished
+	}
+	if !drop {
+		return nil
+	}
+	ok, err := schemaExists(ctx, home, l.Schema)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return withDetail(ErrShardMoved, fmt.Sprintf("shard %d: the map places it on %s, which holds no copy of it: the map is stale (load the catalog's into the router), "+
+			"or the shard was never created there; nothing was dropped", shard, l.Home))
+	}
+	for _, c := range l.Copies {
+		if !c.Sealed && !c.Unfinished {
+			return withDetail(ErrShardMoved, fmt.Sprintf("shard %d: %s holds a copy of it that takes writes, beside %s, its home by the map: the map may be stale "+
+				"(load the catalog's into the router), and a move from that copy may be building the copies to drop; if the map is current, "+
+				"that copy is nobody's (drop it by hand first); nothing was dropped", shard, c.Database, l.Home))
+		}
+	}
+	return nil
+}
 
 // holdUnsealed runs f in a transaction on db that holds the fence's row of
 // schema under a shared lock, once it found it not sealed and lock (asked

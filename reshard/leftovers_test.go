@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
 
@@ -321,5 +323,88 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 	}
 	if err := src.Raw("SELECT count(*) FROM shardid_mdu_0001.r_photos").Scan(&n).Error; err != nil || n != int64(len(seeded)) {
 		t.Errorf("the shard's new home after the first clean-up resumed: %d rows (%v), want %d", n, err, len(seeded))
+	}
+}
+
+// TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove: a router whose
+// map still names the shard's first home (moved from there, its old copy
+// dropped since) cleans up while a move of the shard from its real home
+// builds its copy on a third database. The clean-up locks the home its map
+// names, which nobody holds, and saw the move's copy as unfinished: it
+// dropped it under the move, which then failed. It must refuse, nothing
+// dropped, and the move must finish.
+func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
+	db1, db2 := openPostgres(t), openSecondPostgresTB(t)
+	testdb.OpenSQL(t, "postgres", "shardid_test3") // created when missing
+	db3, err := gorm.Open(postgres.Open(testdb.SQLDSN("postgres", "shardid_test3")), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, db3)
+	const pattern = "shardid_ls_%04d"
+	for _, db := range []*gorm.DB{db1, db2, db3} {
+		for s := range 2 {
+			db.Exec(fmt.Sprintf(`DROP SCHEMA IF EXISTS "`+pattern+`" CASCADE`, s))
+		}
+	}
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	newRouter := func() *shardid.Router {
+		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db1, db2, db3}, Names: []string{"pg1", "pg2", "pg3"},
+			LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r, stale := newRouter(), newRouter()
+	ctx := context.Background()
+	opts := reshard.MoveOptions{Models: []any{&RPhoto{}}}
+	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "the shard's row"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.MoveShard(ctx, r, nil, 1, "pg2", opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.DropShardCopy(ctx, r, 1, "pg1"); err != nil {
+		t.Fatal(err)
+	}
+	paused := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "move copy" || paused {
+			return
+		}
+		paused = true
+		// Twice: with no copy of the shard on the home the map names,
+		// then with an empty one there, as the stale router's Migrate
+		// (a deploy with the old map) creates it.
+		for i := range 2 {
+			if i == 1 {
+				if err := stale.Migrate(ctx, &RPhoto{}); err != nil {
+					t.Error(err)
+				}
+			}
+			done, err := reshard.DropUnfinishedCopies(ctx, stale, 1)
+			t.Logf("the clean-up from the stale map: %v", err)
+			if !errors.Is(err, reshard.ErrShardMoved) || len(done.Copies)+len(done.Staging) > 0 {
+				t.Errorf("DropUnfinishedCopies from a stale map, a move of the shard under way: %+v, %v; want ErrShardMoved and nothing dropped", done, err)
+			}
+		}
+	})()
+	_, err = reshard.MoveShard(ctx, r, nil, 1, "pg3", opts)
+	if !paused {
+		t.Fatal("the move never reached its copy")
+	}
+	if err != nil {
+		t.Fatalf("the move: %v", err)
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "after the move"}).Error; err != nil {
+		t.Fatalf("a write to the shard's new home: %v", err)
+	}
+	var n int64
+	if err := db3.Raw(`SELECT count(*) FROM "shardid_ls_0001".r_photos`).Scan(&n).Error; err != nil || n != 2 {
+		t.Errorf("the shard's new home on pg3: %d rows (%v), want 2", n, err)
 	}
 }
