@@ -212,6 +212,7 @@ type chaosSplitter struct {
 	count   func(string)
 	flipped bool // a batch was found split
 	ops     int  // splits and roll-backs begun: even ones begin as chaosOwner
+	nexts   int  // plans made by next: every other one holds two batches
 	// fail reports a violation: a run as the tables' owner refused for a
 	// privilege that the guide does not ask of a mover.
 	fail func(kind, msg string)
@@ -270,6 +271,12 @@ func (sp *chaosSplitter) next(skip func(int) bool) (*reshard.SplitPlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One batch, or every other time two (from their count, not a draw
+	// of the seed's): RunSplit copies them together and fences them one
+	// by one.
+	sp.nexts++
+	want := 1 + sp.nexts%2
+	var one *reshard.SplitPlan
 	for _, b := range sp.plan.Batches {
 		var shared []int // all of b, or the shards of b that a roll-back brought back
 		for _, s := range b {
@@ -280,15 +287,30 @@ func (sp *chaosSplitter) next(skip func(int) bool) (*reshard.SplitPlan, error) {
 		if len(shared) == 0 || slices.ContainsFunc(shared, skip) {
 			continue
 		}
-		one := *sp.plan
-		one.Batches = [][]int{shared}
-		one.To = map[int]string{}
+		if one == nil {
+			p := *sp.plan
+			p.Batches, p.To = nil, map[int]string{}
+			one = &p
+		}
+		one.Batches = append(one.Batches, shared)
 		for _, s := range shared {
 			one.To[s] = sp.plan.To[s]
 		}
-		return &one, nil
+		if len(one.Batches) == want {
+			break
+		}
 	}
-	return nil, nil
+	return one, nil
+}
+
+// planShards returns the shards of plan's batches, in order.
+func planShards(plan *reshard.SplitPlan) []int {
+	var out []int
+	for _, b := range plan.Batches {
+		out = append(out, b...)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // split runs the batch of plan as the operator would, with what p says
@@ -296,7 +318,7 @@ func (sp *chaosSplitter) next(skip func(int) bool) (*reshard.SplitPlan, error) {
 // ended split.
 func (sp *chaosSplitter) split(plan *reshard.SplitPlan, p chaosSplitPlan) ([]string, bool) {
 	c := sp.c
-	shards := plan.Batches[0]
+	shards := planShards(plan)
 	name := fmt.Sprintf("split of shards %v", shards)
 	var msgs []string
 	note := func(format string, args ...any) {
@@ -461,7 +483,7 @@ func (sp *chaosSplitter) judgeOwner(p chaosSplitPlan, out string) {
 // stage, with a rival, or cancelled at a stage. It returns the run's
 // error and what the rival met.
 func (sp *chaosSplitter) runOnce(plan *reshard.SplitPlan, p chaosSplitPlan) ([]string, error) {
-	name := fmt.Sprintf("split of shards %v", plan.Batches[0])
+	name := fmt.Sprintf("split of shards %v", planShards(plan))
 	return sp.runFaulted(name, p, func(ctx context.Context, cfg reshard.SplitConfig, onStage func(string)) error {
 		return reshard.RunSplit(ctx, cfg, plan, reshard.SplitOptions{FenceFor: chaosSplitFenceFor, OnStage: onStage}, nil)
 	}, func() string { return sp.rival(plan, p.rival) })
@@ -565,20 +587,20 @@ func (sp *chaosSplitter) rivalFor(plan *reshard.SplitPlan, kind string, timeout 
 	defer cancel()
 	cfg, err := sp.c.splitConfig(ctx, sp.c.dbs)
 	if err != nil {
-		return fmt.Sprintf("rival %s of the split of shards %v: %v", kind, plan.Batches[0], err)
+		return fmt.Sprintf("rival %s of the split of shards %v: %v", kind, planShards(plan), err)
 	}
 	switch kind {
 	case "abort":
 		var res reshard.AbortResult
 		res, err = reshard.AbortSplit(ctx, cfg)
 		if err == nil {
-			return fmt.Sprintf("rival abort of the split of shards %v: done (%+v): the split's lock was lost", plan.Batches[0], res)
+			return fmt.Sprintf("rival abort of the split of shards %v: done (%+v): the split's lock was lost", planShards(plan), res)
 		}
 	default:
 		err = reshard.RunSplit(ctx, cfg, plan, reshard.SplitOptions{FenceFor: chaosSplitFenceFor}, nil)
 	}
 	if err != nil {
-		return fmt.Sprintf("rival %s of the split of shards %v: %v", kind, plan.Batches[0], err)
+		return fmt.Sprintf("rival %s of the split of shards %v: %v", kind, planShards(plan), err)
 	}
-	return fmt.Sprintf("rival %s of the split of shards %v: done (the split's lock was lost)", kind, plan.Batches[0])
+	return fmt.Sprintf("rival %s of the split of shards %v: done (the split's lock was lost)", kind, planShards(plan))
 }

@@ -27,7 +27,7 @@ import (
 // p.pauseAt for p.pause, as the tables' owner (chaosOwner) if p.owner,
 // and returns what became of it.
 func (c *chaosCluster) splitterProcess(plan *reshard.SplitPlan, p chaosSplitPlan, rival func() string) string {
-	shards := plan.Batches[0]
+	shards := planShards(plan)
 	var to []string
 	for _, s := range shards {
 		to = append(to, plan.To[s])
@@ -229,7 +229,7 @@ func (d *splitDriver) run(p chaosSplitPlan, mu *sync.Mutex, splitting map[int]bo
 		d.mu.Unlock()
 		return append(msgs, "split: skipped, every batch is split")
 	}
-	defer holdShards(mu, splitting, plan.Batches[0])()
+	defer holdShards(mu, splitting, planShards(plan))()
 	if p.edited {
 		msgs = append(msgs, d.sp.edited(plan, d.fail))
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shardid/shardid/internal/routesql"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/routesql"
 	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 	"github.com/shardid/shardid/shardmap"
@@ -377,15 +378,30 @@ func newSplitWriters(e *splitEnv) *splitWriters {
 // two databases in batches of 4 while writers write through the map.
 func TestSplitPostgresWithWriters(t *testing.T) {
 	t.Parallel() // its own databases: runs beside the other slow split tests
-	testSplitWithWriters(t, newSplitEnvPG(t, 16, 200, 5, 4))
+	testSplitWithWriters(t, newSplitEnvPG(t, 16, 200, 5, 4), false)
 }
 
 // TestSplitMariaDBWithWriters is TestSplitPostgresWithWriters on MariaDB.
 func TestSplitMariaDBWithWriters(t *testing.T) {
-	testSplitWithWriters(t, newSplitEnvMySQL(t, 16, 200, 5, 4))
+	testSplitWithWriters(t, newSplitEnvMySQL(t, 16, 200, 5, 4), false)
 }
 
-func testSplitWithWriters(t *testing.T, e *splitEnv) {
+// TestRunSplitPostgresWithWriters is TestSplitPostgresWithWriters through
+// RunSplit and a plan of batches of 4, which copies the 4 batches together
+// and fences them one by one: each batch's fence must hold its own rows
+// only, while the other batches' changes keep being logged and applied.
+func TestRunSplitPostgresWithWriters(t *testing.T) {
+	t.Parallel() // its own databases: runs beside the other slow split tests
+	testSplitWithWriters(t, newSplitEnvPG(t, 16, 200, 5, 4), true)
+}
+
+// TestRunSplitMariaDBWithWriters is TestRunSplitPostgresWithWriters on
+// MariaDB.
+func TestRunSplitMariaDBWithWriters(t *testing.T) {
+	testSplitWithWriters(t, newSplitEnvMySQL(t, 16, 200, 5, 4), true)
+}
+
+func testSplitWithWriters(t *testing.T, e *splitEnv, viaPlan bool) {
 	const shards, users = 16, 200
 	ctx := context.Background()
 	w := newSplitWriters(e)
@@ -393,7 +409,56 @@ func testSplitWithWriters(t *testing.T, e *splitEnv) {
 	wg := w.run(wctx, 4, users)
 	time.Sleep(200 * time.Millisecond)
 	var copied int64
-	for lo := 0; lo < shards; lo += 4 {
+	if viaPlan {
+		plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 4)
+		if err != nil {
+			stop()
+			wg.Wait()
+			t.Fatal(err)
+		}
+		// While a batch is fenced, every shard of the batches after it
+		// takes writes on the monolith.
+		var fenceErrs []error
+		var batches [][]int
+		var stages []string
+		onStage := func(st string) {
+			stages = append(stages, st)
+			if st != "fenced" {
+				return
+			}
+			k := len(batches) // the batch being fenced: those before it are done
+			for _, later := range plan.Batches[min(k+1, len(plan.Batches)):] {
+				s := later[0]
+				if err := e.dbs[0].Exec("UPDATE users SET name = name WHERE id = ?", 16+s).Error; err != nil { // user 16+s: shard s
+					fenceErrs = append(fenceErrs, fmt.Errorf("shard %d, of a later batch, while batch %d is fenced: %w", s, k+1, err))
+				}
+			}
+		}
+		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: onStage}, func(batch int, res reshard.SplitResult) {
+			batches = append(batches, res.Shards)
+			copied += res.Copied
+			t.Logf("batch %d %v: copied %d in %v, fenced %v, deleted %d, version %d", batch+1, res.Shards, res.Copied, res.CopyTime, res.Fenced, res.Deleted, res.Version)
+		})
+		if err != nil {
+			stop()
+			wg.Wait()
+			t.Fatalf("RunSplit: %v", err)
+		}
+		for _, err := range fenceErrs {
+			t.Error(err)
+		}
+		if copied < users*(1+5+5*4) {
+			t.Errorf("the batches report %d rows copied in all, fewer than the %d the monolith held", copied, users*(1+5+5*4))
+		}
+		if len(batches) != len(plan.Batches) || len(plan.Batches) < 4 {
+			t.Errorf("%d batches reported of the plan's %d, want 4 or more, each", len(batches), len(plan.Batches))
+		}
+		// Created and copied once, then each batch in turn.
+		if want := 2 + 4*len(plan.Batches); len(stages) < want || stages[0] != "created" || stages[1] != "copied" || slices.Contains(stages[2:], "copied") {
+			t.Errorf("stages %v, want created and copied once, then fenced to flipped for each batch", stages)
+		}
+	}
+	for lo := 0; lo < shards && !viaPlan; lo += 4 {
 		var batch []int
 		var to []string
 		for s := lo; s < lo+4; s++ {

@@ -46,6 +46,24 @@ type splitBatch struct {
 	// TABLE name.
 	defs     map[string]string
 	progress func(table string, copied int64)
+
+	// A batch of a group (sub): the shards whose copies the run builds
+	// still, this batch's and the later batches' (live), where an entry of
+	// the change log of no known shard may belong (whereIs); and only,
+	// which limits the entries catchUp reads and forgets to those of this
+	// batch's shards and, up to seq unknownUpTo if it is not 0, those of
+	// no known shard: the other shards' entries wait for their batch.
+	live        []int
+	only        bool
+	unknownUpTo int64
+}
+
+// sub returns batch shards (ascending) of the group g, sharing g's copy,
+// its checks and its fences; live are g's shards not flipped yet.
+func (g *splitBatch) sub(shards, live []int) *splitBatch {
+	v := *g
+	v.shards, v.live, v.only, v.unknownUpTo = shards, live, true, 0
+	return &v
 }
 
 // fenceHold is the hold of the fences this run set on the target of
@@ -135,8 +153,13 @@ func (b *splitBatch) dst(s int) *gorm.DB { return b.sp.cfg.DBs[b.to[s]] }
 // byTarget returns the batch's shards grouped by target, in ascending
 // order of target and shard.
 func (b *splitBatch) byTarget() (targets []int, shards map[int][]int) {
+	return b.byTargetOf(b.shards)
+}
+
+// byTargetOf is byTarget of some shards of the group.
+func (b *splitBatch) byTargetOf(of []int) (targets []int, shards map[int][]int) {
 	shards = map[int][]int{}
-	for _, s := range b.shards {
+	for _, s := range of {
 		d := b.to[s]
 		if shards[d] == nil {
 			targets = append(targets, d)
@@ -805,7 +828,7 @@ func (b *splitBatch) catchUp(ctx context.Context, all bool) (int, error) {
 	for {
 		var log []splitChange
 		err := readSession(ctx, b.sp.mono, func(q querier) error {
-			rows, err := q.QueryContext(ctx, "SELECT seq, tbl, id, shard FROM "+b.sp.q(splitChangeTable)+" ORDER BY seq LIMIT "+strconv.Itoa(changeBatchSize))
+			rows, err := q.QueryContext(ctx, "SELECT seq, tbl, id, shard FROM "+b.sp.q(splitChangeTable)+b.logFilter()+" ORDER BY seq LIMIT "+strconv.Itoa(changeBatchSize))
 			if err != nil {
 				return err
 			}
@@ -840,6 +863,27 @@ func (b *splitBatch) catchUp(ctx context.Context, all bool) (int, error) {
 			return applied, nil
 		}
 	}
+}
+
+// logFilter is the WHERE clause of catchUp's reads: none, or for a batch
+// of a group (only), its shards' entries and those of no known shard
+// (up to seq unknownUpTo, if not 0).
+func (b *splitBatch) logFilter() string {
+	if !b.only {
+		return ""
+	}
+	unknown := "shard = -1"
+	if b.unknownUpTo != 0 {
+		unknown = "(shard = -1 AND seq <= " + strconv.FormatInt(b.unknownUpTo, 10) + ")"
+	}
+	return " WHERE shard " + inList(b.shards) + " OR " + unknown
+}
+
+// lastSeq returns the last seq of the split's change log (0 if empty).
+func (b *splitBatch) lastSeq(ctx context.Context) (int64, error) {
+	var last sql.NullInt64
+	err := b.sp.mono.WithContext(ctx).Raw("SELECT max(seq) FROM " + b.sp.q(splitChangeTable)).Scan(&last).Error
+	return last.Int64, err
 }
 
 // apply applies log entries, grouped by table and shard, a few groups at
@@ -1123,24 +1167,41 @@ func (b *splitBatch) whereIs(ctx context.Context, table string, ids []int64) (ma
 		ID    int64
 		Shard int
 	}
-	err := b.sp.mono.WithContext(ctx).Raw("SELECT id, shardid_s AS shard FROM "+b.sp.rel(t, b.shards)+" WHERE id IN ?", ids).Scan(&now).Error
+	live := b.live
+	if live == nil {
+		live = b.shards
+	}
+	err := b.sp.mono.WithContext(ctx).Raw("SELECT id, shardid_s AS shard FROM "+b.sp.rel(t, live)+" WHERE id IN ?", ids).Scan(&now).Error
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range now {
 		out[n.ID] = append(out[n.ID], n.Shard)
 	}
-	targets, shards := b.byTarget()
-	for _, d := range targets {
-		db := b.sp.cfg.DBs[d]
-		for _, s := range shards[d] {
-			var have []int64
-			if err := db.WithContext(ctx).Raw("SELECT id FROM "+quoteTable(db, b.schemaOf(s), table)+" WHERE id IN ?", ids).Scan(&have).Error; err != nil {
-				return nil, err
-			}
-			for _, id := range have {
-				if !slices.Contains(out[id], s) {
-					out[id] = append(out[id], s)
+	// Each target's shards asked 100 tables a query, for 500 keys at a
+	// time.
+	targets, shards := b.byTargetOf(live)
+	for klo := 0; klo < len(ids); klo += 500 {
+		list := joinIDs(ids[klo:min(klo+500, len(ids))])
+		for _, d := range targets {
+			db := b.sp.cfg.DBs[d]
+			for lo := 0; lo < len(shards[d]); lo += 100 {
+				chunk := shards[d][lo:min(lo+100, len(shards[d]))]
+				parts := make([]string, len(chunk))
+				for i, s := range chunk {
+					parts[i] = "SELECT " + strconv.Itoa(s) + " AS shard, id FROM " + quoteTable(db, b.schemaOf(s), table) + " WHERE id IN (" + list + ")"
+				}
+				var have []struct {
+					Shard int
+					ID    int64
+				}
+				if err := db.WithContext(ctx).Raw(strings.Join(parts, " UNION ALL ")).Scan(&have).Error; err != nil {
+					return nil, err
+				}
+				for _, h := range have {
+					if !slices.Contains(out[h.ID], h.Shard) {
+						out[h.ID] = append(out[h.ID], h.Shard)
+					}
 				}
 			}
 		}
@@ -1165,6 +1226,15 @@ func (b *splitBatch) converge(ctx context.Context) error {
 			return err
 		}
 	}
+	return b.settle(ctx)
+}
+
+// settle applies the change log round after round until little is left
+// for the fence, then fails if a key still differs with nothing in the log
+// to explain it: converge's end, and, for a later batch of a group (whose
+// shards' entries waited while the batches before it were fenced), all
+// there is to do before its fence.
+func (b *splitBatch) settle(ctx context.Context) error {
 	prev := -1
 	for round := 0; ; round++ {
 		n, err := b.catchUp(ctx, false)

@@ -10,18 +10,31 @@ import (
 	"gorm.io/gorm"
 )
 
-// RunSplit carries plan out, batch by batch (SplitShards), after
-// CleanSplit: it can be run again after it was stopped or failed, and
-// goes on where it stopped (the batches whose shards are split already
-// are skipped; a batch sealed but not flipped, or flipped with its targets
-// still fenced for the mover, is finished). cfg.Map must
-// be the catalog's (Catalog.LoadMap). onBatch, if not nil, hears each
-// batch's result.
+// RunSplit carries plan out, as SplitShards would batch by batch, after
+// CleanSplit, but for the copy: the batches left are created and copied
+// together, one read of each monolith table for all of them, and then
+// fenced, verified, sealed and flipped one at a time (a fence holds one
+// batch's rows only; the change log of the others goes on meanwhile). A
+// batch that fails before its seal leaves it and the batches after it
+// in the monolith, their copies fenced for the mover. RunSplit can be run
+// again after it was stopped or failed, and goes on where it stopped (the
+// batches whose shards are split already are skipped; a batch sealed but
+// not flipped, or flipped with its targets still fenced for the mover, is
+// finished; the others are copied again). cfg.Map must be the catalog's
+// (Catalog.LoadMap). onBatch, if not nil, hears each batch's result:
+// CopyTime is the copy of all the batches copied together, and Copied the
+// rows this batch's shards got from it.
 func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitOptions, onBatch func(batch int, res SplitResult)) error {
 	if err := plan.check(cfg); err != nil {
 		return err
 	}
 	mono := cfg.Map.DatabaseIndex(cfg.Monolith)
+	var (
+		group [][]int // the batches left to do
+		index []int   // their indexes in the plan
+		all   []int   // their shards
+		allTo []string
+	)
 	for i, batch := range plan.Batches {
 		v := cfg.Map.Load()
 		var shards []int
@@ -58,12 +71,25 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 		if len(pending) == 0 {
 			continue
 		}
-		res, err := SplitShards(ctx, cfg, pending, pto, opts)
-		if err != nil {
-			return fmt.Errorf("batch %d of %d (shards %d to %d): %w", i+1, len(plan.Batches), pending[0], pending[len(pending)-1], err)
-		}
-		if onBatch != nil {
-			onBatch(i, res)
+		index = append(index, i)
+		group = append(group, pending)
+		all, allTo = append(all, pending...), append(allTo, pto...)
+	}
+	// The batches left, copied together (one read of each monolith table
+	// for all of them), then fenced, verified and flipped one by one.
+	if len(group) > 0 {
+		res, err := splitShards(ctx, cfg, all, allTo, group, opts, func(k int, res SplitResult) {
+			if onBatch != nil {
+				onBatch(index[k], res)
+			}
+		})
+		if err = canceled(ctx, err); err != nil {
+			for k, batch := range group {
+				if slices.Equal(sortedCopy(batch), res.Shards) {
+					return fmt.Errorf("batch %d of %d (shards %d to %d): %w", index[k]+1, len(plan.Batches), res.Shards[0], res.Shards[len(res.Shards)-1], err)
+				}
+			}
+			return fmt.Errorf("batches %d to %d of %d, copied together: %w", index[0]+1, index[len(index)-1]+1, len(plan.Batches), err)
 		}
 	}
 	// On PostgreSQL, again what a batch does after its flip, if one

@@ -33,7 +33,10 @@ type SplitOptions struct {
 
 	// OnStage, if not nil, is called as a batch reaches each stage:
 	// "created", "copied", "fenced", "verified", "sealed", "flipped",
-	// "cleaned" (the batch's rows deleted from the monolith).
+	// "cleaned" (the batch's rows deleted from the monolith). RunSplit
+	// creates and copies the batches left together: "created" and
+	// "copied" once for all of them, then the other stages batch by
+	// batch.
 	OnStage func(stage string)
 }
 
@@ -77,11 +80,19 @@ type SplitResult struct {
 // fenced for the mover: run it again, or AbortSplit. A batch that fails
 // after the seal is finished by running it again.
 func SplitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, opts SplitOptions) (SplitResult, error) {
-	res, err := splitShards(ctx, cfg, shards, to, opts)
+	res, err := splitShards(ctx, cfg, shards, to, nil, opts, nil)
 	return res, canceled(ctx, err)
 }
 
-func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, opts SplitOptions) (res SplitResult, err error) {
+// splitShards is SplitShards of the shards of batches (nil: one batch of
+// all the shards), which it copies together, then fences, verifies,
+// seals and flips batch by batch, calling done (if not nil) after each
+// batch with what it did: one read of each monolith table for all the
+// batches (RunSplit), where a batch at a time read each table in full
+// once per batch, while each fence still holds one batch's rows only. A
+// batch sealed by a run before (its flip left to do) is finished first,
+// on its own. It returns the last batch's result, or the failed one's.
+func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, batches [][]int, opts SplitOptions, done func(k int, res SplitResult)) (res SplitResult, err error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {
 		return res, err
@@ -112,6 +123,21 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	}
 	slices.Sort(b.shards)
 	res.Shards = b.shards
+	if batches != nil {
+		n, seen := 0, map[int]bool{}
+		for _, batch := range batches {
+			for _, s := range batch {
+				if _, ok := b.to[s]; !ok || seen[s] {
+					return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: shard %d in no batch or in two", s))
+				}
+				seen[s] = true
+				n++
+			}
+		}
+		if n != len(b.shards) {
+			return res, withDetail(shardid.ErrInvalidConfig, "split: a shard in no batch")
+		}
+	}
 	// What the mover may not do, refused before it changes anything.
 	targets, byTarget := b.byTarget()
 	problems, _, grants, err := sp.splitPrivileges(ctx, targets, byTarget)
@@ -174,29 +200,56 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err != nil {
 		return res, err
 	}
-	sealedN := 0
-	for _, s := range b.shards {
-		if state[s].Sealed {
-			sealedN++
-		}
-	}
-	if sealedN > 0 && sealedN < len(b.shards) {
-		return res, withDetail(ErrShardMoved, "some of the batch's shards were split by another batch: give the batch as it ran")
-	}
-	if err := b.checkPlaced(ctx, sealedN > 0); err != nil {
-		return res, err
+	if batches == nil {
+		batches = [][]int{b.shards}
 	}
 	if err := b.readColumns(ctx); err != nil {
 		return res, err
 	}
-	if sealedN > 0 {
-		// Sealed before a flip that failed: the targets hold the
-		// verified copies, fenced for the mover.
-		tokens, err := b.checkTargetsSealedCopy(ctx)
+	// Batches sealed before a flip that failed: the targets hold the
+	// verified copies, fenced for the mover. Finished first, each on its
+	// own; the others are copied together.
+	var rest []int    // the batches (indexes) left to copy
+	var copying []int // their shards
+	for k, batch := range batches {
+		sealedN := 0
+		for _, s := range batch {
+			if state[s].Sealed {
+				sealedN++
+			}
+		}
+		if sealedN > 0 && sealedN < len(batch) {
+			return res, withDetail(ErrShardMoved, "some of the batch's shards were split by another batch: give the batch as it ran")
+		}
+		if sealedN == 0 {
+			rest = append(rest, k)
+			copying = append(copying, batch...)
+			continue
+		}
+		v := b.sub(sortedCopy(batch), nil)
+		res = SplitResult{Shards: v.shards}
+		if err := v.checkPlaced(ctx, true); err != nil {
+			return res, err
+		}
+		tokens, err := v.checkTargetsSealedCopy(ctx)
 		if err != nil {
 			return res, err
 		}
-		return b.flipAndClean(ctx, lock, res, tokens, time.Time{}, stage)
+		if res, err = v.flipAndClean(ctx, lock, res, tokens, time.Time{}, stage); err != nil {
+			return res, err
+		}
+		if done != nil {
+			done(k, res)
+		}
+	}
+	if len(rest) == 0 {
+		return res, nil
+	}
+	slices.Sort(copying)
+	b.shards = copying
+	res = SplitResult{Shards: copying}
+	if err := b.checkPlaced(ctx, false); err != nil {
+		return res, err
 	}
 
 	// 1. The targets, fenced for all but the mover, found as they were
@@ -219,28 +272,47 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	}
 	b.tokens = dstTokens
 	stage("created")
+	// from(i) are the shards of the batches left to copy from the i-th on.
+	from := func(i int) []int {
+		var out []int
+		for _, k := range rest[i:] {
+			out = append(out, batches[k]...)
+		}
+		slices.Sort(out)
+		return out
+	}
 	// 2. The change log, then the copy while the monolith takes writes.
-	sealed := false
+	// Stopped if a batch fails before its seal (every batch not flipped
+	// is copied again by the next run); after a batch's seal, for the
+	// batches after it only.
+	var logging []int // the shards still logged
 	defer func() {
-		if err != nil && !sealed {
+		if err != nil && len(logging) > 0 {
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
 			if lock.reclaim(cctx) {
-				_ = sp.stopChangeLog(cctx, lock)
+				if len(logging) == len(b.shards) {
+					_ = sp.stopChangeLog(cctx, lock)
+				} else {
+					_ = sp.stopChangeLogOf(cctx, lock, logging)
+				}
 			}
 		}
 	}()
 	if err := sp.startChangeLog(ctx, lock, b.shards); err != nil {
 		return res, fmt.Errorf("shardid: split: starting the change log: %w", err)
 	}
+	logging = b.shards
 	if runPause != nil {
 		runPause("split copy")
 	}
 	copyStart := timeNow()
-	if res.Copied, err = b.copy(ctx); err != nil {
+	copied, err := b.copy(ctx)
+	if err != nil {
+		res.Copied = copied
 		return res, err
 	}
-	res.CopyTime = timeNow().Sub(copyStart)
+	copyTime := timeNow().Sub(copyStart)
 	stage("copied")
 	if err := lock.ensure(ctx, "applying changes"); err != nil {
 		return res, err
@@ -248,14 +320,78 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err := b.converge(ctx); err != nil {
 		return res, err
 	}
+	for i, k := range rest {
+		v := b
+		if len(rest) > 1 {
+			// Its own entries of the change log only: the others'
+			// shards take writes still.
+			v = b.sub(sortedCopy(batches[k]), logging)
+		}
+		res = SplitResult{Shards: v.shards, Copied: copied, CopyTime: copyTime}
+		if len(rest) > 1 {
+			res.Copied = b.sentRows(v.shards)
+		}
+		if i > 0 {
+			// Its shards' changes since the batches before it.
+			if err := lock.ensure(ctx, "applying changes"); err != nil {
+				return res, err
+			}
+			if err := v.settle(ctx); err != nil {
+				return res, err
+			}
+		}
+		var sealed bool
+		res, sealed, err = v.fenceAndFlip(ctx, lock, res, opts, stage)
+		if sealed {
+			// Its shards' entries are used up: the log goes on for the
+			// batches after it only.
+			logging = from(i + 1)
+		}
+		if err != nil {
+			return res, err
+		}
+		if done != nil {
+			done(k, res)
+		}
+	}
+	return res, nil
+}
+
+// sortedCopy returns shards in ascending order, a copy.
+func sortedCopy(shards []int) []int {
+	out := slices.Clone(shards)
+	slices.Sort(out)
+	return out
+}
+
+// sentRows is what the copy sent of shards, all tables.
+func (b *splitBatch) sentRows(shards []int) int64 {
+	var n int64
+	for _, byShard := range b.sent {
+		for _, s := range shards {
+			if r := byShard[s]; r != nil {
+				n += r.rows
+			}
+		}
+	}
+	return n
+}
+
+// fenceAndFlip fences batch v's rows on the monolith, applies the last
+// changes and compares the keys still in doubt, seals the rows, flips the
+// catalog and the map, and lets writes through to the targets (and, the
+// last batch, cleans the monolith). It reports whether it sealed the
+// batch; an error before the seal lifts the fence.
+func (v *splitBatch) fenceAndFlip(ctx context.Context, lock *moveLock, res SplitResult, opts SplitOptions, stage func(string)) (_ SplitResult, sealed bool, err error) {
+	sp := v.sp
 	// 3. The fence of the batch's rows on the monolith.
 	if err := lock.ensure(ctx, "fencing the monolith's rows"); err != nil {
-		return res, err
+		return res, false, err
 	}
 	fenced := timeNow()
-	tokens, err := sp.fenceShards(ctx, b.shards, opts.FenceFor.Microseconds())
+	tokens, err := sp.fenceShards(ctx, v.shards, opts.FenceFor.Microseconds())
 	if err != nil {
-		return res, fmt.Errorf("shardid: split: fencing the batch on the monolith: %w", err)
+		return res, false, fmt.Errorf("shardid: split: fencing the batch on the monolith: %w", err)
 	}
 	stage("fenced")
 	defer func() {
@@ -265,30 +401,45 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 			if runPause != nil {
 				runPause("split unfence")
 			}
-			_ = sp.liftShards(cctx, b.shards, tokens)
+			_ = sp.liftShards(cctx, v.shards, tokens)
 		}
 	}()
-	// 4. The last changes, and the keys in doubt compared again.
+	// 4. The last changes, and the keys in doubt compared again: the
+	// entries of no known shard logged before the fence held (none
+	// after it can be of the batch's rows).
 	if err := lock.ensure(ctx, "applying the last changes"); err != nil {
-		return res, err
+		return res, false, err
 	}
-	if res.Tables, err = b.finish(ctx); err != nil {
-		return res, fmt.Errorf("shardid: split: %w", err)
+	if v.only {
+		if v.unknownUpTo, err = v.lastSeq(ctx); err != nil {
+			return res, false, err
+		}
+		if v.unknownUpTo == 0 {
+			v.unknownUpTo = -1 // an empty log: none
+		}
+	}
+	if res.Tables, err = v.finish(ctx); err != nil {
+		return res, false, fmt.Errorf("shardid: split: %w", err)
 	}
 	stage("verified")
 	// 5. The seal: the batch's rows on the monolith are an old copy.
 	if err := lock.ensure(ctx, "sealing the monolith's rows"); err != nil {
-		return res, fmt.Errorf("%w; the map is not flipped", err)
+		return res, false, fmt.Errorf("%w; the map is not flipped", err)
 	}
 	if runPause != nil {
 		runPause("split seal")
 	}
-	if err := sp.sealShards(ctx, tokens, b.verified(), func(ctx context.Context) error { return lock.ensure(ctx, "sealing the monolith's rows") }); err != nil {
-		return res, fmt.Errorf("shardid: split: %w; the map is not flipped", err)
+	if err := sp.sealShards(ctx, tokens, v.verified(), func(ctx context.Context) error { return lock.ensure(ctx, "sealing the monolith's rows") }); err != nil {
+		return res, false, fmt.Errorf("shardid: split: %w; the map is not flipped", err)
 	}
 	sealed = true
 	stage("sealed")
-	return b.flipAndClean(ctx, lock, res, dstTokens, fenced, stage)
+	dst := map[int]int64{}
+	for _, s := range v.shards {
+		dst[s] = v.tokens[s]
+	}
+	res, err = v.flipAndClean(ctx, lock, res, dst, fenced, stage)
+	return res, true, err
 }
 
 // runPause, set by tests only, is called at the named points of a split's
@@ -361,8 +512,8 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 		return res, fmt.Errorf("shardid: split: the batch is copied and sealed on the monolith, but the catalog was not flipped (run the batch again to finish it): %w", err)
 	}
 	err = sp.cfg.Map.Update(func(p []shardmap.Placement) error {
-		for s, d := range b.to {
-			p[s] = shardmap.Placement{DB: d}
+		for _, s := range b.shards {
+			p[s] = shardmap.Placement{DB: b.to[s]}
 		}
 		return nil
 	})
@@ -601,6 +752,24 @@ func (sp *splitter) stopChangeLog(ctx context.Context, lock *moveLock) error {
 			return err
 		}
 		return tx.Exec("DELETE FROM " + sp.q(splitChangeTable)).Error
+	})
+}
+
+// stopChangeLogOf ends the logging of shards (the batches of a group
+// after one sealed) and forgets their entries, as stopChangeLog does for
+// every shard: under their state rows, and only while lock is held.
+func (sp *splitter) stopChangeLogOf(ctx context.Context, lock *moveLock, shards []int) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+		if _, err := sp.lockStates(tx, shards); err != nil {
+			return err
+		}
+		if err := lock.ensure(ctx, "ending the change log"); err != nil {
+			return err
+		}
+		if err := tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE moving AND shard " + inList(shards)).Error; err != nil {
+			return err
+		}
+		return tx.Exec("DELETE FROM " + sp.q(splitChangeTable) + " WHERE shard " + inList(shards)).Error
 	})
 }
 

@@ -370,32 +370,38 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 		total += n
 	}
 	bar := startProgress(w, "rows copied", total)
-	var done int64
-	var cur map[string]int64
+	var done, copied int64
+	cur := map[string]int64{}
 	start := time.Now()
+	stageAt := start
+	// The batches left are copied together (one read of each table),
+	// then fenced and flipped one by one.
 	opts := reshard.SplitOptions{FenceFor: fenceFor, Progress: func(table string, n int64) {
-		if cur == nil {
-			cur = map[string]int64{}
-		}
 		cur[table] = n
-		var sum int64
+		copied = 0
 		for _, v := range cur {
-			sum += v
+			copied += v
 		}
-		bar.Set(done + sum)
+		bar.Set(copied)
+	}, OnStage: func(stage string) {
+		switch stage {
+		case "created":
+			bar.Printf("created the shards' tables on the targets in %v\n", time.Since(stageAt).Round(time.Millisecond))
+			stageAt = time.Now()
+		case "copied":
+			bar.Printf("copied %d rows in %v; now each batch in turn: fenced, verified, flipped\n", copied, time.Since(stageAt).Round(time.Millisecond))
+		}
 	}}
 	err := reshard.RunSplit(ctx, env.cfg, p, opts, func(i int, res reshard.SplitResult) {
 		done += res.Copied
-		cur = nil
-		bar.Set(done)
 		var to []string
 		for _, s := range res.Shards {
 			if !slices.Contains(to, p.To[s]) {
 				to = append(to, p.To[s])
 			}
 		}
-		bar.Printf("batch %d/%d: shards %s to %s: %d rows copied in %v, fenced %v, catalog version %d\n",
-			i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Copied, res.CopyTime.Round(time.Millisecond),
+		bar.Printf("batch %d/%d: shards %s to %s: %d rows, fenced %v, catalog version %d\n",
+			i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Copied,
 			res.Fenced.Round(time.Millisecond), res.Version)
 		if res.Deleted > 0 {
 			bar.Printf("every shard is split: %d rows deleted from %s, whose sharded tables now refuse writes\n", res.Deleted, p.Monolith)

@@ -1,0 +1,159 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/shardid/shardid/reshard"
+)
+
+// TestRunSplitStoppedInALaterBatchPostgres: RunSplit copies every batch
+// together and fences them one by one. Stopped in the second batch, before
+// its seal (its lock lost) and, run again, after it (its flip refused):
+// the batches before it stay split, the batch and those after it stay in
+// the monolith taking writes (their change log stopped, nothing left
+// moving), or sealed for the flip the next run finishes; and RunSplit run
+// again finishes the split with every row where it belongs.
+func TestRunSplitStoppedInALaterBatchPostgres(t *testing.T) {
+	testRunSplitStoppedInALaterBatch(t, newSplitEnvPG(t, 4, 20, 2, 2))
+}
+
+// TestRunSplitStoppedInALaterBatchMariaDB is
+// TestRunSplitStoppedInALaterBatchPostgres on MariaDB.
+func TestRunSplitStoppedInALaterBatchMariaDB(t *testing.T) {
+	testRunSplitStoppedInALaterBatch(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
+}
+
+func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Batches) != 4 {
+		t.Fatalf("a plan of %d batches, want 4 of one shard", len(plan.Batches))
+	}
+	first, second := plan.Batches[0][0], plan.Batches[1][0]
+	status := func() reshard.SplitStatus {
+		t.Helper()
+		st, err := reshard.ReadSplitStatus(ctx, e.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// 1. The second batch's lock lost before its seal.
+	seals := 0
+	restore := reshard.SetRunPause(func(at string) {
+		if at == "split seal" {
+			if seals++; seals == 2 {
+				killMoveLock(t, mono, monoSchema(mono))
+			}
+		}
+	})
+	var done []int
+	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, func(k int, _ reshard.SplitResult) { done = append(done, k) })
+	restore()
+	if !errors.Is(err, reshard.ErrMoveLockLost) {
+		t.Fatalf("RunSplit, its lock lost in the second batch: %v, want ErrMoveLockLost", err)
+	}
+	t.Logf("stopped: %v", err)
+	if len(done) != 1 || done[0] != 0 {
+		t.Errorf("batches reported done: %v, want the first only", done)
+	}
+	v := e.m.Load()
+	if v.Shared(first) {
+		t.Errorf("shard %d, the first batch's, is still in the monolith", first)
+	}
+	for _, batch := range plan.Batches[1:] {
+		s := batch[0]
+		if !v.Shared(s) {
+			t.Errorf("shard %d left the monolith, its batch stopped", s)
+		}
+		// User 4+s is of shard s: the monolith takes its writes.
+		if res := mono.Exec("UPDATE users SET name = 'after the stop' WHERE id = ?", 4+s); res.Error != nil || res.RowsAffected != 1 {
+			t.Errorf("a write to shard %d on the monolith after the stop: %v, %d rows", s, res.Error, res.RowsAffected)
+		}
+	}
+	if st := status(); len(st.Moving) > 0 || st.Backlog != 0 || len(st.Sealed) != 1 {
+		t.Errorf("after the stop: moving %v, %d entries in the change log, sealed %v; want none moving or logged, the first batch sealed", st.Moving, st.Backlog, st.Sealed)
+	}
+
+	// 2. Run again: the second batch's flip refused after its seal.
+	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
+		t.Fatal(err)
+	}
+	restore = reshard.SetRunPause(func(at string) {
+		if at == "split flip" {
+			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil)
+	restore()
+	if !errors.Is(err, reshard.ErrCatalogConflict) {
+		t.Fatalf("RunSplit run again, its second batch's flip refused: %v, want ErrCatalogConflict", err)
+	}
+	t.Logf("stopped again: %v", err)
+	if st := status(); len(st.Moving) > 1 || st.Backlog != 0 || len(st.Pending) != 1 || st.Pending[0] != second {
+		t.Errorf("after the refused flip: moving %v, %d entries in the change log, flips pending %v; want only shard %d's flip pending, nothing else logged",
+			st.Moving, st.Backlog, st.Pending, second)
+	}
+	if err := mono.Exec("UPDATE users SET name = 'sealed' WHERE id = ?", 4+second).Error; !isFenced(err) {
+		t.Errorf("a write to shard %d, sealed, its flip refused: %v, want it refused", second, err)
+	}
+	for _, batch := range plan.Batches[2:] {
+		s := batch[0]
+		if res := mono.Exec("UPDATE users SET name = 'after the second stop' WHERE id = ?", 4+s); res.Error != nil || res.RowsAffected != 1 {
+			t.Errorf("a write to shard %d on the monolith after the second stop: %v, %d rows", s, res.Error, res.RowsAffected)
+		}
+	}
+
+	// 3. Run again: it finishes.
+	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatalf("RunSplit run a third time: %v", err)
+	}
+	if _, err := reshard.CleanSplit(ctx, e.cfg); err != nil {
+		t.Fatal(err)
+	}
+	v = e.m.Load()
+	for s := range 4 {
+		if v.Shared(s) {
+			t.Errorf("shard %d is still in the monolith", s)
+		}
+	}
+	for _, batch := range plan.Batches[1:] {
+		s := batch[0]
+		want := "after the second stop"
+		if s == second {
+			want = "after the stop"
+		}
+		db, users := e.table(4+int64(s), "users")
+		var got []string
+		if err := db.Raw("SELECT name FROM "+users+" WHERE id = ?", 4+s).Scan(&got).Error; err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("user %d on its target: %q (%v), want %q once", 4+s, got, err, want)
+		}
+	}
+	var left int64
+	if err := mono.Raw("SELECT count(*) FROM users").Scan(&left).Error; err != nil || left != 0 {
+		t.Errorf("the monolith holds %d users (%v) after the split, want 0", left, err)
+	}
+	var total int64
+	for s := range 4 {
+		db, users := e.table(int64(s), "users")
+		var n int64
+		if err := db.Raw("SELECT count(*) FROM " + users).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if total != 20 {
+		t.Errorf("%d users on the targets, want the monolith's 20", total)
+	}
+}
