@@ -388,8 +388,9 @@ func TestSplitMariaDBWithWriters(t *testing.T) {
 
 // TestRunSplitPostgresWithWriters is TestSplitPostgresWithWriters through
 // RunSplit and a plan of batches of 4, which copies the 4 batches together
-// and fences them one by one: each batch's fence must hold its own rows
-// only, while the other batches' changes keep being logged and applied.
+// (on PostgreSQL) and fences them one by one: each batch's fence must hold
+// its own rows only, while the other batches' changes keep being logged
+// and applied.
 func TestRunSplitPostgresWithWriters(t *testing.T) {
 	t.Parallel() // its own databases: runs beside the other slow split tests
 	testSplitWithWriters(t, newSplitEnvPG(t, 16, 200, 5, 4), true)
@@ -453,8 +454,13 @@ func testSplitWithWriters(t *testing.T, e *splitEnv, viaPlan bool) {
 		if len(batches) != len(plan.Batches) || len(plan.Batches) < 4 {
 			t.Errorf("%d batches reported of the plan's %d, want 4 or more, each", len(batches), len(plan.Batches))
 		}
-		// Created and copied once, then each batch in turn.
-		if want := 2 + 4*len(plan.Batches); len(stages) < want || stages[0] != "created" || stages[1] != "copied" || slices.Contains(stages[2:], "copied") {
+		// PostgreSQL: created and copied once, then each batch in turn
+		// (MySQL: a batch at a time).
+		if e.dbs[0].Dialector.Name() == "mysql" {
+			if n := strings.Count(strings.Join(stages, " "), "copied"); n != len(plan.Batches) {
+				t.Errorf("stages %v: copied %d times, want once a batch", stages, n)
+			}
+		} else if want := 2 + 4*len(plan.Batches); len(stages) < want || stages[0] != "created" || stages[1] != "copied" || slices.Contains(stages[2:], "copied") {
 			t.Errorf("stages %v, want created and copied once, then fenced to flipped for each batch", stages)
 		}
 	}

@@ -526,33 +526,18 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 	b.sent = nil
 	for _, d := range targets {
 		db := b.sp.cfg.DBs[d]
-		err := moverTx(ctx, db, func(tx *sql.Tx) error {
-			if err := b.holdFences(ctx, tx, shards[d]); err != nil {
-				return err
+		// The shards this run did not create, emptied shardsPerTx a
+		// transaction.
+		var stale []int
+		for _, s := range shards[d] {
+			if !b.fresh[s] {
+				stale = append(stale, s)
 			}
-			for _, s := range shards[d] {
-				if b.fresh[s] {
-					continue
-				}
-				var all []string
-				for _, t := range b.sp.tableNames() {
-					all = append(all, quoteTable(db, b.schemaOf(s), t))
-				}
-				stmts := []string{"TRUNCATE TABLE " + strings.Join(all, ", ")}
-				if b.sp.mysql {
-					stmts = nil
-					for _, t := range all {
-						stmts = append(stmts, "DELETE FROM "+t)
-					}
-				}
-				for _, q := range stmts {
-					if _, err := tx.ExecContext(ctx, q); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
+		}
+		var err error
+		for lo := 0; lo < len(stale) && err == nil; lo += shardsPerTx {
+			err = b.emptyShards(ctx, db, stale[lo:min(lo+shardsPerTx, len(stale))])
+		}
 		if err != nil {
 			return 0, fmt.Errorf("shardid: emptying the batch's shards on %s: %w", b.sp.cfg.Map.Databases()[d], err)
 		}
@@ -576,6 +561,44 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 		total += n
 	}
 	return total, nil
+}
+
+// shardsPerTx is how many shards' tables a transaction of a split's
+// copy, check or apply touches at most. Every table, index and TOAST
+// table a transaction touches holds a lock until it ends, and the
+// server's lock table is shared by every session (PostgreSQL:
+// max_locks_per_transaction times max_connections, 6,400 at the
+// defaults): a transaction over the 1,000 shards of a target ran it out
+// (ERROR: out of shared memory), for the application's writes too.
+const shardsPerTx = 64
+
+// emptyShards empties the tables of shards on db (a target), in one
+// transaction that holds their fences.
+func (b *splitBatch) emptyShards(ctx context.Context, db *gorm.DB, shards []int) error {
+	return moverTx(ctx, db, func(tx *sql.Tx) error {
+		if err := b.holdFences(ctx, tx, shards); err != nil {
+			return err
+		}
+		for _, s := range shards {
+			var all []string
+			for _, t := range b.sp.tableNames() {
+				all = append(all, quoteTable(db, b.schemaOf(s), t))
+			}
+			stmts := []string{"TRUNCATE TABLE " + strings.Join(all, ", ")}
+			if b.sp.mysql {
+				stmts = nil
+				for _, t := range all {
+					stmts = append(stmts, "DELETE FROM "+t)
+				}
+			}
+			for _, q := range stmts {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // copyTableBatches copies the batch's rows of t (MySQL/MariaDB): one read
@@ -746,11 +769,13 @@ func (b *splitBatch) compare(ctx context.Context) error {
 		targets, shards := b.byTarget()
 		for _, d := range targets {
 			db := b.sp.cfg.DBs[d]
-			err := readSession(ctx, db, func(q querier) error {
-				seen := map[int]map[int64]bool{}
-				// Each shard's table, 200 shards to a query.
-				for lo := 0; lo < len(shards[d]); lo += 200 {
-					chunk := shards[d][lo:min(lo+200, len(shards[d]))]
+			seen := map[int]map[int64]bool{}
+			// Each shard's table, shardsPerTx shards to a query and a
+			// transaction.
+			var err error
+			for lo := 0; lo < len(shards[d]) && err == nil; lo += shardsPerTx {
+				chunk := shards[d][lo:min(lo+shardsPerTx, len(shards[d]))]
+				err = readSession(ctx, db, func(q querier) error {
 					parts := make([]string, len(chunk))
 					for i, s := range chunk {
 						parts[i] = "SELECT " + strconv.Itoa(s) + ", id, " + rowHash(db, all) + " FROM " + checks[s].table
@@ -787,19 +812,16 @@ func (b *splitBatch) compare(ctx context.Context) error {
 						}
 					}
 					rows.Close()
-					if err := rows.Err(); err != nil {
-						return err
+					return rows.Err()
+				})
+			}
+			for _, s := range shards[d] {
+				for id := range src[s] {
+					if !seen[s][id] {
+						checks[s].suspect[id] = "missing on the target"
 					}
 				}
-				for _, s := range shards[d] {
-					for id := range src[s] {
-						if !seen[s][id] {
-							checks[s].suspect[id] = "missing on the target"
-						}
-					}
-				}
-				return nil
-			})
+			}
 			if err != nil {
 				return fmt.Errorf("shardid: reading %s on %s: %w", t.Name, b.sp.cfg.Map.Databases()[d], err)
 			}
@@ -942,14 +964,22 @@ func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
 	// A unit is a table's groups on one target: applied in one
 	// transaction there (applyUnit), or, if that fails (a unique value two
 	// rows swapped, see applyChunk), group by group as a move does.
+	// A unit holds shardsPerTx shards at most.
 	type unit struct {
 		table  string
 		target int
+		part   int
 	}
 	units := map[unit]map[int][]int64{}
 	var order []unit
+	parts := map[unit]int{} // by table and target: the last part
 	for _, g := range groups {
-		u := unit{g.table, b.to[g.shard]}
+		u := unit{g.table, b.to[g.shard], 0}
+		u.part = parts[u]
+		if len(units[u]) == shardsPerTx {
+			u.part++
+			parts[unit{g.table, b.to[g.shard], 0}] = u.part
+		}
 		if units[u] == nil {
 			units[u] = map[int][]int64{}
 			order = append(order, u)

@@ -309,27 +309,17 @@ func lanesOf(db *gorm.DB) int {
 }
 
 // copyInto writes the chunks of table that feed brings into their shards'
-// tables on target d (shards, the lane's, whose fences it holds), in one transaction let through the fence for the
-// mover, committed once feed is closed, unless ctx is cancelled by then.
+// tables on target d (shards, the lane's, ascending), in transactions let
+// through the fence for the mover, each holding the fences of up to
+// shardsPerTx of the lane's shards (a window of them, from the first
+// shard it is given chunks of: the read sends most of them in shard
+// order); a chunk of a shard outside the window commits the transaction
+// and begins the next one, and the last is committed once feed is
+// closed, unless ctx is cancelled by then. A copy cut short leaves rows
+// on the targets, fenced for the mover: the next run empties them first.
 func (b *splitBatch) copyInto(ctx context.Context, d int, shards []int, table, list string, feed <-chan copyChunkOf) error {
 	db := b.sp.cfg.DBs[d]
 	return withPgx(ctx, db, func(c *pgx.Conn) error {
-		tx, err := c.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		if _, err := tx.Exec(ctx, moverSettingsPG); err != nil {
-			return err
-		}
-		// The fences of the lane's shards, held (holdFences).
-		h, err := b.fenceHold(shards)
-		if err != nil {
-			return err
-		}
-		if err := h.holdPgx(ctx, tx); err != nil {
-			return err
-		}
 		// The transaction waits for the rows that the monolith's read
 		// routes to it, as long as that read takes. A server that ends
 		// transactions idle for longer (idle_in_transaction_session_timeout)
@@ -339,12 +329,55 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, shards []int, table, l
 		// the mover lives, and lets them end it if the mover stalls
 		// (TestSplitThroughAnIdleTransactionReaperPostgres).
 		var idleMS int64
-		if err := tx.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&idleMS); err != nil {
+		if err := c.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&idleMS); err != nil {
 			return err
 		}
 		every := copyKeepAlive
 		if idleMS > 0 {
 			every = min(every, max(time.Duration(idleMS)*time.Millisecond/3, 10*time.Millisecond))
+		}
+		var tx pgx.Tx
+		held := map[int]bool{}
+		defer func() {
+			if tx != nil {
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+			}
+		}()
+		// window commits the transaction open, if any, and begins one
+		// that holds the fences of the lane's shards from shard s on.
+		window := func(s int) error {
+			if tx != nil {
+				err := tx.Commit(ctx)
+				tx = nil
+				if err != nil {
+					return err
+				}
+			}
+			i, found := slices.BinarySearch(shards, s)
+			if !found {
+				return fmt.Errorf("shardid: a chunk of shard %d, not one of the lane's", s)
+			}
+			w := shards[i:min(i+shardsPerTx, len(shards))]
+			h, err := b.fenceHold(w)
+			if err != nil {
+				return err
+			}
+			next, err := c.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			tx = next
+			if _, err := tx.Exec(ctx, moverSettingsPG); err != nil {
+				return err
+			}
+			if err := h.holdPgx(ctx, tx); err != nil {
+				return err
+			}
+			clear(held)
+			for _, s := range w {
+				held[s] = true
+			}
+			return nil
 		}
 		keepAlive := time.NewTicker(every)
 		defer keepAlive.Stop()
@@ -352,8 +385,10 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, shards []int, table, l
 			var chunk copyChunkOf
 			select {
 			case <-keepAlive.C:
-				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
-					return err
+				if tx != nil {
+					if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+						return err
+					}
 				}
 				continue
 			case next, ok := <-feed:
@@ -361,9 +396,19 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, shards []int, table, l
 					if err := context.Cause(ctx); err != nil {
 						return err
 					}
-					return tx.Commit(ctx)
+					if tx == nil {
+						return nil
+					}
+					err := tx.Commit(ctx)
+					tx = nil
+					return err
 				}
 				chunk = next
+			}
+			if !held[chunk.shard] {
+				if err := window(chunk.shard); err != nil {
+					return err
+				}
 			}
 			q := "COPY " + quoteTable(db, b.schemaOf(chunk.shard), table) + " (" + list + ") FROM STDIN"
 			tag, err := c.PgConn().CopyFrom(ctx, bytes.NewReader(chunk.data), q)
@@ -436,24 +481,27 @@ func (b *splitBatch) verifyCopy(ctx context.Context) (bool, error) {
 
 // tableSums returns the rows and the sum of the row hashes (rowHash over
 // cols) of table in the schema of each of shards on db, computed by db: a
-// query of 200 tables at a time.
+// query of shardsPerTx tables at a time.
 func tableSums(ctx context.Context, db *gorm.DB, shards []int, schemaOf func(int) string, table string, cols []string) (map[int]sentRows, error) {
 	out := map[int]sentRows{}
 	sum := "coalesce(sum(" + rowHash(db, cols) + "), 0)::text"
 	if db.Dialector.Name() == "mysql" {
 		sum = "CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR)"
 	}
-	err := readSession(ctx, db, func(q querier) error {
-		if db.Dialector.Name() != "mysql" {
-			// Each of the small tables is read by this session alone: a
-			// parallel plan would have its workers, new sessions, open
-			// every table again (3 to 4 times slower).
-			if _, err := q.ExecContext(ctx, "SELECT set_config('max_parallel_workers_per_gather', '0', true)"); err != nil {
-				return err
+	// A query and a transaction of shardsPerTx tables at a time: each
+	// holds its tables' locks to its end.
+	var err error
+	for lo := 0; lo < len(shards) && err == nil; lo += shardsPerTx {
+		chunk := shards[lo:min(lo+shardsPerTx, len(shards))]
+		err = readSession(ctx, db, func(q querier) error {
+			if db.Dialector.Name() != "mysql" {
+				// Each of the small tables is read by this session alone: a
+				// parallel plan would have its workers, new sessions, open
+				// every table again (3 to 4 times slower).
+				if _, err := q.ExecContext(ctx, "SELECT set_config('max_parallel_workers_per_gather', '0', true)"); err != nil {
+					return err
+				}
 			}
-		}
-		for lo := 0; lo < len(shards); lo += 200 {
-			chunk := shards[lo:min(lo+200, len(shards))]
 			parts := make([]string, len(chunk))
 			for i, s := range chunk {
 				parts[i] = "SELECT " + strconv.Itoa(s) + ", count(*), " + sum + " FROM " + quoteTable(db, schemaOf(s), table)
@@ -478,11 +526,8 @@ func tableSums(ctx context.Context, db *gorm.DB, shards []int, schemaOf func(int
 				out[s] = sentRows{rows: n, sum: sum}
 			}
 			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+			return rows.Err()
+		})
+	}
 	return out, err
 }

@@ -370,26 +370,31 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 		total += n
 	}
 	bar := startProgress(w, "rows copied", total)
-	var done, copied int64
+	var done, before, copied int64
 	cur := map[string]int64{}
 	start := time.Now()
 	stageAt := start
-	// The batches left are copied together (one read of each table),
-	// then fenced and flipped one by one.
+	// PostgreSQL: the batches left are copied together (one read of each
+	// table), then fenced and flipped one by one; MySQL: a batch at a
+	// time.
 	opts := reshard.SplitOptions{FenceFor: fenceFor, Progress: func(table string, n int64) {
 		cur[table] = n
 		copied = 0
 		for _, v := range cur {
 			copied += v
 		}
-		bar.Set(copied)
+		bar.Set(before + copied)
 	}, OnStage: func(stage string) {
 		switch stage {
 		case "created":
 			bar.Printf("created the shards' tables on the targets in %v\n", time.Since(stageAt).Round(time.Millisecond))
-			stageAt = time.Now()
+			stageAt, copied = time.Now(), 0
+			clear(cur)
 		case "copied":
-			bar.Printf("copied %d rows in %v; now each batch in turn: fenced, verified, flipped\n", copied, time.Since(stageAt).Round(time.Millisecond))
+			bar.Printf("copied %d rows in %v\n", copied, time.Since(stageAt).Round(time.Millisecond))
+			before += copied
+		case "cleaned", "flipped":
+			stageAt = time.Now()
 		}
 	}}
 	err := reshard.RunSplit(ctx, env.cfg, p, opts, func(i int, res reshard.SplitResult) {
