@@ -3,7 +3,9 @@ package reshard_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/shardid/shardid/reshard"
 )
@@ -155,5 +157,109 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 	}
 	if total != 20 {
 		t.Errorf("%d users on the targets, want the monolith's 20", total)
+	}
+}
+
+// TestRunSplitManyShardsAtOncePostgres splits 1,000 shards in 4 batches,
+// copied together: every transaction of the copy, its sums and its
+// catch-up must hold a bounded number of shards' tables. One transaction
+// over each target's 500 shards (its tables, indexes and TOAST tables,
+// each locked to its end) ran the server's lock table out
+// (max_locks_per_transaction times max_connections, shared by every
+// session) in the benchmark's split of 2,000 shards: ERROR: out of shared
+// memory, for the application's writes too. The test samples pg_locks on
+// the targets from the end of the schemas' creation (whose transactions
+// of 50 schemas are bounded apart) to the end, and fails if a session
+// held more than 1,000 locks there (the most now: a foreign keys'
+// validation of 64 shards, 768; before, a copy lane of 250 shards held
+// 1,502).
+func TestRunSplitManyShardsAtOncePostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates 1,000 schemas")
+	}
+	e := newSplitEnvPG(t, 1000, 2000, 2, 2)
+	ctx := context.Background()
+	plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 250)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	most, at := int64(0), ""
+	created := make(chan struct{})
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		select {
+		case <-created:
+		case <-stop:
+			return
+		}
+		for {
+			for d := 1; d <= 2; d++ {
+				var rows []struct {
+					Pid   int
+					N     int64
+					Query string
+				}
+				q := "SELECT l.pid, count(*) AS n, max(a.query) AS query FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.pid <> pg_backend_pid() GROUP BY l.pid"
+				if err := e.dbs[d].Raw(q).Scan(&rows).Error; err != nil {
+					continue
+				}
+				mu.Lock()
+				for _, r := range rows {
+					if r.N > most {
+						most, at = r.N, e.names[d]+", "+r.Query[:min(len(r.Query), 200)]
+					}
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	batches := 0
+	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: func(st string) {
+		if st == "created" {
+			close(created)
+		}
+	}}, func(int, reshard.SplitResult) { batches++ })
+	close(stop)
+	<-sampled
+	if err != nil {
+		t.Fatalf("RunSplit of 1,000 shards: %v", err)
+	}
+	t.Logf("the most locks a session held on a target after the schemas were created: %d (%s)", most, at)
+	if most > 1000 {
+		t.Errorf("a session held %d locks on %s: a transaction over too many shards' tables", most, at)
+	}
+	if batches != 4 {
+		t.Errorf("%d batches, want 4", batches)
+	}
+	v := e.m.Load()
+	for s := range 1000 {
+		if v.Shared(s) {
+			t.Fatalf("shard %d is still in the monolith", s)
+		}
+	}
+	want := map[string]int64{"users": 2000, "photos": 4000, "comments": 8000}
+	got := map[string]int64{}
+	for d := 1; d <= 2; d++ {
+		for tbl := range want {
+			var n int64
+			q := "SELECT coalesce(sum((xpath('/row/n/text()', query_to_xml('SELECT count(*) AS n FROM ' || quote_ident(nspname) || '." + tbl + "', false, true, '')))[1]::text::bigint), 0) FROM pg_namespace WHERE nspname ~ '^shard_[0-9]{4}$'"
+			if err := e.dbs[d].Raw(q).Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			got[tbl] += n
+		}
+	}
+	for tbl, n := range want {
+		if got[tbl] != n {
+			t.Errorf("%s: %d rows on the targets, want %d", tbl, got[tbl], n)
+		}
 	}
 }

@@ -72,10 +72,11 @@ func (b *splitBatch) addForeignKeysPG(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			db := b.sp.cfg.DBs[d]
-			for lo := 0; lo < len(shards[d]); lo += 100 {
-				if err := b.addForeignKeysTo(ctx, db, shards[d][lo:min(lo+100, len(shards[d]))], fks); err != nil {
+			for lo := 0; lo < len(shards[d]); lo += shardsPerTx {
+				hi := min(lo+shardsPerTx, len(shards[d]))
+				if err := b.addForeignKeysTo(ctx, db, shards[d][lo:hi], fks); err != nil {
 					errs <- fmt.Errorf("shardid: adding the foreign keys of shards %d to %d on %s: %w",
-						shards[d][lo], shards[d][min(lo+100, len(shards[d]))-1], b.sp.cfg.Map.Databases()[d], err)
+						shards[d][lo], shards[d][hi-1], b.sp.cfg.Map.Databases()[d], err)
 					return
 				}
 			}
