@@ -272,8 +272,8 @@ func (sp *chaosSplitter) next(skip func(int) bool) (*reshard.SplitPlan, error) {
 		return nil, err
 	}
 	// One batch, or every other time two (from their count, not a draw
-	// of the seed's): RunSplit copies them together and fences them one
-	// by one.
+	// of the seed's): RunSplit copies them together (CopyTogether) and
+	// fences them one by one.
 	sp.nexts++
 	want := 1 + sp.nexts%2
 	var one *reshard.SplitPlan
@@ -485,7 +485,9 @@ func (sp *chaosSplitter) judgeOwner(p chaosSplitPlan, out string) {
 func (sp *chaosSplitter) runOnce(plan *reshard.SplitPlan, p chaosSplitPlan) ([]string, error) {
 	name := fmt.Sprintf("split of shards %v", planShards(plan))
 	return sp.runFaulted(name, p, func(ctx context.Context, cfg reshard.SplitConfig, onStage func(string)) error {
-		return reshard.RunSplit(ctx, cfg, plan, reshard.SplitOptions{FenceFor: chaosSplitFenceFor, OnStage: onStage}, nil)
+		// A plan of two batches copies them together.
+		opts := reshard.SplitOptions{FenceFor: chaosSplitFenceFor, OnStage: onStage, CopyTogether: len(plan.Batches) > 1}
+		return reshard.RunSplit(ctx, cfg, plan, opts, nil)
 	}, func() string { return sp.rival(plan, p.rival) })
 }
 

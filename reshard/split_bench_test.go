@@ -29,7 +29,9 @@ import (
 // monolith's indexes built after it, the floor, and
 // the creation of as many empty schemas as shards, the floor of the
 // schemas (under CI=true: 20,000 rows, 100 shards, batches of 50, unless
-// the variables say otherwise). It logs the plan's warnings. Run it once:
+// the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
+// batches together (SplitOptions.CopyTogether). It logs the plan's
+// warnings. Run it once:
 //
 //	flock /tmp/shardid-db.lock go test -run '^$' -bench BenchmarkSplitPostgres -benchtime 1x ./reshard
 func BenchmarkSplitPostgres(b *testing.B) {
@@ -202,9 +204,14 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			timeline = append(timeline, reached{last, s})
 		}
 		start = time.Now()
-		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: onStage}, func(i int, res reshard.SplitResult) {
+		opts := reshard.SplitOptions{OnStage: onStage, CopyTogether: os.Getenv("SHARDID_SPLIT_TOGETHER") == "1"}
+		err = reshard.RunSplit(ctx, e.cfg, plan, opts, func(i int, res reshard.SplitResult) {
 			copied += res.Copied
-			copyTime = max(copyTime, res.CopyTime) // the batches are copied together: each reports that copy
+			if opts.CopyTogether {
+				copyTime = max(copyTime, res.CopyTime) // each batch reports the one copy
+			} else {
+				copyTime += res.CopyTime
+			}
 			maxFence = max(maxFence, res.Fenced)
 			last = time.Now()
 		})

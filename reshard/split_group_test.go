@@ -10,8 +10,8 @@ import (
 	"github.com/shardid/shardid/reshard"
 )
 
-// TestRunSplitStoppedInALaterBatchPostgres: RunSplit copies every batch
-// together and fences them one by one. Stopped in the second batch, before
+// TestRunSplitStoppedInALaterBatchPostgres: RunSplit with CopyTogether
+// copies every batch together and fences them one by one. Stopped in the second batch, before
 // its seal (its lock lost) and, run again, after it (its flip refused):
 // the batches before it stay split, the batch and those after it stay in
 // the monolith taking writes (their change log stopped, nothing left
@@ -56,7 +56,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 		}
 	})
 	var done []int
-	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, func(k int, _ reshard.SplitResult) { done = append(done, k) })
+	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, func(k int, _ reshard.SplitResult) { done = append(done, k) })
 	restore()
 	if !errors.Is(err, reshard.ErrMoveLockLost) {
 		t.Fatalf("RunSplit, its lock lost in the second batch: %v, want ErrMoveLockLost", err)
@@ -94,7 +94,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 			}
 		}
 	})
-	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil)
+	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, nil)
 	restore()
 	if !errors.Is(err, reshard.ErrCatalogConflict) {
 		t.Fatalf("RunSplit run again, its second batch's flip refused: %v, want ErrCatalogConflict", err)
@@ -118,7 +118,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
 		t.Fatal(err)
 	}
-	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
+	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, nil); err != nil {
 		t.Fatalf("RunSplit run a third time: %v", err)
 	}
 	if _, err := reshard.CleanSplit(ctx, e.cfg); err != nil {
@@ -161,7 +161,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 }
 
 // TestRunSplitManyShardsAtOncePostgres splits 1,000 shards in 4 batches,
-// copied together: every transaction of the copy, its sums and its
+// copied together (CopyTogether): every transaction of the copy, its sums and its
 // catch-up must hold a bounded number of shards' tables. One transaction
 // over each target's 500 shards (its tables, indexes and TOAST tables,
 // each locked to its end) ran the server's lock table out
@@ -222,7 +222,7 @@ func TestRunSplitManyShardsAtOncePostgres(t *testing.T) {
 		}
 	}()
 	batches := 0
-	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: func(st string) {
+	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true, OnStage: func(st string) {
 		if st == "created" {
 			close(created)
 		}

@@ -387,8 +387,8 @@ func TestSplitMariaDBWithWriters(t *testing.T) {
 }
 
 // TestRunSplitPostgresWithWriters is TestSplitPostgresWithWriters through
-// RunSplit and a plan of batches of 4, which copies the 4 batches together
-// (on PostgreSQL) and fences them one by one: each batch's fence must hold
+// RunSplit and a plan of batches of 4, with CopyTogether: it copies the 4
+// batches together (on PostgreSQL) and fences them one by one: each batch's fence must hold
 // its own rows only, while the other batches' changes keep being logged
 // and applied.
 func TestRunSplitPostgresWithWriters(t *testing.T) {
@@ -435,7 +435,7 @@ func testSplitWithWriters(t *testing.T, e *splitEnv, viaPlan bool) {
 				}
 			}
 		}
-		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: onStage}, func(batch int, res reshard.SplitResult) {
+		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: onStage, CopyTogether: true}, func(batch int, res reshard.SplitResult) {
 			batches = append(batches, res.Shards)
 			copied += res.Copied
 			t.Logf("batch %d %v: copied %d in %v, fenced %v, deleted %d, version %d", batch+1, res.Shards, res.Copied, res.CopyTime, res.Fenced, res.Deleted, res.Version)

@@ -10,15 +10,14 @@ import (
 	"gorm.io/gorm"
 )
 
-// RunSplit carries plan out, as SplitShards would batch by batch, after
-// CleanSplit, but for the copy: on PostgreSQL the batches left are
+// RunSplit carries plan out, batch by batch (SplitShards), after
+// CleanSplit; with opts.CopyTogether (PostgreSQL), the batches left are
 // created and copied together, one read of each monolith table for all of
 // them, and then fenced, verified, sealed and flipped one at a time (a
 // fence holds one batch's rows only; the change log of the others goes on
-// meanwhile). On MySQL/MariaDB each batch is copied on its own, as
-// SplitShards does. A batch that fails before its seal leaves it and the
-// batches after it in the monolith, their copies (if any) fenced for the
-// mover. RunSplit can be run
+// meanwhile), and a batch that fails before its seal leaves it and the
+// batches after it in the monolith, their copies fenced for the mover.
+// RunSplit can be run
 // again after it was stopped or failed, and goes on where it stopped (the
 // batches whose shards are split already are skipped; a batch sealed but
 // not flipped, or flipped with its targets still fenced for the mover, is
@@ -75,17 +74,18 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 		index = append(index, i)
 		group, groupTo = append(group, pending), append(groupTo, pto)
 	}
-	// On PostgreSQL the batches left are copied together (one read of
-	// each monolith table for all of them), then fenced, verified and
-	// flipped one by one. On MySQL/MariaDB each is copied on its own: a
-	// copy, a comparison or a catch-up over every shard's tables at once
-	// overruns the server's table caches at their defaults
-	// (table_open_cache 2,000), and every statement then opens its
-	// tables again (a split of 2,000 shards that had not finished in 15
-	// minutes, against 3.5 a batch at a time).
+	// A batch at a time, or with CopyTogether the batches left copied
+	// together (one read of each monolith table for all of them), then
+	// fenced, verified and flipped one by one; on MySQL/MariaDB always a
+	// batch at a time: a copy, a comparison or a catch-up over every
+	// shard's tables at once overruns the server's table caches at their
+	// defaults (table_open_cache 2,000), and every statement then opens
+	// its tables again (a split of 2,000 shards had not finished after 15
+	// minutes).
+	together := opts.CopyTogether && cfg.DBs[mono].Dialector.Name() != "mysql"
 	runs := [][]int{} // of indexes into group
 	for k := range group {
-		if k == 0 || cfg.DBs[mono].Dialector.Name() == "mysql" {
+		if k == 0 || !together {
 			runs = append(runs, nil)
 		}
 		runs[len(runs)-1] = append(runs[len(runs)-1], k)

@@ -33,11 +33,27 @@ type SplitOptions struct {
 
 	// OnStage, if not nil, is called as a batch reaches each stage:
 	// "created", "copied", "fenced", "verified", "sealed", "flipped",
-	// "cleaned" (the batch's rows deleted from the monolith). RunSplit
-	// creates and copies the batches left together: "created" and
-	// "copied" once for all of them, then the other stages batch by
-	// batch.
+	// "cleaned" (the batch's rows deleted from the monolith). With
+	// CopyTogether, "created" and "copied" come once for all the batches
+	// copied together, then the other stages batch by batch.
 	OnStage func(stage string)
+
+	// CopyTogether makes RunSplit create and copy the batches left
+	// together, one read of each monolith table for all of them, and
+	// then fence, verify, seal and flip them one at a time (each fence
+	// still holds one batch's rows only). Without it each batch reads
+	// each monolith table in full for its own rows: a plan of 8 batches
+	// reads the monolith 8 times. With it, every write to a shard not yet
+	// flipped is logged and then applied row by row, from the start of
+	// the copy to that shard's fence, where a batch at a time logs only
+	// the batch's own: beside busy writers that costs more than the reads
+	// it saves (docs/resharding.md, "What it costs", has the figures). It
+	// suits a monolith larger than memory, whose reads are full scans
+	// from disk, with few writes. PostgreSQL only: on MySQL/MariaDB each
+	// batch is copied on its own (a copy, a comparison or a catch-up over
+	// every shard's tables at once overruns the server's table caches at
+	// their defaults, and every statement opens its tables again).
+	CopyTogether bool
 }
 
 // SplitResult says what SplitShards did.

@@ -17,7 +17,7 @@ import (
 )
 
 // splitSynopsis is the split command's synopsis.
-const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] | status | abort | clean |\n" +
+const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] [--copy-together] | status | abort | clean |\n" +
 	"  rollback --shards LIST [--fence-for D] [--after-last-batch] | drop-copies --shards LIST) --config FILE"
 
 // splitFile is the split command's configuration: the databases (the
@@ -69,6 +69,7 @@ func newSplitCmd(s *streams) *cobra.Command {
 	fs.StringVar(&f.plan, "plan", "", "run: the plan `FILE` that plan wrote (required)")
 	fs.DurationVar(&f.fenceFor, "fence-for", time.Minute, "run, rollback: how long a batch's rows (a shard's schema) stay fenced if the mover dies")
 	fs.StringVar(&f.shards, "shards", "", "rollback, drop-copies: the logical shards, a `LIST` such as 0-15,20, or all (required)")
+	fs.BoolVar(&f.together, "copy-together", false, "run: copy the batches left together, one read of each monolith table, then fence them one by one (PostgreSQL; for a monolith larger than memory with few writes)")
 	fs.BoolVar(&f.afterLast, "after-last-batch", false, "rollback: let writes into a monolith the last batch emptied (PostgreSQL; MySQL needs no flag), once every router has loaded the catalog's map since")
 	return cmd
 }
@@ -80,6 +81,7 @@ type splitFlags struct {
 	batch                 int
 	fenceFor              time.Duration
 	afterLast             bool
+	together              bool
 }
 
 // runSplit runs split's action with flags f; changed tells which flags the
@@ -100,6 +102,9 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 	}
 	if changed("after-last-batch") && action != "rollback" {
 		return badFlag("--after-last-batch is for rollback")
+	}
+	if changed("copy-together") && action != "run" {
+		return badFlag("--copy-together is for run")
 	}
 	if changed("fence-for") && action != "run" && action != "rollback" {
 		return badFlag("--fence-for is for run and rollback")
@@ -146,7 +151,7 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 			return fmt.Errorf("--plan %s: %w", *planFile, err)
 		}
 		in.Leaves("A batch stopped at once may leave its rows fenced on the monolith until --fence-for runs out; run \"shardid split status --config " + *config + "\", then run the plan again or abort.")
-		return splitRun(ctx, stdout, env, plan, *fenceFor)
+		return splitRun(ctx, stdout, env, plan, *fenceFor, f.together)
 	case "status":
 		return splitStatus(ctx, stdout, env)
 	case "rollback", "drop-copies":
@@ -357,7 +362,7 @@ func joinInts(ids []int64) string {
 }
 
 // splitRun carries the plan out with a line per batch.
-func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitPlan, fenceFor time.Duration) error {
+func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitPlan, fenceFor time.Duration, together bool) error {
 	if env.noMap {
 		v, err := env.cfg.Catalog.SaveMap(ctx, env.cfg.Map)
 		if err != nil {
@@ -374,10 +379,10 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 	cur := map[string]int64{}
 	start := time.Now()
 	stageAt := start
-	// PostgreSQL: the batches left are copied together (one read of each
-	// table), then fenced and flipped one by one; MySQL: a batch at a
-	// time.
-	opts := reshard.SplitOptions{FenceFor: fenceFor, Progress: func(table string, n int64) {
+	// A batch at a time; with --copy-together (PostgreSQL), the batches
+	// left copied together (one read of each table), then fenced and
+	// flipped one by one.
+	opts := reshard.SplitOptions{FenceFor: fenceFor, CopyTogether: together, Progress: func(table string, n int64) {
 		cur[table] = n
 		copied = 0
 		for _, v := range cur {
@@ -385,6 +390,9 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 		}
 		bar.Set(before + copied)
 	}, OnStage: func(stage string) {
+		if !together {
+			return
+		}
 		switch stage {
 		case "created":
 			bar.Printf("created the shards' tables on the targets in %v\n", time.Since(stageAt).Round(time.Millisecond))
@@ -405,8 +413,14 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 				to = append(to, p.To[s])
 			}
 		}
-		bar.Printf("batch %d/%d: shards %s to %s: %d rows, fenced %v, catalog version %d\n",
-			i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Copied,
+		copied := ""
+		if !together {
+			copied = " copied in " + res.CopyTime.Round(time.Millisecond).String()
+			before += res.Copied
+			clear(cur)
+		}
+		bar.Printf("batch %d/%d: shards %s to %s: %d rows%s, fenced %v, catalog version %d\n",
+			i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Copied, copied,
 			res.Fenced.Round(time.Millisecond), res.Version)
 		if res.Deleted > 0 {
 			bar.Printf("every shard is split: %d rows deleted from %s, whose sharded tables now refuse writes\n", res.Deleted, p.Monolith)

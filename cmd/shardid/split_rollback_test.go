@@ -123,10 +123,10 @@ func TestSplitRollbackCommandPostgres(t *testing.T) {
 	if n != 512 || m != 0 {
 		t.Errorf("the monolith holds %d comments, want 512; pg_a %d shard schemas, want none", n, m)
 	}
-	// Split again, whole.
-	out = sh(0, "split", "run", "--config", "split.json", "--plan", "plan.json")
-	if !strings.Contains(out, "split done") {
-		t.Errorf("the plan run again:\n%s", out)
+	// Split again, whole, its batches copied together.
+	out = sh(0, "split", "run", "--config", "split.json", "--plan", "plan.json", "--copy-together")
+	if !strings.Contains(out, "split done") || strings.Count(out, "copied ") != 1 || strings.Contains(out, "rows copied in") {
+		t.Errorf("the plan run again, its batches copied together: want one line of the copy, then a line a batch:\n%s", out)
 	}
 	dbs[0].Raw("SELECT count(*) FROM comments").Scan(&n)
 	if n != 0 {
