@@ -274,7 +274,7 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		res.Unfenced = reset
 	}
 	if state != nil {
-		if err := sp.stopChangeLog(ctx, lock); err != nil {
+		if err := sp.stopChangeLog(ctx, lock, nil); err != nil {
 			return res, err
 		}
 	}

@@ -307,11 +307,11 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
 			if lock.reclaim(cctx) {
-				if len(logging) == len(b.shards) {
-					_ = sp.stopChangeLog(cctx, lock)
-				} else {
-					_ = sp.stopChangeLogOf(cctx, lock, logging)
+				var of []int // every shard's
+				if len(logging) < len(b.shards) {
+					of = logging
 				}
+				_ = sp.stopChangeLog(cctx, lock, of)
 			}
 		}
 	}()
@@ -752,40 +752,31 @@ func (sp *splitter) startChangeLog(ctx context.Context, lock *moveLock, shards [
 	})
 }
 
-// stopChangeLog ends the logging of every shard and empties the change
-// log, as startChangeLog does: under the state rows of every shard, and
-// only while lock is held.
-func (sp *splitter) stopChangeLog(ctx context.Context, lock *moveLock) error {
+// stopChangeLog ends the logging of shards and forgets their entries (of
+// every shard, and the whole log, if shards is nil: a run's clean-up, or
+// an abort; the batches of a group after one sealed, otherwise), as
+// startChangeLog does: under their state rows, and only while lock is
+// held.
+func (sp *splitter) stopChangeLog(ctx context.Context, lock *moveLock, shards []int) error {
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		var shards []int
-		if err := tx.Raw("SELECT shard FROM " + sp.q(splitStateTable) + " ORDER BY shard FOR UPDATE").Scan(&shards).Error; err != nil {
-			return err
+		of := ""
+		if shards == nil {
+			if err := tx.Raw("SELECT shard FROM " + sp.q(splitStateTable) + " ORDER BY shard FOR UPDATE").Scan(&shards).Error; err != nil {
+				return err
+			}
+		} else {
+			if _, err := sp.lockStates(tx, shards); err != nil {
+				return err
+			}
+			of = " AND shard " + inList(shards)
 		}
 		if err := lock.ensure(ctx, "ending the change log"); err != nil {
 			return err
 		}
-		if err := tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE moving").Error; err != nil {
+		if err := tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE moving" + of).Error; err != nil {
 			return err
 		}
-		return tx.Exec("DELETE FROM " + sp.q(splitChangeTable)).Error
-	})
-}
-
-// stopChangeLogOf ends the logging of shards (the batches of a group
-// after one sealed) and forgets their entries, as stopChangeLog does for
-// every shard: under their state rows, and only while lock is held.
-func (sp *splitter) stopChangeLogOf(ctx context.Context, lock *moveLock, shards []int) error {
-	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
-		if _, err := sp.lockStates(tx, shards); err != nil {
-			return err
-		}
-		if err := lock.ensure(ctx, "ending the change log"); err != nil {
-			return err
-		}
-		if err := tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE moving AND shard " + inList(shards)).Error; err != nil {
-			return err
-		}
-		return tx.Exec("DELETE FROM " + sp.q(splitChangeTable) + " WHERE shard " + inList(shards)).Error
+		return tx.Exec("DELETE FROM " + sp.q(splitChangeTable) + strings.Replace(of, " AND", " WHERE", 1)).Error
 	})
 }
 
