@@ -283,8 +283,9 @@ var errHomeSealed = errors.New("the home is sealed")
 
 // checkHome refuses, with ErrShardMoved, a clean-up that has something to
 // drop and a reason to doubt that l's home is the shard's home: the home
-// holds no copy of the shard, or another database holds one that takes
-// writes. Both are what a stale map shows once the shard moved on from
+// holds no copy of the shard, another database holds one that takes
+// writes, or one holds a sealed copy (a move's source) while the home
+// has no fence (it was never a move's target). Both are what a stale map shows once the shard moved on from
 // the home it names: a move from its real home holds its lock there, not
 // on the home this clean-up locked, and the copy (or staging schema) that
 // move is building would look unfinished.
@@ -304,11 +305,25 @@ func (l Leftovers) checkHome(ctx context.Context, home *gorm.DB, shard int) erro
 		return withDetail(ErrShardMoved, fmt.Sprintf("shard %d: the map places it on %s, which holds no copy of it: the map is stale (load the catalog's into the router), "+
 			"or the shard was never created there; nothing was dropped", shard, l.Home))
 	}
+	fenced, err := tableExists(ctx, home, l.Schema, fenceTable)
+	if err != nil {
+		return err
+	}
 	for _, c := range l.Copies {
 		if !c.Sealed && !c.Unfinished {
 			return withDetail(ErrShardMoved, fmt.Sprintf("shard %d: %s holds a copy of it that takes writes, beside %s, its home by the map: the map may be stale "+
 				"(load the catalog's into the router), and a move from that copy may be building the copies to drop; if the map is current, "+
 				"that copy is nobody's (drop it by hand first); nothing was dropped", shard, c.Database, l.Home))
+		}
+		// A sealed copy is a move's source: that move made its target
+		// (the home, by a current map) with a fence. A home without one
+		// is a schema made since by a stale map's Migrate, and the
+		// sealed copy's move, under way, is flipping to a copy that
+		// looks unfinished.
+		if c.Sealed && !fenced {
+			return withDetail(ErrShardMoved, fmt.Sprintf("shard %d: %s holds a sealed copy of it, but %s, its home by the map, was never a move's target (no fence): "+
+				"the map is stale (load the catalog's into the router), and a move from %s may be flipping to the copies to drop; nothing was dropped",
+				shard, c.Database, l.Home, c.Database))
 		}
 	}
 	return nil

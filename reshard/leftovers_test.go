@@ -407,4 +407,37 @@ func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
 	if err := db3.Raw(`SELECT count(*) FROM "shardid_ls_0001".r_photos`).Scan(&n).Error; err != nil || n != 2 {
 		t.Errorf("the shard's new home on pg3: %d rows (%v), want 2", n, err)
 	}
+
+	// Then back to pg2 (its old copy dropped first), paused before its
+	// flip: pg3, its source, is sealed, pg2's copy is fenced for the
+	// mover, and pg1 holds the stale router's empty schema, with no
+	// fence. The clean-up dropped pg2's copy, finished and about to be
+	// flipped to; the catalog then named a database with no copy.
+	if err := reshard.DropShardCopy(ctx, r, 1, "pg2"); err != nil {
+		t.Fatal(err)
+	}
+	paused = false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "move flip" || paused {
+			return
+		}
+		paused = true
+		done, err := reshard.DropUnfinishedCopies(ctx, stale, 1)
+		t.Logf("the clean-up from the stale map, the move at its flip: %v", err)
+		if !errors.Is(err, reshard.ErrShardMoved) || len(done.Copies)+len(done.Staging) > 0 {
+			t.Errorf("DropUnfinishedCopies from a stale map, a move of the shard at its flip: %+v, %v; want ErrShardMoved and nothing dropped", done, err)
+		}
+	})()
+	if _, err := reshard.MoveShard(ctx, r, nil, 1, "pg2", opts); err != nil {
+		t.Fatalf("the move back to pg2: %v", err)
+	}
+	if !paused {
+		t.Fatal("the move back never reached its flip")
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "after the move back"}).Error; err != nil {
+		t.Fatalf("a write to the shard's home on pg2: %v", err)
+	}
+	if err := db2.Raw(`SELECT count(*) FROM "shardid_ls_0001".r_photos`).Scan(&n).Error; err != nil || n != 3 {
+		t.Errorf("the shard's home on pg2: %d rows (%v), want 3", n, err)
+	}
 }

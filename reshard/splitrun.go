@@ -47,9 +47,12 @@ type SplitOptions struct {
 	// flipped is logged and then applied row by row, from the start of
 	// the copy to that shard's fence, where a batch at a time logs only
 	// the batch's own: beside busy writers that costs more than the reads
-	// it saves (docs/resharding.md, "What it costs", has the figures). It
-	// suits a monolith larger than memory, whose reads are full scans
-	// from disk, with few writes. PostgreSQL only: on MySQL/MariaDB each
+	// it saves (docs/resharding.md, "What it costs", has the figures), and
+	// each batch's fence reads the change log past the entries that wait
+	// for the batches after it (the log has no index by shard): a large
+	// backlog lengthens every fence. It suits a monolith larger than
+	// memory, whose reads are full scans from disk, with few writes.
+	// PostgreSQL only: on MySQL/MariaDB each
 	// batch is copied on its own (a copy, a comparison or a catch-up over
 	// every shard's tables at once overruns the server's table caches at
 	// their defaults, and every statement opens its tables again).
