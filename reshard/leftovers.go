@@ -267,9 +267,13 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 			// died before its flip, or after it and before it let writes
 			// through on the copy, which is then the shard's home and r's
 			// map is stale. Either way the copy holds the shard.
+			dropped := "nothing was dropped"
+			if len(done.Staging) > 0 {
+				dropped = fmt.Sprintf("only the %d staging schema(s) were dropped", len(done.Staging))
+			}
 			return done, withDetail(ErrShardMoved, fmt.Sprintf("shard %d: %s holds a sealed copy and %s the copy a move finished: "+
-				"re-run the move with the catalog to finish it (or, if the catalog names %s, Unfence the shard there); nothing was dropped",
-				shard, names[home], c.Database, c.Database))
+				"re-run the move with the catalog to finish it (or, if the catalog names %s, Unfence the shard there); %s",
+				shard, names[home], c.Database, c.Database, dropped))
 		}
 		if err != nil {
 			return done, err
