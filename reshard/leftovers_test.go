@@ -91,21 +91,7 @@ func TestDropUnfinishedCopies(t *testing.T) {
 // leave the shard nowhere but on its sealed old copy.
 func TestDropUnfinishedCopiesKeepsAFinishedCopy(t *testing.T) {
 	db1, db2 := openPostgres(t), openSecondPostgresTB(t)
-	const pattern = "shardid_lf_%04d"
-	for _, db := range []*gorm.DB{db1, db2} {
-		for s := range 2 {
-			db.Exec(fmt.Sprintf(`DROP SCHEMA IF EXISTS "`+pattern+`" CASCADE`, s))
-		}
-	}
-	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
-	newRouter := func() *shardid.Router {
-		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db1, db2}, Names: []string{"pg1", "pg2"},
-			LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	newRouter := twoShardRouters(t, "shardid_lf_%04d", []string{"pg1", "pg2"}, db1, db2)
 	r, stale := newRouter(), newRouter()
 	ctx := context.Background()
 	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
@@ -143,21 +129,7 @@ func TestDropUnfinishedCopiesKeepsAFinishedCopy(t *testing.T) {
 // with a row written there since), must not drop it when it resumes.
 func TestDropUnfinishedCopiesPausedKeepsARivalsMove(t *testing.T) {
 	db1, db2 := openPostgres(t), openSecondPostgresTB(t)
-	const pattern = "shardid_lp_%04d"
-	for _, db := range []*gorm.DB{db1, db2} {
-		for s := range 2 {
-			db.Exec(fmt.Sprintf(`DROP SCHEMA IF EXISTS "`+pattern+`" CASCADE`, s))
-		}
-	}
-	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
-	newRouter := func() *shardid.Router {
-		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db1, db2}, Names: []string{"pg1", "pg2"},
-			LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	newRouter := twoShardRouters(t, "shardid_lp_%04d", []string{"pg1", "pg2"}, db1, db2)
 	r, mover := newRouter(), newRouter()
 	ctx := context.Background()
 	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
@@ -341,21 +313,7 @@ func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeAtEnd(t, db3)
-	const pattern = "shardid_ls_%04d"
-	for _, db := range []*gorm.DB{db1, db2, db3} {
-		for s := range 2 {
-			db.Exec(fmt.Sprintf(`DROP SCHEMA IF EXISTS "`+pattern+`" CASCADE`, s))
-		}
-	}
-	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
-	newRouter := func() *shardid.Router {
-		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{db1, db2, db3}, Names: []string{"pg1", "pg2", "pg3"},
-			LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	newRouter := twoShardRouters(t, "shardid_ls_%04d", []string{"pg1", "pg2", "pg3"}, db1, db2, db3)
 	r, stale := newRouter(), newRouter()
 	ctx := context.Background()
 	opts := reshard.MoveOptions{Models: []any{&RPhoto{}}}
@@ -439,5 +397,27 @@ func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
 	}
 	if err := db2.Raw(`SELECT count(*) FROM "shardid_ls_0001".r_photos`).Scan(&n).Error; err != nil || n != 3 {
 		t.Errorf("the shard's home on pg2: %d rows (%v), want 3", n, err)
+	}
+}
+
+// twoShardRouters drops the schemas of pattern's two shards on dbs (named
+// names) and returns a function that makes a router of them over dbs,
+// both shards on the first: each call a router of its own, whose map
+// goes stale when another moves a shard.
+func twoShardRouters(t *testing.T, pattern string, names []string, dbs ...*gorm.DB) func() *shardid.Router {
+	t.Helper()
+	for _, db := range dbs {
+		for s := range 2 {
+			db.Exec(fmt.Sprintf(`DROP SCHEMA IF EXISTS "`+pattern+`" CASCADE`, s))
+		}
+	}
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	return func() *shardid.Router {
+		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, Names: names,
+			LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 }

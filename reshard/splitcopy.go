@@ -964,22 +964,25 @@ func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
 	// A unit is a table's groups on one target: applied in one
 	// transaction there (applyUnit), or, if that fails (a unique value two
 	// rows swapped, see applyChunk), group by group as a move does.
-	// A unit holds shardsPerTx shards at most.
-	type unit struct {
+	// A unit holds shardsPerTx shards at most: a table's groups on one
+	// target are cut into parts.
+	type place struct {
 		table  string
 		target int
-		part   int
+	}
+	type unit struct {
+		place
+		part int
 	}
 	units := map[unit]map[int][]int64{}
 	var order []unit
-	parts := map[unit]int{} // by table and target: the last part
+	last := map[place]int{} // the part being filled
 	for _, g := range groups {
-		u := unit{g.table, b.to[g.shard], 0}
-		u.part = parts[u]
-		if len(units[u]) == shardsPerTx {
-			u.part++
-			parts[unit{g.table, b.to[g.shard], 0}] = u.part
+		p := place{g.table, b.to[g.shard]}
+		if len(units[unit{p, last[p]}]) == shardsPerTx {
+			last[p]++
 		}
+		u := unit{p, last[p]}
 		if units[u] == nil {
 			units[u] = map[int][]int64{}
 			order = append(order, u)
@@ -1208,15 +1211,15 @@ func (b *splitBatch) whereIs(ctx context.Context, table string, ids []int64) (ma
 	for _, n := range now {
 		out[n.ID] = append(out[n.ID], n.Shard)
 	}
-	// Each target's shards asked 100 tables a query, for 500 keys at a
-	// time.
+	// Each target's shards asked shardsPerTx tables a query, for 500
+	// keys at a time.
 	targets, shards := b.byTargetOf(live)
 	for klo := 0; klo < len(ids); klo += 500 {
 		list := joinIDs(ids[klo:min(klo+500, len(ids))])
 		for _, d := range targets {
 			db := b.sp.cfg.DBs[d]
-			for lo := 0; lo < len(shards[d]); lo += 100 {
-				chunk := shards[d][lo:min(lo+100, len(shards[d]))]
+			for lo := 0; lo < len(shards[d]); lo += shardsPerTx {
+				chunk := shards[d][lo:min(lo+shardsPerTx, len(shards[d]))]
 				parts := make([]string, len(chunk))
 				for i, s := range chunk {
 					parts[i] = "SELECT " + strconv.Itoa(s) + " AS shard, id FROM " + quoteTable(db, b.schemaOf(s), table) + " WHERE id IN (" + list + ")"

@@ -17,14 +17,14 @@ import (
 // fence holds one batch's rows only; the change log of the others goes on
 // meanwhile), and a batch that fails before its seal leaves it and the
 // batches after it in the monolith, their copies fenced for the mover.
-// RunSplit can be run
-// again after it was stopped or failed, and goes on where it stopped (the
-// batches whose shards are split already are skipped; a batch sealed but
-// not flipped, or flipped with its targets still fenced for the mover, is
-// finished; the others are copied again). cfg.Map must be the catalog's
-// (Catalog.LoadMap). onBatch, if not nil, hears each batch's result:
-// CopyTime is the copy of all the batches copied together, and Copied the
-// rows this batch's shards got from it.
+// RunSplit can be run again after it was stopped or failed, and goes on
+// where it stopped (the batches whose shards are split already are
+// skipped; a batch sealed but not flipped, or flipped with its targets
+// still fenced for the mover, is finished; the others are copied again).
+// cfg.Map must be the catalog's (Catalog.LoadMap). onBatch, if not nil,
+// hears each batch's result (with CopyTogether, CopyTime is the one copy
+// of all the batches, and Copied the rows this batch's shards got from
+// it).
 func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitOptions, onBatch func(batch int, res SplitResult)) error {
 	if err := plan.check(cfg); err != nil {
 		return err

@@ -62,9 +62,9 @@ type SplitOptions struct {
 // SplitResult says what SplitShards did.
 type SplitResult struct {
 	Shards   []int
-	Tables   []TableCheck // over the batch, equal on both sides
-	Copied   int64        // rows of the first copy
-	CopyTime time.Duration
+	Tables   []TableCheck  // over the batch, equal on both sides
+	Copied   int64         // rows of the first copy (of the batch's shards)
+	CopyTime time.Duration // of the first copy (CopyTogether: of every batch's)
 	Fenced   time.Duration // from the fence on the monolith to the targets taking writes
 	Version  int64         // the catalog's version after the flip
 	Deleted  int64         // rows deleted from the monolith once verified
@@ -104,11 +104,9 @@ func SplitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 }
 
 // splitShards is SplitShards of the shards of batches (nil: one batch of
-// all the shards), which it copies together, then fences, verifies,
-// seals and flips batch by batch, calling done (if not nil) after each
-// batch with what it did: one read of each monolith table for all the
-// batches (RunSplit), where a batch at a time read each table in full
-// once per batch, while each fence still holds one batch's rows only. A
+// all the shards), which it copies together (one read of each monolith
+// table for all of them), then fences, verifies, seals and flips batch by
+// batch, calling done (if not nil) after each batch with what it did. A
 // batch sealed by a run before (its flip left to do) is finished first,
 // on its own. It returns the last batch's result, or the failed one's.
 func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, batches [][]int, opts SplitOptions, done func(k int, res SplitResult)) (res SplitResult, err error) {

@@ -337,7 +337,7 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, shards []int, table, l
 			every = min(every, max(time.Duration(idleMS)*time.Millisecond/3, 10*time.Millisecond))
 		}
 		var tx pgx.Tx
-		held := map[int]bool{}
+		var held []int // the window's shards, ascending: their fences held by tx
 		defer func() {
 			if tx != nil {
 				_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -373,10 +373,7 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, shards []int, table, l
 			if err := h.holdPgx(ctx, tx); err != nil {
 				return err
 			}
-			clear(held)
-			for _, s := range w {
-				held[s] = true
-			}
+			held = w
 			return nil
 		}
 		keepAlive := time.NewTicker(every)
@@ -405,7 +402,7 @@ func (b *splitBatch) copyInto(ctx context.Context, d int, shards []int, table, l
 				}
 				chunk = next
 			}
-			if !held[chunk.shard] {
+			if _, ok := slices.BinarySearch(held, chunk.shard); !ok {
 				if err := window(chunk.shard); err != nil {
 					return err
 				}

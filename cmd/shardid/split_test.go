@@ -128,6 +128,9 @@ func TestSplitCommandPostgres(t *testing.T) {
 		t.Errorf("abort output:\n%s", out)
 	}
 	sh(2, "split", "run", "--config", config)
+	if out := sh(2, "split", "status", "--config", config, "--copy-together"); !strings.Contains(out, "--copy-together is for run") {
+		t.Errorf("split status --copy-together:\n%s", out)
+	}
 	sh(2, "split", "status", "--config", config, "--batch", "3")
 	sh(2, "split")
 }
