@@ -152,9 +152,7 @@ func changeLogStart() int64 { return 1 + rand.Int64N(1<<61) }
 // after its last check, while another run took the move over, must not
 // drop that run's log.
 func stopCapture(ctx context.Context, db *gorm.DB, schema string, check func(context.Context) error) error {
-	var exists int64
-	q := "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?"
-	if err := db.WithContext(ctx).Raw(q, schema).Scan(&exists).Error; err != nil || exists == 0 {
+	if exists, err := schemaExists(ctx, db, schema); err != nil || !exists {
 		return err
 	}
 	if db.Dialector.Name() == "mysql" {

@@ -223,14 +223,11 @@ const fenceTableMySQL = " (id INT PRIMARY KEY, fenced_until DATETIME(6) NOT NULL
 // on db (MySQL) where it lacks it: a table an older version made, or one
 // whose creation was cut short between the table and the column.
 func ensureMoverOnlyMySQL(ctx context.Context, db *gorm.DB, schema string) error {
-	var hasCol int64
-	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'mover_only'", schema, fenceTable).Scan(&hasCol).Error; err != nil {
+	hasCol, err := columnExists(ctx, db, schema, fenceTable, "mover_only")
+	if err != nil || hasCol {
 		return err
 	}
-	if hasCol > 0 {
-		return nil
-	}
-	err := db.WithContext(ctx).Exec(fmt.Sprintf("ALTER TABLE `%s`.`%s` ADD COLUMN mover_only BOOLEAN NOT NULL DEFAULT FALSE", schema, fenceTable)).Error
+	err = db.WithContext(ctx).Exec(fmt.Sprintf("ALTER TABLE `%s`.`%s` ADD COLUMN mover_only BOOLEAN NOT NULL DEFAULT FALSE", schema, fenceTable)).Error
 	if err != nil && !strings.Contains(err.Error(), "Duplicate column") {
 		return err
 	}
@@ -515,9 +512,8 @@ var errFenceLapsed = errors.New("fence lapsed")
 // lifts any fence but a move's seal, for which it returns ErrShardMoved.
 func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string, token int64) (bool, error) {
 	mysql := db.Dialector.Name() == "mysql"
-	var n int64
-	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
-	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&n).Error; err != nil {
+	exists, err := tableExists(ctx, db, schema, fenceTable)
+	if err != nil {
 		return false, err
 	}
 	if mysql {
@@ -538,7 +534,7 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 			}
 		}
 	}
-	if n == 0 {
+	if !exists {
 		return false, nil
 	}
 	st, open := fmt.Sprintf(`"%s".%s`, schema, fenceTable), "'-infinity'"
@@ -546,7 +542,7 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		st, open = fmt.Sprintf("`%s`.`%s`", schema, fenceTable), "'1000-01-01'"
 	}
 	lifted := false
-	err := lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
+	err = lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		lifted = false
 		var cur struct {
 			Token  int64 `gorm:"column:token"`
@@ -570,9 +566,7 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 // isSealed reports whether db holds a copy of schema that a move fenced
 // for good: an old copy.
 func isSealed(ctx context.Context, db *gorm.DB, schema string) (bool, error) {
-	var n int64
-	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
-	if err := db.WithContext(ctx).Raw(q, schema, fenceTable).Scan(&n).Error; err != nil || n == 0 {
+	if ok, err := tableExists(ctx, db, schema, fenceTable); err != nil || !ok {
 		return false, err
 	}
 	st := fmt.Sprintf(`"%s".%s`, schema, fenceTable)

@@ -383,9 +383,35 @@ func schemaExists(ctx context.Context, db *gorm.DB, schema string) (bool, error)
 	return n > 0, err
 }
 
+// tableExists reports whether schema on db holds a table (or a view)
+// named table. On PostgreSQL it reads pg_class, which shows every table
+// to every role: information_schema hides one that the role has no
+// privilege on, and a move's or a split's check that found a fence
+// missing where another role's fence stands would go wrong. On
+// MySQL/MariaDB information_schema is all there is, and it hides such a
+// table too.
 func tableExists(ctx context.Context, db *gorm.DB, schema, table string) (bool, error) {
+	q := `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relname = ? AND c.relkind IN ('r', 'p', 'v', 'm', 'f')`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+	}
 	var n int64
-	err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?", schema, table).Scan(&n).Error
+	err := db.WithContext(ctx).Raw(q, schema, table).Scan(&n).Error
+	return n > 0, err
+}
+
+// columnExists reports whether table of schema on db has a column named
+// column: from pg_attribute on PostgreSQL, which shows it to every role,
+// as tableExists does.
+func columnExists(ctx context.Context, db *gorm.DB, schema, table, column string) (bool, error) {
+	q := `SELECT count(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relname = ? AND a.attname = ? AND a.attnum > 0 AND NOT a.attisdropped`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = ?"
+	}
+	var n int64
+	err := db.WithContext(ctx).Raw(q, schema, table, column).Scan(&n).Error
 	return n > 0, err
 }
 
@@ -445,13 +471,12 @@ func fenceLeft(ctx context.Context, db *gorm.DB, schema string) (*FenceLeft, err
 		return nil, err
 	}
 	// A fence made by an older version has no mover_only column.
-	var hasMover int64
-	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'mover_only'",
-		schema, fenceTable).Scan(&hasMover).Error; err != nil {
+	hasMover, err := columnExists(ctx, db, schema, fenceTable, "mover_only")
+	if err != nil {
 		return nil, err
 	}
 	mover := "mover_only"
-	if hasMover == 0 {
+	if !hasMover {
 		mover = "FALSE AS mover_only"
 	}
 	q := `SELECT fenced_until > clock_timestamp() AS live, fenced_until = 'infinity' AS for_good, sealed, ` + mover + `,

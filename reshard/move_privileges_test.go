@@ -228,3 +228,43 @@ func TestMoveOverAnotherRolesFence(t *testing.T) {
 		t.Fatalf("shard 1 after the move: %d rows, %v", n, err)
 	}
 }
+
+// A role that may not read a shard's fence table still sees that it
+// exists: FindLeftovers as that role fails, naming the table, where it
+// reported no fence at all while information_schema hid the table from
+// it (a move's or a clean-up's check would have judged the shard unfenced).
+func TestLeftoversSeeAFenceTheRoleMayNotRead(t *testing.T) {
+	ctx := context.Background()
+	_, b := privSetup(t)
+	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	ro := privRouter(t, owner)
+	if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	admin := privRouter(t, "postgres")
+	if err := reshard.Fence(ctx, admin, 1, []any{&RPhoto{}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reshard.Unfence(context.Background(), admin, 1, []any{&RPhoto{}}) })
+	schema := admin.Schema(1)
+	stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	if err := b.Exec(fmt.Sprintf(`GRANT USAGE ON SCHEMA %q TO %q`, schema, stranger)).Error; err != nil {
+		t.Fatal(err)
+	}
+	// The premise: information_schema hides the fence table from it.
+	var seen int64
+	if err := testdb.OpenRole(t, stranger, "shardid_test2").Raw("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = 'shardid_fence_state'", schema).Scan(&seen).Error; err != nil || seen != 0 {
+		t.Fatalf("information_schema shows the stranger %d fence tables (%v): the test's premise is gone", seen, err)
+	}
+	l, err := reshard.FindLeftovers(ctx, privRouter(t, stranger), 1)
+	if err == nil {
+		t.Fatalf("FindLeftovers as a role that may not read the fence: no error, fence %+v", l.Fence)
+	}
+	if !strings.Contains(err.Error(), "shardid_fence_state") {
+		t.Fatalf("the error does not name the fence table: %v", err)
+	}
+	// As the admin, the fence is there.
+	if l, err := reshard.FindLeftovers(ctx, admin, 1); err != nil || l.Fence == nil {
+		t.Fatalf("FindLeftovers as the admin: fence %+v, %v", l.Fence, err)
+	}
+}
