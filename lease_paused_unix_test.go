@@ -45,9 +45,12 @@ func TestLeaseSameOwnerPausedProcess(t *testing.T) {
 			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			// B's own TTL is long: the test is of A's lease, and a B that
+			// renews every 200 ms lost its lease on a loaded machine
+			// (a CI run beside the reshard tests).
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			b, err := shardid.AcquireLease(wctx, shardid.LeaseConfig{Store: store, Layout: shardid.Instagram,
-				TTL: 600 * time.Millisecond, Owner: "pod-7", Wait: true})
+				TTL: 5 * time.Second, Owner: "pod-7", Wait: true})
 			cancel()
 			cmd.Process.Signal(syscall.SIGCONT)
 			if err != nil {
