@@ -30,8 +30,11 @@ import (
 // the creation of as many empty schemas as shards, the floor of the
 // schemas (under CI=true: 20,000 rows, 100 shards, batches of 50, unless
 // the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
-// batches together (SplitOptions.CopyTogether). It logs the plan's
-// warnings. Run it once:
+// batches together (SplitOptions.CopyTogether). A writer refused by a
+// fence tries again every millisecond, as hard on the fence as a writer
+// can be; SHARDID_SPLIT_BACKOFF=1 makes it retry with shardid.RetryMoving,
+// as the docs tell an application to. It logs the plan's warnings. Run it
+// once:
 //
 //	flock /tmp/shardid-db.lock go test -run '^$' -bench BenchmarkSplitPostgres -benchtime 1x ./reshard
 func BenchmarkSplitPostgres(b *testing.B) {
@@ -179,6 +182,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		if v, err := strconv.Atoi(os.Getenv("SHARDID_SPLIT_WRITE_RATE")); err == nil && v > 0 {
 			w.pace = time.Second / time.Duration(v)
 		}
+		w.backoff = os.Getenv("SHARDID_SPLIT_BACKOFF") == "1"
 		wctx, stop := context.WithCancel(ctx)
 		wg := w.run(wctx, writers, int64(users))
 		var copied int64

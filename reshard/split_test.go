@@ -152,31 +152,45 @@ type splitWriters struct {
 	// pace, if above 0, is the time each writer waits between two
 	// writes (unthrottled otherwise).
 	pace time.Duration
+	// backoff retries a refused write with shardid.RetryMoving, as the
+	// docs tell an application to; otherwise every millisecond.
+	backoff bool
 }
 
 func (w *splitWriters) write(ctx context.Context, key int64, table string, f func(db *gorm.DB, tbl string) error) bool {
 	start := time.Now()
-	for ctx.Err() == nil {
+	try := func() error {
 		db, tbl := w.e.table(key, table)
 		err := f(db, tbl)
-		if err == nil {
-			w.mu.Lock()
-			if d := time.Since(start); d > w.stall {
-				w.stall, w.stallAt, w.stallOn = d, start, table
-			}
-			w.ops++
-			w.mu.Unlock()
-			return true
+		if err != nil && isFenced(err) && !errors.Is(err, shardid.ErrShardMoving) {
+			err = fmt.Errorf("%w: %w", shardid.ErrShardMoving, err)
 		}
-		if !isFenced(err) {
-			w.mu.Lock()
-			w.errs = append(w.errs, err)
-			w.mu.Unlock()
-			return false
-		}
-		time.Sleep(time.Millisecond)
+		return err
 	}
-	return false
+	var err error
+	if w.backoff {
+		err = shardid.RetryMoving(ctx, try)
+	} else {
+		// As fast as it can: a refused write tried again every
+		// millisecond, the hardest on a fence's windows.
+		for err = try(); errors.Is(err, shardid.ErrShardMoving) && ctx.Err() == nil; err = try() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if errors.Is(err, shardid.ErrShardMoving) { // still refused as ctx ended
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.errs = append(w.errs, err)
+		return false
+	}
+	if d := time.Since(start); d > w.stall {
+		w.stall, w.stallAt, w.stallOn = d, start, table
+	}
+	w.ops++
+	return true
 }
 
 func (w *splitWriters) run(ctx context.Context, n int, users int64) *sync.WaitGroup {

@@ -464,6 +464,20 @@ func TestFence(t *testing.T) {
 		if _, err := sh.ExecContext(ctx, "INSERT INTO {{schema}}.photos VALUES ("+f.ph(1)+", 'x')", idOf(t, 2, 3)); err != nil {
 			t.Errorf("after Unfence: %v", err)
 		}
+		// A write retried with RetryMoving goes through once a fence
+		// lapses, by the database's clock, and soon after.
+		if err := reshard.Fence(ctx, g, 2, []any{"photos"}, 400*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		start, tries := time.Now(), 0
+		err = shardid.RetryMoving(ctx, func() error {
+			tries++
+			_, err := f.r.ForID(idOf(t, 2, 4)).ExecContext(ctx, "INSERT INTO {{schema}}.photos VALUES ("+f.ph(1)+", 'x')", idOf(t, 2, 4))
+			return err
+		})
+		if took := time.Since(start); err != nil || took < 300*time.Millisecond || took > 2*time.Second || tries < 2 || tries > 15 {
+			t.Errorf("RetryMoving through a 400 ms fence: %v after %v and %d tries", err, took, tries)
+		}
 	})
 }
 
