@@ -507,7 +507,13 @@ func (sp *splitter) fenceShards(ctx context.Context, shards []int, d int64) (map
 // its error returned: a run paused after its last check, whose lock a
 // rival took meanwhile (AbortSplit, which lifts the fences as it read
 // them), must not seal the monolith's rows under it.
-func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verified map[int]string, check func(context.Context) error) error {
+//
+// With endUnknown the logging of the rows of no known shard ends too:
+// unless batches of the run's group come after the sealed one, whose
+// copies need those entries still (a child row deleted by its parent's
+// ON DELETE CASCADE is logged so: its parent is gone when its trigger
+// looks its shard up).
+func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verified map[int]string, endUnknown bool, check func(context.Context) error) error {
 	shards := make([]int, 0, len(tokens))
 	for s := range tokens {
 		shards = append(shards, s)
@@ -574,6 +580,9 @@ func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verifi
 			}
 		}
 		// The rows of no shard are logged only while a batch moves.
+		if !endUnknown {
+			return nil
+		}
 		return tx.Exec("UPDATE " + sp.q(splitStateTable) + " SET moving = FALSE WHERE shard = -1").Error
 	})
 	if errors.Is(err, errFenceLapsed) {

@@ -3,6 +3,7 @@ package reshard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -261,5 +262,74 @@ func TestRunSplitManyShardsAtOncePostgres(t *testing.T) {
 		if got[tbl] != n {
 			t.Errorf("%s: %d rows on the targets, want %d", tbl, got[tbl], n)
 		}
+	}
+}
+
+// TestRunSplitCascadeInALaterBatchPostgres: a comment deleted by its
+// photo's ON DELETE CASCADE is logged with no known shard (its photo is
+// gone when its trigger looks its shard up). A photo of the second batch
+// deleted while the first batch, copied with it (CopyTogether), is sealed
+// and not yet flipped must take its comments with it on the target too:
+// the entries of no known shard are logged for the batches left, not
+// only until the first seal.
+func TestRunSplitCascadeInALaterBatchPostgres(t *testing.T) {
+	for _, together := range []bool{false, true} {
+		t.Run(fmt.Sprint("together ", together), func(t *testing.T) {
+			ctx := context.Background()
+			e := newSplitEnvPG(t, 4, 20, 2, 2)
+			mono := e.dbs[0]
+			if err := mono.Exec(`ALTER TABLE comments DROP CONSTRAINT comments_photo_id_fkey,
+				ADD CONSTRAINT comments_photo_id_fkey FOREIGN KEY (photo_id) REFERENCES photos(id) ON DELETE CASCADE`).Error; err != nil {
+				t.Fatal(err)
+			}
+			plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plan.Batches) != 2 {
+				t.Fatalf("a plan of %d batches, want 2", len(plan.Batches))
+			}
+			later := plan.Batches[1][0]
+			// A photo of shard later with comments: user 4+later's.
+			var photo int64
+			if err := mono.Raw("SELECT p.id FROM photos p WHERE p.user_id = ? AND EXISTS (SELECT 1 FROM comments c WHERE c.photo_id = p.id) ORDER BY p.id LIMIT 1", 4+later).Scan(&photo).Error; err != nil || photo == 0 {
+				t.Fatalf("no photo of user %d with comments: %v", 4+later, err)
+			}
+			var comments []int64
+			if err := mono.Raw("SELECT id FROM comments WHERE photo_id = ?", photo).Scan(&comments).Error; err != nil {
+				t.Fatal(err)
+			}
+			deleted := false
+			restore := reshard.SetRunPause(func(at string) {
+				// The first batch sealed, before its flip: the second
+				// batch's shards take writes on the monolith.
+				if at == "split flip" && !deleted {
+					deleted = true
+					if res := mono.Exec("DELETE FROM photos WHERE id = ?", photo); res.Error != nil || res.RowsAffected != 1 {
+						t.Errorf("deleting photo %d: %v, %d rows", photo, res.Error, res.RowsAffected)
+					}
+				}
+			})
+			defer restore()
+			if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: together}, nil); err != nil {
+				t.Fatal(err)
+			}
+			restore()
+			if !deleted {
+				t.Fatal("the run never paused before a flip")
+			}
+			db, tbl := e.table(4+int64(later), "comments")
+			var left int64
+			if err := db.Raw("SELECT count(*) FROM "+tbl+" WHERE id IN ?", comments).Scan(&left).Error; err != nil {
+				t.Fatal(err)
+			}
+			if left != 0 {
+				t.Errorf("%d of the %d comments of photo %d, deleted with it on the monolith, are on shard %d's target", left, len(comments), photo, later)
+			}
+			db, tbl = e.table(4+int64(later), "photos")
+			if err := db.Raw("SELECT count(*) FROM "+tbl+" WHERE id = ?", photo).Scan(&left).Error; err != nil || left != 0 {
+				t.Errorf("photo %d, deleted on the monolith, on shard %d's target: %d (%v)", photo, later, left, err)
+			}
+		})
 	}
 }

@@ -56,6 +56,9 @@ type splitBatch struct {
 	live        []int
 	only        bool
 	unknownUpTo int64
+	// later: batches of the group come after this one, and the entries
+	// of no known shard are logged on past its seal, for them.
+	later bool
 }
 
 // sub returns batch shards (ascending) of the group g, sharing g's copy,

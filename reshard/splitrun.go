@@ -310,7 +310,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 			if lock.reclaim(cctx) {
 				var of []int // every shard's
 				if len(logging) < len(b.shards) {
-					of = logging
+					// and the rows of no known shard, logged on past
+					// the seals for the batches left (sealShards)
+					of = append(slices.Clone(logging), -1)
 				}
 				_ = sp.stopChangeLog(cctx, lock, of)
 			}
@@ -343,6 +345,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 			// Its own entries of the change log only: the others'
 			// shards take writes still.
 			v = b.sub(sortedCopy(batches[k]), logging)
+			v.later = i < len(rest)-1
 		}
 		res = SplitResult{Shards: v.shards, Copied: copied, CopyTime: copyTime}
 		if len(rest) > 1 {
@@ -446,7 +449,7 @@ func (v *splitBatch) fenceAndFlip(ctx context.Context, lock *moveLock, res Split
 	if runPause != nil {
 		runPause("split seal")
 	}
-	if err := sp.sealShards(ctx, tokens, v.verified(), func(ctx context.Context) error { return lock.ensure(ctx, "sealing the monolith's rows") }); err != nil {
+	if err := sp.sealShards(ctx, tokens, v.verified(), !v.later, func(ctx context.Context) error { return lock.ensure(ctx, "sealing the monolith's rows") }); err != nil {
 		return res, false, fmt.Errorf("shardid: split: %w; the map is not flipped", err)
 	}
 	sealed = true
