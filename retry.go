@@ -28,12 +28,19 @@ const (
 // f must route its write anew on each call: a write retried after a
 // flip goes to the shard's new database once the router's map has
 // followed it (Router.Follow, reshard.Follow). A write routed once,
-// outside f, would be sent to the old copy again and again.
+// outside f, would be sent to the old copy again and again. And f must be
+// the whole unit that is retried: a transaction begun and committed in
+// f, not one statement of a transaction begun outside it (on PostgreSQL
+// a refused statement aborts its transaction, whose next statements all
+// fail), and not a batch some of whose statements went through.
 //
 // RetryMoving waits as long as ctx allows: with no deadline, as long as
-// the shard stays fenced. When ctx is done it returns f's last error
-// joined with ctx's, so that errors.Is holds for both ErrShardMoving and
-// context.DeadlineExceeded (or context.Canceled).
+// the shard stays fenced, and the old copy a move or a split leaves is
+// fenced for good, so a router whose map never follows the catalog would
+// be refused there for ever: give ctx a deadline. When ctx is done it
+// returns f's last error joined with ctx's, so that errors.Is holds for
+// both ErrShardMoving and context.DeadlineExceeded (or
+// context.Canceled).
 func RetryMoving(ctx context.Context, f func() error) error {
 	wait := retryFirst
 	for {

@@ -176,9 +176,13 @@ func stopCapture(ctx context.Context, db *gorm.DB, schema string, check func(con
 	// First the function made a no-op, which locks no table: if dropping
 	// the triggers cannot get its locks (a transaction stays open on the
 	// tables), writes are no longer logged all the same.
-	err := locked(func(tx *gorm.DB) error {
+	hasFn := func(tx *gorm.DB) (bool, error) {
 		var fn int64
-		if err := tx.Raw("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = 'shardid_capture'", schema).Scan(&fn).Error; err != nil || fn == 0 {
+		err := tx.Raw("SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ? AND p.proname = 'shardid_capture'", schema).Scan(&fn).Error
+		return fn > 0, err
+	}
+	err := locked(func(tx *gorm.DB) error {
+		if ok, err := hasFn(tx); err != nil || !ok {
 			return err
 		}
 		return tx.Exec(fmt.Sprintf(`CREATE OR REPLACE FUNCTION "%s".shardid_capture() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`, schema)).Error
@@ -186,8 +190,18 @@ func stopCapture(ctx context.Context, db *gorm.DB, schema string, check func(con
 	if err != nil {
 		return err
 	}
-	// The function's triggers go with it.
+	// The function's triggers go with it. With neither the function nor
+	// the log there, nothing runs: even DROP ... IF EXISTS needs USAGE on
+	// the schema, which a role need not have on a schema it never moved.
 	return locked(func(tx *gorm.DB) error {
+		fn, err := hasFn(tx)
+		if err != nil {
+			return err
+		}
+		logged, err := tableExists(ctx, tx, schema, changeTable)
+		if err != nil || (!fn && !logged) {
+			return err
+		}
 		return tx.Exec(fmt.Sprintf(`DROP FUNCTION IF EXISTS "%s".shardid_capture() CASCADE; DROP TABLE IF EXISTS %s`,
 			schema, quoteTable(db, schema, changeTable))).Error
 	})

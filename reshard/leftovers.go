@@ -401,6 +401,19 @@ func tableExists(ctx context.Context, db *gorm.DB, schema, table string) (bool, 
 	return n > 0, err
 }
 
+// schemasWithTable returns those of schemas on db that hold a table
+// named table, read as tableExists reads one.
+func schemasWithTable(ctx context.Context, db *gorm.DB, schemas []string, table string) ([]string, error) {
+	q := `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname IN ? AND c.relname = ? AND c.relkind IN ('r', 'p', 'v', 'm', 'f')`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT table_schema FROM information_schema.tables WHERE table_schema IN ? AND table_name = ?"
+	}
+	var found []string
+	err := db.WithContext(ctx).Raw(q, schemas, table).Scan(&found).Error
+	return found, err
+}
+
 // columnExists reports whether table of schema on db has a column named
 // column: from pg_attribute on PostgreSQL, which shows it to every role,
 // as tableExists does.
@@ -418,8 +431,13 @@ func columnExists(ctx context.Context, db *gorm.DB, schema, table, column string
 // shardTables returns the base tables of schema but shardid's own.
 func shardTables(ctx context.Context, db *gorm.DB, schema string) ([]string, error) {
 	var names []string
-	err := db.WithContext(ctx).Raw("SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_type = 'BASE TABLE' AND table_name <> ? AND table_name <> ? ORDER BY table_name",
-		schema, fenceTable, changeTable).Scan(&names).Error
+	// pg_class, which shows a table of another role (tableExists).
+	q := `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ? AND c.relkind IN ('r', 'p') AND c.relname <> ? AND c.relname <> ? ORDER BY 1`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_type = 'BASE TABLE' AND table_name <> ? AND table_name <> ? ORDER BY table_name"
+	}
+	err := db.WithContext(ctx).Raw(q, schema, fenceTable, changeTable).Scan(&names).Error
 	return names, err
 }
 

@@ -268,3 +268,21 @@ func TestLeftoversSeeAFenceTheRoleMayNotRead(t *testing.T) {
 		t.Fatalf("FindLeftovers as the admin: fence %+v, %v", l.Fence, err)
 	}
 }
+
+// Unfence of a shard with no fence and no change log, by a role without
+// USAGE on its schema, has nothing to do and does nothing: it runs no DDL
+// there (even DROP ... IF EXISTS needs USAGE on the schema). It did
+// once the schema was no longer hidden from such a role (pg_namespace,
+// not information_schema): "permission denied for schema".
+func TestUnfenceWithNothingLeftNeedsNoSchemaPrivilege(t *testing.T) {
+	ctx := context.Background()
+	privSetup(t)
+	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	if err := privRouter(t, owner).Migrate(ctx, &RPhoto{}); err != nil {
+		t.Fatal(err)
+	}
+	stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	if err := reshard.Unfence(ctx, privRouter(t, stranger), 1, []any{&RPhoto{}}); err != nil {
+		t.Errorf("Unfence with nothing to lift, as a role without USAGE on the schema: %v", err)
+	}
+}

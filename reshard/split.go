@@ -437,9 +437,7 @@ func (sp *splitter) readSplitState(ctx context.Context, shards []int) (map[int]s
 // readSplitStateOn is readSplitState through db: the monolith's pool, or
 // a transaction of it.
 func (sp *splitter) readSplitStateOn(ctx context.Context, db *gorm.DB, shards []int) (map[int]splitState, error) {
-	var n int64
-	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
-	if err := db.WithContext(ctx).Raw(q, sp.schema, splitStateTable).Scan(&n).Error; err != nil || n == 0 {
+	if ok, err := tableExists(ctx, db, sp.schema, splitStateTable); err != nil || !ok {
 		return nil, err
 	}
 	now := "clock_timestamp()"

@@ -113,7 +113,8 @@ func (b *splitBatch) seeTargets(ctx context.Context) (map[int]targetSeen, error)
 			return nil, err
 		}
 		if len(have) > 0 {
-			if err := db.WithContext(ctx).Raw("SELECT table_schema FROM information_schema.tables WHERE table_schema IN ? AND table_name = ?", have, fenceTable).Scan(&fenced).Error; err != nil {
+			var err error
+			if fenced, err = schemasWithTable(ctx, db, have, fenceTable); err != nil {
 				return nil, err
 			}
 		}
@@ -451,7 +452,9 @@ func targetRows(ctx context.Context, db *gorm.DB, schemas []string) ([]targetTab
 		return nil, nil
 	}
 	var found []struct{ Schema, Table string }
-	q := `SELECT table_schema AS "schema", table_name AS "table" FROM information_schema.tables WHERE table_schema IN ? AND table_type = 'BASE TABLE' ORDER BY 1, 2`
+	// pg_class, which shows a table of another role (tableExists).
+	q := `SELECT n.nspname AS "schema", c.relname AS "table" FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname IN ? AND c.relkind IN ('r', 'p') ORDER BY 1, 2`
 	if db.Dialector.Name() == "mysql" {
 		q = "SELECT TABLE_SCHEMA AS `schema`, TABLE_NAME AS `table` FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ? AND TABLE_TYPE = 'BASE TABLE' ORDER BY 1, 2"
 	}

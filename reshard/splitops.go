@@ -289,9 +289,8 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		if d == sp.monoIdx || len(names) == 0 {
 			continue
 		}
-		var found []string
-		q := "SELECT table_schema FROM information_schema.tables WHERE table_name = ? AND table_schema IN ?"
-		if err := db.WithContext(ctx).Raw(q, fenceTable, names).Scan(&found).Error; err != nil {
+		found, err := schemasWithTable(ctx, db, names, fenceTable)
+		if err != nil {
 			return res, err
 		}
 		for _, sc := range found {
