@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardid/shardid/internal/sqllock"
 	"github.com/shardid/shardid/reshard"
 )
 
@@ -331,5 +333,92 @@ func TestRunSplitCascadeInALaterBatchPostgres(t *testing.T) {
 				t.Errorf("photo %d, deleted on the monolith, on shard %d's target: %d (%v)", photo, later, left, err)
 			}
 		})
+	}
+}
+
+// TestSplitFinishingASealedBatchEndsALeftChangeLogPostgres: a run of
+// batches copied together whose process dies after the second batch's
+// seal (its lock lost, then held by another session, so its clean-up
+// never runs) leaves the later batches' shards, and the rows of no known
+// shard, logged. Finishing the sealed batch alone (SplitShards of its
+// shards) must end that logging: no run uses it, and the next run starts
+// its own.
+func TestSplitFinishingASealedBatchEndsALeftChangeLogPostgres(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	mono := e.dbs[0]
+	plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Batches) != 4 {
+		t.Fatalf("a plan of %d batches, want 4", len(plan.Batches))
+	}
+	pool, err := mono.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rival *sqllock.Lock
+	flips := 0
+	restore := reshard.SetRunPause(func(at string) {
+		if at == "split flip" {
+			if flips++; flips == 2 {
+				// The process "dies": its lock's session ends, and
+				// another session takes the lock before it can reclaim it.
+				killMoveLock(t, mono, monoSchema(mono))
+				var err error
+				if rival, err = sqllock.Acquire(ctx, pool, "postgres", sqllock.Key{Class: "shardid:move", Name: "shardid_move:" + monoSchema(mono)}, sqllock.Options{}); err != nil {
+					t.Errorf("taking the split's lock: %v", err)
+				}
+			}
+		}
+	})
+	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, nil)
+	restore()
+	if err == nil {
+		t.Fatal("RunSplit, its lock lost after the second seal: no error")
+	}
+	if rival == nil {
+		t.Fatal("the run never reached its second flip")
+	}
+	var logged []int
+	if err := mono.Raw("SELECT shard FROM shardid_split_state WHERE moving ORDER BY shard").Scan(&logged).Error; err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(logged, -1) {
+		t.Fatalf("after the run died: logged %v, want the rows of no known shard (-1) among them: the test's premise", logged)
+	}
+	rival.Release()
+	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
+		t.Fatal(err)
+	}
+	second := plan.Batches[1]
+	to := make([]string, len(second))
+	for i, s := range second {
+		to[i] = plan.To[s]
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, second, to, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("finishing the sealed batch: %v", err)
+	}
+	logged = nil // Scan leaves a slice as it is when no row comes
+	if err := mono.Raw("SELECT shard FROM shardid_split_state WHERE moving ORDER BY shard").Scan(&logged).Error; err != nil {
+		t.Fatal(err)
+	}
+	var backlog int64
+	if err := mono.Raw("SELECT count(*) FROM shardid_split_changes").Scan(&backlog).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(logged) > 0 || backlog > 0 {
+		t.Errorf("after the sealed batch was finished: logged %v, %d entries in the change log; want none", logged, backlog)
+	}
+	// The rest of the plan still splits.
+	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, nil); err != nil {
+		t.Fatalf("the plan run again: %v", err)
+	}
+	v := e.m.Load()
+	for s := range 4 {
+		if v.Shared(s) {
+			t.Errorf("shard %d is still in the monolith", s)
+		}
 	}
 }

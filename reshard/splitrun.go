@@ -260,6 +260,19 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		}
 	}
 	if len(rest) == 0 {
+		// Nothing left to copy. A change log that an earlier run left on
+		// (one killed after a batch's seal, its clean-up never run: the
+		// batches after it, and the rows of no known shard) logs for no
+		// run now, and the next run starts its own: it ends here.
+		var moving int64
+		if err := sp.mono.WithContext(ctx).Raw("SELECT count(*) FROM " + sp.q(splitStateTable) + " WHERE moving").Scan(&moving).Error; err != nil {
+			return res, err
+		}
+		if moving > 0 {
+			if err := sp.stopChangeLog(ctx, lock, nil); err != nil {
+				return res, fmt.Errorf("shardid: split: the batch is finished, but ending the change log an earlier run left on: %w", err)
+			}
+		}
 		return res, nil
 	}
 	slices.Sort(copying)
