@@ -239,6 +239,13 @@ func (l *listener) listen(ctx context.Context, pc *pgx.Conn, t string) error {
 		}
 		l.notified(n)
 	}
+	// Listening now: a change made before the LISTEN (since Follow's
+	// first load, or while a broken connection was made again) sent its
+	// notification to nobody. Follow looks once.
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 	for {
 		n, err := pc.WaitForNotification(ctx)
 		if err != nil {
