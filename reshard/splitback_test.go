@@ -1143,3 +1143,54 @@ func testSplitLastBatchWaitsForARollBack(t *testing.T, dialect string) {
 		t.Errorf("a write to shard 0 in the monolith after its roll-back: %v", err)
 	}
 }
+
+// TestRollbackCopiesAChildWhoseParentCameLaterPostgres: a roll-back's
+// first copy reads each table after the one before it, while the
+// application writes to the shard's schema. A photo inserted there once
+// the photos were read, and a comment of it inserted before the comments
+// are read, reached the comments' copy without their parent, and the
+// monolith's foreign key refused the roll-back (seen in
+// TestSplitWithoutSuperuserPostgres, with writers). The copy now copies
+// the parents again and finishes, both rows on the monolith. It runs as
+// the tables' owner: a superuser's mover skips foreign-key checks
+// (session_replication_role), as MySQL's does (FOREIGN_KEY_CHECKS).
+func TestRollbackCopiesAChildWhoseParentCameLaterPostgres(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	owner, _ := e.withRolesPG(t)
+	if _, err := reshard.SplitShards(ctx, owner.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v := e.m.Load()
+	target, schema := e.dbs[v.DB(0)], v.Schema(0)
+	const photo, comment = 1 << 40, 1<<40 + 1
+	wrote := false
+	defer reshard.SetRunPause(func(at string) {
+		if at != "rollback copy comments" || wrote {
+			return
+		}
+		wrote = true
+		// User 4 is of shard 0 (4 % 4).
+		if err := target.Exec(`INSERT INTO "`+schema+`".photos (id, user_id, caption) VALUES (?, 4, 'after the photos were read')`, photo).Error; err != nil {
+			t.Error(err)
+		}
+		if err := target.Exec(`INSERT INTO "`+schema+`".comments (id, photo_id, body) VALUES (?, ?, 'of it')`, comment, photo).Error; err != nil {
+			t.Error(err)
+		}
+	})()
+	if _, err := reshard.RollbackSplit(ctx, owner.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		t.Fatalf("the roll-back: %v", err)
+	}
+	if !wrote {
+		t.Fatal("the roll-back never reached the comments' copy")
+	}
+	var n int64
+	e.dbs[0].Raw("SELECT (SELECT count(*) FROM photos WHERE id = ?) + (SELECT count(*) FROM comments WHERE id = ? AND photo_id = ?)", photo, comment, photo).Scan(&n)
+	if n != 2 {
+		t.Errorf("the photo and its comment on the monolith after the roll-back: %d of 2", n)
+	}
+	// Shard 0 is home on the monolith again.
+	if err := e.dbs[0].Exec("UPDATE comments SET body = 'on the monolith' WHERE id = ?", comment).Error; err != nil {
+		t.Errorf("a write to the comment on the monolith: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 )
 
@@ -176,47 +177,101 @@ func (bc *backCopy) dropExtras(ctx context.Context) (int64, error) {
 
 // copy writes every row of the shard's schema into the monolith, parents
 // first, backBatch rows at a time in key order, and returns how many.
+//
+// Each table is read after the one before it, while the application
+// writes: a photo inserted on the source once the photos were read, and a
+// comment of it inserted before the comments are read, reach the
+// comments' copy without their parent, and the monolith's foreign key
+// refuses them. The change log holds both writes, but applies them only
+// after the copy. So a chunk refused by a foreign key has the tables
+// before its own copied again (the rows written since included), and is
+// written again, up to backFKTries times; a key still missing then is
+// the error it was.
 func (bc *backCopy) copy(ctx context.Context) (int64, error) {
 	var total int64
-	for _, t := range bc.sp.tables {
-		c := bc.cols[t.Name]
-		sel := "SELECT " + columnList(bc.src, c.write) + " FROM " + bc.srcTable(t.Name)
-		var n int64
-		var after any
-		for {
-			q, args := sel+" ORDER BY id LIMIT "+strconv.Itoa(backBatch), []any(nil)
-			if after != nil {
-				q, args = sel+" WHERE id > "+placeholders(bc.src, 0, 1)+" ORDER BY id LIMIT "+strconv.Itoa(backBatch), []any{after}
-			}
-			var rows [][]any
-			err := readSession(ctx, bc.src, func(qr querier) error {
-				rs, err := qr.QueryContext(ctx, q, args...)
-				if err != nil {
+	for i, t := range bc.sp.tables {
+		if runPause != nil {
+			runPause("rollback copy " + t.Name)
+		}
+		tries := 0
+		n, err := bc.copyTable(ctx, t, func(rows [][]any) error {
+			for {
+				err := bc.upsert(ctx, t, rows, nil, nil)
+				if err == nil || i == 0 || tries >= backFKTries || !isForeignKeyViolation(err) {
 					return err
 				}
-				rows, err = scanAll(rs, len(c.write))
-				return err
-			})
-			if err != nil {
-				return total, fmt.Errorf("shardid: reading %s: %w", bc.srcTable(t.Name), err)
+				tries++
+				for _, p := range bc.sp.tables[:i] {
+					n, err := bc.copyTable(ctx, p, func(rows [][]any) error { return bc.upsert(ctx, p, rows, nil, nil) })
+					total += n
+					if err != nil {
+						return err
+					}
+				}
 			}
-			if len(rows) == 0 {
-				break
-			}
-			if err := bc.upsert(ctx, t, rows, nil, nil); err != nil {
-				return total, err
-			}
-			n += int64(len(rows))
-			total += int64(len(rows))
-			if bc.progress != nil {
-				bc.progress(t.Name, n)
-			}
-			if after, err = asInt64(rows[len(rows)-1][0]); err != nil {
-				return total, err
-			}
+		})
+		total += n
+		if err != nil {
+			return total, err
 		}
 	}
 	return total, nil
+}
+
+// backFKTries is how many times copy copies a chunk's parent tables again
+// for a chunk that a foreign key refuses.
+const backFKTries = 3
+
+// copyTable reads every row of table t of the shard's schema, backBatch
+// rows at a time in key order, gives each chunk to write, and returns how
+// many rows it wrote.
+func (bc *backCopy) copyTable(ctx context.Context, t SplitTable, write func(rows [][]any) error) (int64, error) {
+	c := bc.cols[t.Name]
+	sel := "SELECT " + columnList(bc.src, c.write) + " FROM " + bc.srcTable(t.Name)
+	var n int64
+	var after any
+	for {
+		q, args := sel+" ORDER BY id LIMIT "+strconv.Itoa(backBatch), []any(nil)
+		if after != nil {
+			q, args = sel+" WHERE id > "+placeholders(bc.src, 0, 1)+" ORDER BY id LIMIT "+strconv.Itoa(backBatch), []any{after}
+		}
+		var rows [][]any
+		err := readSession(ctx, bc.src, func(qr querier) error {
+			rs, err := qr.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			rows, err = scanAll(rs, len(c.write))
+			return err
+		})
+		if err != nil {
+			return n, fmt.Errorf("shardid: reading %s: %w", bc.srcTable(t.Name), err)
+		}
+		if len(rows) == 0 {
+			return n, nil
+		}
+		if err := write(rows); err != nil {
+			return n, err
+		}
+		n += int64(len(rows))
+		if bc.progress != nil {
+			bc.progress(t.Name, n)
+		}
+		if after, err = asInt64(rows[len(rows)-1][0]); err != nil {
+			return n, err
+		}
+	}
+}
+
+// isForeignKeyViolation reports whether err is a row refused by a foreign
+// key for a parent row that is missing: PostgreSQL's SQLSTATE 23503, MySQL's
+// error 1452.
+func isForeignKeyViolation(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "23503"
+	}
+	return strings.Contains(err.Error(), "Error 1452")
 }
 
 // upsert writes rows (values of the columns the copy writes) of table t
