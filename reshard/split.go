@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/shardid/shardid/internal/routesql"
@@ -555,27 +556,8 @@ func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verifi
 		if err := check(ctx); err != nil {
 			return err
 		}
-		for lo := 0; lo < len(shards); lo += 500 {
-			chunk := shards[lo:min(lo+500, len(shards))]
-			var vals []string
-			var args []any
-			for _, s := range chunk {
-				if sp.mysql {
-					vals = append(vals, "SELECT CAST(? AS SIGNED) AS s, CAST(? AS CHAR) AS v")
-				} else {
-					vals = append(vals, "SELECT CAST(? AS INT) AS s, CAST(? AS TEXT) AS v")
-				}
-				args = append(args, s, verified[s])
-			}
-			q := "UPDATE " + sp.q(splitStateTable) + " AS st SET fenced_until = " + forever + ", token = token + 1, sealed = TRUE, moving = FALSE, verified = v.v FROM (" +
-				strings.Join(vals, " UNION ALL ") + ") AS v WHERE st.shard = v.s"
-			if sp.mysql {
-				q = "UPDATE " + sp.q(splitStateTable) + " AS st JOIN (" + strings.Join(vals, " UNION ALL ") + ") AS v ON st.shard = v.s SET st.fenced_until = " + forever +
-					", st.token = st.token + 1, st.sealed = TRUE, st.moving = FALSE, st.verified = v.v"
-			}
-			if err := tx.Exec(q, args...).Error; err != nil {
-				return err
-			}
+		if err := sp.sealRows(tx, shards, verified, forever); err != nil {
+			return err
 		}
 		// The rows of no shard are logged only while a batch moves.
 		if !endUnknown {
@@ -587,6 +569,46 @@ func (sp *splitter) sealShards(ctx context.Context, tokens map[int]int64, verifi
 		return withDetail(ErrFenceLapsed, why)
 	}
 	return err
+}
+
+// sealRows seals the state rows of shards, in tx (sealShards, the rows
+// held): fenced for good, no longer logged, and each one's verified
+// stored. On PostgreSQL it is one statement whose shards and verified
+// values come as one JSON parameter: a UNION ALL of a SELECT per shard,
+// 500 parameters for 250 shards, took 20 to 50 ms to plan on a quiet
+// machine, under the batch's fence.
+func (sp *splitter) sealRows(tx *gorm.DB, shards []int, verified map[int]string, forever string) error {
+	if !sp.mysql {
+		type row struct {
+			S int    `json:"s"`
+			V string `json:"v"`
+		}
+		rows := make([]row, len(shards))
+		for i, s := range shards {
+			rows[i] = row{s, verified[s]}
+		}
+		j, err := json.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		return tx.Exec("UPDATE "+sp.q(splitStateTable)+" AS st SET fenced_until = "+forever+", token = token + 1, sealed = TRUE, moving = FALSE, verified = v.v"+
+			" FROM json_to_recordset(CAST(? AS json)) AS v(s int, v text) WHERE st.shard = v.s", string(j)).Error
+	}
+	for lo := 0; lo < len(shards); lo += 500 {
+		chunk := shards[lo:min(lo+500, len(shards))]
+		var vals []string
+		var args []any
+		for _, s := range chunk {
+			vals = append(vals, "SELECT CAST(? AS SIGNED) AS s, CAST(? AS CHAR) AS v")
+			args = append(args, s, verified[s])
+		}
+		q := "UPDATE " + sp.q(splitStateTable) + " AS st JOIN (" + strings.Join(vals, " UNION ALL ") + ") AS v ON st.shard = v.s SET st.fenced_until = " + forever +
+			", st.token = st.token + 1, st.sealed = TRUE, st.moving = FALSE, st.verified = v.v"
+		if err := tx.Exec(q, args...).Error; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // liftShards lifts a failed batch's fences of shards on the monolith,

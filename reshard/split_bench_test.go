@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,6 +208,12 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			last = time.Now()
 			timeline = append(timeline, reached{last, s})
 		}
+		// SHARDID_SPLIT_FENCE_STEPS=1: where each batch's fence goes, from
+		// the run's own points (the stages and the test hooks between
+		// them), logged per batch.
+		steps := newFenceSteps(os.Getenv("SHARDID_SPLIT_FENCE_STEPS") == "1")
+		defer steps.stop()
+		onStage = steps.wrap(onStage)
 		start = time.Now()
 		opts := reshard.SplitOptions{OnStage: onStage, CopyTogether: os.Getenv("SHARDID_SPLIT_TOGETHER") == "1"}
 		err = reshard.RunSplit(ctx, e.cfg, plan, opts, func(i int, res reshard.SplitResult) {
@@ -217,6 +224,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 				copyTime += res.CopyTime
 			}
 			maxFence = max(maxFence, res.Fenced)
+			steps.batch(b, i, res.Fenced)
 			last = time.Now()
 		})
 		split := time.Since(start)
@@ -269,6 +277,78 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		// sharded tables empty.
 		w.check(b, nil)
 	}
+}
+
+// fenceSteps records when a split's batch reaches each point of its fence
+// (stages, and the run's test hooks), for SHARDID_SPLIT_FENCE_STEPS.
+type fenceSteps struct {
+	on      bool
+	mu      sync.Mutex
+	at      []fenceStep
+	restore func()
+}
+
+type fenceStep struct {
+	name string
+	at   time.Time
+}
+
+func newFenceSteps(on bool) *fenceSteps {
+	f := &fenceSteps{on: on, restore: func() {}}
+	if on {
+		f.restore = reshard.SetRunPause(f.record)
+	}
+	return f
+}
+
+func (f *fenceSteps) record(name string) {
+	f.mu.Lock()
+	f.at = append(f.at, fenceStep{name, time.Now()})
+	f.mu.Unlock()
+}
+
+func (f *fenceSteps) stop() { f.restore() }
+
+func (f *fenceSteps) wrap(onStage func(string)) func(string) {
+	if !f.on {
+		return onStage
+	}
+	return func(s string) { f.record(s); onStage(s) }
+}
+
+// batch logs batch i's fence, fenced long in all: the set (the fence's
+// own transaction, found as what is left), then the time between each
+// point and the next from "fenced" on, and forgets the points.
+func (f *fenceSteps) batch(b *testing.B, i int, fenced time.Duration) {
+	if !f.on {
+		return
+	}
+	f.mu.Lock()
+	at := f.at
+	f.at = nil
+	f.mu.Unlock()
+	from := -1
+	for k, s := range at {
+		if s.name == "fenced" {
+			from = k
+		}
+	}
+	if from < 0 {
+		return
+	}
+	end := len(at) - 1
+	for k := from; k < len(at); k++ {
+		if at[k].name == "flipped" {
+			end = k
+		}
+	}
+	var parts []string
+	window := at[end].at.Sub(at[from].at)
+	parts = append(parts, fmt.Sprintf("set %v", (fenced-window).Round(time.Millisecond)))
+	for k := from + 1; k <= end; k++ {
+		parts = append(parts, fmt.Sprintf("%s %v", at[k].name, at[k].at.Sub(at[k-1].at).Round(time.Millisecond)))
+	}
+	b.Logf("batch %d fenced %v: %s", i, fenced.Round(time.Millisecond), strings.Join(parts, ", "))
 }
 
 func envInt(key string, def int) int {

@@ -846,12 +846,12 @@ type splitChange struct {
 }
 
 // catchUp applies the split's change log until a read of it finds fewer
-// than changeBatchSize entries (or none, if all), and returns how many it
+// than changeBatchSize entries, and returns how many it
 // applied: each entry's row is applied to its shard's table on its target
 // (re-read from the monolith among that shard's rows: gone there, it is
 // deleted on the target), verified as it is written once the batch was
 // compared.
-func (b *splitBatch) catchUp(ctx context.Context, all bool) (int, error) {
+func (b *splitBatch) catchUp(ctx context.Context) (int, error) {
 	applied := 0
 	for {
 		var log []splitChange
@@ -887,7 +887,13 @@ func (b *splitBatch) catchUp(ctx context.Context, all bool) (int, error) {
 			return applied, fmt.Errorf("shardid: trimming the split's change log: %w", err)
 		}
 		applied += len(log)
-		if !all && len(log) < changeBatchSize {
+		// A read short of a full batch had all there was; under the
+		// fence (finish) too: the batch's entries are all in by then (the
+		// fence waited for their writers), and an entry of no known
+		// shard written after the read is not of the batch's rows (its
+		// parent would be, and refused). Reading again until the log
+		// was empty cost the fence a read session.
+		if len(log) < changeBatchSize {
 			return applied, nil
 		}
 	}
@@ -1257,7 +1263,7 @@ func (b *splitBatch) converge(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := b.catchUp(ctx, false); err != nil {
+	if _, err := b.catchUp(ctx); err != nil {
 		return err
 	}
 	if !ok {
@@ -1276,7 +1282,7 @@ func (b *splitBatch) converge(ctx context.Context) error {
 func (b *splitBatch) settle(ctx context.Context) error {
 	prev := -1
 	for round := 0; ; round++ {
-		n, err := b.catchUp(ctx, false)
+		n, err := b.catchUp(ctx)
 		if err != nil {
 			return err
 		}
@@ -1339,7 +1345,7 @@ func (b *splitBatch) unexplained(ctx context.Context) error {
 // doubt compared again, and each table's rows and checksum over the
 // batch, equal on both sides.
 func (b *splitBatch) finish(ctx context.Context) ([]TableCheck, error) {
-	if _, err := b.catchUp(ctx, true); err != nil {
+	if _, err := b.catchUp(ctx); err != nil {
 		return nil, err
 	}
 	if err := b.recheck(ctx); err != nil {
