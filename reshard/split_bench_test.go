@@ -31,7 +31,8 @@ import (
 // the creation of as many empty schemas as shards, the floor of the
 // schemas (under CI=true: 20,000 rows, 100 shards, batches of 50, unless
 // the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
-// batches together (SplitOptions.CopyTogether). A writer refused by a
+// batches together (SplitOptions.CopyTogether). Each database's pool keeps
+// SHARDID_SPLIT_IDLE idle sessions (16). A writer refused by a
 // fence tries again every millisecond, as hard on the fence as a writer
 // can be; SHARDID_SPLIT_BACKOFF=1 makes it retry with shardid.RetryMoving,
 // as the docs tell an application to. It logs the plan's warnings. Run it
@@ -89,6 +90,21 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 	}
 	users := rows / 50
 	e := newEnv(shards, users) // 2% + 18% + 72%: comments topped up below
+	// SHARDID_SPLIT_IDLE=N: each database's pool keeps N idle sessions,
+	// 16 by default, as the shardid command's pools do and the docs tell
+	// a program to (SplitConfig.DBs). database/sql keeps 2 unless told
+	// (SHARDID_SPLIT_IDLE=2), and closes the others as they come back: a
+	// new session, a new server process with cold caches, for most of the
+	// split's and the writers' transactions beyond two at once.
+	if n := envInt("SHARDID_SPLIT_IDLE", 16); n > 0 {
+		for _, db := range e.dbs {
+			sqlDB, err := db.DB()
+			if err != nil {
+				b.Fatal(err)
+			}
+			sqlDB.SetMaxIdleConns(n)
+		}
+	}
 	ctx := context.Background()
 	extra := rows - users - users*9 - users*9*4
 	if err := e.dbs[0].Exec(fmt.Sprintf(topUp, users*9, extra)).Error; err != nil {
@@ -224,7 +240,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 				copyTime += res.CopyTime
 			}
 			maxFence = max(maxFence, res.Fenced)
-			steps.batch(b, i, res.Fenced)
+			steps.batch(i, res.Fenced)
 			last = time.Now()
 		})
 		split := time.Since(start)
@@ -316,10 +332,10 @@ func (f *fenceSteps) wrap(onStage func(string)) func(string) {
 	return func(s string) { f.record(s); onStage(s) }
 }
 
-// batch logs batch i's fence, fenced long in all: the set (the fence's
+// batch prints batch i's fence, fenced long in all: the set (the fence's
 // own transaction, found as what is left), then the time between each
 // point and the next from "fenced" on, and forgets the points.
-func (f *fenceSteps) batch(b *testing.B, i int, fenced time.Duration) {
+func (f *fenceSteps) batch(i int, fenced time.Duration) {
 	if !f.on {
 		return
 	}
@@ -348,7 +364,8 @@ func (f *fenceSteps) batch(b *testing.B, i int, fenced time.Duration) {
 	for k := from + 1; k <= end; k++ {
 		parts = append(parts, fmt.Sprintf("%s %v", at[k].name, at[k].at.Sub(at[k-1].at).Round(time.Millisecond)))
 	}
-	b.Logf("batch %d fenced %v: %s", i, fenced.Round(time.Millisecond), strings.Join(parts, ", "))
+	// To stderr: a benchmark's log keeps its first lines only.
+	fmt.Fprintf(os.Stderr, "batch %d fenced %v: %s\n", i, fenced.Round(time.Millisecond), strings.Join(parts, ", "))
 }
 
 func envInt(key string, def int) int {
