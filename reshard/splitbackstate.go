@@ -132,13 +132,23 @@ func (sp *splitter) rollingBack(ctx context.Context) (map[int]bool, error) {
 
 // captureWhole reports whether the change log of schema on db is whole: its
 // table, a trigger per event of every table, and on PostgreSQL a trigger
-// function that logs (stopCapture makes it a no-op first).
+// function that logs (stopCapture makes it a no-op first), in a table the
+// run's role may read and trim (a log another role left is not: the run
+// starts its own).
 func captureWhole(ctx context.Context, db *gorm.DB, schema string, tables []string) (bool, error) {
 	ok, err := tableExists(ctx, db, schema, changeTable)
 	if err != nil || !ok {
 		return false, err
 	}
 	var n int64
+	if db.Dialector.Name() != "mysql" {
+		var may bool
+		log := `"` + schema + `".` + changeTable
+		q := "SELECT has_table_privilege(?, 'SELECT') AND has_table_privilege(?, 'DELETE')"
+		if err := db.WithContext(ctx).Raw(q, log, log).Scan(&may).Error; err != nil || !may {
+			return false, err
+		}
+	}
 	if db.Dialector.Name() == "mysql" {
 		q := "SELECT count(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%' AND EVENT_OBJECT_TABLE IN ?"
 		if err := db.WithContext(ctx).Raw(q, schema, tables).Scan(&n).Error; err != nil {
