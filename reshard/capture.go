@@ -146,25 +146,7 @@ END $$`, schema, changeTable)
 // that created them keeps them: the owner's runs, which may drop anything
 // in the schema, start a log of their own (captureWhole).
 func captureOwnedBySchemaOwner(tx *gorm.DB, schema string) error {
-	var o struct {
-		Schema, Log string
-		Super       bool
-	}
-	err := tx.Raw(`SELECT pg_get_userbyid(n.nspowner) AS schema, pg_get_userbyid(c.relowner) AS log, current_setting('is_superuser') = 'on' AS super
-		FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid WHERE n.nspname = ? AND c.relname = ?`, schema, changeTable).Scan(&o).Error
-	if err != nil || !o.Super || o.Schema == o.Log || o.Schema == "" {
-		return err
-	}
-	owner := `"` + strings.ReplaceAll(o.Schema, `"`, `""`) + `"`
-	for _, q := range []string{
-		fmt.Sprintf(`ALTER TABLE "%s".%s OWNER TO %s`, schema, changeTable, owner),
-		fmt.Sprintf(`ALTER FUNCTION "%s".shardid_capture() OWNER TO %s`, schema, owner),
-	} {
-		if err := tx.Exec(q).Error; err != nil {
-			return fmt.Errorf("giving the change log of %s to its owner %s: %w", schema, o.Schema, err)
-		}
-	}
-	return nil
+	return ownedBySchemaOwner(tx, schema, changeTable, "shardid_capture", "the change log", true)
 }
 
 // changeLogStart is the first seq of a new change log: a random one, so

@@ -139,19 +139,30 @@ func fenceTriggerPG(schema, table string) string {
 // other than the shard's would block every later move by the shard's own
 // roles ("must be owner of table shardid_fence_state").
 func fenceOwnedBySchemaOwner(tx *gorm.DB, schema string) error {
-	var o struct{ Schema, Fence string }
-	err := tx.Raw(`SELECT pg_get_userbyid(n.nspowner) AS schema, pg_get_userbyid(c.relowner) AS fence
-		FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid WHERE n.nspname = ? AND c.relname = ?`, schema, fenceTable).Scan(&o).Error
-	if err != nil || o.Schema == o.Fence || o.Schema == "" {
+	return ownedBySchemaOwner(tx, schema, fenceTable, "shardid_fence", "the fence", false)
+}
+
+// ownedBySchemaOwner gives table and function (no arguments) of schema to
+// the schema's owner when another role owns table, and names them what
+// in its error. With superOnly, only a superuser gives them; another role
+// leaves them as they are.
+func ownedBySchemaOwner(tx *gorm.DB, schema, table, function, what string, superOnly bool) error {
+	var o struct {
+		Schema, Owner string
+		Super         bool
+	}
+	err := tx.Raw(`SELECT pg_get_userbyid(n.nspowner) AS schema, pg_get_userbyid(c.relowner) AS owner, current_setting('is_superuser') = 'on' AS super
+		FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid WHERE n.nspname = ? AND c.relname = ?`, schema, table).Scan(&o).Error
+	if err != nil || o.Schema == o.Owner || o.Schema == "" || (superOnly && !o.Super) {
 		return err
 	}
 	owner := `"` + strings.ReplaceAll(o.Schema, `"`, `""`) + `"`
 	for _, q := range []string{
-		fmt.Sprintf(`ALTER TABLE "%s".%s OWNER TO %s`, schema, fenceTable, owner),
-		fmt.Sprintf(`ALTER FUNCTION "%s".shardid_fence() OWNER TO %s`, schema, owner),
+		fmt.Sprintf(`ALTER TABLE "%s".%s OWNER TO %s`, schema, table, owner),
+		fmt.Sprintf(`ALTER FUNCTION "%s".%s() OWNER TO %s`, schema, function, owner),
 	} {
 		if err := tx.Exec(q).Error; err != nil {
-			return fmt.Errorf("giving the fence of %s to its owner %s: %w", schema, o.Schema, err)
+			return fmt.Errorf("giving %s of %s to its owner %s: %w", what, schema, o.Schema, err)
 		}
 	}
 	return nil

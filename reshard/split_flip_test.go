@@ -132,3 +132,40 @@ func testRollbackFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv) {
 		t.Errorf("a write to shard 0 on the monolith after its roll-back: %v, %d rows", res.Error, res.RowsAffected)
 	}
 }
+
+// TestSplitLiftOutlivesItsReadiedSessionPostgres: a batch lifts its
+// targets' fences on sessions it readied while the monolith sealed
+// (liftSessions). A readied session that the server ends before the lift
+// (an idle-session reaper, a restart) must not leave the batch flipped
+// with its targets refusing writes: the lift goes through the pool.
+func TestSplitLiftOutlivesItsReadiedSessionPostgres(t *testing.T) {
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 20, 2, 2)
+	ended := 0
+	defer reshard.SetRunPause(func(at string) {
+		if at != "split lift" {
+			return
+		}
+		// Every session of the targets but this one: the readied ones
+		// are idle, held by the run.
+		for _, db := range e.dbs[1:] {
+			var n int
+			if err := db.Raw("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()").Scan(&n).Error; err != nil {
+				t.Error(err)
+			}
+			ended += n
+		}
+	})()
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("the split, its readied sessions ended before the lift: %v", err)
+	}
+	if ended == 0 {
+		t.Fatal("no session of the targets was ended before the lift")
+	}
+	v := e.m.Load()
+	for _, s := range []int{0, 1} {
+		if err := e.dbs[v.DB(s)].Exec(`UPDATE "`+v.Schema(s)+`".users SET name = 'after the lift' WHERE id % 4 = ?`, s).Error; err != nil {
+			t.Errorf("a write to shard %d on its target: %v", s, err)
+		}
+	}
+}

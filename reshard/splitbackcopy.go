@@ -176,7 +176,8 @@ func (bc *backCopy) dropExtras(ctx context.Context) (int64, error) {
 }
 
 // copy writes every row of the shard's schema into the monolith, parents
-// first, backBatch rows at a time in key order, and returns how many.
+// first, backBatch rows at a time in key order, and returns how many (the
+// rows copied again below not counted twice).
 //
 // Each table is read after the one before it, while the application
 // writes: a photo inserted on the source once the photos were read, and a
@@ -193,18 +194,14 @@ func (bc *backCopy) copy(ctx context.Context) (int64, error) {
 		if runPause != nil {
 			runPause("rollback copy " + t.Name)
 		}
-		tries := 0
 		n, err := bc.copyTable(ctx, t, func(rows [][]any) error {
-			for {
+			for tries := 0; ; tries++ {
 				err := bc.upsert(ctx, t, rows, nil, nil)
-				if err == nil || i == 0 || tries >= backFKTries || !isForeignKeyViolation(err) {
+				if err == nil || i == 0 || tries == backFKTries || !isForeignKeyViolation(err) {
 					return err
 				}
-				tries++
 				for _, p := range bc.sp.tables[:i] {
-					n, err := bc.copyTable(ctx, p, func(rows [][]any) error { return bc.upsert(ctx, p, rows, nil, nil) })
-					total += n
-					if err != nil {
+					if _, err := bc.copyTable(ctx, p, func(rows [][]any) error { return bc.upsert(ctx, p, rows, nil, nil) }); err != nil {
 						return err
 					}
 				}

@@ -141,14 +141,6 @@ func captureWhole(ctx context.Context, db *gorm.DB, schema string, tables []stri
 		return false, err
 	}
 	var n int64
-	if db.Dialector.Name() != "mysql" {
-		var may bool
-		log := `"` + schema + `".` + changeTable
-		q := "SELECT has_table_privilege(?, 'SELECT') AND has_table_privilege(?, 'DELETE')"
-		if err := db.WithContext(ctx).Raw(q, log, log).Scan(&may).Error; err != nil || !may {
-			return false, err
-		}
-	}
 	if db.Dialector.Name() == "mysql" {
 		q := "SELECT count(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%' AND EVENT_OBJECT_TABLE IN ?"
 		if err := db.WithContext(ctx).Raw(q, schema, tables).Scan(&n).Error; err != nil {
@@ -156,7 +148,13 @@ func captureWhole(ctx context.Context, db *gorm.DB, schema string, tables []stri
 		}
 		return n == int64(3*len(tables)), nil
 	}
-	q := `SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+	var may bool
+	log := quoteTable(db, schema, changeTable)
+	q := "SELECT has_table_privilege(?, 'SELECT') AND has_table_privilege(?, 'DELETE')"
+	if err := db.WithContext(ctx).Raw(q, log, log).Scan(&may).Error; err != nil || !may {
+		return false, err
+	}
+	q = `SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = ? AND t.tgname = 'shardid_capture' AND c.relname IN ?`
 	if err := db.WithContext(ctx).Raw(q, schema, tables).Scan(&n).Error; err != nil || n != int64(len(tables)) {
 		return false, err

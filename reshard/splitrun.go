@@ -647,15 +647,7 @@ func (b *splitBatch) flippedInCatalog(ctx context.Context) (bool, int64, error) 
 // its fence. It lifts them on warm's sessions where it has them (nil:
 // none), and through the pools otherwise or when a session fails.
 func (b *splitBatch) liftTargets(ctx context.Context, tokens map[int]int64, warm *liftSessions) error {
-	targets, all := b.byTarget()
-	shards := map[int][]int{}
-	for d, ss := range all {
-		for _, s := range ss {
-			if _, ok := tokens[s]; ok {
-				shards[d] = append(shards[d], s)
-			}
-		}
-	}
+	targets, shards := b.tokenShards(tokens)
 	sessions := warm.wait()
 	defer warm.release() // before the foreign keys, which want every session
 	errs := make(chan error, len(targets))
@@ -679,6 +671,21 @@ func (b *splitBatch) liftTargets(ctx context.Context, tokens map[int]int64, warm
 		}
 	}
 	return first
+}
+
+// tokenShards returns the batch's targets and, by target, its shards
+// that have a token in tokens: those liftTargets lifts.
+func (b *splitBatch) tokenShards(tokens map[int]int64) (targets []int, shards map[int][]int) {
+	targets, all := b.byTarget()
+	shards = map[int][]int{}
+	for d, ss := range all {
+		for _, s := range ss {
+			if _, ok := tokens[s]; ok {
+				shards[d] = append(shards[d], s)
+			}
+		}
+	}
+	return targets, shards
 }
 
 // liftOn lifts the fences of shards, those with their tokens, on db (a
@@ -737,20 +744,15 @@ type liftSessions struct {
 // none.
 func (b *splitBatch) warmLift(ctx context.Context, tokens map[int]int64) *liftSessions {
 	w := &liftSessions{done: make(chan struct{}), sessions: map[int]*gorm.DB{}}
-	targets, all := b.byTarget()
-	if b.sp.mysql || len(tokens) == 0 {
+	if b.sp.mysql {
 		close(w.done)
 		return w
 	}
+	targets, byTarget := b.tokenShards(tokens)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, d := range targets {
-		var shards []int
-		for _, s := range all[d] {
-			if _, ok := tokens[s]; ok {
-				shards = append(shards, s)
-			}
-		}
+		shards := byTarget[d]
 		if len(shards) == 0 {
 			continue
 		}
