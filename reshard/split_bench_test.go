@@ -301,6 +301,7 @@ type fenceSteps struct {
 	on      bool
 	mu      sync.Mutex
 	at      []fenceStep
+	last    time.Time // the previous batch's end
 	restore func()
 }
 
@@ -310,7 +311,7 @@ type fenceStep struct {
 }
 
 func newFenceSteps(on bool) *fenceSteps {
-	f := &fenceSteps{on: on, restore: func() {}}
+	f := &fenceSteps{on: on, restore: func() {}, last: time.Now()}
 	if on {
 		f.restore = reshard.SetRunPause(f.record)
 	}
@@ -358,6 +359,22 @@ func (f *fenceSteps) batch(i int, fenced time.Duration) {
 			end = k
 		}
 	}
+	// Before the fence: each point since the batch began (the previous
+	// batch's end), for where "created" and "copied" go.
+	var before []string
+	for k := range from + 1 {
+		since := f.last
+		if k > 0 {
+			since = at[k-1].at
+		}
+		if !since.IsZero() {
+			before = append(before, fmt.Sprintf("%s %v", at[k].name, at[k].at.Sub(since).Round(time.Millisecond)))
+		}
+	}
+	if len(before) > 0 {
+		fmt.Fprintf(os.Stderr, "batch %d before its fence: %s\n", i, strings.Join(before, ", "))
+	}
+	f.last = time.Now()
 	var parts []string
 	window := at[end].at.Sub(at[from].at)
 	parts = append(parts, fmt.Sprintf("set %v", (fenced-window).Round(time.Millisecond)))

@@ -32,6 +32,10 @@ type splitBatch struct {
 	sent map[string]map[int]*sentRows
 	// fresh are the shards whose schemas this run created: empty.
 	fresh map[int]bool
+	// ahead are the schemas RunSplit created ahead of this batch, with
+	// an earlier batch's, by shard: the token of the fence for the mover
+	// each was created with (targetsAhead).
+	ahead map[int]int64
 	// seen is what each target held of its shard's schema when the run
 	// last found its lock held before it created them (seeTargets).
 	seen map[int]targetSeen
@@ -223,10 +227,23 @@ func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 	}
 	tokens := map[int]int64{}
 	b.fresh = map[int]bool{}
+	// A schema created ahead of the batch and found as it was left, its
+	// fence for the mover set by nobody since (every fence, lift or
+	// abort changes or drops it), is the batch's own and empty: nobody
+	// but a mover writes through that fence, and a mover takes the
+	// split's lock first.
+	var todo []int
+	for _, s := range b.shards {
+		if b.aheadAsCreated(s) {
+			tokens[s], b.fresh[s] = b.ahead[s], true
+			continue
+		}
+		todo = append(todo, s)
+	}
 	var mu sync.Mutex
-	targets, shards := b.byTarget()
+	targets, shards := b.byTargetOf(todo)
 	if b.sp.mysql {
-		return tokens, b.createTargetsMySQL(ctx, tables, tokens)
+		return tokens, b.createTargetsMySQL(ctx, targets, shards, tables, tokens)
 	}
 	// On each target, ddlSessions sessions at once, each taking the next
 	// chunk of 50 shards: DDL is mostly the server's CPU, and a split must
@@ -412,7 +429,15 @@ func sqlIdentPlain(name string) bool {
 // the shard has no copy in progress of this split (its fence for the
 // mover, which a batch run again finds): data the split would overwrite.
 func (b *splitBatch) checkTargetsEmpty(ctx context.Context) error {
-	targets, shards := b.byTarget()
+	// The schemas created ahead of the batch, found as created, are fenced
+	// for the mover: not read (a copy in progress of this split).
+	var check []int
+	for _, s := range b.shards {
+		if !b.aheadAsCreated(s) {
+			check = append(check, s)
+		}
+	}
+	targets, shards := b.byTargetOf(check)
 	for _, d := range targets {
 		rows, err := targetRows(ctx, b.sp.cfg.DBs[d], shardSchemas(b, shards[d]))
 		if err != nil {
@@ -1391,14 +1416,22 @@ func (b *splitBatch) verified() map[int]string {
 	return out
 }
 
-// createTargetsMySQL is createTargets on MySQL/MariaDB: a database per
-// shard, four at a time on each target. A database that does not exist yet
-// is created in one go: its tables from the monolith's definitions, and
-// its fence (state row fenced for the mover, token 1, and triggers), with
+// aheadAsCreated reports whether shard s's schema was created ahead of
+// the batch (b.ahead) and seen since, the split's lock held, still fenced
+// for the mover with the token it was created with (b.seen).
+func (b *splitBatch) aheadAsCreated(s int) bool {
+	tok, ok := b.ahead[s]
+	return ok && b.seen[s].exists && b.seen[s].fenced && b.seen[s].token == tok
+}
+
+// createTargetsMySQL is createTargets on MySQL/MariaDB of shards (by
+// target): a database per shard, four at a time on each target. A
+// database that does not exist yet is created in one go: its tables from
+// the monolith's definitions, and its fence (state row fenced for the
+// mover, a new token, and triggers), with
 // nothing to check, since nobody can write into it before it exists. One
 // that exists (a batch run again) is completed as a move does.
-func (b *splitBatch) createTargetsMySQL(ctx context.Context, tables []string, tokens map[int]int64) error {
-	targets, shards := b.byTarget()
+func (b *splitBatch) createTargetsMySQL(ctx context.Context, targets []int, shards map[int][]int, tables []string, tokens map[int]int64) error {
 	type job struct{ d, s int }
 	jobs := make(chan job)
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -11,7 +11,12 @@ import (
 )
 
 // RunSplit carries plan out, batch by batch (SplitShards), after
-// CleanSplit; with opts.CopyTogether (PostgreSQL), the batches left are
+// CleanSplit. The first batch it runs creates the empty, fenced schemas
+// (MySQL: databases) of the batches after it with its own, at once: a
+// schema's tables cost the server a sync of each new index's file, which
+// goes quicker before the rows and the writers move to the targets, and
+// each later batch copies into those it finds fenced as they were
+// created. With opts.CopyTogether (PostgreSQL), the batches left are
 // created and copied together, one read of each monolith table for all of
 // them, and then fenced, verified, sealed and flipped one at a time (a
 // fence holds one batch's rows only; the change log of the others goes on
@@ -21,6 +26,7 @@ import (
 // where it stopped (the batches whose shards are split already are
 // skipped; a batch sealed but not flipped, or flipped with its targets
 // still fenced for the mover, is finished; the others are copied again).
+// AbortSplit drops the schemas created ahead with the rest.
 // cfg.Map must be the catalog's (Catalog.LoadMap). onBatch, if not nil,
 // hears each batch's result (with CopyTogether, CopyTime is the one copy
 // of all the batches, and Copied the rows this batch's shards got from
@@ -90,6 +96,21 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 		}
 		runs[len(runs)-1] = append(runs[len(runs)-1], k)
 	}
+	// A batch at a time, the first batch creates the later batches'
+	// schemas with its own, and each later batch takes those it finds as
+	// created (targetsAhead).
+	var ahead *targetsAhead
+	if len(runs) > 1 {
+		ahead = &targetsAhead{to: map[int]int{}}
+		for _, run := range runs[1:] {
+			for _, k := range run {
+				for j, s := range group[k] {
+					ahead.shards = append(ahead.shards, s)
+					ahead.to[s] = cfg.Map.DatabaseIndex(groupTo[k][j])
+				}
+			}
+		}
+	}
 	for _, run := range runs {
 		var batches [][]int
 		var shards []int
@@ -99,7 +120,7 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 			shards = append(shards, group[k]...)
 			to = append(to, groupTo[k]...)
 		}
-		res, err := splitShards(ctx, cfg, shards, to, batches, opts, func(k int, res SplitResult) {
+		res, err := splitShards(ctx, cfg, shards, to, batches, ahead, opts, func(k int, res SplitResult) {
 			if onBatch != nil {
 				onBatch(index[run[k]], res)
 			}
@@ -111,6 +132,9 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 				}
 			}
 			return fmt.Errorf("batches %d to %d of %d, copied together: %w", index[run[0]]+1, index[run[len(run)-1]]+1, len(plan.Batches), err)
+		}
+		if ahead != nil {
+			ahead.shards = nil // created, or left to their batches
 		}
 	}
 	// On PostgreSQL, again what a batch does after its flip, if one

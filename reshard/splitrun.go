@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,8 +102,25 @@ type SplitResult struct {
 // fenced for the mover: run it again, or AbortSplit. A batch that fails
 // after the seal is finished by running it again.
 func SplitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, opts SplitOptions) (SplitResult, error) {
-	res, err := splitShards(ctx, cfg, shards, to, nil, opts, nil)
+	res, err := splitShards(ctx, cfg, shards, to, nil, nil, opts, nil)
 	return res, canceled(ctx, err)
+}
+
+// targetsAhead are the schemas (MySQL: databases) of a plan's later
+// batches, which RunSplit creates with its first batch's: creating an
+// empty shard's tables is mostly waiting for the server to sync each new
+// index's file, and it is quicker done at once, before the rows and the
+// writers have moved to the targets, than batch by batch beside them
+// (docs/resharding.md, "What it costs").
+type targetsAhead struct {
+	// shards and to are the later batches' shards and the index of each
+	// one's target, which the first batch creates where no schema exists.
+	shards []int
+	to     map[int]int
+	// tokens are those it created, by shard: the token of each one's
+	// fence for the mover. A later batch takes as its own, empty, a
+	// schema it finds still fenced with that token (createTargets).
+	tokens map[int]int64
 }
 
 // splitShards is SplitShards of the shards of batches (nil: one batch of
@@ -111,7 +129,12 @@ func SplitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // batch, calling done (if not nil) after each batch with what it did. A
 // batch sealed by a run before (its flip left to do) is finished first,
 // on its own. It returns the last batch's result, or the failed one's.
-func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, batches [][]int, opts SplitOptions, done func(k int, res SplitResult)) (res SplitResult, err error) {
+//
+// ahead, if not nil, are the schemas of later runs: with shards, the run
+// creates those of ahead.shards that do not exist yet with its own and
+// records their tokens in ahead.tokens; with tokens, the run takes those
+// of its shards it finds as created as its own (targetsAhead).
+func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string, batches [][]int, ahead *targetsAhead, opts SplitOptions, done func(k int, res SplitResult)) (res SplitResult, err error) {
 	sp, err := newSplitter(ctx, cfg)
 	if err != nil {
 		return res, err
@@ -126,6 +149,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		opts.LockWait = DefaultLockWait
 	}
 	b := &splitBatch{sp: sp, to: map[int]int{}, progress: opts.Progress}
+	if ahead != nil {
+		b.ahead = ahead.tokens
+	}
 	for i, s := range shards {
 		if s < 0 || s >= sp.shards {
 			return res, withDetail(shardid.ErrShardRange, fmt.Sprintf("%d is not in [0, %d)", s, sp.shards))
@@ -157,8 +183,14 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 			return res, withDetail(shardid.ErrInvalidConfig, "split: a shard in no batch")
 		}
 	}
-	// What the mover may not do, refused before it changes anything.
+	// What the mover may not do, refused before it changes anything; of
+	// the schemas it creates ahead too.
 	targets, byTarget := b.byTarget()
+	if ahead != nil && len(ahead.shards) > 0 {
+		all := &splitBatch{to: maps.Clone(b.to), shards: slices.Concat(b.shards, ahead.shards)}
+		maps.Copy(all.to, ahead.to)
+		targets, byTarget = all.byTarget()
+	}
 	problems, _, grants, err := sp.splitPrivileges(ctx, targets, byTarget)
 	if err != nil {
 		return res, fmt.Errorf("shardid: split: reading the privileges it needs: %w", err)
@@ -286,10 +318,10 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 
 	// 1. The targets, fenced for all but the mover, found as they were
 	// when the lock was last found held (b.seen).
-	if err := b.checkTargetsEmpty(ctx); err != nil {
+	if b.seen, err = b.seeTargets(ctx); err != nil {
 		return res, err
 	}
-	if b.seen, err = b.seeTargets(ctx); err != nil {
+	if err := b.checkTargetsEmpty(ctx); err != nil {
 		return res, err
 	}
 	if err := lock.ensure(ctx, "creating the targets"); err != nil {
@@ -301,6 +333,11 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	dstTokens, err := b.createTargets(ctx)
 	if err != nil {
 		return res, err
+	}
+	if ahead != nil && len(ahead.shards) > 0 {
+		if err := b.createAhead(ctx, ahead); err != nil {
+			return res, err
+		}
 	}
 	b.tokens = dstTokens
 	stage("created")
@@ -390,6 +427,43 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		}
 	}
 	return res, nil
+}
+
+// createAhead creates the schemas of ahead.shards that do not exist yet
+// on their targets, fenced for the mover as the batch's own are, and
+// records their tokens in ahead.tokens. A schema that exists already (a
+// run stopped before) is left to its batch, which finds it as any run
+// again does.
+func (b *splitBatch) createAhead(ctx context.Context, ahead *targetsAhead) error {
+	later := &splitBatch{sp: b.sp, to: ahead.to, shards: sortedCopy(ahead.shards), grants: b.grants}
+	seen, err := later.seeTargets(ctx)
+	if err != nil {
+		return err
+	}
+	var fresh []int
+	for _, s := range later.shards {
+		if !seen[s].exists {
+			fresh = append(fresh, s)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	later.shards, later.seen = fresh, seen
+	if runPause != nil {
+		runPause("split create ahead")
+	}
+	tokens, err := later.createTargets(ctx)
+	if err != nil {
+		return fmt.Errorf("shardid: split: creating the later batches' shards ahead: %w", err)
+	}
+	ahead.tokens = map[int]int64{}
+	for s, tok := range tokens {
+		if later.fresh[s] {
+			ahead.tokens[s] = tok
+		}
+	}
+	return nil
 }
 
 // sortedCopy returns shards in ascending order, a copy.

@@ -1,0 +1,270 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/shardid/shardid/reshard"
+)
+
+// TestSplitCreatesLaterBatchesAheadPostgres runs a plan of 4 batches: the
+// first batch creates the schemas of all 8 shards, fenced for the mover,
+// and each later batch copies into those it finds as created. A later
+// batch's schema whose fence changed since (another operator's) is
+// emptied before its copy: the user it holds, one of the monolith's ids,
+// would fail the copy's COPY as a duplicate key. A row that a mover
+// wrote into a schema whose fence did not change fails its batch's
+// comparison (ErrCopyDiffers, the row named) and is never deleted by it;
+// the plan run again empties the copy first.
+func TestSplitCreatesLaterBatchesAheadPostgres(t *testing.T) {
+	testSplitCreatesAhead(t, func() *splitEnv { return newSplitEnvPG(t, 8, 40, 2, 2) })
+}
+
+// TestSplitCreatesLaterBatchesAheadMariaDB is
+// TestSplitCreatesLaterBatchesAheadPostgres on MariaDB.
+func TestSplitCreatesLaterBatchesAheadMariaDB(t *testing.T) {
+	testSplitCreatesAhead(t, func() *splitEnv { return newSplitEnvMySQL(t, 8, 40, 2, 2) })
+}
+
+// strayID is the id of a row a test writes into a shard's copy behind
+// the split's back that no row of the monolith has.
+const strayID = 900_000
+
+func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
+	ctx := context.Background()
+	// run runs e's plan of 4 batches, checks that the first batch's copy
+	// finds every shard's schema fenced for the mover, and calls meddle
+	// once the first batch is flipped, with the plan.
+	run := func(t *testing.T, e *splitEnv, meddle func(plan *reshard.SplitPlan)) (*reshard.SplitPlan, error) {
+		plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(plan.Batches) != 4 {
+			t.Fatalf("%d batches, want 4", len(plan.Batches))
+		}
+		copies := 0
+		restore := reshard.SetRunPause(func(at string) {
+			if at != "split copy" {
+				return
+			}
+			if copies++; copies != 1 {
+				return
+			}
+			for _, batch := range plan.Batches {
+				for _, s := range batch {
+					if f, ok := e.targetFence(t, plan, s); !ok || !f.MoverOnly || f.Sealed {
+						t.Errorf("shard %d at the first batch's copy: schema there %v, fence %+v; want one fenced for the mover", s, ok, f)
+					}
+				}
+			}
+		})
+		defer restore()
+		flips := 0
+		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: func(st string) {
+			if st == "flipped" {
+				if flips++; flips == 1 {
+					meddle(plan)
+				}
+			}
+		}}, nil)
+		if flips == 0 {
+			t.Fatalf("no batch flipped: %v", err)
+		}
+		return plan, err
+	}
+
+	t.Run("a fence set since", func(t *testing.T) {
+		e := newEnv()
+		var s3 int
+		plan, err := run(t, e, func(plan *reshard.SplitPlan) {
+			// s3, of the third batch: a user of the monolith's written
+			// into its copy, whose fence another operator set since.
+			s3 = plan.Batches[2][0]
+			e.strayRow(t, plan, s3, int64(s3+8))
+			if err := e.targetDB(plan, s3).Exec("UPDATE " + e.qt(e.m.SchemaOf(s3), "shardid_fence_state") + " SET token = token + 1").Error; err != nil {
+				t.Fatal(err)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.wantAllSplit(t, plan)
+		var name string
+		e.targetDB(plan, s3).Raw("SELECT name FROM "+e.qt(e.m.SchemaOf(s3), "users")+" WHERE id = ?", s3+8).Scan(&name)
+		if name != fmt.Sprintf("user %d", s3+8) {
+			t.Errorf("shard %d: user %d is named %q, want the monolith's name", s3, s3+8, name)
+		}
+	})
+
+	t.Run("a mover's row", func(t *testing.T) {
+		e := newEnv()
+		var s2 int
+		plan, err := run(t, e, func(plan *reshard.SplitPlan) {
+			// s2, of the second batch: a row no monolith has, written
+			// into its copy as a mover would, the fence left as it was.
+			s2 = plan.Batches[1][0]
+			e.strayRow(t, plan, s2, strayID)
+		})
+		if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), strconv.Itoa(strayID)) {
+			t.Fatalf("the run with a stray row in shard %d's copy: %v, want ErrCopyDiffers naming id %d", s2, err, strayID)
+		}
+		if !e.m.Load().Shared(s2) {
+			t.Fatalf("shard %d flipped with a stray row in its copy", s2)
+		}
+		var n int64
+		e.targetDB(plan, s2).Raw("SELECT count(*) FROM "+e.qt(e.m.SchemaOf(s2), "users")+" WHERE id = ?", strayID).Scan(&n)
+		if n != 1 {
+			t.Errorf("the failed batch deleted the row it did not copy")
+		}
+		// Run again (the guide's resume): the copies are emptied first.
+		if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		e.wantAllSplit(t, plan)
+	})
+}
+
+// TestSplitAbortDropsTheSchemasCreatedAheadPostgres stops a plan's first
+// batch at its copy, when the later batches' schemas exist too: the abort
+// drops every one, and the plan then runs from the start.
+func TestSplitAbortDropsTheSchemasCreatedAheadPostgres(t *testing.T) {
+	testSplitAbortAhead(t, newSplitEnvPG(t, 8, 40, 2, 2))
+}
+
+// TestSplitAbortDropsTheSchemasCreatedAheadMariaDB is
+// TestSplitAbortDropsTheSchemasCreatedAheadPostgres on MariaDB.
+func TestSplitAbortDropsTheSchemasCreatedAheadMariaDB(t *testing.T) {
+	testSplitAbortAhead(t, newSplitEnvMySQL(t, 8, 40, 2, 2))
+}
+
+func testSplitAbortAhead(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	restore := reshard.SetRunPause(func(at string) {
+		if at == "split copy" {
+			stop()
+		}
+	})
+	err = reshard.RunSplit(sctx, e.cfg, plan, reshard.SplitOptions{}, nil)
+	restore()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the run stopped at its first copy: %v, want context.Canceled", err)
+	}
+	for _, s := range allShards(8) {
+		if _, ok := e.targetFence(t, plan, s); !ok {
+			t.Errorf("shard %d: no schema on its target after the first batch's creation", s)
+		}
+	}
+	res, err := reshard.AbortSplit(ctx, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Dropped, allShards(8)) {
+		t.Errorf("the abort dropped %v, want every shard's copy", res.Dropped)
+	}
+	for _, s := range allShards(8) {
+		if _, ok := e.targetFence(t, plan, s); ok {
+			t.Errorf("shard %d: its schema is still on its target after the abort", s)
+		}
+	}
+	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.wantAllSplit(t, plan)
+}
+
+// targetDB is shard s's target in plan.
+func (e *splitEnv) targetDB(plan *reshard.SplitPlan, s int) *gorm.DB {
+	return e.dbs[e.m.DatabaseIndex(plan.To[s])]
+}
+
+// targetFence reads the fence of shard s's schema on its target in plan,
+// and reports whether the schema is there.
+func (e *splitEnv) targetFence(t *testing.T, plan *reshard.SplitPlan, s int) (f struct{ MoverOnly, Sealed bool }, ok bool) {
+	t.Helper()
+	db, sc := e.targetDB(plan, s), e.m.SchemaOf(s)
+	var n int64
+	if err := db.Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", sc).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		return f, false
+	}
+	if err := db.Raw("SELECT mover_only, sealed FROM " + e.qt(sc, "shardid_fence_state")).Scan(&f).Error; err != nil {
+		t.Fatal(err)
+	}
+	return f, true
+}
+
+// strayRow writes user id, named "stray", into shard s's copy on its
+// target, let through its fence as a mover is.
+func (e *splitEnv) strayRow(t *testing.T, plan *reshard.SplitPlan, s int, id int64) {
+	t.Helper()
+	db := e.targetDB(plan, s)
+	insert := fmt.Sprintf("INSERT INTO %s (id, name) VALUES (%d, 'stray')", e.qt(e.m.SchemaOf(s), "users"), id)
+	var err error
+	if db.Dialector.Name() == "mysql" {
+		err = db.Connection(func(c *gorm.DB) error {
+			if err := c.Exec("SET @shardid_mover = 1").Error; err != nil {
+				return err
+			}
+			defer c.Exec("SET @shardid_mover = NULL")
+			return c.Exec(insert).Error
+		})
+	} else {
+		err = db.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("SELECT set_config('shardid.mover', 'on', true)").Error; err != nil {
+				return err
+			}
+			return tx.Exec(insert).Error
+		})
+	}
+	if err != nil {
+		t.Fatalf("a mover's row in shard %d's copy: %v", s, err)
+	}
+}
+
+// wantAllSplit checks that every shard of plan is on its target, with the
+// monolith's rows of each table (40 users, 80 photos, 160 comments in
+// all) and no stray row.
+func (e *splitEnv) wantAllSplit(t *testing.T, plan *reshard.SplitPlan) {
+	t.Helper()
+	v := e.m.Load()
+	counts := map[string]int64{}
+	for s := range v.LogicalShards() {
+		if v.Shared(s) || v.Database(s) != plan.To[s] {
+			t.Errorf("shard %d on %s (shared: %v), want %s", s, v.Database(s), v.Shared(s), plan.To[s])
+			continue
+		}
+		db := e.targetDB(plan, s)
+		for _, tbl := range []string{"users", "photos", "comments"} {
+			var n int64
+			if err := db.Raw("SELECT count(*) FROM " + e.qt(v.Schema(s), tbl)).Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			counts[tbl] += n
+		}
+		var stray int64
+		db.Raw("SELECT count(*) FROM " + e.qt(v.Schema(s), "users") + " WHERE name = 'stray'").Scan(&stray)
+		if stray != 0 {
+			t.Errorf("shard %d holds a row written behind the split's back", s)
+		}
+	}
+	if want := map[string]int64{"users": 40, "photos": 80, "comments": 160}; !maps.Equal(counts, want) {
+		t.Errorf("rows on the targets %v, want %v", counts, want)
+	}
+}
