@@ -213,6 +213,7 @@ type chaosSplitter struct {
 	flipped bool // a batch was found split
 	ops     int  // splits and roll-backs begun: even ones begin as chaosOwner
 	nexts   int  // plans made by next: every other one holds two batches
+	twos    int  // runs of two batches: every other one copies them together
 	// fail reports a violation: a run as the tables' owner refused for a
 	// privilege that the guide does not ask of a mover.
 	fail func(kind, msg string)
@@ -273,7 +274,8 @@ func (sp *chaosSplitter) next(skip func(int) bool) (*reshard.SplitPlan, error) {
 	}
 	// One batch, or every other time two (from their count, not a draw
 	// of the seed's): RunSplit copies them together (CopyTogether) and
-	// fences them one by one.
+	// fences them one by one, or every other such run goes a batch at a
+	// time, the first batch creating the second's schemas (runOnce).
 	sp.nexts++
 	want := 1 + sp.nexts%2
 	var one *reshard.SplitPlan
@@ -485,8 +487,15 @@ func (sp *chaosSplitter) judgeOwner(p chaosSplitPlan, out string) {
 func (sp *chaosSplitter) runOnce(plan *reshard.SplitPlan, p chaosSplitPlan) ([]string, error) {
 	name := fmt.Sprintf("split of shards %v", planShards(plan))
 	return sp.runFaulted(name, p, func(ctx context.Context, cfg reshard.SplitConfig, onStage func(string)) error {
-		// A plan of two batches copies them together.
-		opts := reshard.SplitOptions{FenceFor: chaosSplitFenceFor, OnStage: onStage, CopyTogether: len(plan.Batches) > 1}
+		// A plan of two batches copies them together every other run;
+		// the other runs go a batch at a time, the first creating the
+		// second's schemas ahead.
+		together := false
+		if len(plan.Batches) > 1 {
+			sp.twos++
+			together = sp.twos%2 == 1
+		}
+		opts := reshard.SplitOptions{FenceFor: chaosSplitFenceFor, OnStage: onStage, CopyTogether: together}
 		return reshard.RunSplit(ctx, cfg, plan, opts, nil)
 	}, func() string { return sp.rival(plan, p.rival) })
 }
