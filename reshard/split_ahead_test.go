@@ -23,7 +23,10 @@ import (
 // would fail the copy's COPY as a duplicate key. A row that a mover
 // wrote into a schema whose fence did not change fails its batch's
 // comparison (ErrCopyDiffers, the row named) and is never deleted by it;
-// the plan run again empties the copy first.
+// the plan run again empties the copy first. Schemas created before the
+// monolith's tables changed (a migration between two batches) are
+// dropped and created again: without that, the later batches' copies
+// fail for the column their tables lack.
 func TestSplitCreatesLaterBatchesAheadPostgres(t *testing.T) {
 	testSplitCreatesAhead(t, func() *splitEnv { return newSplitEnvPG(t, 8, 40, 2, 2) })
 }
@@ -102,6 +105,42 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 		e.targetDB(plan, s3).Raw("SELECT name FROM "+e.qt(e.m.SchemaOf(s3), "users")+" WHERE id = ?", s3+8).Scan(&name)
 		if name != fmt.Sprintf("user %d", s3+8) {
 			t.Errorf("shard %d: user %d is named %q, want the monolith's name", s3, s3+8, name)
+		}
+	})
+
+	t.Run("the monolith's tables changed", func(t *testing.T) {
+		e := newEnv()
+		typ := "TEXT"
+		if e.dbs[0].Dialector.Name() == "mysql" {
+			typ = "VARCHAR(20)"
+		}
+		plan, err := run(t, e, func(*reshard.SplitPlan) {
+			// A migration between two batches: the schemas created
+			// ahead lack the column.
+			if err := e.dbs[0].Exec("ALTER TABLE users ADD COLUMN nick " + typ + " NOT NULL DEFAULT 'n'").Error; err != nil {
+				t.Fatal(err)
+			}
+		})
+		// Known limit (docs/resharding.md, "Limits"): the rows of the
+		// shards sealed before the change no longer hash as they were
+		// verified, and the monolith's clean-up refuses to delete them,
+		// loudly, on PostgreSQL at the last batch and on MySQL at
+		// CleanSplit (the operator's step there).
+		if err == nil {
+			_, err = reshard.CleanSplit(ctx, e.cfg)
+		}
+		if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), "not as verified under the fence") {
+			t.Fatalf("the split with a migration between its batches: %v, want the clean-up's refusal", err)
+		}
+		e.wantAllSplit(t, plan)
+		for _, batch := range plan.Batches[1:] {
+			for _, s := range batch {
+				var n int64
+				e.targetDB(plan, s).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = 'users' AND column_name = 'nick'", e.m.SchemaOf(s)).Scan(&n)
+				if n != 1 {
+					t.Errorf("shard %d, of a batch after the change: its users have no column nick", s)
+				}
+			}
 		}
 	})
 

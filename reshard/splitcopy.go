@@ -47,8 +47,10 @@ type splitBatch struct {
 	// schema gets (PostgreSQL).
 	grants *splitGrants
 	// defs are the monolith's tables' definitions, as they follow CREATE
-	// TABLE name.
+	// TABLE name, and indexes their other indexes (PostgreSQL:
+	// secondaryIndexesPG), as createTargets created the schemas from.
 	defs     map[string]string
+	indexes  map[string][]string
 	progress func(table string, copied int64)
 
 	// A batch of a group (sub): the shards whose copies the run builds
@@ -209,22 +211,12 @@ func (b *splitBatch) readColumns(ctx context.Context) error {
 // checkTargetsEmpty). It returns the target fences' tokens.
 func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 	tables := b.sp.tableNames()
-	defs := map[string]string{}
-	var indexes map[string][]string
-	for _, t := range tables {
-		d, err := tableDefinition(ctx, b.sp.mono, b.sp.schema, t, !b.sp.mysql)
-		if err != nil {
-			return nil, err
-		}
-		defs[t] = d
-	}
-	b.defs = defs
-	if !b.sp.mysql {
-		var err error
-		if indexes, err = secondaryIndexesPG(ctx, b.sp.mono, b.sp.schema, tables); err != nil {
+	if b.defs == nil {
+		if err := b.readDefinitions(ctx); err != nil {
 			return nil, err
 		}
 	}
+	defs, indexes := b.defs, b.indexes
 	tokens := map[int]int64{}
 	b.fresh = map[int]bool{}
 	// A schema created ahead of the batch and found as it was left, its
@@ -1414,6 +1406,62 @@ func (b *splitBatch) verified() map[int]string {
 		out[s] = string(j)
 	}
 	return out
+}
+
+// readDefinitions reads the monolith's tables' definitions into b.defs
+// and, on PostgreSQL, their other indexes into b.indexes.
+func (b *splitBatch) readDefinitions(ctx context.Context) error {
+	tables := b.sp.tableNames()
+	defs := map[string]string{}
+	for _, t := range tables {
+		d, err := tableDefinition(ctx, b.sp.mono, b.sp.schema, t, !b.sp.mysql)
+		if err != nil {
+			return err
+		}
+		defs[t] = d
+	}
+	var indexes map[string][]string
+	if !b.sp.mysql {
+		var err error
+		if indexes, err = secondaryIndexesPG(ctx, b.sp.mono, b.sp.schema, tables); err != nil {
+			return err
+		}
+	}
+	b.defs, b.indexes = defs, indexes
+	return nil
+}
+
+// definitionsKey is what the schemas created from b.defs and b.indexes
+// were created from, to tell whether the monolith's tables changed since.
+func (b *splitBatch) definitionsKey() string {
+	return fmt.Sprint(b.defs, b.indexes) // maps print in key order
+}
+
+// dropStaleAhead drops the schemas created ahead of the batch, found as
+// created, if the monolith's tables changed since (a migration between
+// two batches: a column added, an index made): they are empty, and the
+// batch creates them again from the tables as they are now, as it would
+// have without them. key is what they were created from (definitionsKey).
+func (b *splitBatch) dropStaleAhead(ctx context.Context, lock *moveLock, key string) error {
+	if b.defs == nil {
+		if err := b.readDefinitions(ctx); err != nil {
+			return err
+		}
+	}
+	if b.definitionsKey() == key {
+		return nil
+	}
+	for _, s := range b.shards {
+		if !b.aheadAsCreated(s) {
+			continue
+		}
+		if err := dropCopyAsSeen(ctx, b.dst(s), b.schemaOf(s), b.seen[s], lock, "dropping a schema created ahead of the monolith's tables' change"); err != nil {
+			return fmt.Errorf("shardid: split: dropping shard %d's schema, created before the monolith's tables changed: %w", s, err)
+		}
+		b.seen[s] = targetSeen{}
+		delete(b.ahead, s)
+	}
+	return nil
 }
 
 // aheadAsCreated reports whether shard s's schema was created ahead of

@@ -119,8 +119,11 @@ type targetsAhead struct {
 	to     map[int]int
 	// tokens are those it created, by shard: the token of each one's
 	// fence for the mover. A later batch takes as its own, empty, a
-	// schema it finds still fenced with that token (createTargets).
-	tokens map[int]int64
+	// schema it finds still fenced with that token (createTargets),
+	// unless the monolith's tables changed since they were created from
+	// definitions (definitionsKey): it then drops it and creates it again.
+	tokens      map[int]int64
+	definitions string
 }
 
 // splitShards is SplitShards of the shards of batches (nil: one batch of
@@ -324,6 +327,11 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err := b.checkTargetsEmpty(ctx); err != nil {
 		return res, err
 	}
+	if len(b.ahead) > 0 {
+		if err := b.dropStaleAhead(ctx, lock, ahead.definitions); err != nil {
+			return res, err
+		}
+	}
 	if err := lock.ensure(ctx, "creating the targets"); err != nil {
 		return res, err
 	}
@@ -435,7 +443,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 // run stopped before) is left to its batch, which finds it as any run
 // again does.
 func (b *splitBatch) createAhead(ctx context.Context, ahead *targetsAhead) error {
-	later := &splitBatch{sp: b.sp, to: ahead.to, shards: sortedCopy(ahead.shards), grants: b.grants}
+	later := &splitBatch{sp: b.sp, to: ahead.to, shards: sortedCopy(ahead.shards), grants: b.grants, defs: b.defs, indexes: b.indexes}
 	seen, err := later.seeTargets(ctx)
 	if err != nil {
 		return err
@@ -457,7 +465,7 @@ func (b *splitBatch) createAhead(ctx context.Context, ahead *targetsAhead) error
 	if err != nil {
 		return fmt.Errorf("shardid: split: creating the later batches' shards ahead: %w", err)
 	}
-	ahead.tokens = map[int]int64{}
+	ahead.tokens, ahead.definitions = map[int]int64{}, later.definitionsKey()
 	for s, tok := range tokens {
 		if later.fresh[s] {
 			ahead.tokens[s] = tok
