@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 )
 
@@ -24,9 +27,10 @@ import (
 // wrote into a schema whose fence did not change fails its batch's
 // comparison (ErrCopyDiffers, the row named) and is never deleted by it;
 // the plan run again empties the copy first. Schemas created before the
-// monolith's tables changed (a migration between two batches) are
-// dropped and created again: without that, the later batches' copies
-// fail for the column their tables lack.
+// monolith's tables changed (a migration between two batches) or its
+// privileges did (a GRANT) are dropped and created again: without that,
+// the later batches' copies fail for the column their tables lack, and a
+// role granted a table on the monolith may not read its shards.
 func TestSplitCreatesLaterBatchesAheadPostgres(t *testing.T) {
 	testSplitCreatesAhead(t, func() *splitEnv { return newSplitEnvPG(t, 8, 40, 2, 2) })
 }
@@ -45,8 +49,11 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 	ctx := context.Background()
 	// run runs e's plan of 4 batches, checks that the first batch's copy
 	// finds every shard's schema fenced for the mover, and calls meddle
-	// once the first batch is flipped, with the plan.
-	run := func(t *testing.T, e *splitEnv, meddle func(plan *reshard.SplitPlan)) (*reshard.SplitPlan, error) {
+	// once the first batch is flipped, with the plan. Each later batch's
+	// copy must find its shards' fences as they were created (the
+	// schemas taken as created, not fenced again or made anew), but for
+	// the shards made returns true for.
+	run := func(t *testing.T, e *splitEnv, meddle func(plan *reshard.SplitPlan), made func(s int) bool) (*reshard.SplitPlan, error) {
 		plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 2)
 		if err != nil {
 			t.Fatal(err)
@@ -55,18 +62,26 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 			t.Fatalf("%d batches, want 4", len(plan.Batches))
 		}
 		copies := 0
+		created := map[int]int64{} // the fences' tokens at the first copy
 		restore := reshard.SetRunPause(func(at string) {
 			if at != "split copy" {
 				return
 			}
-			if copies++; copies != 1 {
+			if copies++; copies > 1 {
+				for _, s := range plan.Batches[copies-1] {
+					if f, _ := e.targetFence(t, plan, s); f.Token != created[s] && (made == nil || !made(s)) {
+						t.Errorf("shard %d at its batch's copy: its fence's token %d, want %d, as it was created", s, f.Token, created[s])
+					}
+				}
 				return
 			}
 			for _, batch := range plan.Batches {
 				for _, s := range batch {
-					if f, ok := e.targetFence(t, plan, s); !ok || !f.MoverOnly || f.Sealed {
+					f, ok := e.targetFence(t, plan, s)
+					if !ok || !f.MoverOnly || f.Sealed {
 						t.Errorf("shard %d at the first batch's copy: schema there %v, fence %+v; want one fenced for the mover", s, ok, f)
 					}
+					created[s] = f.Token
 				}
 			}
 		})
@@ -96,11 +111,18 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 			if err := e.targetDB(plan, s3).Exec("UPDATE " + e.qt(e.m.SchemaOf(s3), "shardid_fence_state") + " SET token = token + 1").Error; err != nil {
 				t.Fatal(err)
 			}
-		})
+			// And a user of the last batch's inserted, as the
+			// application does between two batches: MySQL's next
+			// AUTO_INCREMENT moves past it, which is no change of the
+			// tables.
+			if err := e.dbs[0].Exec("INSERT INTO users (id, name) VALUES (?, 'between')", 1000+plan.Batches[3][0]).Error; err != nil {
+				t.Fatal(err)
+			}
+		}, func(s int) bool { return s == s3 })
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.wantAllSplit(t, plan)
+		e.wantAllSplit(t, plan, 1)
 		var name string
 		e.targetDB(plan, s3).Raw("SELECT name FROM "+e.qt(e.m.SchemaOf(s3), "users")+" WHERE id = ?", s3+8).Scan(&name)
 		if name != fmt.Sprintf("user %d", s3+8) {
@@ -120,7 +142,7 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 			if err := e.dbs[0].Exec("ALTER TABLE users ADD COLUMN nick " + typ + " NOT NULL DEFAULT 'n'").Error; err != nil {
 				t.Fatal(err)
 			}
-		})
+		}, func(int) bool { return true })
 		// Known limit (docs/resharding.md, "Limits"): the rows of the
 		// shards sealed before the change no longer hash as they were
 		// verified, and the monolith's clean-up refuses to delete them,
@@ -132,13 +154,46 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 		if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), "not as verified under the fence") {
 			t.Fatalf("the split with a migration between its batches: %v, want the clean-up's refusal", err)
 		}
-		e.wantAllSplit(t, plan)
+		e.wantAllSplit(t, plan, 0)
 		for _, batch := range plan.Batches[1:] {
 			for _, s := range batch {
 				var n int64
 				e.targetDB(plan, s).Raw("SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = 'users' AND column_name = 'nick'", e.m.SchemaOf(s)).Scan(&n)
 				if n != 1 {
 					t.Errorf("shard %d, of a batch after the change: its users have no column nick", s)
+				}
+			}
+		}
+	})
+
+	// PostgreSQL's: each shard's schema gets the monolith's grants (MySQL's
+	// are the server's, by the shards' name pattern).
+	pg := strings.Contains(t.Name(), "Postgres")
+	t.Run("a privilege granted between batches", func(t *testing.T) {
+		if !pg {
+			return
+		}
+		admin := testdb.OpenPostgres(t) // before the env: its role dropped after the env's databases
+		role := fmt.Sprintf("shardid_ahead_%d", rand.IntN(1e9))
+		if err := admin.Exec("CREATE ROLE " + role + " NOLOGIN").Error; err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { admin.Exec("DROP ROLE IF EXISTS " + role) })
+		e := newEnv()
+		plan, err := run(t, e, func(*reshard.SplitPlan) {
+			if err := e.dbs[0].Exec("GRANT SELECT ON users TO " + role).Error; err != nil {
+				t.Fatal(err)
+			}
+		}, func(int) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, batch := range plan.Batches[1:] {
+			for _, s := range batch {
+				var may bool
+				e.targetDB(plan, s).Raw("SELECT has_table_privilege(?, ?, 'SELECT')", role, e.m.SchemaOf(s)+".users").Scan(&may)
+				if !may {
+					t.Errorf("shard %d, of a batch after the grant: %s may not read its users", s, role)
 				}
 			}
 		}
@@ -152,7 +207,7 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 			// into its copy as a mover would, the fence left as it was.
 			s2 = plan.Batches[1][0]
 			e.strayRow(t, plan, s2, strayID)
-		})
+		}, nil)
 		if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), strconv.Itoa(strayID)) {
 			t.Fatalf("the run with a stray row in shard %d's copy: %v, want ErrCopyDiffers naming id %d", s2, err, strayID)
 		}
@@ -168,7 +223,7 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 		if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
 			t.Fatal(err)
 		}
-		e.wantAllSplit(t, plan)
+		e.wantAllSplit(t, plan, 0)
 	})
 }
 
@@ -223,7 +278,7 @@ func testSplitAbortAhead(t *testing.T, e *splitEnv) {
 	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	e.wantAllSplit(t, plan)
+	e.wantAllSplit(t, plan, 0)
 }
 
 // targetDB is shard s's target in plan.
@@ -233,7 +288,10 @@ func (e *splitEnv) targetDB(plan *reshard.SplitPlan, s int) *gorm.DB {
 
 // targetFence reads the fence of shard s's schema on its target in plan,
 // and reports whether the schema is there.
-func (e *splitEnv) targetFence(t *testing.T, plan *reshard.SplitPlan, s int) (f struct{ MoverOnly, Sealed bool }, ok bool) {
+func (e *splitEnv) targetFence(t *testing.T, plan *reshard.SplitPlan, s int) (f struct {
+	MoverOnly, Sealed bool
+	Token             int64
+}, ok bool) {
 	t.Helper()
 	db, sc := e.targetDB(plan, s), e.m.SchemaOf(s)
 	var n int64
@@ -243,7 +301,7 @@ func (e *splitEnv) targetFence(t *testing.T, plan *reshard.SplitPlan, s int) (f 
 	if n == 0 {
 		return f, false
 	}
-	if err := db.Raw("SELECT mover_only, sealed FROM " + e.qt(sc, "shardid_fence_state")).Scan(&f).Error; err != nil {
+	if err := db.Raw("SELECT mover_only, sealed, token FROM " + e.qt(sc, "shardid_fence_state")).Scan(&f).Error; err != nil {
 		t.Fatal(err)
 	}
 	return f, true
@@ -278,9 +336,9 @@ func (e *splitEnv) strayRow(t *testing.T, plan *reshard.SplitPlan, s int, id int
 }
 
 // wantAllSplit checks that every shard of plan is on its target, with the
-// monolith's rows of each table (40 users, 80 photos, 160 comments in
-// all) and no stray row.
-func (e *splitEnv) wantAllSplit(t *testing.T, plan *reshard.SplitPlan) {
+// monolith's rows of each table (40 users and more, 80 photos, 160
+// comments in all) and no stray row.
+func (e *splitEnv) wantAllSplit(t *testing.T, plan *reshard.SplitPlan, moreUsers int64) {
 	t.Helper()
 	v := e.m.Load()
 	counts := map[string]int64{}
@@ -303,7 +361,36 @@ func (e *splitEnv) wantAllSplit(t *testing.T, plan *reshard.SplitPlan) {
 			t.Errorf("shard %d holds a row written behind the split's back", s)
 		}
 	}
-	if want := map[string]int64{"users": 40, "photos": 80, "comments": 160}; !maps.Equal(counts, want) {
+	if want := map[string]int64{"users": 40 + moreUsers, "photos": 80, "comments": 160}; !maps.Equal(counts, want) {
 		t.Errorf("rows on the targets %v, want %v", counts, want)
+	}
+}
+
+// TestSplitRefusesALaterBatchsBadTarget: a plan whose later batch names
+// the monolith, or a database the map does not have, as a shard's target
+// (a plan file edited by hand) is refused before the first batch creates
+// anything: the first batch would otherwise create that batch's schemas
+// there, where no abort looks for them (or index no database at all).
+func TestSplitRefusesALaterBatchsBadTarget(t *testing.T) {
+	e := newSplitEnvPG(t, 8, 40, 2, 2)
+	ctx := context.Background()
+	for _, to := range []string{"mono", "nowhere"} {
+		plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := plan.Batches[2][0]
+		plan.To[s] = to
+		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil)
+		if !errors.Is(err, shardid.ErrInvalidConfig) || !strings.Contains(err.Error(), fmt.Sprintf("shard %d to %q", s, to)) {
+			t.Errorf("a plan sending shard %d to %s: %v, want ErrInvalidConfig naming it", s, to, err)
+		}
+		for _, d := range e.dbs {
+			var n int64
+			d.Raw("SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'shard_%'").Scan(&n)
+			if n != 0 {
+				t.Errorf("%d shard schemas created by the refused run", n)
+			}
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -1431,17 +1432,35 @@ func (b *splitBatch) readDefinitions(ctx context.Context) error {
 	return nil
 }
 
-// definitionsKey is what the schemas created from b.defs and b.indexes
-// were created from, to tell whether the monolith's tables changed since.
+// definitionsKey is what the schemas created from b.defs, b.indexes and
+// b.grants were created from, to tell whether the monolith's tables, their
+// owners or their privileges changed since (a grant or a revoke between
+// two batches must reach the later batches' schemas, as it would have
+// without the creation ahead). A MySQL table's next AUTO_INCREMENT value,
+// which every insert moves, is left out.
 func (b *splitBatch) definitionsKey() string {
-	return fmt.Sprint(b.defs, b.indexes) // maps print in key order
+	defs := map[string]string{}
+	for t, d := range b.defs {
+		defs[t] = autoIncrementOption.ReplaceAllString(d, "")
+	}
+	var g splitGrants
+	if b.grants != nil {
+		g = *b.grants
+		g.users = slices.Sorted(slices.Values(g.users)) // in any order the monolith listed them
+	}
+	return fmt.Sprintf("%v %v %+v", defs, b.indexes, g) // maps print in key order
 }
+
+// autoIncrementOption is the AUTO_INCREMENT table option of MySQL's SHOW
+// CREATE TABLE.
+var autoIncrementOption = regexp.MustCompile(` AUTO_INCREMENT=[0-9]+`)
 
 // dropStaleAhead drops the schemas created ahead of the batch, found as
 // created, if the monolith's tables changed since (a migration between
-// two batches: a column added, an index made): they are empty, and the
-// batch creates them again from the tables as they are now, as it would
-// have without them. key is what they were created from (definitionsKey).
+// two batches: a column added, an index made; an owner or a privilege
+// changed): they are empty, and the batch creates them again from the
+// tables as they are now, as it would have without them. key is what
+// they were created from (definitionsKey).
 func (b *splitBatch) dropStaleAhead(ctx context.Context, lock *moveLock, key string) error {
 	if b.defs == nil {
 		if err := b.readDefinitions(ctx); err != nil {

@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid"
 )
 
 // RunSplit carries plan out, batch by batch (SplitShards), after
@@ -105,8 +107,12 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 		for _, run := range runs[1:] {
 			for _, k := range run {
 				for j, s := range group[k] {
+					d := cfg.Map.DatabaseIndex(groupTo[k][j])
+					if d < 0 || d == mono {
+						return withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: shard %d to %q: not another database of the map", s, groupTo[k][j]))
+					}
 					ahead.shards = append(ahead.shards, s)
-					ahead.to[s] = cfg.Map.DatabaseIndex(groupTo[k][j])
+					ahead.to[s] = d
 				}
 			}
 		}

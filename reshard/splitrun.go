@@ -190,7 +190,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	// the schemas it creates ahead too.
 	targets, byTarget := b.byTarget()
 	if ahead != nil && len(ahead.shards) > 0 {
-		all := &splitBatch{to: maps.Clone(b.to), shards: slices.Concat(b.shards, ahead.shards)}
+		all := &splitBatch{to: maps.Clone(b.to), shards: sortedCopy(slices.Concat(b.shards, ahead.shards))}
 		maps.Copy(all.to, ahead.to)
 		targets, byTarget = all.byTarget()
 	}
