@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardid/shardid/internal/routesql"
 	"github.com/shardid/shardid/reshard"
 	"gorm.io/gorm"
 )
@@ -90,6 +91,14 @@ func copyWhileWriting(t *testing.T, src, dst *gorm.DB, schema string, seed int) 
 				case 2:
 					err = src.Exec("DELETE FROM "+q(src)+" WHERE id = ?", 1+rng.Int64N(next.Load())).Error
 					deletes.Add(1)
+				}
+				// MariaDB under load: a write that opens its table while
+				// another session changes triggers fails with 1146 on the
+				// change log (MDEV-26048); the statement did not run, and
+				// the routers report it as the fence (routesql.IsFence).
+				if routesql.IsFence(err) {
+					t.Logf("%s: op %d, not run: %v", time.Now().Format("15:04:05.000"), op, err)
+					continue
 				}
 				if err != nil {
 					t.Errorf("%s: op %d: %v", time.Now().Format("15:04:05.000"), op, err)
