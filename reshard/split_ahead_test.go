@@ -281,6 +281,51 @@ func testSplitAbortAhead(t *testing.T, e *splitEnv) {
 	e.wantAllSplit(t, plan, 0)
 }
 
+// TestSplitStoppedBeforeItCreatesAheadPostgres stops a plan's first batch
+// (Ctrl-C) once its own schemas exist and before it creates the later
+// batches': the plan run again finishes, the first batch's schemas found
+// as any run again finds them, the later ones created ahead then.
+func TestSplitStoppedBeforeItCreatesAheadPostgres(t *testing.T) {
+	testSplitStoppedBeforeAhead(t, newSplitEnvPG(t, 8, 40, 2, 2))
+}
+
+// TestSplitStoppedBeforeItCreatesAheadMariaDB is
+// TestSplitStoppedBeforeItCreatesAheadPostgres on MariaDB.
+func TestSplitStoppedBeforeItCreatesAheadMariaDB(t *testing.T) {
+	testSplitStoppedBeforeAhead(t, newSplitEnvMySQL(t, 8, 40, 2, 2))
+}
+
+func testSplitStoppedBeforeAhead(t *testing.T, e *splitEnv) {
+	ctx := context.Background()
+	plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	restore := reshard.SetRunPause(func(at string) {
+		if at == "split create ahead" {
+			stop()
+		}
+	})
+	err = reshard.RunSplit(sctx, e.cfg, plan, reshard.SplitOptions{}, nil)
+	restore()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the run stopped before its creation ahead: %v, want context.Canceled", err)
+	}
+	for k, batch := range plan.Batches {
+		for _, s := range batch {
+			if _, ok := e.targetFence(t, plan, s); ok != (k == 0) {
+				t.Errorf("shard %d, of batch %d: schema on its target %v after the stop, want %v", s, k+1, ok, k == 0)
+			}
+		}
+	}
+	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.wantAllSplit(t, plan, 0)
+}
+
 // targetDB is shard s's target in plan.
 func (e *splitEnv) targetDB(plan *reshard.SplitPlan, s int) *gorm.DB {
 	return e.dbs[e.m.DatabaseIndex(plan.To[s])]
@@ -348,13 +393,7 @@ func (e *splitEnv) wantAllSplit(t *testing.T, plan *reshard.SplitPlan, moreUsers
 			continue
 		}
 		db := e.targetDB(plan, s)
-		for _, tbl := range []string{"users", "photos", "comments"} {
-			var n int64
-			if err := db.Raw("SELECT count(*) FROM " + e.qt(v.Schema(s), tbl)).Scan(&n).Error; err != nil {
-				t.Fatal(err)
-			}
-			counts[tbl] += n
-		}
+		e.addShardRows(t, db, v.Schema(s), counts)
 		var stray int64
 		db.Raw("SELECT count(*) FROM " + e.qt(v.Schema(s), "users") + " WHERE name = 'stray'").Scan(&stray)
 		if stray != 0 {

@@ -329,13 +329,7 @@ func (w *splitWriters) check(t testing.TB, wantRows map[string]int64) {
 			t.Fatalf("shard %d is still shared", s)
 		}
 		db := e.dbs[v.DB(s)]
-		for _, tbl := range []string{"users", "photos", "comments"} {
-			var n int64
-			if err := db.Raw("SELECT count(*) FROM " + e.qt(v.Schema(s), tbl)).Scan(&n).Error; err != nil {
-				t.Fatal(err)
-			}
-			got[tbl] += n
-		}
+		e.addShardRows(t, db, v.Schema(s), got)
 		// Every row of the shard belongs to it.
 		var wrong int64
 		db.Raw(fmt.Sprintf(`SELECT count(*) FROM %s WHERE user_id %% %d <> %d`, e.qt(v.Schema(s), "photos"), v.LogicalShards(), s)).Scan(&wrong)
@@ -349,6 +343,19 @@ func (w *splitWriters) check(t testing.TB, wantRows map[string]int64) {
 		}
 	}
 	w.checkAcked(t)
+}
+
+// addShardRows adds the rows of each of the env's tables in schema on db
+// to counts.
+func (e *splitEnv) addShardRows(t testing.TB, db *gorm.DB, schema string, counts map[string]int64) {
+	t.Helper()
+	for _, tbl := range []string{"users", "photos", "comments"} {
+		var n int64
+		if err := db.Raw("SELECT count(*) FROM " + e.qt(schema, tbl)).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		counts[tbl] += n
+	}
 }
 
 // checkAcked checks that every acknowledged write is where the map says,

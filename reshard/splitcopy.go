@@ -209,7 +209,9 @@ func (b *splitBatch) readColumns(ctx context.Context) error {
 // in transactions of up to 50 shards. A schema that exists is kept (a
 // batch run again: emptied before the copy); it must hold no table with
 // rows that is not a split's or move's (the plan refuses it, and so does
-// checkTargetsEmpty). It returns the target fences' tokens.
+// checkTargetsEmpty). One created ahead of the batch and found as created
+// (aheadAsCreated) is taken as it is, empty. It returns the target fences'
+// tokens.
 func (b *splitBatch) createTargets(ctx context.Context) (map[int]int64, error) {
 	tables := b.sp.tableNames()
 	if b.defs == nil {
