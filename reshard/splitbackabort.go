@@ -201,6 +201,7 @@ func (sp *splitter) shardSums(ctx context.Context, s int, cols map[string]column
 		if err != nil {
 			return "", fmt.Errorf("shardid: summing shard %d's rows of %s in the monolith: %w", s, t.Name, err)
 		}
+		c.Cols = checkCols(cols[t.Name].all)
 		m[t.Name] = c
 	}
 	j, err := json.Marshal(m)

@@ -143,42 +143,61 @@ func (sp *splitter) truncateInTx(ctx context.Context, tx *sql.Tx, b *splitBatch,
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+sp.q(t.Name)).Scan(&total); err != nil {
 			return err
 		}
-		from, shard := sp.from(t)
-		rows, err := tx.QueryContext(ctx, "SELECT shardid_s, count(*), coalesce(sum("+rowHash(sp.mono, b.cols[t.Name].all)+"), 0)::text FROM"+
-			" (SELECT x.*, "+shard+" AS shardid_s FROM "+from+") AS r GROUP BY 1")
+		// Each shard's rows summed over the columns its batch verified
+		// them over (a migration between two batches adds one to the
+		// later ones'): a read of the table for each set of columns, the
+		// first over the table's own, which also counts every row.
+		sets, setOf, err := sp.hashSets(t, b, verified)
 		if err != nil {
 			return err
 		}
+		from, shard := sp.from(t)
 		have := map[int]shardCheck{}
 		var counted int64
-		for rows.Next() {
-			var s sql.NullInt64
-			var c shardCheck
-			var sum string
-			if err := rows.Scan(&s, &c.Rows, &sum); err != nil {
-				rows.Close()
-				return err
-			}
-			if c.Sum, err = sumOf(sum); err != nil {
-				rows.Close()
-				return err
-			}
-			counted += c.Rows
-			if !s.Valid {
-				kept = append(kept, fmt.Sprintf("%d row(s) of %s of no shard", c.Rows, t.Name))
+		for i, cols := range sets {
+			if gone := missingColumns(cols, b.cols[t.Name].all); len(gone) > 0 {
+				kept = append(kept, fmt.Sprintf("the shards of %s verified over column(s) %s, which it no longer has", t.Name, strings.Join(gone, ", ")))
 				continue
 			}
-			have[int(s.Int64)] = c
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
+			key := checkCols(cols)
+			rows, err := tx.QueryContext(ctx, "SELECT shardid_s, count(*), coalesce(sum("+rowHash(sp.mono, cols)+"), 0)::text FROM"+
+				" (SELECT x.*, "+shard+" AS shardid_s FROM "+from+") AS r GROUP BY 1")
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var s sql.NullInt64
+				var c shardCheck
+				var sum string
+				if err := rows.Scan(&s, &c.Rows, &sum); err != nil {
+					rows.Close()
+					return err
+				}
+				if c.Sum, err = sumOf(sum); err != nil {
+					rows.Close()
+					return err
+				}
+				if i == 0 {
+					counted += c.Rows
+					if !s.Valid {
+						kept = append(kept, fmt.Sprintf("%d row(s) of %s of no shard", c.Rows, t.Name))
+						continue
+					}
+				}
+				if own, ok := setOf[int(s.Int64)]; s.Valid && (own == key || !ok && i == 0) {
+					have[int(s.Int64)] = c
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
 		}
 		if counted != total {
 			kept = append(kept, fmt.Sprintf("%d row(s) of %s whose parent is missing", total-counted, t.Name))
 		}
 		for s, c := range have {
-			if want, ok := verified[s][t.Name]; !ok || want != c {
+			if want, ok := verified[s][t.Name]; !ok || !want.sameSums(c) {
 				kept = append(kept, fmt.Sprintf("shard %d of %s (%d rows, verified %d)", s, t.Name, c.Rows, want.Rows))
 			}
 		}
@@ -247,22 +266,53 @@ func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch, lock *moveL
 	var kept []string
 	for i := len(sp.tables) - 1; i >= 0; i-- {
 		t := sp.tables[i]
-		all := b.cols[t.Name].all
 		ids := map[int][]any{}
 		have := map[int]shardCheck{}
-		err := sp.eachRowHash(ctx, t, b.shards, all, func(id int64, s int, h uint64) {
-			ids[s] = append(ids[s], id)
-			c := have[s]
-			c.Rows++
-			c.Sum += h
-			have[s] = c
-		})
+		// Each shard's rows hashed over the columns its batch verified
+		// them over (truncateInTx's way).
+		sets, setOf, err := sp.hashSets(t, b, state)
 		if err != nil {
 			return deleted, err
 		}
+		var gone []int // the shards verified over a column the table lost
+		for i, cols := range sets {
+			key := checkCols(cols)
+			var of []int
+			for _, s := range b.shards {
+				if own, ok := setOf[s]; own == key || !ok && i == 0 {
+					of = append(of, s)
+				}
+			}
+			if len(of) == 0 {
+				continue
+			}
+			if missing := missingColumns(cols, b.cols[t.Name].all); len(missing) > 0 {
+				for _, s := range of {
+					kept = append(kept, fmt.Sprintf("shard %d of %s (verified over column(s) %s, which it no longer has)", s, t.Name, strings.Join(missing, ", ")))
+				}
+				gone = append(gone, of...)
+				continue
+			}
+			err := sp.eachRowHash(ctx, t, of, cols, func(id int64, s int, h uint64) {
+				ids[s] = append(ids[s], id)
+				c := have[s]
+				c.Rows++
+				c.Sum += h
+				have[s] = c
+			})
+			if err != nil {
+				return deleted, err
+			}
+		}
+		for _, s := range gone {
+			delete(ids, s)
+		}
 		for _, s := range b.shards {
+			if slices.Contains(gone, s) {
+				continue
+			}
 			want, ok := state[s][t.Name]
-			if !ok || want != have[s] {
+			if !ok || !want.sameSums(have[s]) {
 				if have[s].Rows > 0 || !ok {
 					kept = append(kept, fmt.Sprintf("shard %d of %s (%d rows, verified %d)", s, t.Name, have[s].Rows, want.Rows))
 				}
@@ -393,6 +443,44 @@ func verifiedOf(rows []verifiedRow) (map[int]map[string]shardCheck, error) {
 		out[r.Shard] = m
 	}
 	return out, nil
+}
+
+// hashSets returns the sets of columns the rows of t of b's shards were
+// verified over (verified, each shard's seal), the table's own columns
+// first, and the set of each shard (checkCols of it) that has a seal.
+func (sp *splitter) hashSets(t SplitTable, b *splitBatch, verified map[int]map[string]shardCheck) (sets [][]string, setOf map[int]string, err error) {
+	own := b.cols[t.Name].all
+	sets = [][]string{own}
+	seen := map[string]bool{checkCols(own): true}
+	setOf = map[int]string{}
+	for _, s := range b.shards {
+		c, ok := verified[s][t.Name]
+		if !ok {
+			continue
+		}
+		cols, err := c.hashedOver(own)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w (shard %d, table %s)", err, s, t.Name)
+		}
+		k := checkCols(cols)
+		setOf[s] = k
+		if !seen[k] {
+			seen[k] = true
+			sets = append(sets, cols)
+		}
+	}
+	return sets, setOf, nil
+}
+
+// missingColumns returns the columns of cols that have does not hold.
+func missingColumns(cols, have []string) []string {
+	var gone []string
+	for _, c := range cols {
+		if !slices.Contains(have, c) {
+			gone = append(gone, c)
+		}
+	}
+	return gone
 }
 
 // eachRowHash calls f with the key, the shard and the hash (rowHash over

@@ -1393,7 +1393,36 @@ func (b *splitBatch) finish(ctx context.Context) ([]TableCheck, error) {
 type shardCheck struct {
 	Rows int64  `json:"rows"`
 	Sum  uint64 `json:"sum"`
+	// Cols are the columns the rows were hashed over, as a JSON array:
+	// a migration between two batches may add a column to the monolith's
+	// table, and the rows of the batches sealed before it must be summed
+	// as they were verified. Empty in a seal stored before it was kept
+	// (the table's columns then).
+	Cols string `json:"cols,omitempty"`
 }
+
+// checkCols is cols as shardCheck keeps them.
+func checkCols(cols []string) string {
+	j, _ := json.Marshal(cols)
+	return string(j)
+}
+
+// hashedOver returns the columns c was hashed over, or current if c does
+// not say.
+func (c shardCheck) hashedOver(current []string) ([]string, error) {
+	if c.Cols == "" {
+		return current, nil
+	}
+	var cols []string
+	if err := json.Unmarshal([]byte(c.Cols), &cols); err != nil || len(cols) == 0 {
+		return nil, fmt.Errorf("shardid: a split's seal names the columns it verified as %q", c.Cols)
+	}
+	return cols, nil
+}
+
+// sameSums reports whether c and o count and sum the same rows, whatever
+// columns each says it was hashed over.
+func (c shardCheck) sameSums(o shardCheck) bool { return c.Rows == o.Rows && c.Sum == o.Sum }
 
 // verified returns, per shard, what finish verified of each table, as
 // JSON: stored with the seal for deleteCopied.
@@ -1403,7 +1432,7 @@ func (b *splitBatch) verified() map[int]string {
 		m := map[string]shardCheck{}
 		for _, t := range b.sp.tables {
 			rc := b.checks[t.Name][s]
-			m[t.Name] = shardCheck{Rows: rc.rows, Sum: rc.sum}
+			m[t.Name] = shardCheck{Rows: rc.rows, Sum: rc.sum, Cols: checkCols(b.cols[t.Name].all)}
 		}
 		j, _ := json.Marshal(m)
 		out[s] = string(j)
