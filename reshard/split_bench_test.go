@@ -29,7 +29,9 @@ import (
 // the same tables from the monolith to one of the targets with the
 // monolith's indexes built after it, the floor, and
 // the creation of as many empty schemas as shards, the floor of the
-// schemas (under CI=true: 20,000 rows, 100 shards, batches of 50, unless
+// schemas, both measured again beside the same writers writing to the
+// monolith (x-loaded-floor-and-ddl: what the machine leaves a copy beside
+// them; under CI=true: 10,000 rows, 40 shards, batches of 20, unless
 // the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
 // batches together (SplitOptions.CopyTogether). Each database's pool keeps
 // SHARDID_SPLIT_IDLE idle sessions (16). A writer refused by a
@@ -79,7 +81,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 	if os.Getenv("CI") == "true" {
 		// CI runs every benchmark once, to see that it works: a small
 		// monolith, not the measured one.
-		rows, shards, batch = 20_000, 100, 50
+		rows, shards, batch = 10_000, 40, 20
 	}
 	rows = envInt("SHARDID_SPLIT_ROWS", rows)
 	shards = envInt("SHARDID_SPLIT_SHARDS", shards)
@@ -130,48 +132,74 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 	for range b.N {
 		// The floor: a bare copy of the same rows between the same
 		// databases, in the same run.
-		floorTable := func(t string) string {
+		floorCopyOnce := func() time.Duration {
+			floorTable := func(t string) string {
+				if mysql {
+					return "floor_" + t
+				}
+				return "floor." + t
+			}
+			if !mysql {
+				if err := e.dbs[1].Exec("CREATE SCHEMA floor").Error; err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, t := range []string{"users", "photos", "comments"} {
+				if err := e.dbs[1].Exec("CREATE TABLE " + floorTable(t) + " " + floorDefs[t]).Error; err != nil {
+					b.Fatal(err)
+				}
+			}
+			start := time.Now()
+			for _, t := range []string{"users", "photos", "comments"} {
+				if err := floorCopy(ctx, e.dbs[0], e.dbs[1], t, floorTable(t)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// Index builds included: the monolith's indexes but the
+			// primary keys, built once the rows are in, as a bare copy
+			// would.
+			for _, ix := range []string{"CREATE INDEX floor_pu ON " + floorTable("photos") + " (user_id)",
+				"CREATE INDEX floor_cp ON " + floorTable("comments") + " (photo_id)"} {
+				if err := e.dbs[1].Exec(ix).Error; err != nil {
+					b.Fatal(err)
+				}
+			}
+			took := time.Since(start)
 			if mysql {
-				return "floor_" + t
+				e.dbs[1].Exec("DROP TABLE floor_users, floor_photos, floor_comments")
+			} else {
+				e.dbs[1].Exec("DROP SCHEMA floor CASCADE")
 			}
-			return "floor." + t
+			return took
 		}
-		if !mysql {
-			if err := e.dbs[1].Exec("CREATE SCHEMA floor").Error; err != nil {
-				b.Fatal(err)
-			}
-		}
-		for _, t := range []string{"users", "photos", "comments"} {
-			if err := e.dbs[1].Exec("CREATE TABLE " + floorTable(t) + " " + floorDefs[t]).Error; err != nil {
-				b.Fatal(err)
-			}
-		}
-		start := time.Now()
-		for _, t := range []string{"users", "photos", "comments"} {
-			if err := floorCopy(ctx, e.dbs[0], e.dbs[1], t, floorTable(t)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		// Index builds included: the monolith's indexes but the primary
-		// keys, built once the rows are in, as a bare copy would.
-		for _, ix := range []string{"CREATE INDEX floor_pu ON " + floorTable("photos") + " (user_id)",
-			"CREATE INDEX floor_cp ON " + floorTable("comments") + " (photo_id)"} {
-			if err := e.dbs[1].Exec(ix).Error; err != nil {
-				b.Fatal(err)
-			}
-		}
-		floor := time.Since(start)
-		if mysql {
-			e.dbs[1].Exec("DROP TABLE floor_users, floor_photos, floor_comments")
-		} else {
-			e.dbs[1].Exec("DROP SCHEMA floor CASCADE")
-		}
+		floor := floorCopyOnce()
 		// The floor of the schemas: as many schemas (databases on MySQL)
 		// as shards, with the floor's tables and the monolith's indexes,
 		// half on each target at once, in transactions of 50 (MySQL: a
 		// statement at a time), and no rows: what no split can do
 		// without.
 		ddl := floorSchemas(b, e, shards, floorDefs)
+
+		// Both floors again, while the same writers as the split's write
+		// to the monolith through the map: what the machine left a copy
+		// beside them. The writers' writes are checked with the split's.
+		w := newSplitWriters(e)
+		// SHARDID_SPLIT_WRITE_RATE: writes a second per writer (0, the
+		// default: as fast as they can).
+		if v, err := strconv.Atoi(os.Getenv("SHARDID_SPLIT_WRITE_RATE")); err == nil && v > 0 {
+			w.pace = time.Second / time.Duration(v)
+		}
+		w.backoff = os.Getenv("SHARDID_SPLIT_BACKOFF") == "1"
+		var loadedFloor, loadedDDL time.Duration
+		if writers > 0 {
+			lctx, lstop := context.WithCancel(ctx)
+			lwg := w.run(lctx, writers, int64(users))
+			loadedFloor = floorCopyOnce()
+			loadedDDL = floorSchemas(b, e, shards, floorDefs)
+			lstop()
+			lwg.Wait()
+			w.stall, w.stallAt, w.stallOn, w.ops = 0, time.Time{}, "", 0
+		}
 
 		plan, err := reshard.PlanSplit(ctx, e.cfg, []string{e.names[1], e.names[2]}, batch)
 		if err != nil {
@@ -193,13 +221,6 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			defer e.dbs[0].Exec(fmt.Sprintf("SET GLOBAL table_definition_cache = %d, table_open_cache = %d", def, open))
 			b.Logf("table_definition_cache and table_open_cache %d for the run (were %d and %d)", n, def, open)
 		}
-		w := newSplitWriters(e)
-		// SHARDID_SPLIT_WRITE_RATE: writes a second per writer (0, the
-		// default: as fast as they can).
-		if v, err := strconv.Atoi(os.Getenv("SHARDID_SPLIT_WRITE_RATE")); err == nil && v > 0 {
-			w.pace = time.Second / time.Duration(v)
-		}
-		w.backoff = os.Getenv("SHARDID_SPLIT_BACKOFF") == "1"
 		wctx, stop := context.WithCancel(ctx)
 		wg := w.run(wctx, writers, int64(users))
 		var copied int64
@@ -230,7 +251,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		steps := newFenceSteps(os.Getenv("SHARDID_SPLIT_FENCE_STEPS") == "1")
 		defer steps.stop()
 		onStage = steps.wrap(onStage)
-		start = time.Now()
+		start := time.Now()
 		opts := reshard.SplitOptions{OnStage: onStage, CopyTogether: os.Getenv("SHARDID_SPLIT_TOGETHER") == "1"}
 		err = reshard.RunSplit(ctx, e.cfg, plan, opts, func(i int, res reshard.SplitResult) {
 			copied += res.Copied
@@ -273,6 +294,11 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		b.ReportMetric(float64(w.ops), "writes")
 		b.Logf("%d rows, %d shards in batches of %d: floor %v (copy) + %v (schemas), split %v (copy %v), longest stall %v, longest fence %v, %d writes",
 			total, shards, batch, floor, ddl, split, copyTime, w.stall, maxFence, w.ops)
+		if writers > 0 {
+			b.ReportMetric(split.Seconds()/(loadedFloor+loadedDDL).Seconds(), "x-loaded-floor-and-ddl")
+			b.Logf("the floors beside the %d writers: %v (copy) + %v (schemas); the split is %.1fx them",
+				writers, loadedFloor, loadedDDL, split.Seconds()/(loadedFloor+loadedDDL).Seconds())
+		}
 		var spent []string
 		for _, s := range order {
 			spent = append(spent, fmt.Sprintf("%s %v", s, stages[s].Round(time.Millisecond)))

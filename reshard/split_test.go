@@ -39,15 +39,10 @@ type splitEnv struct {
 // users users, each with photos photos with comments comments.
 func newSplitEnvPG(t testing.TB, shards, users, photos, comments int) *splitEnv {
 	t.Helper()
-	admin := testdb.OpenPostgres(t)
-	base := fmt.Sprintf("split_%d_%d", os.Getpid(), rand.IntN(1e9))
 	e := &splitEnv{names: []string{"mono", "pg_a", "pg_b"}}
 	dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
-	for _, n := range e.names {
-		name := base + "_" + n
-		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
-			t.Fatal(err)
-		}
+	for range e.names {
+		name := freshPG.take(t)
 		e.dsns = append(e.dsns, strings.Replace(dsn, "dbname=test", "dbname="+name, 1))
 		db, err := gorm.Open(postgres.Open(e.dsns[len(e.dsns)-1]), testdb.GormConfig())
 		if err != nil {
@@ -57,7 +52,6 @@ func newSplitEnvPG(t testing.TB, shards, users, photos, comments int) *splitEnv 
 			if sqlDB, err := db.DB(); err == nil {
 				sqlDB.Close()
 			}
-			admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
 		})
 		e.dbs = append(e.dbs, db)
 	}

@@ -50,7 +50,6 @@ func newBackEnv(t testing.TB, dialect string, shards, users, photos, comments in
 			}
 		})
 	} else {
-		admin = testdb.OpenPostgres(t)
 		e.names = []string{"mono", "pg_a", "pg_b"}
 		dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
 		open = func(name string) (string, gorm.Dialector) {
@@ -60,8 +59,12 @@ func newBackEnv(t testing.TB, dialect string, shards, users, photos, comments in
 	}
 	for _, n := range e.names {
 		name := base + "_" + n
-		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
-			t.Fatal(err)
+		if dialect == "mysql" {
+			if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			name = freshPG.take(t)
 		}
 		dsn, dial := open(name)
 		e.dsns = append(e.dsns, dsn)
@@ -75,8 +78,6 @@ func newBackEnv(t testing.TB, dialect string, shards, users, photos, comments in
 			}
 			if dialect == "mysql" {
 				admin.Exec("DROP DATABASE IF EXISTS " + name)
-			} else {
-				admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
 			}
 		})
 		e.dbs = append(e.dbs, db)
