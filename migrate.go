@@ -180,7 +180,7 @@ func migrateResult(ctx context.Context, first error) error {
 	if first == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(first, cerr) {
+	if cerr := contextDone(ctx); cerr != nil && !errors.Is(first, cerr) {
 		return fmt.Errorf("shardid: migrate interrupted: %w: %w", cerr, first)
 	}
 	return first
@@ -296,10 +296,24 @@ func withContextErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	if cerr := contextDone(ctx); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w: %w", cerr, err)
 	}
 	return err
+}
+
+// contextDone is ctx.Err(), or context.DeadlineExceeded once ctx's
+// deadline has passed: a driver that dials with the deadline (MySQL's)
+// fails with "i/o timeout" as it passes, before ctx's own timer ends it,
+// and that failure is the deadline's.
+func contextDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // cleanupTimeout bounds the statements that clean up after Migrate, which
