@@ -975,10 +975,18 @@ func onConn(ctx context.Context, db *gorm.DB, conn *sql.Conn) *gorm.DB {
 	return tx
 }
 
+// triggersOfSchema is the condition on information_schema.TRIGGERS that
+// picks a schema's triggers, its value the schema: by EVENT_OBJECT_SCHEMA,
+// their tables' schema and theirs, which MariaDB and MySQL look a schema
+// up by. Filtered by TRIGGER_SCHEMA they open every table of the server
+// ("Scanned all databases"): 1.7–2.5 s a read beside 2,000 shards'
+// 8,000 tables, at every batch of a split.
+const triggersOfSchema = "EVENT_OBJECT_SCHEMA = ?"
+
 // stopCaptureMySQLOn is stopCapture on MySQL, every statement on conn.
 func stopCaptureMySQLOn(ctx context.Context, conn *sql.Conn, db *gorm.DB, schema string) error {
 	var found []struct{ Name, Table string }
-	q := "SELECT TRIGGER_NAME AS name, EVENT_OBJECT_TABLE AS `table` FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%'"
+	q := "SELECT TRIGGER_NAME AS name, EVENT_OBJECT_TABLE AS `table` FROM information_schema.TRIGGERS WHERE " + triggersOfSchema + " AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%'"
 	if err := onConn(ctx, db, conn).Raw(q, schema).Scan(&found).Error; err != nil {
 		return err
 	}

@@ -272,7 +272,7 @@ func ensureFenceMySQLAs(ctx context.Context, db *gorm.DB, schema string, tables 
 		Name string `gorm:"column:name"`
 		Body string `gorm:"column:body"`
 	}
-	if err := db.WithContext(ctx).Raw("SELECT TRIGGER_NAME AS name, ACTION_STATEMENT AS body FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", schema).Scan(&have).Error; err != nil {
+	if err := db.WithContext(ctx).Raw("SELECT TRIGGER_NAME AS name, ACTION_STATEMENT AS body FROM information_schema.TRIGGERS WHERE "+triggersOfSchema, schema).Scan(&have).Error; err != nil {
 		return 0, err
 	}
 	bodies := map[string]string{}
@@ -534,7 +534,7 @@ func liftFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 			for _, ev := range mysqlFenceEvents {
 				name := fenceTriggerNameMySQL(ev.letter, t)
 				var body string
-				if err := db.WithContext(ctx).Raw("SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME = ?", schema, name).Scan(&body).Error; err != nil {
+				if err := db.WithContext(ctx).Raw("SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE "+triggersOfSchema+" AND TRIGGER_NAME = ?", schema, name).Scan(&body).Error; err != nil {
 					return false, err
 				}
 				if body != "" && !strings.Contains(body, fenceTable) {

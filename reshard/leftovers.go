@@ -462,7 +462,7 @@ func captureLeft(ctx context.Context, db *gorm.DB, schema string) (*CaptureLeft,
 	q := `SELECT DISTINCT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = ? AND t.tgname LIKE 'shardid\_capture%' ORDER BY 1`
 	if db.Dialector.Name() == "mysql" {
-		q = "SELECT DISTINCT EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%' ORDER BY 1"
+		q = "SELECT DISTINCT EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS WHERE " + triggersOfSchema + " AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%' ORDER BY 1"
 	}
 	if err := db.WithContext(ctx).Raw(q, schema).Scan(&tables).Error; err != nil {
 		return nil, err

@@ -724,7 +724,7 @@ func (sp *splitter) installTriggersMySQL(ctx context.Context, users []string) er
 	var have []string
 	// Every trigger of the schema: a long table's is named by a hash
 	// (splitTriggerMySQL), not shardid_split_*.
-	if err := db.Raw("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", sp.schema).Scan(&have).Error; err != nil {
+	if err := db.Raw("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE "+triggersOfSchema, sp.schema).Scan(&have).Error; err != nil {
 		return err
 	}
 	bodies := sp.splitTriggerBodiesMySQL()

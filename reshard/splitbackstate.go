@@ -142,7 +142,7 @@ func captureWhole(ctx context.Context, db *gorm.DB, schema string, tables []stri
 	}
 	var n int64
 	if db.Dialector.Name() == "mysql" {
-		q := "SELECT count(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%' AND EVENT_OBJECT_TABLE IN ?"
+		q := "SELECT count(*) FROM information_schema.TRIGGERS WHERE " + triggersOfSchema + " AND TRIGGER_NAME LIKE 'shardid\\_cap\\_%' AND EVENT_OBJECT_TABLE IN ?"
 		if err := db.WithContext(ctx).Raw(q, schema, tables).Scan(&n).Error; err != nil {
 			return false, err
 		}

@@ -215,7 +215,7 @@ func (sp *splitter) triggersMatch(ctx context.Context) (bool, error) {
 	if sp.mysql {
 		want = sp.splitTriggerBodiesMySQL()
 		err := sp.mono.WithContext(ctx).Raw("SELECT TRIGGER_NAME AS name, EVENT_OBJECT_TABLE AS tbl, ACTION_STATEMENT AS body"+
-			" FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", sp.schema).Scan(&have).Error
+			" FROM information_schema.TRIGGERS WHERE "+triggersOfSchema, sp.schema).Scan(&have).Error
 		if err != nil {
 			return false, err
 		}
@@ -308,7 +308,7 @@ func (sp *splitter) dropSplitTriggers(ctx context.Context) error {
 	if sp.mysql {
 		var have []struct{ Name, Tbl string }
 		err := sp.mono.WithContext(ctx).Raw("SELECT TRIGGER_NAME AS name, EVENT_OBJECT_TABLE AS tbl FROM information_schema.TRIGGERS"+
-			" WHERE TRIGGER_SCHEMA = ?", sp.schema).Scan(&have).Error
+			" WHERE "+triggersOfSchema, sp.schema).Scan(&have).Error
 		if err != nil {
 			return err
 		}
