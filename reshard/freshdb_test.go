@@ -34,6 +34,7 @@ type databasePool struct {
 	drops chan string
 	stop  chan struct{}
 	wg    sync.WaitGroup
+	err   error // opening admin, if it failed
 }
 
 // madeDatabase is a database made ahead, or why it could not be.
@@ -52,10 +53,7 @@ func (p *databasePool) take(t testing.TB) string {
 		p.ahead, p.drops, p.stop = make(chan madeDatabase, 3), make(chan string, 1024), make(chan struct{})
 		admin, err := gorm.Open(postgres.Open(testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)), testdb.GormConfig())
 		if err != nil {
-			// Every take reports it.
-			p.ahead <- madeDatabase{err: err}
-			close(p.ahead)
-			close(p.drops)
+			p.err = err // every take reports it
 			return
 		}
 		p.admin = admin
@@ -68,6 +66,9 @@ func (p *databasePool) take(t testing.TB) string {
 			}
 		}()
 	})
+	if p.err != nil {
+		t.Fatalf("opening the server to make test databases: %v", p.err)
+	}
 	m, ok := <-p.ahead
 	if !ok {
 		t.Fatal("the test databases' pool is closed")
@@ -101,7 +102,7 @@ func (p *databasePool) make() {
 // close stops making databases and drops every one made, once each is
 // dropped.
 func (p *databasePool) close() {
-	if p.stop == nil || p.admin == nil {
+	if p.admin == nil {
 		return
 	}
 	close(p.stop)

@@ -246,7 +246,7 @@ func dropCreatedTarget(ctx context.Context, dst *gorm.DB, schema string, tables 
 	mysql := dst.Dialector.Name() == "mysql"
 	drop := func(tx *gorm.DB, s string) error {
 		if mysql {
-			return tx.Exec("DROP DATABASE IF EXISTS `" + s + "`").Error
+			return dropDatabaseMySQL(func(q string) error { return tx.Exec(q).Error }, s)
 		}
 		return tx.Exec(`DROP SCHEMA IF EXISTS "` + s + `" CASCADE`).Error
 	}

@@ -194,6 +194,26 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 		if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), "extra") {
 			t.Fatalf("the clean-up after a column dropped between the batches: %v, want ErrCopyDiffers naming the column", err)
 		}
+		// And naming the first batch's shards, those verified with it.
+		var named []string
+		if e.dbs[0].Dialector.Name() == "mysql" {
+			for _, s := range plan.Batches[0] {
+				named = append(named, fmt.Sprintf("shard %d of users", s))
+			}
+		} else {
+			var list []string
+			first := slices.Clone(plan.Batches[0])
+			slices.Sort(first) // as the refusal lists them
+			for _, s := range first {
+				list = append(list, strconv.Itoa(s))
+			}
+			named = []string{"shards " + strings.Join(list, ", ") + " of users"}
+		}
+		for _, n := range named {
+			if !strings.Contains(err.Error(), n) {
+				t.Errorf("the clean-up's refusal %q does not name %q", err, n)
+			}
+		}
 		// Nothing unverified is deleted: on PostgreSQL the monolith's
 		// tables are emptied at once or not at all; MySQL deletes the
 		// shards that add up, and keeps the first batch's users (5 a
@@ -285,21 +305,27 @@ func TestSplitAbortDropsTheSchemasCreatedAheadMariaDB(t *testing.T) {
 	testSplitAbortAhead(t, newSplitEnvMySQL(t, 8, 40, 2, 2))
 }
 
+// runStoppedAt runs plan, cancelled (Ctrl-C) as it reaches the run's
+// point at.
+func runStoppedAt(e *splitEnv, plan *reshard.SplitPlan, at string) error {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	restore := reshard.SetRunPause(func(point string) {
+		if point == at {
+			stop()
+		}
+	})
+	defer restore()
+	return reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil)
+}
+
 func testSplitAbortAhead(t *testing.T, e *splitEnv) {
 	ctx := context.Background()
 	plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	restore := reshard.SetRunPause(func(at string) {
-		if at == "split copy" {
-			stop()
-		}
-	})
-	err = reshard.RunSplit(sctx, e.cfg, plan, reshard.SplitOptions{}, nil)
-	restore()
+	err = runStoppedAt(e, plan, "split copy")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the run stopped at its first copy: %v, want context.Canceled", err)
 	}
@@ -346,15 +372,7 @@ func testSplitStoppedBeforeAhead(t *testing.T, e *splitEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	restore := reshard.SetRunPause(func(at string) {
-		if at == "split create ahead" {
-			stop()
-		}
-	})
-	err = reshard.RunSplit(sctx, e.cfg, plan, reshard.SplitOptions{}, nil)
-	restore()
+	err = runStoppedAt(e, plan, "split create ahead")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the run stopped before its creation ahead: %v, want context.Canceled", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/shardid/shardid"
@@ -155,11 +156,17 @@ func (sp *splitter) truncateInTx(ctx context.Context, tx *sql.Tx, b *splitBatch,
 		have := map[int]shardCheck{}
 		var counted int64
 		for i, cols := range sets {
+			key := checkCols(cols)
 			if gone := missingColumns(cols, b.cols[t.Name].all); len(gone) > 0 {
-				kept = append(kept, fmt.Sprintf("the shards of %s verified over column(s) %s, which it no longer has", t.Name, strings.Join(gone, ", ")))
+				var of []string
+				for _, s := range b.shards {
+					if setOf[s] == key {
+						of = append(of, strconv.Itoa(s))
+					}
+				}
+				kept = append(kept, fmt.Sprintf("shards %s of %s (verified over column(s) %s, which it no longer has)", strings.Join(of, ", "), t.Name, strings.Join(gone, ", ")))
 				continue
 			}
-			key := checkCols(cols)
 			rows, err := tx.QueryContext(ctx, "SELECT shardid_s, count(*), coalesce(sum("+rowHash(sp.mono, cols)+"), 0)::text FROM"+
 				" (SELECT x.*, "+shard+" AS shardid_s FROM "+from+") AS r GROUP BY 1")
 			if err != nil {
