@@ -1,49 +1,110 @@
 package reshard
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shardid/shardid/internal/testdb"
 )
 
-// TestDropDatabaseMySQLNamesAFileLeftBehind: a DROP DATABASE that MariaDB
-// refuses with error 1010 ("Directory not empty") for a file it does not
-// know of, as the <table>.TRG- it leaves after some changes of a table's
-// triggers, fails naming the condition and the fix. The file is put in
-// the database's directory by the test (the server's data directory must
-// be on this machine, as it is locally and in CI).
-func TestDropDatabaseMySQLNamesAFileLeftBehind(t *testing.T) {
+// TestDropDatabaseMySQLClearsTriggerCopies: a DROP DATABASE that MariaDB
+// refuses with error 1010 ("Directory not empty") for the <table>.TRG- a
+// CREATE TRIGGER can leave (dropDatabaseMySQL) succeeds all the same,
+// through SQL alone; a file of another kind fails naming the condition and
+// the fix. The file is put in the database's directory by the test, owned
+// as the directory is (the server's data directory must be on this
+// machine, as it is locally and in CI).
+func TestDropDatabaseMySQLClearsTriggerCopies(t *testing.T) {
 	db := testdb.OpenMySQL(t)
 	var dir string
 	if err := db.Raw("SELECT @@datadir").Scan(&dir).Error; err != nil {
 		t.Fatal(err)
 	}
-	name := fmt.Sprintf("dropleft_%d_%d", os.Getpid(), rand.IntN(1e9))
-	if err := db.Exec("CREATE DATABASE `" + name + "`").Error; err != nil {
-		t.Fatal(err)
+	// withStray makes a database with two tables, the first with a
+	// trigger, and puts file in its directory.
+	withStray := func(t *testing.T, file string) (name, path string) {
+		name = fmt.Sprintf("dropleft_%d_%d", os.Getpid(), rand.IntN(1e9))
+		for _, q := range []string{
+			"CREATE DATABASE `" + name + "`",
+			"CREATE TABLE `" + name + "`.users (id BIGINT PRIMARY KEY)",
+			"CREATE TABLE `" + name + "`.photos (id BIGINT PRIMARY KEY)",
+			"CREATE TRIGGER `" + name + "`.f BEFORE INSERT ON `" + name + "`.users FOR EACH ROW SET @x = 1",
+		} {
+			if err := db.Exec(q).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		path = filepath.Join(dir, name, file)
+		t.Cleanup(func() {
+			os.Remove(path)
+			db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+		})
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err == nil {
+			err = os.WriteFile(path, []byte("TYPE=TRIGGERS\ntriggers='left behind'\n"), 0o660)
+		}
+		if err == nil {
+			st := fi.Sys().(*syscall.Stat_t)
+			err = os.Chown(path, int(st.Uid), int(st.Gid))
+		}
+		if err != nil {
+			t.Skipf("the server's data directory %s is not this machine's to write: %v", dir, err)
+		}
+		return name, path
 	}
-	stray := filepath.Join(dir, name, "users.TRG-")
-	if err := os.WriteFile(stray, []byte("x"), 0o644); err != nil {
-		db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
-		t.Skipf("the server's data directory %s is not this machine's to write: %v", dir, err)
+	gone := func(t *testing.T, name string) {
+		t.Helper()
+		var n int64
+		if err := db.Raw("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, name)); n != 0 || !os.IsNotExist(err) {
+			t.Fatalf("database %s after the drop: %d in SCHEMATA, its directory: %v", name, n, err)
+		}
 	}
-	t.Cleanup(func() {
-		os.Remove(stray)
-		db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+
+	for _, table := range []string{"users", "photos"} {
+		t.Run(table+".TRG- left behind", func(t *testing.T) {
+			name, _ := withStray(t, table+".TRG-")
+			if err := dropDatabaseMySQL(db, name, nil); err != nil {
+				t.Fatalf("dropDatabaseMySQL with %s.TRG- left in the directory: %v", table, err)
+			}
+			gone(t, name)
+		})
+	}
+
+	// An earlier DROP DATABASE that failed dropped the tables: the caller
+	// names them.
+	t.Run("left behind by an earlier drop", func(t *testing.T) {
+		name, _ := withStray(t, "users.TRG-")
+		if err := db.Exec("DROP DATABASE `" + name + "`").Error; !dirNotEmptyMySQL(err) {
+			t.Fatalf("DROP DATABASE with users.TRG- in its directory: %v, want error 1010", err)
+		}
+		if err := dropDatabaseMySQL(db, name, nil); !dirNotEmptyMySQL(err) || !strings.Contains(err.Error(), "remove it from the server's data directory") {
+			t.Fatalf("dropDatabaseMySQL of a database with no tables left and a users.TRG-, no table named: %v, want error 1010 naming the fix", err)
+		}
+		if err := dropDatabaseMySQL(db, name, []string{"photos", "users"}); err != nil {
+			t.Fatalf("dropDatabaseMySQL naming the tables dropped before: %v", err)
+		}
+		gone(t, name)
 	})
-	exec := func(q string) error { return db.WithContext(context.Background()).Exec(q).Error }
-	err := dropDatabaseMySQL(exec, name)
-	if err == nil || !strings.Contains(err.Error(), "Error 1010") || !strings.Contains(err.Error(), "remove it from the server's data directory") {
-		t.Fatalf("dropDatabaseMySQL with a file left in the directory: %v, want error 1010 naming the file's removal", err)
-	}
-	os.Remove(stray)
-	if err := dropDatabaseMySQL(exec, name); err != nil {
-		t.Fatalf("dropDatabaseMySQL run again once the file is gone: %v", err)
-	}
+
+	t.Run("another file", func(t *testing.T) {
+		name, path := withStray(t, "notes.txt")
+		err := dropDatabaseMySQL(db, name, nil)
+		if err == nil || !strings.Contains(err.Error(), "Error 1010") || !strings.Contains(err.Error(), "remove it from the server's data directory") ||
+			!strings.Contains(err.Error(), "photos, users") {
+			t.Fatalf("dropDatabaseMySQL with a file left in the directory: %v, want error 1010 naming the tables and the file's removal", err)
+		}
+		os.Remove(path)
+		if err := dropDatabaseMySQL(db, name, nil); err != nil {
+			t.Fatalf("dropDatabaseMySQL run again once the file is gone: %v", err)
+		}
+		gone(t, name)
+	})
 }

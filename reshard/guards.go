@@ -246,7 +246,7 @@ func dropCreatedTarget(ctx context.Context, dst *gorm.DB, schema string, tables 
 	mysql := dst.Dialector.Name() == "mysql"
 	drop := func(tx *gorm.DB, s string) error {
 		if mysql {
-			return dropDatabaseMySQL(func(q string) error { return tx.Exec(q).Error }, s)
+			return dropDatabaseMySQL(tx, s, tables)
 		}
 		return tx.Exec(`DROP SCHEMA IF EXISTS "` + s + `" CASCADE`).Error
 	}

@@ -228,6 +228,12 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 	// Each copy to drop as found under the lock: dropped only if it is
 	// still so (dropCopyAsSeen).
 	seen := map[string]targetSeen{}
+	// The home's tables: those whose copies a drop of a copy clears of
+	// the files MariaDB may leave (dropDatabaseMySQL).
+	tables, err := baseTables(ctx, dbs[home], schema)
+	if err != nil {
+		return done, err
+	}
 	for _, c := range l.Copies {
 		if c.Unfinished {
 			if seen[c.Database], err = seeTarget(ctx, dbs[slices.Index(names, c.Database)], schema, false); err != nil {
@@ -258,7 +264,7 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 		// shard's writes.
 		err := holdUnsealed(ctx, dbs[home], schema, lock, "dropping the unfinished copy on "+c.Database, func() error {
 			db := dbs[slices.Index(names, c.Database)]
-			if err := dropCopyAsSeen(ctx, db, schema, seen[c.Database], lock, "dropping the unfinished copy on "+c.Database); err != nil {
+			if err := dropCopyAsSeen(ctx, db, schema, tables, seen[c.Database], lock, "dropping the unfinished copy on "+c.Database); err != nil {
 				return fmt.Errorf("shardid: dropping the unfinished copy of shard %d on %s: %w", shard, c.Database, err)
 			}
 			return nil
@@ -531,9 +537,9 @@ func fenceLeft(ctx context.Context, db *gorm.DB, schema string) (*FenceLeft, err
 // home, its fence changed), must not drop it. On PostgreSQL the check and
 // the drop are one transaction. A copy gone by then is not dropped again:
 // a database of that name made since is another run's.
-func dropCopyAsSeen(ctx context.Context, db *gorm.DB, schema string, seen targetSeen, lock *moveLock, step string) error {
+func dropCopyAsSeen(ctx context.Context, db *gorm.DB, schema string, tables []string, seen targetSeen, lock *moveLock, step string) error {
 	if db.Dialector.Name() == "mysql" {
-		return dropCopyAsSeenMySQL(ctx, db, schema, seen, lock, step)
+		return dropCopyAsSeenMySQL(ctx, db, schema, tables, seen, lock, step)
 	}
 	return lockedTx(ctx, db, schema, func(tx *gorm.DB) error {
 		if err := checkCopyAsSeen(ctx, tx, schema, seen, lock, step); err != nil {
@@ -571,7 +577,7 @@ func checkCopyAsSeen(ctx context.Context, tx *gorm.DB, schema string, seen targe
 // free: another clean-up drops the copy, and a move may then make it the
 // shard's home. While the session lives, another clean-up waits for the
 // lock.
-func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, seen targetSeen, lock *moveLock, step string) error {
+func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string, seen targetSeen, lock *moveLock, step string) error {
 	if !seen.exists {
 		return nil
 	}
@@ -607,24 +613,91 @@ func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, seen t
 		if runPause != nil {
 			runPause("drop database")
 		}
-		return dropDatabaseMySQL(func(q string) error {
-			_, err := conn.ExecContext(ctx, q)
-			return err
-		}, schema)
+		return dropDatabaseMySQL(g, schema, tables)
 	})
 }
 
-// dropDatabaseMySQL drops the database schema (MySQL) through exec. A file
-// the server does not know of in the database's directory makes it fail
-// with error 1010, "Error dropping database (can't rmdir ..., errno: 39
-// "Directory not empty")", its tables dropped and the database left: the
-// error then says so and what to do. MariaDB 10.11 leaves such a file, a
-// table's "<table>.TRG-", after some changes of its triggers: 30 to 34 of
-// a benchmark's 2,000 shard databases, and one of a test's, here.
-func dropDatabaseMySQL(exec func(q string) error, schema string) error {
-	err := exec("DROP DATABASE IF EXISTS `" + schema + "`")
-	if err != nil && strings.Contains(err.Error(), "Error 1010") {
-		return fmt.Errorf("%w: a file the server does not know of is left in database %s's directory (MariaDB can leave a <table>.TRG- there after a change of the table's triggers): remove it from the server's data directory, then run again", err, schema)
+// dropDatabaseMySQL drops the database schema (MySQL) through db (a
+// session, a transaction or a pool), curing on the way a file that
+// MariaDB leaves behind.
+//
+// A CREATE TRIGGER on a table that has triggers first copies the table's
+// trigger file to "<table>.TRG-", and deletes the copy at its end through
+// an entry of the server's DDL log that it skips while the statement's
+// own entry is active; that entry is released just before, and another
+// session's DDL can take its slot in between (MariaDB 10.6 and later;
+// sql_trigger.cc, ddl_log.cc). Copies were left, the server knowing
+// nothing of them, in 29 to 34 of a benchmark's 2,000 shard databases,
+// whose fence triggers are created four sessions at a time, and in one
+// database in a few hundred of the tests'. DROP DATABASE then drops the
+// tables but fails with error 1010 ("Directory not empty") and leaves the
+// database.
+//
+// The cure needs no access to the server's files, which a managed server
+// does not give: a CREATE TRIGGER on a table of that name that already has
+// one copies the table's trigger file over the stale copy, then deletes
+// it. On error 1010, each table the database held gets a stand-in with two
+// triggers (clearTriggerCopiesMySQL), and the database is dropped again,
+// up to dropAttemptsMySQL times in all: the cure's own CREATE TRIGGER can
+// meet the same race. A file of another kind still fails, naming the fix.
+//
+// The tables are those schema holds, and known: the tables the caller
+// knows the database may have held, for a database whose tables an
+// earlier DROP DATABASE dropped before it failed.
+func dropDatabaseMySQL(db *gorm.DB, schema string, known []string) error {
+	var tables []string
+	if err := db.Raw("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE'", schema).Scan(&tables).Error; err != nil {
+		return err
+	}
+	for _, t := range known {
+		if !slices.Contains(tables, t) {
+			tables = append(tables, t)
+		}
+	}
+	slices.Sort(tables)
+	drop := "DROP DATABASE IF EXISTS " + quoteIdent(db, schema)
+	err := db.Exec(drop).Error
+	for try := 1; try < dropAttemptsMySQL && dirNotEmptyMySQL(err); try++ {
+		if cerr := clearTriggerCopiesMySQL(db, schema, tables); cerr != nil {
+			return fmt.Errorf("%w: a file the server does not know of is left in database %s's directory, and clearing the <table>.TRG- files MariaDB leaves failed (%v): remove the file from the server's data directory, then run again", err, schema, cerr)
+		}
+		err = db.Exec(drop).Error
+	}
+	if dirNotEmptyMySQL(err) {
+		return fmt.Errorf("%w: a file the server does not know of is left in database %s's directory, not a <table>.TRG- of its tables (%s), which shardid clears: remove it from the server's data directory, then run again", err, schema, strings.Join(tables, ", "))
 	}
 	return err
+}
+
+// dropAttemptsMySQL is how many times dropDatabaseMySQL drops a database
+// that a file left behind keeps.
+const dropAttemptsMySQL = 3
+
+// dirNotEmptyMySQL reports whether err is MySQL's error 1010 (a database's
+// directory not empty once its tables are dropped).
+func dirNotEmptyMySQL(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Error 1010")
+}
+
+// clearTriggerCopiesMySQL clears the "<table>.TRG-" copies that MariaDB may
+// have left in schema's directory for tables, the tables schema held
+// before a DROP DATABASE that dropped them and failed: each gets a
+// stand-in with two triggers, the second of which copies the stand-in's
+// trigger file over the stale copy and deletes it (dropDatabaseMySQL). The
+// stand-ins go with the database.
+func clearTriggerCopiesMySQL(db *gorm.DB, schema string, tables []string) error {
+	for i, t := range tables {
+		table := quoteTable(db, schema, t)
+		stmts := []string{"CREATE TABLE IF NOT EXISTS " + table + " (shardid_stand_in INT)"}
+		for _, event := range []string{"INSERT", "DELETE"} {
+			name := quoteTable(db, schema, fmt.Sprintf("shardid_clear_%d_%s", i, strings.ToLower(event)))
+			stmts = append(stmts, "CREATE TRIGGER "+name+" BEFORE "+event+" ON "+table+" FOR EACH ROW SET @shardid_clear = 1")
+		}
+		for _, q := range stmts {
+			if err := db.Exec(q).Error; err != nil {
+				return fmt.Errorf("%s: %w", t, err)
+			}
+		}
+	}
+	return nil
 }

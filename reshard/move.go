@@ -659,13 +659,17 @@ func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from strin
 	if err != nil {
 		return err
 	}
+	tables, err := baseTables(ctx, home, r.Schema(shard))
+	if err != nil {
+		return err
+	}
 	step := "dropping the copy of shard " + strconv.Itoa(shard) + " on " + from
 	// With the home's fence held unsealed (holdUnsealed): a home sealed
 	// by a move that finished its copy (and died, or is paused with its
 	// lock lost) has its only live copy in a move's target, maybe this
 	// one; and r's map is stale when the move flipped since.
 	err = holdUnsealed(ctx, home, r.Schema(shard), lock, step, func() error {
-		return dropCopyAsSeen(ctx, db, r.Schema(shard), seen, lock, step)
+		return dropCopyAsSeen(ctx, db, r.Schema(shard), tables, seen, lock, step)
 	})
 	if errors.Is(err, errHomeSealed) {
 		return withDetail(ErrShardMoved, fmt.Sprintf("shard %d: %s, its home by this map, is fenced for good: a move of it sealed it, and %s may hold its only copy; "+

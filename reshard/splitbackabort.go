@@ -393,5 +393,5 @@ func DropSplitCopy(ctx context.Context, cfg SplitConfig, shard int, from string)
 	if runPause != nil {
 		runPause("drop split copy")
 	}
-	return dropCopyAsSeen(ctx, db, schema, seen, slock, step)
+	return dropCopyAsSeen(ctx, db, schema, sp.tableNames(), seen, slock, step)
 }

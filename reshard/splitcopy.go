@@ -1505,7 +1505,7 @@ func (b *splitBatch) dropStaleAhead(ctx context.Context, lock *moveLock, key str
 		if !b.aheadAsCreated(s) {
 			continue
 		}
-		if err := dropCopyAsSeen(ctx, b.dst(s), b.schemaOf(s), b.seen[s], lock, "dropping a schema created ahead of the monolith's tables' change"); err != nil {
+		if err := dropCopyAsSeen(ctx, b.dst(s), b.schemaOf(s), b.sp.tableNames(), b.seen[s], lock, "dropping a schema created ahead of the monolith's tables' change"); err != nil {
 			return fmt.Errorf("shardid: split: dropping shard %d's schema, created before the monolith's tables changed: %w", s, err)
 		}
 		b.seen[s] = targetSeen{}

@@ -341,7 +341,7 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 			if err := lock.ensure(ctx, "dropping a split's copy"); err != nil {
 				return res, err
 			}
-			if err := dropCopyAsSeen(ctx, db, sc, seen, lock, "dropping a split's copy"); err != nil {
+			if err := dropCopyAsSeen(ctx, db, sc, sp.tableNames(), seen, lock, "dropping a split's copy"); err != nil {
 				return res, err
 			}
 			res.Dropped = append(res.Dropped, schemas[sc])
