@@ -2,6 +2,7 @@ package reshard_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,9 @@ import (
 // the same tables from the monolith to one of the targets with the
 // monolith's indexes built after it, the floor, and
 // the creation of as many empty schemas as shards, the floor of the
-// schemas, both measured again beside the same writers writing to the
+// schemas, then a copy of the same rows into those schemas' tables, the
+// floor of the split's copy stage (floor-shard-copy-s, floorShardCopy),
+// the first two measured again beside the same writers writing to the
 // monolith (x-loaded-floor-and-ddl: what the machine leaves a copy beside
 // them; under CI=true: 10,000 rows, 40 shards, batches of 20, unless
 // the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
@@ -178,7 +181,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		// half on each target at once, in transactions of 50 (MySQL: a
 		// statement at a time), and no rows: what no split can do
 		// without.
-		ddl := floorSchemas(b, e, shards, floorDefs)
+		ddl, shardCopy := floorSchemas(b, e, shards, floorDefs, true)
 
 		// Both floors again, while the same writers as the split's write
 		// to the monolith through the map: what the machine left a copy
@@ -195,7 +198,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			lctx, lstop := context.WithCancel(ctx)
 			lwg := w.run(lctx, writers, int64(users))
 			loadedFloor = floorCopyOnce()
-			loadedDDL = floorSchemas(b, e, shards, floorDefs)
+			loadedDDL, _ = floorSchemas(b, e, shards, floorDefs, false)
 			lstop()
 			lwg.Wait()
 			w.stall, w.stallAt, w.stallOn, w.ops = 0, time.Time{}, "", 0
@@ -292,6 +295,11 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		b.ReportMetric(float64(w.stall.Milliseconds()), "max-stall-ms")
 		b.ReportMetric(float64(maxFence.Milliseconds()), "max-fence-ms")
 		b.ReportMetric(float64(w.ops), "writes")
+		if !mysql {
+			b.ReportMetric(shardCopy.Seconds(), "floor-shard-copy-s")
+			b.Logf("the floor of the copy into the shards' tables: %v to write the same rows into the %d floor schemas' tables (their bulk copy: %v); the split's copy stage is %.1fx it",
+				shardCopy, shards, floor, copyTime.Seconds()/shardCopy.Seconds())
+		}
 		b.Logf("%d rows, %d shards in batches of %d: floor %v (copy) + %v (schemas), split %v (copy %v), longest stall %v, longest fence %v, %d writes",
 			total, shards, batch, floor, ddl, split, copyTime, w.stall, maxFence, w.ops)
 		if writers > 0 {
@@ -421,20 +429,8 @@ func envInt(key string, def int) int {
 // bareCopy pipes COPY table TO STDOUT on src into COPY dstTable FROM STDIN
 // on dst.
 func bareCopy(ctx context.Context, src, dst *gorm.DB, table, dstTable string) error {
-	conn := func(db *gorm.DB, f func(*pgx.Conn) error) error {
-		sqlDB, err := db.DB()
-		if err != nil {
-			return err
-		}
-		c, err := sqlDB.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		return c.Raw(func(dc any) error { return f(dc.(*stdlib.Conn).Conn()) })
-	}
-	return conn(src, func(sc *pgx.Conn) error {
-		return conn(dst, func(dc *pgx.Conn) error {
+	return withPgxConn(ctx, src, func(sc *pgx.Conn) error {
+		return withPgxConn(ctx, dst, func(dc *pgx.Conn) error {
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
 			go func() {
@@ -526,7 +522,9 @@ func bareCopyMySQL(ctx context.Context, src, dst *gorm.DB, table, dstTable strin
 // floorSchemas creates shards schemas (MySQL: databases) of the floor's
 // tables with an index on photos.user_id and comments.photo_id, half on
 // each target at once, and returns how long it took; it drops them after.
-func floorSchemas(b *testing.B, e *splitEnv, shards int, defs map[string]string) time.Duration {
+// With fill (PostgreSQL), before it drops them it copies the monolith's
+// rows into them (floorShardCopy) and returns how long that took too.
+func floorSchemas(b *testing.B, e *splitEnv, shards int, defs map[string]string, fill bool) (ddl, filled time.Duration) {
 	mysql := e.dbs[0].Dialector.Name() == "mysql"
 	name := func(s int) string { return fmt.Sprintf("floor_ddl_%d_%04d", os.Getpid(), s) }
 	script := func(s int) []string {
@@ -575,7 +573,13 @@ func floorSchemas(b *testing.B, e *splitEnv, shards int, defs map[string]string)
 			b.Fatal(err)
 		}
 	}
-	took := time.Since(start)
+	ddl = time.Since(start)
+	if fill && !mysql {
+		var err error
+		if filled, err = floorShardCopy(context.Background(), e, shards, name); err != nil {
+			b.Fatal(err)
+		}
+	}
 	for s := range shards {
 		if mysql {
 			e.dbs[1+s%2].Exec("DROP DATABASE `" + name(s) + "`")
@@ -583,5 +587,103 @@ func floorSchemas(b *testing.B, e *splitEnv, shards int, defs map[string]string)
 			e.dbs[1+s%2].Exec(`DROP SCHEMA "` + name(s) + `" CASCADE`)
 		}
 	}
-	return took
+	if filled > 0 {
+		// The fill's writes flushed now, not by a checkpoint during the
+		// split.
+		for _, db := range e.dbs[1:] {
+			if err := db.Exec("CHECKPOINT").Error; err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return ddl, filled
+}
+
+// floorShardCopy copies the monolith's rows into the floor's schemas
+// (name(s), on target 1 + s%2), each row of a table into the schema of its
+// id modulo shards: the floor of a split's copy stage, which writes the
+// same rows into as many small tables with their indexes. Each table is
+// read whole with one COPY TO STDOUT, then written, as the split writes,
+// by COPY FROM STDIN into each schema's table, two sessions of each
+// target at once, in transactions of 64 schemas. Only the writes are
+// timed: what the servers spend to fill small tables, against the floor's
+// bulk copy into three.
+func floorShardCopy(ctx context.Context, e *splitEnv, shards int, name func(int) string) (time.Duration, error) {
+	var took time.Duration
+	for _, t := range []string{"users", "photos", "comments"} {
+		per := make([][]byte, shards)
+		var buf bytes.Buffer
+		err := withPgxConn(ctx, e.dbs[0], func(c *pgx.Conn) error {
+			_, err := c.PgConn().CopyTo(ctx, &buf, "COPY (SELECT id % "+strconv.Itoa(shards)+", * FROM "+t+") TO STDOUT")
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		for line := range bytes.Lines(buf.Bytes()) {
+			k, row, ok := bytes.Cut(line, []byte("\t"))
+			s, err := strconv.Atoi(string(k))
+			if !ok || err != nil {
+				return 0, fmt.Errorf("a row of %s without its shard: %.60q", t, line)
+			}
+			per[s] = append(per[s], row...)
+		}
+		start := time.Now()
+		const lanes = 2 // a target's sessions, as the split's copy lanes
+		errs := make(chan error, 2*lanes)
+		for g := range 2 * lanes {
+			go func() {
+				d, lane := g%2, g/2
+				errs <- withPgxConn(ctx, e.dbs[1+d], func(c *pgx.Conn) error {
+					var mine []int
+					for s := d; s < shards; s += 2 {
+						if (s/2)%lanes == lane {
+							mine = append(mine, s)
+						}
+					}
+					for lo := 0; lo < len(mine); lo += 64 {
+						tx, err := c.Begin(ctx)
+						if err != nil {
+							return err
+						}
+						for _, s := range mine[lo:min(lo+64, len(mine))] {
+							if len(per[s]) == 0 {
+								continue
+							}
+							q := `COPY "` + name(s) + `".` + t + " FROM STDIN"
+							if _, err := c.PgConn().CopyFrom(ctx, bytes.NewReader(per[s]), q); err != nil {
+								tx.Rollback(ctx)
+								return err
+							}
+						}
+						if err := tx.Commit(ctx); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}()
+		}
+		for range 2 * lanes {
+			if err := <-errs; err != nil {
+				return 0, err
+			}
+		}
+		took += time.Since(start)
+	}
+	return took, nil
+}
+
+// withPgxConn runs f on a session of db's pool, as pgx sees it.
+func withPgxConn(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	c, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Raw(func(dc any) error { return f(dc.(*stdlib.Conn).Conn()) })
 }
