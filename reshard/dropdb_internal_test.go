@@ -1,6 +1,8 @@
 package reshard
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -53,6 +55,9 @@ func TestDropDatabaseMySQLClearsTriggerCopies(t *testing.T) {
 			err = os.Chown(path, int(st.Uid), int(st.Gid))
 		}
 		if err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("the server's data directory %s is not this machine's to write: %v", dir, err)
+			}
 			t.Skipf("the server's data directory %s is not this machine's to write: %v", dir, err)
 		}
 		return name, path
@@ -71,7 +76,7 @@ func TestDropDatabaseMySQLClearsTriggerCopies(t *testing.T) {
 	for _, table := range []string{"users", "photos"} {
 		t.Run(table+".TRG- left behind", func(t *testing.T) {
 			name, _ := withStray(t, table+".TRG-")
-			if err := dropDatabaseMySQL(db, name, nil); err != nil {
+			if err := dropDatabaseMySQL(db, name, nil, nil); err != nil {
 				t.Fatalf("dropDatabaseMySQL with %s.TRG- left in the directory: %v", table, err)
 			}
 			gone(t, name)
@@ -85,24 +90,47 @@ func TestDropDatabaseMySQLClearsTriggerCopies(t *testing.T) {
 		if err := db.Exec("DROP DATABASE `" + name + "`").Error; !dirNotEmptyMySQL(err) {
 			t.Fatalf("DROP DATABASE with users.TRG- in its directory: %v, want error 1010", err)
 		}
-		if err := dropDatabaseMySQL(db, name, nil); !dirNotEmptyMySQL(err) || !strings.Contains(err.Error(), "remove it from the server's data directory") {
+		if err := dropDatabaseMySQL(db, name, nil, nil); !dirNotEmptyMySQL(err) || !strings.Contains(err.Error(), "remove it from the server's data directory") {
 			t.Fatalf("dropDatabaseMySQL of a database with no tables left and a users.TRG-, no table named: %v, want error 1010 naming the fix", err)
 		}
-		if err := dropDatabaseMySQL(db, name, []string{"photos", "users"}); err != nil {
+		if err := dropDatabaseMySQL(db, name, []string{"photos", "users"}, nil); err != nil {
 			t.Fatalf("dropDatabaseMySQL naming the tables dropped before: %v", err)
+		}
+		gone(t, name)
+	})
+
+	// The caller's check (its lock) is asked before the cure: failing, it
+	// stops the drop with no stand-in made; passing, the cure runs to its
+	// end even if the caller's context ends meanwhile.
+	t.Run("checked first", func(t *testing.T) {
+		name, _ := withStray(t, "users.TRG-")
+		stop := errors.New("the lock is lost")
+		err := dropDatabaseMySQL(db, name, nil, func() error { return stop })
+		if !errors.Is(err, stop) || !dirNotEmptyMySQL(err) {
+			t.Fatalf("dropDatabaseMySQL with a check that fails: %v, want error 1010 and the check's error", err)
+		}
+		var n int64
+		if err := db.Raw("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", name).Scan(&n).Error; err != nil || n != 0 {
+			t.Fatalf("tables in %s after a check that failed: %d (%v), want 0", name, n, err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		err = dropDatabaseMySQL(db.WithContext(ctx), name, []string{"users"}, func() error { cancel(); return nil })
+		if err != nil {
+			t.Fatalf("dropDatabaseMySQL whose context ends as the cure begins: %v", err)
 		}
 		gone(t, name)
 	})
 
 	t.Run("another file", func(t *testing.T) {
 		name, path := withStray(t, "notes.txt")
-		err := dropDatabaseMySQL(db, name, nil)
+		err := dropDatabaseMySQL(db, name, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "Error 1010") || !strings.Contains(err.Error(), "remove it from the server's data directory") ||
 			!strings.Contains(err.Error(), "photos, users") {
 			t.Fatalf("dropDatabaseMySQL with a file left in the directory: %v, want error 1010 naming the tables and the file's removal", err)
 		}
 		os.Remove(path)
-		if err := dropDatabaseMySQL(db, name, nil); err != nil {
+		if err := dropDatabaseMySQL(db, name, nil, nil); err != nil {
 			t.Fatalf("dropDatabaseMySQL run again once the file is gone: %v", err)
 		}
 		gone(t, name)

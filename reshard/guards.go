@@ -246,7 +246,7 @@ func dropCreatedTarget(ctx context.Context, dst *gorm.DB, schema string, tables 
 	mysql := dst.Dialector.Name() == "mysql"
 	drop := func(tx *gorm.DB, s string) error {
 		if mysql {
-			return dropDatabaseMySQL(tx, s, tables)
+			return dropDatabaseMySQL(tx, s, tables, nil)
 		}
 		return tx.Exec(`DROP SCHEMA IF EXISTS "` + s + `" CASCADE`).Error
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shardid/shardid"
 	"gorm.io/gorm"
@@ -613,7 +614,7 @@ func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, tables
 		if runPause != nil {
 			runPause("drop database")
 		}
-		return dropDatabaseMySQL(g, schema, tables)
+		return dropDatabaseMySQL(g, schema, tables, func() error { return lock.ensure(ctx, step) })
 	})
 }
 
@@ -636,15 +637,21 @@ func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, tables
 // The cure needs no access to the server's files, which a managed server
 // does not give: a CREATE TRIGGER on a table of that name that already has
 // one copies the table's trigger file over the stale copy, then deletes
-// it. On error 1010, each table the database held gets a stand-in with two
-// triggers (clearTriggerCopiesMySQL), and the database is dropped again,
-// up to dropAttemptsMySQL times in all: the cure's own CREATE TRIGGER can
-// meet the same race. A file of another kind still fails, naming the fix.
+// it. On error 1010 for a directory not empty, each table the database
+// held gets a stand-in with two triggers (clearTriggerCopiesMySQL), and
+// the database is dropped again, up to dropAttemptsMySQL times in all: the
+// cure's own CREATE TRIGGER can meet the same race. Before each cure,
+// check (if not nil) must pass: the caller's lock still held. Once begun,
+// a cure and its drop run to their end whatever ctx does (within
+// cureTimeoutMySQL), and a cure that fails is followed by one more drop:
+// no stand-in outlives it. A file of another kind still fails, naming the
+// fix.
 //
 // The tables are those schema holds, and known: the tables the caller
 // knows the database may have held, for a database whose tables an
-// earlier DROP DATABASE dropped before it failed.
-func dropDatabaseMySQL(db *gorm.DB, schema string, known []string) error {
+// earlier DROP DATABASE dropped before it failed; but the move's own
+// (isInternalTable), which have no triggers.
+func dropDatabaseMySQL(db *gorm.DB, schema string, known []string, check func() error) error {
 	var tables []string
 	if err := db.Raw("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_TYPE = 'BASE TABLE'", schema).Scan(&tables).Error; err != nil {
 		return err
@@ -654,14 +661,32 @@ func dropDatabaseMySQL(db *gorm.DB, schema string, known []string) error {
 			tables = append(tables, t)
 		}
 	}
+	tables = slices.DeleteFunc(tables, isInternalTable)
 	slices.Sort(tables)
 	drop := "DROP DATABASE IF EXISTS " + quoteIdent(db, schema)
 	err := db.Exec(drop).Error
 	for try := 1; try < dropAttemptsMySQL && dirNotEmptyMySQL(err); try++ {
-		if cerr := clearTriggerCopiesMySQL(db, schema, tables); cerr != nil {
-			return fmt.Errorf("%w: a file the server does not know of is left in database %s's directory, and clearing the <table>.TRG- files MariaDB leaves failed (%v): remove the file from the server's data directory, then run again", err, schema, cerr)
+		if check != nil {
+			if cerr := check(); cerr != nil {
+				return fmt.Errorf("%w: a file the server does not know of is left in database %s's directory (MariaDB's <table>.TRG-, which shardid clears), and it stopped before clearing it: %w", err, schema, cerr)
+			}
 		}
-		err = db.Exec(drop).Error
+		parent := db.Statement.Context
+		if parent == nil {
+			parent = context.Background()
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cureTimeoutMySQL)
+		cure := db.WithContext(ctx)
+		cerr := clearTriggerCopiesMySQL(cure, schema, tables)
+		derr := cure.Exec(drop).Error
+		cancel()
+		if cerr != nil {
+			if derr == nil {
+				return nil // the stand-ins made before the failure cleared it
+			}
+			return fmt.Errorf("%w: a file the server does not know of is left in database %s's directory, and clearing the <table>.TRG- files MariaDB leaves failed: %w; remove the file from the server's data directory, then run again", derr, schema, cerr)
+		}
+		err = derr
 	}
 	if dirNotEmptyMySQL(err) {
 		return fmt.Errorf("%w: a file the server does not know of is left in database %s's directory, not a <table>.TRG- of its tables (%s), which shardid clears: remove it from the server's data directory, then run again", err, schema, strings.Join(tables, ", "))
@@ -669,14 +694,25 @@ func dropDatabaseMySQL(db *gorm.DB, schema string, known []string) error {
 	return err
 }
 
+// cureTimeoutMySQL bounds a cure of dropDatabaseMySQL and its drop, which
+// run on once begun: a few statements on an idle database.
+const cureTimeoutMySQL = 30 * time.Second
+
 // dropAttemptsMySQL is how many times dropDatabaseMySQL drops a database
 // that a file left behind keeps.
 const dropAttemptsMySQL = 3
 
-// dirNotEmptyMySQL reports whether err is MySQL's error 1010 (a database's
-// directory not empty once its tables are dropped).
+// dirNotEmptyMySQL reports whether err is MySQL's error 1010 for a
+// database's directory not empty once its tables are dropped (errno 39 on
+// Linux, 66 on BSDs and macOS), not for another reason (errno 13, a
+// permission; 16, busy).
 func dirNotEmptyMySQL(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Error 1010")
+	if err == nil {
+		return false
+	}
+	m := err.Error()
+	return strings.Contains(m, "Error 1010") &&
+		(strings.Contains(m, "Directory not empty") || strings.Contains(m, "errno: 39") || strings.Contains(m, "errno: 66"))
 }
 
 // clearTriggerCopiesMySQL clears the "<table>.TRG-" copies that MariaDB may
@@ -687,10 +723,10 @@ func dirNotEmptyMySQL(err error) bool {
 // stand-ins go with the database.
 func clearTriggerCopiesMySQL(db *gorm.DB, schema string, tables []string) error {
 	for i, t := range tables {
-		table := quoteTable(db, schema, t)
+		table := quoteIdent(db, schema) + "." + quoteIdent(db, t)
 		stmts := []string{"CREATE TABLE IF NOT EXISTS " + table + " (shardid_stand_in INT)"}
 		for _, event := range []string{"INSERT", "DELETE"} {
-			name := quoteTable(db, schema, fmt.Sprintf("shardid_clear_%d_%s", i, strings.ToLower(event)))
+			name := quoteIdent(db, schema) + "." + quoteIdent(db, fmt.Sprintf("shardid_clear_%d_%s", i, strings.ToLower(event)))
 			stmts = append(stmts, "CREATE TRIGGER "+name+" BEFORE "+event+" ON "+table+" FOR EACH ROW SET @shardid_clear = 1")
 		}
 		for _, q := range stmts {
