@@ -31,7 +31,8 @@ import (
 // monolith's indexes built after it, the floor, and
 // the creation of as many empty schemas as shards, the floor of the
 // schemas, then a copy of the same rows into those schemas' tables, the
-// floor of the split's copy stage (floor-shard-copy-s, floorShardCopy),
+// floor of the split's copy stage (floor-shard-copy-s, floorShardCopy;
+// floorShardCopyMySQL on MariaDB),
 // the first two measured again beside the same writers writing to the
 // monolith (x-loaded-floor-and-ddl: what the machine leaves a copy beside
 // them; under CI=true: 10,000 rows, 40 shards, batches of 20, unless
@@ -295,7 +296,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		b.ReportMetric(float64(w.stall.Milliseconds()), "max-stall-ms")
 		b.ReportMetric(float64(maxFence.Milliseconds()), "max-fence-ms")
 		b.ReportMetric(float64(w.ops), "writes")
-		if !mysql {
+		{
 			b.ReportMetric(shardCopy.Seconds(), "floor-shard-copy-s")
 			b.Logf("the floor of the copy into the shards' tables: %v to write the same rows into the %d floor schemas' tables (their bulk copy: %v); the split's copy stage is %.1fx it",
 				shardCopy, shards, floor, copyTime.Seconds()/shardCopy.Seconds())
@@ -522,8 +523,9 @@ func bareCopyMySQL(ctx context.Context, src, dst *gorm.DB, table, dstTable strin
 // floorSchemas creates shards schemas (MySQL: databases) of the floor's
 // tables with an index on photos.user_id and comments.photo_id, half on
 // each target at once, and returns how long it took; it drops them after.
-// With fill (PostgreSQL), before it drops them it copies the monolith's
-// rows into them (floorShardCopy) and returns how long that took too.
+// With fill, before it drops them it copies the monolith's rows into them
+// (floorShardCopy, floorShardCopyMySQL) and returns how long that took
+// too.
 func floorSchemas(b *testing.B, e *splitEnv, shards int, defs map[string]string, fill bool) (ddl, filled time.Duration) {
 	mysql := e.dbs[0].Dialector.Name() == "mysql"
 	name := func(s int) string { return fmt.Sprintf("floor_ddl_%d_%04d", os.Getpid(), s) }
@@ -574,9 +576,14 @@ func floorSchemas(b *testing.B, e *splitEnv, shards int, defs map[string]string,
 		}
 	}
 	ddl = time.Since(start)
-	if fill && !mysql {
+	if fill {
 		var err error
-		if filled, err = floorShardCopy(context.Background(), e, shards, name); err != nil {
+		if mysql {
+			filled, err = floorShardCopyMySQL(context.Background(), e, shards, name)
+		} else {
+			filled, err = floorShardCopy(context.Background(), e, shards, name)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -587,7 +594,7 @@ func floorSchemas(b *testing.B, e *splitEnv, shards int, defs map[string]string,
 			e.dbs[1+s%2].Exec(`DROP SCHEMA "` + name(s) + `" CASCADE`)
 		}
 	}
-	if filled > 0 {
+	if filled > 0 && !mysql {
 		// The fill's writes flushed now, not by a checkpoint during the
 		// split.
 		for _, db := range e.dbs[1:] {
@@ -662,6 +669,96 @@ func floorShardCopy(ctx context.Context, e *splitEnv, shards int, name func(int)
 					}
 					return nil
 				})
+			}()
+		}
+		for range 2 * lanes {
+			if err := <-errs; err != nil {
+				return 0, err
+			}
+		}
+		took += time.Since(start)
+	}
+	return took, nil
+}
+
+// floorShardCopyMySQL is floorShardCopy on MySQL/MariaDB, written as a
+// split writes there and as the floor's bulk copy does (bareCopyMySQL):
+// each table read whole with one query, then multi-row INSERTs of up to
+// 1,000 rows into each database's table, two sessions of each target at
+// once, in transactions of 64 databases. Only the writes are timed.
+func floorShardCopyMySQL(ctx context.Context, e *splitEnv, shards int, name func(int) string) (time.Duration, error) {
+	var took time.Duration
+	for _, t := range []string{"users", "photos", "comments"} {
+		rows, err := e.dbs[0].WithContext(ctx).Raw("SELECT id % " + strconv.Itoa(shards) + ", " + t + ".* FROM " + t).Rows()
+		if err != nil {
+			return 0, err
+		}
+		cols, err := rows.Columns()
+		if err != nil {
+			rows.Close()
+			return 0, err
+		}
+		width := len(cols) - 1
+		per := make([][]any, shards) // each shard's values, row after row
+		for rows.Next() {
+			v := make([]any, len(cols))
+			p := make([]any, len(cols))
+			for i := range v {
+				p[i] = &v[i]
+			}
+			if err := rows.Scan(p...); err != nil {
+				rows.Close()
+				return 0, err
+			}
+			key := fmt.Sprint(v[0])
+			if raw, ok := v[0].([]byte); ok {
+				key = string(raw)
+			}
+			k, err := strconv.Atoi(key)
+			if err != nil || k < 0 || k >= shards {
+				rows.Close()
+				return 0, fmt.Errorf("a row of %s without its shard: %v", t, v[0])
+			}
+			per[k] = append(per[k], v[1:]...)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+		row := "(" + strings.TrimSuffix(strings.Repeat("?,", width), ",") + ")"
+		start := time.Now()
+		const lanes = 2
+		errs := make(chan error, 2*lanes)
+		for g := range 2 * lanes {
+			go func() {
+				d, lane := g%2, g/2
+				var mine []int
+				for s := d; s < shards; s += 2 {
+					if (s/2)%lanes == lane {
+						mine = append(mine, s)
+					}
+				}
+				for lo := 0; lo < len(mine); lo += 64 {
+					err := e.dbs[1+d].WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+						for _, s := range mine[lo:min(lo+64, len(mine))] {
+							vals := per[s]
+							for len(vals) > 0 {
+								n := min(len(vals)/width, 1000)
+								q := "INSERT INTO `" + name(s) + "`.`" + t + "` VALUES " + strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+								if err := tx.Exec(q, vals[:n*width]...).Error; err != nil {
+									return err
+								}
+								vals = vals[n*width:]
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
 			}()
 		}
 		for range 2 * lanes {
