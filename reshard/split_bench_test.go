@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -484,12 +485,8 @@ func bareCopyMySQL(ctx context.Context, src, dst *gorm.DB, table, dstTable strin
 		return err
 	}
 	for rows.Next() {
-		v := make([]any, len(cols))
-		p := make([]any, len(cols))
-		for i := range v {
-			p[i] = &v[i]
-		}
-		if err := rows.Scan(p...); err != nil {
+		v, err := scanValues(rows, len(cols))
+		if err != nil {
 			tx.Rollback()
 			return err
 		}
@@ -518,6 +515,17 @@ func bareCopyMySQL(ctx context.Context, src, dst *gorm.DB, table, dstTable strin
 		return err
 	}
 	return tx.Commit().Error
+}
+
+// scanValues scans the current row of rows, of n columns, as the driver
+// gives them.
+func scanValues(rows *sql.Rows, n int) ([]any, error) {
+	v := make([]any, n)
+	p := make([]any, n)
+	for i := range v {
+		p[i] = &v[i]
+	}
+	return v, rows.Scan(p...)
 }
 
 // floorSchemas creates shards schemas (MySQL: databases) of the floor's
@@ -701,12 +709,8 @@ func floorShardCopyMySQL(ctx context.Context, e *splitEnv, shards int, name func
 		width := len(cols) - 1
 		per := make([][]any, shards) // each shard's values, row after row
 		for rows.Next() {
-			v := make([]any, len(cols))
-			p := make([]any, len(cols))
-			for i := range v {
-				p[i] = &v[i]
-			}
-			if err := rows.Scan(p...); err != nil {
+			v, err := scanValues(rows, len(cols))
+			if err != nil {
 				rows.Close()
 				return 0, err
 			}
