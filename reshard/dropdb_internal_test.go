@@ -136,3 +136,22 @@ func TestDropDatabaseMySQLClearsTriggerCopies(t *testing.T) {
 		gone(t, name)
 	})
 }
+
+// TestDirNotEmptyMySQL: only error 1010 for a directory not empty counts
+// as a file left behind, not 1010 for another reason of rmdir's.
+func TestDirNotEmptyMySQL(t *testing.T) {
+	for msg, want := range map[string]bool{
+		`Error 1010 (HY000): Error dropping database (can't rmdir './s_0001', errno: 39 "Directory not empty")`:     true,
+		`Error 1010 (HY000): Error dropping database (can't rmdir './s_0001', errno: 66 "Directory not empty")`:     true,
+		`Error 1010 (HY000): Error dropping database (can't rmdir './s_0001', errno: 13 "Permission denied")`:       false,
+		`Error 1010 (HY000): Error dropping database (can't rmdir './s_0001', errno: 16 "Device or resource busy")`: false,
+		`Error 1008 (HY000): Can't drop database 's_0001'; database doesn't exist`:                                  false,
+	} {
+		if got := dirNotEmptyMySQL(errors.New(msg)); got != want {
+			t.Errorf("dirNotEmptyMySQL(%q) = %v, want %v", msg, got, want)
+		}
+	}
+	if dirNotEmptyMySQL(nil) {
+		t.Error("dirNotEmptyMySQL(nil) = true")
+	}
+}

@@ -297,11 +297,9 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		b.ReportMetric(float64(w.stall.Milliseconds()), "max-stall-ms")
 		b.ReportMetric(float64(maxFence.Milliseconds()), "max-fence-ms")
 		b.ReportMetric(float64(w.ops), "writes")
-		{
-			b.ReportMetric(shardCopy.Seconds(), "floor-shard-copy-s")
-			b.Logf("the floor of the copy into the shards' tables: %v to write the same rows into the %d floor schemas' tables (their bulk copy: %v); the split's copy stage is %.1fx it",
-				shardCopy, shards, floor, copyTime.Seconds()/shardCopy.Seconds())
-		}
+		b.ReportMetric(shardCopy.Seconds(), "floor-shard-copy-s")
+		b.Logf("the floor of the copy into the shards' tables: %v to write the same rows into the %d floor schemas' tables (their bulk copy: %v); the split's copy stage is %.1fx it",
+			shardCopy, shards, floor, copyTime.Seconds()/shardCopy.Seconds())
 		b.Logf("%d rows, %d shards in batches of %d: floor %v (copy) + %v (schemas), split %v (copy %v), longest stall %v, longest fence %v, %d writes",
 			total, shards, batch, floor, ddl, split, copyTime, w.stall, maxFence, w.ops)
 		if writers > 0 {
@@ -643,48 +641,26 @@ func floorShardCopy(ctx context.Context, e *splitEnv, shards int, name func(int)
 			}
 			per[s] = append(per[s], row...)
 		}
-		start := time.Now()
-		const lanes = 2 // a target's sessions, as the split's copy lanes
-		errs := make(chan error, 2*lanes)
-		for g := range 2 * lanes {
-			go func() {
-				d, lane := g%2, g/2
-				errs <- withPgxConn(ctx, e.dbs[1+d], func(c *pgx.Conn) error {
-					var mine []int
-					for s := d; s < shards; s += 2 {
-						if (s/2)%lanes == lane {
-							mine = append(mine, s)
+		spent, err := fillShards(shards, func(d int, chunk []int) error {
+			return withPgxConn(ctx, e.dbs[1+d], func(c *pgx.Conn) error {
+				return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+					for _, s := range chunk {
+						if len(per[s]) == 0 {
+							continue
 						}
-					}
-					for lo := 0; lo < len(mine); lo += 64 {
-						tx, err := c.Begin(ctx)
-						if err != nil {
-							return err
-						}
-						for _, s := range mine[lo:min(lo+64, len(mine))] {
-							if len(per[s]) == 0 {
-								continue
-							}
-							q := `COPY "` + name(s) + `".` + t + " FROM STDIN"
-							if _, err := c.PgConn().CopyFrom(ctx, bytes.NewReader(per[s]), q); err != nil {
-								tx.Rollback(ctx)
-								return err
-							}
-						}
-						if err := tx.Commit(ctx); err != nil {
+						q := `COPY "` + name(s) + `".` + t + " FROM STDIN"
+						if _, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(per[s]), q); err != nil {
 							return err
 						}
 					}
 					return nil
 				})
-			}()
+			})
+		})
+		if err != nil {
+			return 0, err
 		}
-		for range 2 * lanes {
-			if err := <-errs; err != nil {
-				return 0, err
-			}
-		}
-		took += time.Since(start)
+		took += spent
 	}
 	return took, nil
 }
@@ -730,49 +706,63 @@ func floorShardCopyMySQL(ctx context.Context, e *splitEnv, shards int, name func
 			return 0, err
 		}
 		row := "(" + strings.TrimSuffix(strings.Repeat("?,", width), ",") + ")"
-		start := time.Now()
-		const lanes = 2
-		errs := make(chan error, 2*lanes)
-		for g := range 2 * lanes {
-			go func() {
-				d, lane := g%2, g/2
-				var mine []int
-				for s := d; s < shards; s += 2 {
-					if (s/2)%lanes == lane {
-						mine = append(mine, s)
-					}
-				}
-				for lo := 0; lo < len(mine); lo += 64 {
-					err := e.dbs[1+d].WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-						for _, s := range mine[lo:min(lo+64, len(mine))] {
-							vals := per[s]
-							for len(vals) > 0 {
-								n := min(len(vals)/width, 1000)
-								q := "INSERT INTO `" + name(s) + "`.`" + t + "` VALUES " + strings.TrimSuffix(strings.Repeat(row+",", n), ",")
-								if err := tx.Exec(q, vals[:n*width]...).Error; err != nil {
-									return err
-								}
-								vals = vals[n*width:]
-							}
+		spent, err := fillShards(shards, func(d int, chunk []int) error {
+			return e.dbs[1+d].WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+				for _, s := range chunk {
+					for vals := per[s]; len(vals) > 0; {
+						n := min(len(vals)/width, 1000)
+						q := "INSERT INTO `" + name(s) + "`.`" + t + "` VALUES " + strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+						if err := tx.Exec(q, vals[:n*width]...).Error; err != nil {
+							return err
 						}
-						return nil
-					})
-					if err != nil {
-						errs <- err
-						return
+						vals = vals[n*width:]
 					}
 				}
-				errs <- nil
-			}()
+				return nil
+			})
+		})
+		if err != nil {
+			return 0, err
 		}
-		for range 2 * lanes {
-			if err := <-errs; err != nil {
-				return 0, err
-			}
-		}
-		took += time.Since(start)
+		took += spent
 	}
 	return took, nil
+}
+
+// fillShards writes the floor schemas' share of a table through write,
+// which writes a chunk of up to 64 shards (ascending) to target 1 + d in
+// one transaction: two sessions of each target at once, as the split's
+// copy lanes, each shard on target 1 + s%2. It returns how long the
+// writes took, and the first error.
+func fillShards(shards int, write func(d int, chunk []int) error) (time.Duration, error) {
+	const lanes = 2
+	start := time.Now()
+	errs := make(chan error, 2*lanes)
+	for g := range 2 * lanes {
+		go func() {
+			d, lane := g%2, g/2
+			var mine []int
+			for s := d; s < shards; s += 2 {
+				if (s/2)%lanes == lane {
+					mine = append(mine, s)
+				}
+			}
+			for lo := 0; lo < len(mine); lo += 64 {
+				if err := write(d, mine[lo:min(lo+64, len(mine))]); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range 2 * lanes {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return time.Since(start), first
 }
 
 // withPgxConn runs f on a session of db's pool, as pgx sees it.
