@@ -230,10 +230,13 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 	// still so (dropCopyAsSeen).
 	seen := map[string]targetSeen{}
 	// The home's tables: those whose copies a drop of a copy clears of
-	// the files MariaDB may leave (dropDatabaseMySQL).
-	tables, err := baseTables(ctx, dbs[home], schema)
-	if err != nil {
-		return done, err
+	// the files MariaDB may leave (dropDatabaseMySQL); PostgreSQL's
+	// drops need none.
+	var tables []string
+	if dbs[home].Dialector.Name() == "mysql" {
+		if tables, err = baseTables(ctx, dbs[home], schema); err != nil {
+			return done, err
+		}
 	}
 	for _, c := range l.Copies {
 		if c.Unfinished {

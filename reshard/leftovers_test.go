@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -420,4 +424,92 @@ func twoShardRouters(t *testing.T, pattern string, names []string, dbs ...*gorm.
 		}
 		return r
 	}
+}
+
+// A copy whose first DROP DATABASE failed on a trigger file MariaDB left
+// behind (<table>.TRG-, see dropDatabaseMySQL) keeps nothing but that
+// file: the drop removed its tables first. Run again, DropShardCopy and
+// DropUnfinishedCopies clear the file through the home's tables, which
+// they name to the drop, and drop the copy.
+func TestDropCopiesClearATriggerCopyLeftByAFailedDropMariaDB(t *testing.T) {
+	newRouter, c := mariaMoveSetup(t, "shardid_mdt")
+	ctx := context.Background()
+	seedShard(t, loaded(t, newRouter(), c), 1, 20)
+	src, dst := newRouter().Databases()[0], newRouter().Databases()[1]
+	// strand leaves database name on db as a failed drop leaves it: no
+	// table, and r_photos.TRG- in its directory.
+	strand := func(db *gorm.DB, name string) {
+		t.Helper()
+		writeDataFileMySQL(t, db, name, "r_photos.TRG-")
+		if err := db.Exec("DROP DATABASE `" + name + "`").Error; err == nil || !strings.Contains(err.Error(), "Error 1010") {
+			t.Fatalf("DROP DATABASE %s with r_photos.TRG- in its directory: %v, want error 1010", name, err)
+		}
+		var n int64
+		if err := db.Raw("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", name).Scan(&n).Error; err != nil || n != 0 {
+			t.Fatalf("tables left in %s by the failed drop: %d (%v), want 0", name, n, err)
+		}
+	}
+	gone := func(db *gorm.DB, name string) {
+		t.Helper()
+		var n int64
+		if err := db.Raw("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n).Error; err != nil || n != 0 {
+			t.Fatalf("database %s after the drop: %d (%v), want none", name, n, err)
+		}
+	}
+
+	// A killed move's target on my2, the shard's home my1.
+	if err := dst.Exec("CREATE DATABASE shardid_mdt_0001").Error; err != nil {
+		t.Fatal(err)
+	}
+	strand(dst, "shardid_mdt_0001")
+	done, err := reshard.DropUnfinishedCopies(ctx, loaded(t, newRouter(), c), 1)
+	if err != nil || len(done.Copies) != 1 {
+		t.Fatalf("DropUnfinishedCopies of a copy that holds a trigger file only: %+v, %v; want it dropped", done, err)
+	}
+	gone(dst, "shardid_mdt_0001")
+
+	// The shard moved to my2, its old copy on my1 left by a failed drop.
+	opts := reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second}
+	if _, err := reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my2", opts); err != nil {
+		t.Fatal(err)
+	}
+	strand(src, "shardid_mdt_0001")
+	if err := reshard.DropShardCopy(ctx, loaded(t, newRouter(), c), 1, "my1"); err != nil {
+		t.Fatalf("DropShardCopy of a copy that holds a trigger file only: %v", err)
+	}
+	gone(src, "shardid_mdt_0001")
+}
+
+// writeDataFileMySQL creates database name on db, if missing, and writes
+// file into its directory, owned as the directory is. It fails under
+// CI=true, and skips otherwise, when the server's data directory is not
+// this machine's to write.
+func writeDataFileMySQL(t *testing.T, db *gorm.DB, name, file string) {
+	t.Helper()
+	var dir string
+	if err := db.Raw("SELECT @@datadir").Scan(&dir).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("CREATE DATABASE IF NOT EXISTS `" + name + "`").Error; err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name, file)
+	fi, err := os.Stat(filepath.Join(dir, name))
+	if err == nil {
+		err = os.WriteFile(path, []byte("TYPE=TRIGGERS\ntriggers='left behind'\n"), 0o660)
+	}
+	if err == nil {
+		st := fi.Sys().(*syscall.Stat_t)
+		err = os.Chown(path, int(st.Uid), int(st.Gid))
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the server's data directory %s is not this machine's to write: %v", dir, err)
+		}
+		t.Skipf("the server's data directory %s is not this machine's to write: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		os.Remove(path)
+		db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+	})
 }

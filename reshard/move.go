@@ -659,9 +659,13 @@ func DropShardCopy(ctx context.Context, r *shardid.Router, shard int, from strin
 	if err != nil {
 		return err
 	}
-	tables, err := baseTables(ctx, home, r.Schema(shard))
-	if err != nil {
-		return err
+	// The home's tables, whose copies' files MariaDB may leave
+	// (dropDatabaseMySQL); PostgreSQL's drops need none.
+	var tables []string
+	if db.Dialector.Name() == "mysql" {
+		if tables, err = baseTables(ctx, home, r.Schema(shard)); err != nil {
+			return err
+		}
 	}
 	step := "dropping the copy of shard " + strconv.Itoa(shard) + " on " + from
 	// With the home's fence held unsealed (holdUnsealed): a home sealed
