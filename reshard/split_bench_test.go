@@ -34,9 +34,9 @@ import (
 // schemas, then a copy of the same rows into those schemas' tables, the
 // floor of the split's copy stage (floor-shard-copy-s, floorShardCopy;
 // floorShardCopyMySQL on MariaDB),
-// the first two measured again beside the same writers writing to the
+// all three measured again beside the same writers writing to the
 // monolith (x-loaded-floor-and-ddl: what the machine leaves a copy beside
-// them; under CI=true: 10,000 rows, 40 shards, batches of 20, unless
+// them, and loaded-floor-shard-copy-s; under CI=true: 10,000 rows, 40 shards, batches of 20, unless
 // the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
 // batches together (SplitOptions.CopyTogether). Each database's pool keeps
 // SHARDID_SPLIT_IDLE idle sessions (16). A writer refused by a
@@ -185,7 +185,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		// without.
 		ddl, shardCopy := floorSchemas(b, e, shards, floorDefs, true)
 
-		// Both floors again, while the same writers as the split's write
+		// The floors again, while the same writers as the split's write
 		// to the monolith through the map: what the machine left a copy
 		// beside them. The writers' writes are checked with the split's.
 		w := newSplitWriters(e)
@@ -195,12 +195,12 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			w.pace = time.Second / time.Duration(v)
 		}
 		w.backoff = os.Getenv("SHARDID_SPLIT_BACKOFF") == "1"
-		var loadedFloor, loadedDDL time.Duration
+		var loadedFloor, loadedDDL, loadedShardCopy time.Duration
 		if writers > 0 {
 			lctx, lstop := context.WithCancel(ctx)
 			lwg := w.run(lctx, writers, int64(users))
 			loadedFloor = floorCopyOnce()
-			loadedDDL, _ = floorSchemas(b, e, shards, floorDefs, false)
+			loadedDDL, loadedShardCopy = floorSchemas(b, e, shards, floorDefs, true)
 			lstop()
 			lwg.Wait()
 			w.stall, w.stallAt, w.stallOn, w.ops = 0, time.Time{}, "", 0
@@ -304,8 +304,16 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			total, shards, batch, floor, ddl, split, copyTime, w.stall, maxFence, w.ops)
 		if writers > 0 {
 			b.ReportMetric(split.Seconds()/(loadedFloor+loadedDDL).Seconds(), "x-loaded-floor-and-ddl")
+			b.ReportMetric(loadedShardCopy.Seconds(), "loaded-floor-shard-copy-s")
 			b.Logf("the floors beside the %d writers: %v (copy) + %v (schemas); the split is %.1fx them",
 				writers, loadedFloor, loadedDDL, split.Seconds()/(loadedFloor+loadedDDL).Seconds())
+			b.Logf("the floor of the copy into the shards' tables beside the %d writers: %v; the split's copy stage is %.1fx it",
+				writers, loadedShardCopy, copyTime.Seconds()/loadedShardCopy.Seconds())
+			// The layout's floor beside the writers: the schemas and the
+			// rows written into their tables, without the split's reads,
+			// routing, change log and checks.
+			b.Logf("the layout's floor beside the writers (schemas + their tables filled): %v; the split is %.1fx it, the bulk copy %.1fx it",
+				loadedDDL+loadedShardCopy, split.Seconds()/(loadedDDL+loadedShardCopy).Seconds(), loadedFloor.Seconds()/(loadedDDL+loadedShardCopy).Seconds())
 		}
 		var spent []string
 		for _, s := range order {
