@@ -312,8 +312,9 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			// The layout's floor beside the writers: the schemas and the
 			// rows written into their tables, without the split's reads,
 			// routing, change log and checks.
-			b.Logf("the layout's floor beside the writers (schemas + their tables filled): %v; the split is %.1fx it, the bulk copy %.1fx it",
-				loadedDDL+loadedShardCopy, split.Seconds()/(loadedDDL+loadedShardCopy).Seconds(), loadedFloor.Seconds()/(loadedDDL+loadedShardCopy).Seconds())
+			layout := loadedDDL + loadedShardCopy
+			b.Logf("the layout's floor beside the writers (schemas + their tables filled): %v, %.1fx the bulk copy beside them; the split is %.1fx it",
+				layout, layout.Seconds()/loadedFloor.Seconds(), split.Seconds()/layout.Seconds())
 		}
 		var spent []string
 		for _, s := range order {
