@@ -28,6 +28,10 @@ import (
 //	            retrying ErrShardMoving) before it went through
 //	copy-rows/s the first copy (COPY on PostgreSQL), rows per second
 //	rows/s      the shard's rows over the whole move
+//	x-floor     the whole move over a bare copy of the shard's rows,
+//	            run alone just before it (moveFloor)
+//	x-loaded-floor  the same over the bare copy run again beside the
+//	            writers, just before the move
 //
 // N is 100,000, or each of the comma-separated $SHARDID_BENCH_MOVE_ROWS.
 // The README's figures:
@@ -114,6 +118,9 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 			}
 		})
 		time.Sleep(200 * time.Millisecond)
+		// The floor again beside the same writers: what the machine
+		// leaves a copy of these rows while they write.
+		loadedFloor := moveFloor(b, r)
 		b.StartTimer()
 		start := time.Now()
 		var stages []string
@@ -138,8 +145,9 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 		b.ReportMetric(float64(res.Copied)/res.CopyTime.Seconds(), "copy-rows/s")
 		b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
 		b.ReportMetric(took.Seconds()/floor.Seconds(), "x-floor")
-		b.Logf("%d rows: moved in %v (a bare copy of them just before: %v), fenced %v, writer's longest stall %v (from +%v) over %d writes; stages: %s",
-			rows, took, floor, res.Fenced, seen.stall, seen.stallAt.Sub(start).Round(time.Millisecond), seen.ops, strings.Join(stages, ", "))
+		b.ReportMetric(took.Seconds()/loadedFloor.Seconds(), "x-loaded-floor")
+		b.Logf("%d rows: moved in %v (a bare copy of them just before: %v, beside the writers: %v), fenced %v, writer's longest stall %v (from +%v) over %d writes; stages: %s",
+			rows, took, floor, loadedFloor, res.Fenced, seen.stall, seen.stallAt.Sub(start).Round(time.Millisecond), seen.ops, strings.Join(stages, ", "))
 		b.StartTimer()
 	}
 }
