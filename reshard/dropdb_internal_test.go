@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid/internal/testdb"
+	"gorm.io/gorm"
 )
 
 // TestDropDatabaseMySQLClearsTriggerCopies: a DROP DATABASE that MariaDB
@@ -41,26 +42,7 @@ func TestDropDatabaseMySQLClearsTriggerCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		path = filepath.Join(dir, name, file)
-		t.Cleanup(func() {
-			os.Remove(path)
-			db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
-		})
-		fi, err := os.Stat(filepath.Join(dir, name))
-		if err == nil {
-			err = os.WriteFile(path, []byte("TYPE=TRIGGERS\ntriggers='left behind'\n"), 0o660)
-		}
-		if err == nil {
-			st := fi.Sys().(*syscall.Stat_t)
-			err = os.Chown(path, int(st.Uid), int(st.Gid))
-		}
-		if err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("the server's data directory %s is not this machine's to write: %v", dir, err)
-			}
-			t.Skipf("the server's data directory %s is not this machine's to write: %v", dir, err)
-		}
-		return name, path
+		return name, WriteDataFileMySQL(t, db, name, file)
 	}
 	gone := func(t *testing.T, name string) {
 		t.Helper()
@@ -154,4 +136,40 @@ func TestDirNotEmptyMySQL(t *testing.T) {
 	if dirNotEmptyMySQL(nil) {
 		t.Error("dirNotEmptyMySQL(nil) = true")
 	}
+}
+
+// WriteDataFileMySQL creates database name on db, if missing, writes file
+// into its directory, owned as the directory is, and returns its path;
+// the file and the database are removed at the test's end. It fails
+// under CI=true, and skips otherwise, when the server's data directory is
+// not this machine's to write. (For the external tests too.)
+func WriteDataFileMySQL(t testing.TB, db *gorm.DB, name, file string) string {
+	t.Helper()
+	var dir string
+	if err := db.Raw("SELECT @@datadir").Scan(&dir).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("CREATE DATABASE IF NOT EXISTS `" + name + "`").Error; err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name, file)
+	t.Cleanup(func() {
+		os.Remove(path)
+		db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+	})
+	fi, err := os.Stat(filepath.Join(dir, name))
+	if err == nil {
+		err = os.WriteFile(path, []byte("TYPE=TRIGGERS\ntriggers='left behind'\n"), 0o660)
+	}
+	if err == nil {
+		st := fi.Sys().(*syscall.Stat_t)
+		err = os.Chown(path, int(st.Uid), int(st.Gid))
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the server's data directory %s is not this machine's to write: %v", dir, err)
+		}
+		t.Skipf("the server's data directory %s is not this machine's to write: %v", dir, err)
+	}
+	return path
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -440,7 +437,7 @@ func TestDropCopiesClearATriggerCopyLeftByAFailedDropMariaDB(t *testing.T) {
 	// table, and r_photos.TRG- in its directory.
 	strand := func(db *gorm.DB, name string) {
 		t.Helper()
-		writeDataFileMySQL(t, db, name, "r_photos.TRG-")
+		reshard.WriteDataFileMySQL(t, db, name, "r_photos.TRG-")
 		if err := db.Exec("DROP DATABASE `" + name + "`").Error; err == nil || !strings.Contains(err.Error(), "Error 1010") {
 			t.Fatalf("DROP DATABASE %s with r_photos.TRG- in its directory: %v, want error 1010", name, err)
 		}
@@ -478,38 +475,4 @@ func TestDropCopiesClearATriggerCopyLeftByAFailedDropMariaDB(t *testing.T) {
 		t.Fatalf("DropShardCopy of a copy that holds a trigger file only: %v", err)
 	}
 	gone(src, "shardid_mdt_0001")
-}
-
-// writeDataFileMySQL creates database name on db, if missing, and writes
-// file into its directory, owned as the directory is. It fails under
-// CI=true, and skips otherwise, when the server's data directory is not
-// this machine's to write.
-func writeDataFileMySQL(t *testing.T, db *gorm.DB, name, file string) {
-	t.Helper()
-	var dir string
-	if err := db.Raw("SELECT @@datadir").Scan(&dir).Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Exec("CREATE DATABASE IF NOT EXISTS `" + name + "`").Error; err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, name, file)
-	fi, err := os.Stat(filepath.Join(dir, name))
-	if err == nil {
-		err = os.WriteFile(path, []byte("TYPE=TRIGGERS\ntriggers='left behind'\n"), 0o660)
-	}
-	if err == nil {
-		st := fi.Sys().(*syscall.Stat_t)
-		err = os.Chown(path, int(st.Uid), int(st.Gid))
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the server's data directory %s is not this machine's to write: %v", dir, err)
-		}
-		t.Skipf("the server's data directory %s is not this machine's to write: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		os.Remove(path)
-		db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
-	})
 }
