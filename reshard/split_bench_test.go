@@ -36,8 +36,8 @@ import (
 // floorShardCopyMySQL on MariaDB),
 // all three measured again beside the same writers writing to the
 // monolith (x-loaded-floor-and-ddl: what the machine leaves a copy beside
-// them, and loaded-floor-shard-copy-s; under CI=true: 10,000 rows, 40 shards, batches of 20, unless
-// the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
+// them, and loaded-floor-shard-copy-s; under CI=true: 10,000 rows, 40
+// shards, batches of 20, unless the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
 // batches together (SplitOptions.CopyTogether). Each database's pool keeps
 // SHARDID_SPLIT_IDLE idle sessions (16). A writer refused by a
 // fence tries again every millisecond, as hard on the fence as a writer
