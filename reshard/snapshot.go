@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -130,19 +131,29 @@ func withPgx(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
 
 // copyPG pipes COPY TO STDOUT of table on src into COPY FROM STDIN on dst,
 // in text format, counting rows by their line ends (text COPY escapes
-// newlines inside values) and reporting them every every rows. Each row
-// leaves the source with its bucket and its hash in front, which a
-// bucketSummer adds up and cuts off.
+// newlines inside values) and reporting them every every rows. A
+// bucketSummer adds each row up by its bucket and hash: computed by the
+// mover from the row as it passes (copyRowHasher), or, when the table has
+// generated columns, which the copy does not send, by the source in front
+// of the row's columns, cut off before they go on.
 func copyPG(ctx context.Context, src, dst *gorm.DB, hold fenceHold, table string, cols columns, every int, progress func(int64)) (int64, bucketSent, error) {
 	list := columnList(src, cols.write)
-	q := "COPY (SELECT " + bucketKey() + ", " + rowHash(src, cols.all) + ", " + list + " FROM " + table + ") TO STDOUT"
+	sum := &bucketSummer{sent: bucketSent{}}
+	// The rows' hashes computed by the mover from the rows as they pass
+	// (copyRowHasher), unless a column is generated: the hash covers it,
+	// and the copy does not send it.
+	q := "COPY (SELECT " + list + " FROM " + table + ") TO STDOUT"
+	if slices.Equal(cols.all, cols.write) {
+		sum.hasher = &copyRowHasher{}
+	} else {
+		q = "COPY (SELECT " + bucketKey() + ", " + rowHash(src, cols.all) + ", " + list + " FROM " + table + ") TO STDOUT"
+	}
 	var copied int64
 	var sent bucketSent
 	err := withPgx(ctx, src, func(sc *pgx.Conn) error {
 		return withPgx(ctx, dst, func(dc *pgx.Conn) error {
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
-			sum := &bucketSummer{sent: bucketSent{}}
 			go func() {
 				// In a transaction that prints values as the target's
 				// reads them (hashSettingsPG, moverSettingsPG): a date
@@ -212,13 +223,15 @@ func copyPG(ctx context.Context, src, dst *gorm.DB, hold fenceHold, table string
 }
 
 // bucketSummer is the io.Writer that COPY TO STDOUT writes a copy's rows
-// to, each as "bucket\thash\tcolumns...\n": it adds the row up in sent and
-// passes its columns on to w, a row a write.
+// to, each as "bucket\thash\tcolumns...\n", or, with a hasher, as
+// "columns...\n" (the hasher computes both from the columns): it adds the
+// row up in sent and passes its columns on to w, a row a write.
 type bucketSummer struct {
 	w       io.Writer
 	sent    bucketSent
 	rows    int64
 	partial []byte
+	hasher  *copyRowHasher
 }
 
 func (s *bucketSummer) Write(p []byte) (int, error) {
@@ -229,6 +242,16 @@ func (s *bucketSummer) Write(p []byte) (int, error) {
 }
 
 func (s *bucketSummer) line(l []byte) error {
+	if s.hasher != nil {
+		id, h, err := s.hasher.hash(l)
+		if err != nil {
+			return err
+		}
+		s.sent.add(id%compareBuckets, h)
+		s.rows++
+		_, err = s.w.Write(l)
+		return err
+	}
 	b, h, data, err := cutKeyHash(l, "bucket")
 	if err != nil {
 		return err

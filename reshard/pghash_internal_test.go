@@ -1,0 +1,221 @@
+package reshard
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shardid/shardid/internal/testdb"
+)
+
+// copyRowHash must give every row the hash that PostgreSQL's rowHash gives
+// it: where it does not, a move's copy no longer verifies itself and
+// compares both sides instead (correct, but slower). Every kind of value
+// the server prints, with the characters that record_out quotes and that
+// COPY escapes, and random text.
+func TestCopyRowHashMatchesTheServer(t *testing.T) {
+	db := testdb.OpenPostgres(t)
+	ctx := context.Background()
+	const schema = "shardid_pghash"
+	db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`)
+	t.Cleanup(func() { db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`) })
+	for _, q := range []string{
+		`CREATE SCHEMA ` + schema,
+		`CREATE TYPE ` + schema + `.mood AS ENUM ('ok', 'not ok', 'a,b')`,
+		`CREATE TYPE ` + schema + `.pair AS (a text, b int)`,
+		`CREATE TABLE ` + schema + `.items (id bigint PRIMARY KEY, t text, vc varchar(20), ch char(6), i int, s smallint,
+			n numeric(14, 4), f8 float8, f4 float4, b bool, d date, ts timestamp, tz timestamptz, iv interval, tm time,
+			by bytea, j json, jb jsonb, u uuid, ip inet, arr text[], ia int[], pt point, bx box, m ` + schema + `.mood,
+			p ` + schema + `.pair, money money, tv tsvector)`,
+		`INSERT INTO ` + schema + `.items VALUES
+			(1, 'plain', 'v', 'ab', 1, 2, 3.25, 0.1, 1.5, true, '2026-11-30', '2026-11-30 12:00:00.123456', '2026-11-30 12:00:00+05',
+			 '1 day 02:03:04', '12:34:56', '\x00ff10', '{"a": [1, "b c"]}', '{"a": [1, "b c"]}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+			 '10.0.0.1/8', '{"x y","(z)",NULL,""}', '{1,2,3}', '(1.5,2)', '((0,0),(1,1))', 'a,b', '("q""uote", 7)', 12.34, 'a fat cat'),
+			(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+			 NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+			(-3, '', '', '', 0, 0, -0.0001, '-Infinity', 'NaN', false, 'infinity', '-infinity', '1999-01-08 04:05:06 PST',
+			 '-1 year', '00:00:00', '', 'null', '"\\"', '00000000-0000-0000-0000-000000000000', '::1', '{}', '{}', '(0,0)',
+			 '((1,1),(1,1))', 'not ok', '(,)', -1, ''),
+			(4096, E'a\tb\nc\rd\\e"f(g)h,i j\x01k\x7fl', E'\\N', ' x ', -2147483648, -32768, 1e9, 1e-300, 3.4e38, true,
+			 '0001-01-01 BC', '2026-01-01', '2026-06-01 00:00:00+00', '1 mon -2 days', '23:59:59.999999', E'\\x5c22', '[]', '{}',
+			 'ffffffff-ffff-ffff-ffff-ffffffffffff', '192.168.1.1', ARRAY[E'tab\there', E'back\\slash', 'quo"te', 'NULL'], '{-1}',
+			 '(-1,-1e-05)', '((-1,2),(3,-4))', 'ok', '("a b",)', 0, '''quoted'' word:1A')`,
+	} {
+		if err := db.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Random text: the characters that matter to record_out and COPY,
+	// control characters, spaces of every kind and multi-byte ones.
+	rng := rand.New(rand.NewPCG(7, 30))
+	alphabet := []string{"a", "Z", "0", " ", "\t", "\n", "\r", "\v", "\f", "\\", `"`, "'", "(", ")", ",", "{", "}", "\x01", "\x1f", "\x7f",
+		"é", "\u00a0", "\u0085", "\u2028", "\u3000", "✓", "😀", "N", `\N`}
+	for i := range 3000 {
+		var s strings.Builder
+		for range rng.IntN(40) {
+			s.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		var v any = s.String()
+		if rng.IntN(20) == 0 {
+			v = nil
+		}
+		if err := db.Exec("INSERT INTO "+schema+".items (id, t, vc, i) VALUES (?, ?, ?, ?)", 10+i*4093, v, fmt.Sprint(i), i).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cols, err := tableColumns(ctx, db, schema, "items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := quoteTable(db, schema, "items")
+	want, err := bucketSums(ctx, db, table, cols.all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := map[int64]uint64{}
+	if err := readSession(ctx, db, func(q querier) error {
+		rows, err := q.QueryContext(ctx, "SELECT id, "+rowHash(db, cols.all)+" FROM "+table)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, h int64
+			if err := rows.Scan(&id, &h); err != nil {
+				return err
+			}
+			server[id] = uint64(h)
+		}
+		return rows.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The rows as a move's copy reads them: COPY's text, with the
+	// settings of the copy's transaction.
+	var out bytes.Buffer
+	err = withPgx(ctx, db, func(c *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, hashSettingsPG); err != nil {
+				return err
+			}
+			_, err := c.PgConn().CopyTo(ctx, &out, "COPY (SELECT "+columnList(db, cols.all)+" FROM "+table+") TO STDOUT")
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h copyRowHasher
+	got := bucketSent{}
+	seen := 0
+	for _, l := range bytes.SplitAfter(out.Bytes(), []byte{'\n'}) {
+		if len(l) == 0 {
+			continue
+		}
+		id, sum, err := h.hash(l)
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		seen++
+		if w, ok := server[id]; !ok || w != sum {
+			t.Errorf("id %d: the mover's hash is %d, the server's %d (ok %v), of the row %q", id, int64(sum), int64(w), ok, l)
+		}
+		got.add(id%compareBuckets, sum)
+	}
+	if seen != len(server) || seen < 3004 {
+		t.Fatalf("hashed %d rows of %d", seen, len(server))
+	}
+	for b, w := range want {
+		if got[b] != w {
+			t.Errorf("bucket %d: the mover's sums %+v, the server's %+v", b, got[b], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d buckets, the server %d", len(got), len(want))
+	}
+}
+
+// hashBytesPG is hash_bytes_extended for keys of every length up to four
+// of lookup3's 12-byte blocks, and with seeds (the server's
+// hashtextextended of the same text).
+func TestHashBytesPGMatchesTheServer(t *testing.T) {
+	db := testdb.OpenPostgres(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 50 {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(1 + rng.IntN(255))
+		}
+		for _, seed := range []int64{0, 1, -1, 1 << 40} {
+			var want int64
+			if err := db.Raw("SELECT hashtextextended(convert_from(?::bytea, 'SQL_ASCII'), ?)", b, seed).Scan(&want).Error; err != nil {
+				// A server whose encoding is not SQL_ASCII refuses bytes
+				// that are not valid text in it: ASCII ones then.
+				for i := range b {
+					b[i] = 1 + b[i]%126
+				}
+				if err := db.Raw("SELECT hashtextextended(?, ?)", string(b), seed).Scan(&want).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := hashBytesPG(b, uint64(seed)); got != uint64(want) {
+				t.Errorf("%d bytes, seed %d: %d, the server %d", n, seed, int64(got), want)
+			}
+		}
+	}
+}
+
+// unescapeCopyText reads every escape that COPY's text format has, those
+// that COPY TO does not print (octal, hex) too, and refuses a value that
+// ends in the middle of one.
+func TestUnescapeCopyText(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`plain`, "plain"},
+		{`a\tb\nc\rd\\e`, "a\tb\nc\rd\\e"},
+		{`\b\f\v`, "\b\f\v"},
+		{`\101\0612\7`, "A12\a"},
+		{`\x41\x4a\xfz\xq`, "AJ\x0fzxq"},
+		{`\N`, "N"}, // a NULL is the caller's to see: as a value it is N
+		{`\,\"`, `,"`},
+	} {
+		got, err := unescapeCopyText(nil, []byte(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("unescapeCopyText(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := unescapeCopyText(nil, []byte(`ends in \`)); err == nil {
+		t.Error("a value ending in a backslash: no error")
+	}
+	var h copyRowHasher
+	for _, l := range []string{"", "x\t1\n", "\\N\n", "12a\tb\n"} {
+		if _, _, err := h.hash([]byte(l)); err == nil {
+			t.Errorf("hash(%q): no error", l)
+		}
+	}
+}
+
+// FuzzCopyRowHash: no line makes the hasher panic, and a line it reads is
+// hashed as the record its fields make.
+func FuzzCopyRowHash(f *testing.F) {
+	for _, s := range []string{"1\tabc\n", "-5\t\\N\t\\t\\\\\n", "7\t\\x4\\101\t\n", "0", "1\t\\"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, l []byte) {
+		var h copyRowHasher
+		id, sum, err := h.hash(l)
+		if err != nil {
+			return
+		}
+		again, sum2, err := h.hash(l)
+		if err != nil || again != id || sum2 != sum {
+			t.Fatalf("hash(%q) twice: %d %d, then %d %d %v", l, id, sum, again, sum2, err)
+		}
+		if !bytes.HasPrefix(h.rec, []byte{'('}) || !bytes.HasSuffix(h.rec, []byte{')'}) {
+			t.Fatalf("hash(%q) hashed %q, not a record", l, h.rec)
+		}
+	})
+}
