@@ -47,6 +47,37 @@ func bucketSums(ctx context.Context, db *gorm.DB, table string, cols []string) (
 	return out, err
 }
 
+// tableSumOn returns the row count and the sum of the row hashes (rowHash
+// over cols) of table on db, summed by db and read through q (a read set
+// up as readSession's are): a copy's check against what it sent
+// (verifySent). Without bucketSums' grouping it costs the server less,
+// and PostgreSQL can spread the scan over parallel workers.
+func tableSumOn(ctx context.Context, q querier, db *gorm.DB, table string, cols []string) (sentRows, error) {
+	sql := "SELECT count(*), coalesce(sum(" + rowHash(db, cols) + "), 0)::text FROM " + table
+	if db.Dialector.Name() == "mysql" {
+		sql = "SELECT count(*), CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR) FROM " + table
+	}
+	rows, err := q.QueryContext(ctx, sql)
+	if err != nil {
+		return sentRows{}, err
+	}
+	defer rows.Close()
+	var out sentRows
+	var total string
+	if rows.Next() {
+		err = rows.Scan(&out.rows, &total)
+	} else if err = rows.Err(); err == nil {
+		err = errors.New("no row")
+	}
+	if err != nil {
+		return sentRows{}, err
+	}
+	if out.sum, err = sumOf(total); err != nil {
+		return sentRows{}, err
+	}
+	return out, rows.Close()
+}
+
 // bucketHashes returns the hash of every row of table on db whose key is
 // in one of buckets.
 func bucketHashes(ctx context.Context, db *gorm.DB, table string, cols []string, buckets []int64) (map[int64]uint64, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -235,13 +234,42 @@ const smallBacklog = 256
 
 // converge checks the copy (verifySent), or compares both sides, then
 // applies the change log, round after round, until a round finds little in
-// it: what the fence will have to apply.
-func (c *shardCopier) converge(ctx context.Context) error {
+// it: what the fence will have to apply. On PostgreSQL the new rows'
+// statistics are gathered meanwhile (analyze).
+func (c *shardCopier) converge(ctx context.Context) (err error) {
+	if c.dst.Dialector.Name() != "mysql" {
+		wait := c.analyze(ctx)
+		defer func() {
+			if aerr := wait(err != nil); err == nil {
+				err = aerr
+			}
+		}()
+	}
 	verified := false
 	if !c.compareSource {
-		var err error
-		if verified, err = c.verifySent(ctx); err != nil {
+		// The first round of the change log is applied while the target
+		// is read as the copy left it: each change verified as it is
+		// written, into checks of their own that start from nothing,
+		// and to which the copy's sums are added once they are verified.
+		delta := map[string]*rowCheck{}
+		for _, t := range c.tables {
+			delta[t] = &rowCheck{table: c.table(t), suspect: map[int64]string{}}
+		}
+		c.checks = delta
+		base, err := c.verifySent(ctx, func(ctx context.Context) error {
+			_, err := c.catchUp(ctx, false)
 			return err
+		})
+		if err != nil {
+			return err
+		}
+		if verified = base != nil; verified {
+			for t, rc := range delta {
+				rc.rows += base[t].rows
+				rc.sum += base[t].sum
+			}
+		} else {
+			c.checks = nil
 		}
 	}
 	if !verified {
@@ -286,39 +314,110 @@ func (c *shardCopier) converge(ctx context.Context) error {
 	}
 }
 
-// verifySent checks, before any change is applied, that each table on the
-// target holds what the copy sent of it: in each bucket of keys, as many
-// rows, and the same sum of their hashes, computed by the target
-// (bucketSums). If so, it sets the verification up from them, with no key
-// in doubt, and reports true: the copy verified itself with one read of
-// the target, and none of the source. Every write to the source after a
-// row was read is in the change log, applied and verified from here on.
-// It reports false if a sum differs (the caller then compares both sides)
-// or the copy sent none.
-func (c *shardCopier) verifySent(ctx context.Context) (bool, error) {
-	checks := map[string]*rowCheck{}
+// analyze gathers the statistics of the copied tables on the target
+// (PostgreSQL's ANALYZE, which reads a sample of a table's rows, not all
+// of them) on a session of its own, now rather than when autovacuum comes
+// by: the verification's lookups by key, and the shard's queries once it
+// has moved, are planned with them. It returns at once; wait waits for it
+// and returns its error, or stops it first if stop.
+func (c *shardCopier) analyze(ctx context.Context) (wait func(stop bool) error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		for _, t := range c.tables {
+			if err := c.dst.WithContext(ctx).Exec("ANALYZE " + c.table(t)).Error; err != nil {
+				done <- fmt.Errorf("shardid: analyzing %s on the target: %w", c.table(t), err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	return func(stop bool) error {
+		if stop {
+			cancel()
+		}
+		err := <-done
+		cancel()
+		return err
+	}
+}
+
+// verifySent checks that each table on the target holds what the copy
+// sent of it: as many rows, and the same sum of their hashes, computed by
+// the target (tableSum) in one snapshot, taken before beside starts (on
+// a goroutine of its own): beside may write to the target meanwhile, the
+// sums are of the copy as it was. If so, it returns the sums, a
+// verification set up with no key in doubt: the copy verified itself
+// with one read of the target, and none of the source. Every write to the
+// source after a row was read is in the change log, applied and verified
+// from then on. It returns nil if a sum differs (the caller then compares
+// both sides, bucket by bucket of keys). It returns when beside has
+// returned, with its error; beside runs whatever the outcome, unless the
+// target could not be read at all.
+func (c *shardCopier) verifySent(ctx context.Context, beside func(context.Context) error) (map[string]sentRows, error) {
+	want := map[string]sentRows{}
 	for _, t := range c.tables {
 		sent, ok := c.sent[t]
 		if !ok {
-			return false, nil
+			return nil, beside(ctx)
 		}
-		got, err := bucketSums(ctx, c.dst, c.table(t), c.cols[t].all)
-		if err != nil {
-			return false, fmt.Errorf("shardid: verifying the copy of %s: %w", c.table(t), err)
+		var w sentRows
+		for _, v := range sent {
+			w.rows += v.rows
+			w.sum += v.sum
 		}
-		if !maps.Equal(got, map[int64]sentRows(sent)) {
-			return false, nil
-		}
-		rc := &rowCheck{table: c.table(t), suspect: map[int64]string{}}
-		for _, v := range got {
-			rc.rows += v.rows
-			rc.sum += v.sum
-		}
-		checks[t] = rc
+		want[t] = w
 	}
-	c.checks = checks
-	return true, nil
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var done chan error
+	got := map[string]sentRows{}
+	err := readConn(ctx, c.dst, func(conn *sql.Conn, settings string) error {
+		return txOn(ctx, conn, snapshotRead, settings, func(tx *sql.Tx) error {
+			// The snapshot: taken by the transaction's first read of a
+			// table (InnoDB's at its first read of one of its tables).
+			rows, err := tx.QueryContext(ctx, "SELECT 1 FROM "+c.table(c.tables[0])+" LIMIT 1")
+			if err != nil {
+				return err
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+			done = make(chan error, 1)
+			go func() { done <- beside(bctx) }()
+			for _, t := range c.tables {
+				s, err := tableSumOn(ctx, tx, c.dst, c.table(t), c.cols[t].all)
+				if err != nil {
+					return fmt.Errorf("shardid: verifying the copy of %s: %w", c.table(t), err)
+				}
+				got[t] = s
+			}
+			return nil
+		})
+	})
+	if done == nil {
+		return nil, err
+	}
+	if err != nil {
+		cancel()
+	}
+	if berr := <-done; err == nil {
+		err = berr
+	}
+	if err != nil {
+		return nil, err
+	}
+	for t, w := range want {
+		if got[t] != w {
+			return nil, nil
+		}
+	}
+	return got, nil
 }
+
+// snapshotRead is verifySent's transaction: one snapshot for all its
+// reads.
+var snapshotRead = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 
 // unexplained compares the keys in doubt again and fails with
 // ErrCopyDiffers if one still differs with no change of it waiting in the

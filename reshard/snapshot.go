@@ -79,12 +79,6 @@ func copySnapshot(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence,
 	// write here goes through moverTx or its equivalent.
 	if src.Dialector.Name() != "mysql" {
 		n, sent, err := copyPG(ctx, src, dst, hold, table, cols, batch, progress)
-		if err == nil {
-			// Statistics for the new rows now, not when autovacuum comes
-			// by: the verification's lookups by key, and the shard's
-			// queries once it has moved, are planned with them.
-			err = dst.WithContext(ctx).Exec("ANALYZE " + table).Error
-		}
 		if !errors.Is(err, errNotPgx) {
 			return n, sent, err
 		}
