@@ -137,6 +137,44 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("%d buckets, the server %d", len(got), len(want))
 	}
+
+	// A split's copy: each row with its shard in front, its hash from the
+	// server (a table with generated columns) or from the mover
+	// (copyRouter's hasher), summed by shard alike.
+	shards := make([]int, 0, 13)
+	for s := -6; s <= 6; s++ {
+		shards = append(shards, s)
+	}
+	routed := func(q string, hasher *copyRowHasher) map[int]*sentRows {
+		r := newCopyRouter(shards, func(copyChunkOf) error { return nil }, nil)
+		r.hasher = hasher
+		err := withPgx(ctx, db, func(c *pgx.Conn) error {
+			return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, hashSettingsPG); err != nil {
+					return err
+				}
+				if _, err := c.PgConn().CopyTo(ctx, r, q); err != nil {
+					return err
+				}
+				return r.flushAll()
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.total != int64(len(server)) {
+			t.Fatalf("routed %d rows of %d", r.total, len(server))
+		}
+		return r.sent
+	}
+	list := columnList(db, cols.all)
+	byServer := routed("COPY (SELECT MOD(id, 7), "+rowHash(db, cols.all)+", "+list+" FROM "+table+") TO STDOUT", nil)
+	byMover := routed("COPY (SELECT MOD(id, 7), "+list+" FROM "+table+") TO STDOUT", &copyRowHasher{})
+	for _, s := range shards {
+		if *byServer[s] != *byMover[s] {
+			t.Errorf("shard %d: the split's copy sent %+v with the server's hashes, %+v with the mover's", s, *byServer[s], *byMover[s])
+		}
+	}
 }
 
 // hashBytesPG is hash_bytes_extended for keys of every length up to four

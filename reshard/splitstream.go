@@ -48,10 +48,12 @@ type copyChunkOf struct {
 }
 
 // copyRouter is the io.Writer that COPY TO STDOUT writes the monolith's
-// rows to: each line is the row's shard, its hash, then its columns. It
-// gathers each shard's lines and sends them on in chunks, and counts what
-// it sent.
+// rows to: each line is the row's shard, its hash, then its columns, or,
+// with a hasher, the row's shard, then its columns, from which the hasher
+// computes its hash. It gathers each shard's lines and sends them on in
+// chunks, and counts what it sent.
 type copyRouter struct {
+	hasher   *copyRowHasher
 	send     func(copyChunkOf) error
 	bufs     map[int][]byte
 	rows     map[int]int64
@@ -101,18 +103,33 @@ func eachLine(partial *[]byte, p []byte, line func([]byte) error) error {
 	return nil
 }
 
-// line routes one row: "shard\thash\tcolumns...\n".
+// line routes one row: "shard\thash\tcolumns...\n", or
+// "shard\tcolumns...\n" with a hasher.
 func (r *copyRouter) line(l []byte) error {
-	s, h, data, err := cutKeyHash(l, "shard")
-	if err != nil {
+	var (
+		key  int64
+		h    uint64
+		data []byte
+		err  error
+	)
+	if r.hasher != nil {
+		var ok bool
+		if key, data, ok = cutInt(l); !ok {
+			return fmt.Errorf("shardid: a copied row with no shard: %.60q", l)
+		}
+		if _, h, err = r.hasher.hash(data); err != nil {
+			return err
+		}
+	} else if key, h, data, err = cutKeyHash(l, "shard"); err != nil {
 		return err
 	}
-	sent, ok := r.sent[int(s)]
+	s := int(key)
+	sent, ok := r.sent[s]
 	if !ok {
 		return fmt.Errorf("shardid: a copied row of shard %d, not one of the batch's", s)
 	}
-	r.bufs[int(s)] = append(r.bufs[int(s)], data...)
-	r.rows[int(s)]++
+	r.bufs[s] = append(r.bufs[s], data...)
+	r.rows[s]++
 	sent.rows++
 	sent.sum += h
 	r.held += len(data)
@@ -121,8 +138,8 @@ func (r *copyRouter) line(l []byte) error {
 		r.progress(r.total)
 	}
 	switch {
-	case len(r.bufs[int(s)]) >= copyChunk:
-		return r.flush(int(s))
+	case len(r.bufs[s]) >= copyChunk:
+		return r.flush(s)
 	case r.held >= copyBuffered:
 		return r.flushAll()
 	}
@@ -197,9 +214,16 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 		all[i] = b.sp.col("x", c)
 	}
 	// The hash is rowHash's, over the same columns: what the target
-	// computes over its copy (verifyCopy).
+	// computes over its copy (verifyCopy). The mover computes it from
+	// the row as it passes (copyRowHasher), unless a column is
+	// generated: the hash covers it, and the copy does not send it.
+	var hasher *copyRowHasher
 	q := "COPY (SELECT " + shard + ", hashtextextended(ROW(" + strings.Join(all, ", ") + ")::text, 0), " + strings.Join(sel, ", ") +
 		" FROM " + from + " WHERE " + shard + " " + inList(b.shards) + ") TO STDOUT"
+	if slices.Equal(cols.all, cols.write) {
+		hasher = &copyRowHasher{}
+		q = "COPY (SELECT " + shard + ", " + strings.Join(sel, ", ") + " FROM " + from + " WHERE " + shard + " " + inList(b.shards) + ") TO STDOUT"
+	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -246,6 +270,7 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 		}
 	}
 	router := newCopyRouter(b.shards, send, progress)
+	router.hasher = hasher
 	err := withPgx(ctx, b.sp.mono, func(c *pgx.Conn) error {
 		tx, err := c.Begin(ctx)
 		if err != nil {
