@@ -55,8 +55,8 @@ type MoveOptions struct {
 	// CompareSource, if set, compares the source with the copy once the
 	// copy is made, by sums over buckets of keys, which costs a second
 	// read of the source's rows. Without it the copy verifies itself: the
-	// sums over the target's rows must equal those of the rows sent,
-	// computed by the source as it read them; from then on the change log
+	// sum over the target's rows must equal that of the rows sent, hashed
+	// as they were read; from then on the change log
 	// carries every write. The comparison also catches writes to the
 	// source that no trigger saw (a session with session_replication_role
 	// = replica, a trigger disabled by hand), which the change log misses.

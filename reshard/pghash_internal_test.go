@@ -30,20 +30,20 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 		`CREATE TABLE ` + schema + `.items (id bigint PRIMARY KEY, t text, vc varchar(20), ch char(6), i int, s smallint,
 			n numeric(14, 4), f8 float8, f4 float4, b bool, d date, ts timestamp, tz timestamptz, iv interval, tm time,
 			by bytea, j json, jb jsonb, u uuid, ip inet, arr text[], ia int[], pt point, bx box, m ` + schema + `.mood,
-			p ` + schema + `.pair, money money, tv tsvector)`,
+			p ` + schema + `.pair, money money, tv tsvector, dr daterange)`,
 		`INSERT INTO ` + schema + `.items VALUES
 			(1, 'plain', 'v', 'ab', 1, 2, 3.25, 0.1, 1.5, true, '2026-11-30', '2026-11-30 12:00:00.123456', '2026-11-30 12:00:00+05',
 			 '1 day 02:03:04', '12:34:56', '\x00ff10', '{"a": [1, "b c"]}', '{"a": [1, "b c"]}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
-			 '10.0.0.1/8', '{"x y","(z)",NULL,""}', '{1,2,3}', '(1.5,2)', '((0,0),(1,1))', 'a,b', '("q""uote", 7)', 12.34, 'a fat cat'),
+			 '10.0.0.1/8', '{"x y","(z)",NULL,""}', '{1,2,3}', '(1.5,2)', '((0,0),(1,1))', 'a,b', '("q""uote", 7)', 12.34, 'a fat cat', '[2026-01-01,2026-02-01)'),
 			(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-			 NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+			 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
 			(-3, '', '', '', 0, 0, -0.0001, '-Infinity', 'NaN', false, 'infinity', '-infinity', '1999-01-08 04:05:06 PST',
 			 '-1 year', '00:00:00', '', 'null', '"\\"', '00000000-0000-0000-0000-000000000000', '::1', '{}', '{}', '(0,0)',
-			 '((1,1),(1,1))', 'not ok', '(,)', -1, ''),
+			 '((1,1),(1,1))', 'not ok', '(,)', -1, '', 'empty'),
 			(4096, E'a\tb\nc\rd\\e"f(g)h,i j\x01k\x7fl', E'\\N', ' x ', -2147483648, -32768, 1e9, 1e-300, 3.4e38, true,
 			 '0001-01-01 BC', '2026-01-01', '2026-06-01 00:00:00+00', '1 mon -2 days', '23:59:59.999999', E'\\x5c22', '[]', '{}',
 			 'ffffffff-ffff-ffff-ffff-ffffffffffff', '192.168.1.1', ARRAY[E'tab\there', E'back\\slash', 'quo"te', 'NULL'], '{-1}',
-			 '(-1,-1e-05)', '((-1,2),(3,-4))', 'ok', '("a b",)', 0, '''quoted'' word:1A')`,
+			 '(-1,-1e-05)', '((-1,2),(3,-4))', 'ok', '("a b",)', 0, '''quoted'' word:1A', '(,2026-01-01]')`,
 	} {
 		if err := db.Exec(q).Error; err != nil {
 			t.Fatal(err)

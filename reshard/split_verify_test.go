@@ -12,7 +12,7 @@ import (
 )
 
 // The first copy verifies itself: what it sent of each table of each shard
-// (rows, and the sum of their hashes as the monolith computed them) is
+// (rows, and the sum of their hashes as the splitter computed them) is
 // compared with what the target then holds. A row changed on the target
 // behind the split's back right after the copy (here by a session let
 // through the target's fence, as only the mover is) must fail the batch

@@ -17,7 +17,9 @@ import (
 
 // A split's first copy, on PostgreSQL, is one COPY TO STDOUT of each
 // monolith table per batch: the batch's rows, each with its shard and its
-// hash (rowHash, computed by the monolith), routed in Go to a COPY FROM
+// hash (rowHash: computed by the splitter from the row's text,
+// copyRowHasher, or by the monolith for a table with generated columns),
+// routed in Go to a COPY FROM
 // STDIN of each shard's table on its target. Every row is read once and
 // written once, as a bare COPY does, and the copy verifies itself: what it
 // sent of each table of each shard (rows, and the sum of their hashes) is
