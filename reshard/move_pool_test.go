@@ -1334,3 +1334,41 @@ func stopAfterSeal(t *testing.T, mc moveCase) {
 		t.Fatalf("a move stopped after its seal: %v, want context.Canceled", err)
 	}
 }
+
+// A move whose target's pool holds one session (database/sql's
+// SetMaxOpenConns(1)) while a writer writes to the shard: the copy's
+// check reads the target in a snapshot while the change log's first
+// round, and the target's ANALYZE, wait for a session beside it. None of
+// them may hold the pool's one session while waiting for another: the
+// move finishes, its sums those of the source.
+func TestMoveThroughATargetPoolOfOne(t *testing.T) {
+	r, c, _ := freshMoveSetup(t)
+	seedShard(t, r, 1, 1500)
+	pool, err := r.Databases()[1].DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.SetMaxOpenConns(1)
+	defer pool.SetMaxOpenConns(0)
+	stop := runWriters(t, 1, func(_, i int) error {
+		return r.ForKey(int64(1 + moveShards*i)).Create(&RPhoto{UserID: int64(1 + moveShards*i), Caption: "during the move"}).Error
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := reshard.MoveShard(ctx, r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 500})
+	seen := stop()
+	if err != nil {
+		t.Fatalf("move through a target pool of one: %v", err)
+	}
+	if seen.ops == 0 {
+		t.Fatal("the writer wrote nothing")
+	}
+	// The old copy, sealed at the fence, holds what the move checked.
+	var n int64
+	if err := r.Databases()[0].Raw("SELECT count(*) FROM shardid_mv_0001.r_photos").Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if res.Tables[0].Rows != n || n <= 1500 {
+		t.Errorf("the move checked %d rows; the source held %d at the fence", res.Tables[0].Rows, n)
+	}
+}
