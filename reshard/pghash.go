@@ -194,7 +194,7 @@ func hashBytesPG(k []byte, seed uint64) uint64 {
 	case n > 0:
 		a += binary.LittleEndian.Uint32(tail[:])
 	}
-	a, b, c = lookup3Final(a, b, c)
+	_, b, c = lookup3Final(a, b, c)
 	return uint64(b)<<32 | uint64(c)
 }
 
