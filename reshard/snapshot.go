@@ -23,6 +23,10 @@ import (
 // the target computes).
 type columns struct {
 	all, write []string
+	// plainMySQL: on MySQL, every column is an integer or text in a
+	// character set that reads as UTF-8 (or bytes), none generated: the
+	// mover can hash a row from the values it reads (mysqlRowHash).
+	plainMySQL bool
 }
 
 // tableColumns returns the columns of schema.table on db in their order,
@@ -31,20 +35,27 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 	var found []struct {
 		Name      string
 		Generated bool
+		Type      string
+		Charset   *string
 	}
-	q := "SELECT column_name AS name, is_generated = 'ALWAYS' AS generated FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
-	if db.Dialector.Name() == "mysql" {
+	q := "SELECT column_name AS name, is_generated = 'ALWAYS' AS generated, data_type AS type FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
+	mysql := db.Dialector.Name() == "mysql"
+	if mysql {
 		// MySQL has no IS_GENERATED; its EXTRA also says DEFAULT_GENERATED
 		// of a column with an expression as its default.
-		q = "SELECT COLUMN_NAME AS name, (EXTRA LIKE '%VIRTUAL GENERATED%' OR EXTRA LIKE '%STORED GENERATED%' OR EXTRA LIKE '%PERSISTENT GENERATED%') AS `generated`" +
+		q = "SELECT COLUMN_NAME AS name, (EXTRA LIKE '%VIRTUAL GENERATED%' OR EXTRA LIKE '%STORED GENERATED%' OR EXTRA LIKE '%PERSISTENT GENERATED%') AS `generated`," +
+			" LOWER(DATA_TYPE) AS type, LOWER(CHARACTER_SET_NAME) AS charset" +
 			" FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
 	}
 	if err := db.WithContext(ctx).Raw(q, schema, table).Scan(&found).Error; err != nil {
 		return columns{}, err
 	}
-	out := columns{all: []string{"id"}, write: []string{"id"}}
+	out := columns{all: []string{"id"}, write: []string{"id"}, plainMySQL: mysql}
 	hasID := false
 	for _, c := range found {
+		if c.Generated || !plainTypeMySQL(c.Type, c.Charset) {
+			out.plainMySQL = false
+		}
 		if c.Name == "id" {
 			hasID = true
 			if c.Generated {
@@ -341,6 +352,14 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 // once for each row.
 func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, table string, columns columns, batch int, progress func(int64)) (int64, bucketSent, error) {
 	cols := columns.write
+	// The rows' hashes computed by the mover from the values it reads
+	// (mysqlRowHash), where every column reads as the server prints it;
+	// by the source otherwise, read after the row's columns.
+	moverHashes := columns.plainMySQL && src.Dialector.Name() == "mysql"
+	extra := 2
+	if moverHashes {
+		extra = 0
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type read struct {
@@ -358,6 +377,9 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 		defer reader.Done()
 		defer close(batches)
 		sel := "SELECT " + columnList(src, cols) + ", " + bucketKey() + ", " + rowHash(src, columns.all) + " FROM " + table
+		if moverHashes {
+			sel = "SELECT " + columnList(src, cols) + " FROM " + table
+		}
 		order := " ORDER BY id LIMIT " + strconv.Itoa(batch)
 		err := readConn(ctx, src, func(conn *sql.Conn, settings string) error {
 			var after any // none yet: the first batch has no lower bound
@@ -375,7 +397,7 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 					if err != nil {
 						return err
 					}
-					b.rows, err = scanAll(rs, len(cols)+2)
+					b.rows, err = scanAll(rs, len(cols)+extra)
 					return err
 				})
 				if b.err == nil && len(b.rows) > 0 {
@@ -399,8 +421,13 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 		}
 	}()
 	var copied int64 // committed
-	// What was sent: if a write fails, the copy does.
+	// What was sent: if a write fails, the copy does. Without a hash of
+	// every row (a value the mover cannot hash as the server would), the
+	// copy cannot check itself: it returns none, and the move compares
+	// both sides.
 	sent := bucketSent{}
+	hashed := true
+	var buf []byte
 	err := moverSession(ctx, dst, func(conn *sql.Conn, settings string) error {
 		var tx *sql.Tx
 		defer func() {
@@ -436,6 +463,18 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 			}
 			// The bucket and the hash, added up and cut off.
 			for i, row := range b.rows {
+				if moverHashes {
+					id, err := asInt64(row[0])
+					if err != nil {
+						return fmt.Errorf("shardid: reading %s: the id: %w", table, err)
+					}
+					var h uint64
+					var ok bool
+					h, buf, ok = mysqlRowHash(row, buf)
+					hashed = hashed && ok
+					sent.add(id%compareBuckets, h)
+					continue
+				}
 				bucket, err := asInt64(row[len(cols)])
 				if err != nil {
 					return fmt.Errorf("shardid: reading %s: the bucket: %w", table, err)
@@ -484,6 +523,9 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 		}
 		return nil
 	})
+	if !hashed {
+		sent = nil
+	}
 	if err != nil {
 		return copied, sent, err
 	}
