@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardid/shardid/internal/testdb"
+	"gorm.io/gorm"
 )
 
 // mysqlRowHash must give every row of a table of plain columns
@@ -24,10 +25,8 @@ func TestMySQLRowHashMatchesTheServer(t *testing.T) {
 	db := testdb.OpenMySQL(t)
 	ctx := context.Background()
 	const schema = "shardid_myhash"
-	db.Exec("DROP DATABASE IF EXISTS " + schema)
-	t.Cleanup(func() { db.Exec("DROP DATABASE IF EXISTS " + schema) })
+	freshSchema(t, db, schema)
 	for _, q := range []string{
-		"CREATE DATABASE " + schema + " CHARACTER SET utf8mb4",
 		"CREATE TABLE " + schema + ".items (id BIGINT PRIMARY KEY, ti TINYINT, tu TINYINT UNSIGNED, si SMALLINT, mi MEDIUMINT, i INT, " +
 			"bu BIGINT UNSIGNED, d DECIMAL(12,3), c CHAR(5), vc VARCHAR(200), t TEXT, lt LONGTEXT, bn BINARY(4), vb VARBINARY(20), bl BLOB, " +
 			"e ENUM('a','b c','x''y'), st SET('p','q','r'), a VARCHAR(20) CHARACTER SET ascii, u3 VARCHAR(20) CHARACTER SET utf8mb3)",
@@ -45,14 +44,7 @@ func TestMySQLRowHashMatchesTheServer(t *testing.T) {
 	alphabet := []string{"a", "Z", "0", " ", "\t", "\n", "\r", "\\", `"`, "'", "(", ")", ",", "\x00", "\x1a", "\x01", "\x7f",
 		"é", "\u00a0", "\u2028", "✓", "😀", "NULL", `\0`, `\Z`}
 	for i := range 2000 {
-		var s strings.Builder
-		for range rng.IntN(40) {
-			s.WriteString(alphabet[rng.IntN(len(alphabet))])
-		}
-		var v any = s.String()
-		if rng.IntN(20) == 0 {
-			v = nil
-		}
+		v := randomText(rng, alphabet)
 		b := make([]byte, rng.IntN(20))
 		for j := range b {
 			b[j] = byte(rng.IntN(256))
@@ -170,11 +162,7 @@ func TestPlainMySQLColumns(t *testing.T) {
 	db := testdb.OpenMySQL(t)
 	ctx := context.Background()
 	const schema = "shardid_myplain"
-	db.Exec("DROP DATABASE IF EXISTS " + schema)
-	t.Cleanup(func() { db.Exec("DROP DATABASE IF EXISTS " + schema) })
-	if err := db.Exec("CREATE DATABASE " + schema + " CHARACTER SET utf8mb4").Error; err != nil {
-		t.Fatal(err)
-	}
+	freshSchema(t, db, schema)
 	for _, tc := range []struct {
 		col   string
 		plain bool
@@ -203,4 +191,32 @@ func TestPlainMySQLColumns(t *testing.T) {
 			t.Errorf("%s: plain %v, want %v", tc.col, cols.plainMySQL, tc.plain)
 		}
 	}
+}
+
+// freshSchema creates schema on db (a database on MySQL, in utf8mb4),
+// dropping what a run before left of it, and drops it at the end of t.
+func freshSchema(t *testing.T, db *gorm.DB, schema string) {
+	t.Helper()
+	drop, create := `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`, `CREATE SCHEMA "`+schema+`"`
+	if db.Dialector.Name() == "mysql" {
+		drop, create = "DROP DATABASE IF EXISTS `"+schema+"`", "CREATE DATABASE `"+schema+"` CHARACTER SET utf8mb4"
+	}
+	db.Exec(drop)
+	t.Cleanup(func() { db.Exec(drop) })
+	if err := db.Exec(create).Error; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// randomText returns up to 39 pieces of alphabet picked by rng, or, one
+// time in 20, nil (a NULL).
+func randomText(rng *rand.Rand, alphabet []string) any {
+	var s strings.Builder
+	for range rng.IntN(40) {
+		s.WriteString(alphabet[rng.IntN(len(alphabet))])
+	}
+	if rng.IntN(20) == 0 {
+		return nil
+	}
+	return s.String()
 }

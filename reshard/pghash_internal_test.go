@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -21,10 +20,8 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 	db := testdb.OpenPostgres(t)
 	ctx := context.Background()
 	const schema = "shardid_pghash"
-	db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`)
-	t.Cleanup(func() { db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`) })
+	freshSchema(t, db, schema)
 	for _, q := range []string{
-		`CREATE SCHEMA ` + schema,
 		`CREATE TYPE ` + schema + `.mood AS ENUM ('ok', 'not ok', 'a,b')`,
 		`CREATE TYPE ` + schema + `.pair AS (a text, b int)`,
 		`CREATE TABLE ` + schema + `.items (id bigint PRIMARY KEY, t text, vc varchar(20), ch char(6), i int, s smallint,
@@ -55,14 +52,7 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 	alphabet := []string{"a", "Z", "0", " ", "\t", "\n", "\r", "\v", "\f", "\\", `"`, "'", "(", ")", ",", "{", "}", "\x01", "\x1f", "\x7f",
 		"é", "\u00a0", "\u0085", "\u2028", "\u3000", "✓", "😀", "N", `\N`}
 	for i := range 3000 {
-		var s strings.Builder
-		for range rng.IntN(40) {
-			s.WriteString(alphabet[rng.IntN(len(alphabet))])
-		}
-		var v any = s.String()
-		if rng.IntN(20) == 0 {
-			v = nil
-		}
+		v := randomText(rng, alphabet)
 		if err := db.Exec("INSERT INTO "+schema+".items (id, t, vc, i) VALUES (?, ?, ?, ?)", 10+i*4093, v, fmt.Sprint(i), i).Error; err != nil {
 			t.Fatal(err)
 		}
