@@ -57,25 +57,14 @@ func tableSumOn(ctx context.Context, q querier, db *gorm.DB, table string, cols 
 	if db.Dialector.Name() == "mysql" {
 		sql = "SELECT count(*), CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR) FROM " + table
 	}
-	rows, err := q.QueryContext(ctx, sql)
-	if err != nil {
-		return sentRows{}, err
-	}
-	defer rows.Close()
 	var out sentRows
 	var total string
-	if rows.Next() {
-		err = rows.Scan(&out.rows, &total)
-	} else if err = rows.Err(); err == nil {
-		err = errors.New("no row")
-	}
-	if err != nil {
+	if err := q.QueryRowContext(ctx, sql).Scan(&out.rows, &total); err != nil {
 		return sentRows{}, err
 	}
-	if out.sum, err = sumOf(total); err != nil {
-		return sentRows{}, err
-	}
-	return out, rows.Close()
+	var err error
+	out.sum, err = sumOf(total)
+	return out, err
 }
 
 // bucketHashes returns the hash of every row of table on db whose key is

@@ -64,6 +64,7 @@ const (
 // querier is a session or a transaction.
 type querier interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
 }
 

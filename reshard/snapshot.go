@@ -23,9 +23,9 @@ import (
 // the target computes).
 type columns struct {
 	all, write []string
-	// plainMySQL: on MySQL, every column is an integer or text in a
-	// character set that reads as UTF-8 (or bytes), none generated: the
-	// mover can hash a row from the values it reads (mysqlRowHash).
+	// plainMySQL: on MySQL, every column reads through the driver as the
+	// server prints it (plainTypeMySQL), none generated: the mover can
+	// hash a row from the values it reads (mysqlRowHash).
 	plainMySQL bool
 }
 
@@ -38,7 +38,7 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 		Type      string
 		Charset   *string
 	}
-	q := "SELECT column_name AS name, is_generated = 'ALWAYS' AS generated, data_type AS type FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
+	q := "SELECT column_name AS name, is_generated = 'ALWAYS' AS generated FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
 	mysql := db.Dialector.Name() == "mysql"
 	if mysql {
 		// MySQL has no IS_GENERATED; its EXTRA also says DEFAULT_GENERATED
@@ -53,7 +53,7 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 	out := columns{all: []string{"id"}, write: []string{"id"}, plainMySQL: mysql}
 	hasID := false
 	for _, c := range found {
-		if c.Generated || !plainTypeMySQL(c.Type, c.Charset) {
+		if mysql && (c.Generated || !plainTypeMySQL(c.Type, c.Charset)) {
 			out.plainMySQL = false
 		}
 		if c.Name == "id" {
@@ -355,7 +355,7 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 	// The rows' hashes computed by the mover from the values it reads
 	// (mysqlRowHash), where every column reads as the server prints it;
 	// by the source otherwise, read after the row's columns.
-	moverHashes := columns.plainMySQL && src.Dialector.Name() == "mysql"
+	moverHashes := columns.plainMySQL
 	extra := 2
 	if moverHashes {
 		extra = 0
