@@ -102,6 +102,18 @@ func benchMove(b *testing.B, rows int, setup func() (*shardid.Router, []int64)) 
 	for b.Loop() {
 		b.StopTimer()
 		r, seeded := setup()
+		// Each database's pool keeps 16 idle sessions, as the split
+		// benchmark's and the shardid command's do: database/sql keeps
+		// 2 and closes the others as they come back, and the writers
+		// and the mover would open a new session, a new server process,
+		// for most of their transactions beyond two at once.
+		for _, db := range r.Databases() {
+			sqlDB, err := db.DB()
+			if err != nil {
+				b.Fatal(err)
+			}
+			sqlDB.SetMaxIdleConns(16)
+		}
 		floor := moveFloor(b, r)
 		rngs := make([]*rand.Rand, moveBenchWriters)
 		for w := range rngs {
