@@ -3,11 +3,13 @@ package reshard
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 )
 
@@ -87,19 +89,23 @@ func (c *shardCopier) capture(ctx context.Context, check func(context.Context) e
 
 // copy copies every table, after emptying it on the target. The target is
 // fenced for all but the mover (fenceForMover): every write here goes
-// through moverTx.
+// through moverTx or its equivalent. On PostgreSQL, the rows go in one
+// transaction with the COPY protocol (copyAllPG); on MySQL, in multi-row
+// INSERT batches in key order (copyBatches).
 func (c *shardCopier) copy(ctx context.Context) (int64, error) {
+	c.sent = map[string]bucketSent{}
+	if c.dst.Dialector.Name() != "mysql" {
+		n, err := c.copyAllPG(ctx)
+		if !errors.Is(err, errNotPgx) {
+			return n, err
+		}
+	}
 	if err := c.empty(ctx); err != nil {
 		return 0, fmt.Errorf("shardid: emptying shard %s on the target: %w", c.schema, err)
 	}
 	var total int64
-	c.sent = map[string]bucketSent{}
 	for _, t := range c.tables {
-		var progress func(int64)
-		if c.progress != nil {
-			progress = func(n int64) { c.progress(t, n) }
-		}
-		n, sent, err := copySnapshot(ctx, c.src, c.dst, c.hold, c.fenceOf(), c.table(t), c.cols[t], c.batch, progress)
+		n, sent, err := copyBatches(ctx, c.src, c.dst, c.hold, c.fenceOf(), c.table(t), c.cols[t], c.batch, c.progressOf(t))
 		if err != nil {
 			return total, err
 		}
@@ -109,15 +115,75 @@ func (c *shardCopier) copy(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
+// progressOf is c.progress for table t, or nil.
+func (c *shardCopier) progressOf(t string) func(int64) {
+	if c.progress == nil {
+		return nil
+	}
+	return func(n int64) { c.progress(t, n) }
+}
+
+// copyAllPG is copy on PostgreSQL: one transaction on the target, which
+// holds the move's fences (fenceHold), empties the tables with one
+// TRUNCATE of them all (which refuses to truncate a table that another
+// table's foreign key references unless that table goes too), and then
+// pipes each table's COPY TO on the source into its COPY FROM (copyPG),
+// FREEZE where the table is a plain one (not partitioned): the rows are
+// written frozen and visible, as VACUUM would leave them, so that neither
+// the copy's check nor the shard's first queries set their hint bits,
+// and no VACUUM has to freeze them later. That needs the table truncated
+// by the same transaction; a copy stopped halfway leaves nothing. It
+// returns errNotPgx, having done nothing, if the target's driver is not
+// pgx's.
+func (c *shardCopier) copyAllPG(ctx context.Context) (total int64, err error) {
+	all := make([]string, len(c.tables))
+	for i, t := range c.tables {
+		all[i] = c.table(t)
+	}
+	err = withPgx(ctx, c.dst, func(dc *pgx.Conn) error {
+		tx, err := dc.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := tx.Exec(ctx, moverSettingsPG); err != nil {
+			return err
+		}
+		if err := c.hold.holdPgx(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "TRUNCATE TABLE "+strings.Join(all, ", ")); err != nil {
+			return fmt.Errorf("shardid: emptying shard %s on the target: %w", c.schema, err)
+		}
+		for i, t := range c.tables {
+			var plain bool
+			if err := tx.QueryRow(ctx, "SELECT relkind = 'r' FROM pg_class WHERE oid = $1::regclass", all[i]).Scan(&plain); err != nil {
+				return fmt.Errorf("shardid: looking %s up on the target: %w", all[i], err)
+			}
+			n, sent, err := copyPG(ctx, c.src, dc, all[i], c.cols[t], plain, c.batch, c.progressOf(t))
+			if err != nil {
+				return err
+			}
+			c.sent[t] = sent
+			total += n
+		}
+		return tx.Commit(ctx)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return total, nil
+}
+
 // empty empties the tables on the target, in transactions that hold the
-// move's fence there (fenceHold). On PostgreSQL, one TRUNCATE of them
-// all, which refuses to truncate a table that another table's foreign key
-// references unless that table goes too. On MySQL a TRUNCATE would commit
-// the transaction, and the hold with it: a held target is emptied with
-// DELETEs of emptyChunk rows, a transaction each, which pass the fence
-// once (passFenceMySQL) rather than once a row, and cost nothing on a
-// target the move created, empty; one it finds with rows (a move run
-// again) takes a transaction a chunk, not one for them all.
+// move's fence there (fenceHold). On PostgreSQL (through a driver other
+// than pgx's), one TRUNCATE of them all, as copyAllPG's. On MySQL a
+// TRUNCATE would commit the transaction, and the hold with it: a held
+// target is emptied with DELETEs of emptyChunk rows, a transaction each,
+// which pass the fence once (passFenceMySQL) rather than once a row, and
+// cost nothing on a target the move created, empty; one it finds with
+// rows (a move run again) takes a transaction a chunk, not one for them
+// all.
 func (c *shardCopier) empty(ctx context.Context) error {
 	if c.dst.Dialector.Name() != "mysql" {
 		all := make([]string, len(c.tables))

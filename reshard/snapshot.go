@@ -74,29 +74,6 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 	return out, nil
 }
 
-// copySnapshot copies every row of table (quoted) from src into dst,
-// where it is empty: on PostgreSQL with the COPY protocol (COPY TO STDOUT
-// on the source piped into COPY FROM STDIN on the target, one statement
-// and so one snapshot), on MySQL with multi-row INSERT batches in key
-// order. It writes cols.write and returns, besides the rows copied, what
-// it sent of each bucket of keys (id modulo compareBuckets): the rows and
-// the sum of their hashes over cols.all, computed by the source as it
-// read them (rowHash), for the target to be checked against
-// (verifySent). progress, if not nil, is called as rows arrive. fence, if
-// not "", is the schema whose fence a MySQL target passes (copyBatches).
-// Each transaction on dst holds hold's fences first (fenceHold).
-func copySnapshot(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, table string, cols columns, batch int, progress func(int64)) (int64, bucketSent, error) {
-	// The target is fenced for all but the mover (fenceForMover): every
-	// write here goes through moverTx or its equivalent.
-	if src.Dialector.Name() != "mysql" {
-		n, sent, err := copyPG(ctx, src, dst, hold, table, cols, batch, progress)
-		if !errors.Is(err, errNotPgx) {
-			return n, sent, err
-		}
-	}
-	return copyBatches(ctx, src, dst, hold, fence, table, cols, batch, progress)
-}
-
 // bucketSent is what a copy sent of a table, by bucket of keys (id modulo
 // compareBuckets), as bucketSums sums a table.
 type bucketSent map[int64]sentRows
@@ -134,97 +111,79 @@ func withPgx(ctx context.Context, db *gorm.DB, f func(*pgx.Conn) error) error {
 	})
 }
 
-// copyPG pipes COPY TO STDOUT of table on src into COPY FROM STDIN on dst,
-// in text format, counting rows by their line ends (text COPY escapes
-// newlines inside values) and reporting them every every rows. A
-// bucketSummer adds each row up by its bucket and hash: computed by the
-// mover from the row as it passes (copyRowHasher), or, when the table has
-// generated columns, which the copy does not send, by the source in front
-// of the row's columns, cut off before they go on.
-func copyPG(ctx context.Context, src, dst *gorm.DB, hold fenceHold, table string, cols columns, every int, progress func(int64)) (int64, bucketSent, error) {
+// copyPG pipes COPY TO STDOUT of table on src into COPY FROM STDIN on dc,
+// whose transaction the caller holds, in text format, counting rows by
+// their line ends (text COPY escapes newlines inside values) and
+// reporting them every every rows. freeze writes the rows frozen (COPY's
+// FREEZE): dc's transaction must have created or truncated the table. It
+// returns the rows copied and what it sent of each bucket of keys (id
+// modulo compareBuckets): the rows and the sum of their hashes over
+// cols.all (rowHash), for the target to be checked against (verifySent),
+// computed by the mover from each row as it passes (copyRowHasher), or,
+// when the table has generated columns, which the copy does not send, by
+// the source in front of the row's columns, cut off before they go on.
+// The source is read in one statement, and so one snapshot.
+func copyPG(ctx context.Context, src *gorm.DB, dc *pgx.Conn, table string, cols columns, freeze bool, every int, progress func(int64)) (int64, bucketSent, error) {
 	list := columnList(src, cols.write)
 	sum := &bucketSummer{sent: bucketSent{}}
-	// The rows' hashes computed by the mover from the rows as they pass
-	// (copyRowHasher), unless a column is generated: the hash covers it,
-	// and the copy does not send it.
 	q := "COPY (SELECT " + list + " FROM " + table + ") TO STDOUT"
 	if slices.Equal(cols.all, cols.write) {
 		sum.hasher = &copyRowHasher{}
 	} else {
 		q = "COPY (SELECT " + bucketKey() + ", " + rowHash(src, cols.all) + ", " + list + " FROM " + table + ") TO STDOUT"
 	}
-	var copied int64
-	var sent bucketSent
-	err := withPgx(ctx, src, func(sc *pgx.Conn) error {
-		return withPgx(ctx, dst, func(dc *pgx.Conn) error {
-			pr, pw := io.Pipe()
-			done := make(chan error, 1)
-			go func() {
-				// In a transaction that prints values as the target's
-				// reads them (hashSettingsPG, moverSettingsPG): a date
-				// in one DateStyle must not be parsed in another.
-				stx, err := sc.Begin(ctx)
-				if err == nil {
-					_, err = stx.Exec(ctx, hashSettingsPG)
-					if err == nil {
-						// Buffered: COPY TO writes a message per row, and
-						// COPY FROM sends a message per read.
-						bw := &rowBuffer{w: pw, every: max(every, 1)}
-						sum.w = bw
-						if _, err = sc.PgConn().CopyTo(ctx, sum, q); err == nil {
-							err = sum.close()
-						}
-						if err == nil {
-							err = bw.Flush()
-						}
-					}
-					_ = stx.Rollback(context.WithoutCancel(ctx))
-				}
-				pw.CloseWithError(err) // nil: EOF
-				done <- err
-			}()
-			cr := &lineCounter{r: pr, progress: progress, every: int64(max(every, 1)), next: int64(max(every, 1))}
-			// One transaction, let through the target's mover-only fence.
-			tx, err := dc.Begin(ctx)
-			if err != nil {
-				pr.CloseWithError(err)
-				<-done
-				return err
-			}
-			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-			_, err = tx.Exec(ctx, moverSettingsPG)
-			if err == nil {
-				err = hold.holdPgx(ctx, tx)
-			}
-			var tag pgconn.CommandTag
-			if err == nil {
-				tag, err = dc.PgConn().CopyFrom(ctx, cr, "COPY "+table+" ("+list+") FROM STDIN")
-			}
-			cr.stop()
-			pr.CloseWithError(io.ErrClosedPipe) // unblock the reader side if we stopped early
-			if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
-				err = rerr
-			}
-			if err == nil && tag.RowsAffected() != sum.rows {
-				err = fmt.Errorf("COPY wrote %d rows of %d sent", tag.RowsAffected(), sum.rows)
-			}
-			if err == nil {
-				err = tx.Commit(ctx)
-			}
-			if err != nil {
-				return err
-			}
-			copied, sent = tag.RowsAffected(), sum.sent
-			if progress != nil {
-				progress(copied)
-			}
-			return nil
-		})
-	})
-	if err != nil && !errors.Is(err, errNotPgx) {
-		err = fmt.Errorf("shardid: copying %s: %w", table, err)
+	into := "COPY " + table + " (" + list + ") FROM STDIN"
+	if freeze {
+		into += " WITH (FREEZE)"
 	}
-	return copied, sent, err
+	var tag pgconn.CommandTag
+	err := withPgx(ctx, src, func(sc *pgx.Conn) error {
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			// In a transaction that prints values as the target's reads
+			// them (hashSettingsPG, moverSettingsPG): a date in one
+			// DateStyle must not be parsed in another.
+			stx, err := sc.Begin(ctx)
+			if err == nil {
+				_, err = stx.Exec(ctx, hashSettingsPG)
+				if err == nil {
+					// Buffered: COPY TO writes a message per row, and
+					// COPY FROM sends a message per read.
+					bw := &rowBuffer{w: pw, every: max(every, 1)}
+					sum.w = bw
+					if _, err = sc.PgConn().CopyTo(ctx, sum, q); err == nil {
+						err = sum.close()
+					}
+					if err == nil {
+						err = bw.Flush()
+					}
+				}
+				_ = stx.Rollback(context.WithoutCancel(ctx))
+			}
+			pw.CloseWithError(err) // nil: EOF
+			done <- err
+		}()
+		cr := &lineCounter{r: pr, progress: progress, every: int64(max(every, 1)), next: int64(max(every, 1))}
+		var err error
+		tag, err = dc.PgConn().CopyFrom(ctx, cr, into)
+		cr.stop()
+		pr.CloseWithError(io.ErrClosedPipe) // unblock the reader side if we stopped early
+		if rerr := <-done; rerr != nil && (err == nil || errors.Is(err, io.ErrClosedPipe)) {
+			err = rerr
+		}
+		if err == nil && tag.RowsAffected() != sum.rows {
+			err = fmt.Errorf("COPY wrote %d rows of %d sent", tag.RowsAffected(), sum.rows)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("shardid: copying %s: %w", table, err)
+	}
+	if progress != nil {
+		progress(tag.RowsAffected())
+	}
+	return tag.RowsAffected(), sum.sent, nil
 }
 
 // bucketSummer is the io.Writer that COPY TO STDOUT writes a copy's rows
@@ -344,7 +303,7 @@ func (c *lineCounter) Read(p []byte) (int, error) {
 
 // copyBatches copies table from src to dst in key order, batch rows per
 // multi-row INSERT, reading the next batch while it writes one, each row
-// read with its bucket and hash, which it adds up (copySnapshot). Each side
+// read with its bucket and hash, which it adds up as copyPG does. Each side
 // keeps one session for the whole copy; a read is a transaction of its own
 // (no snapshot held across the copy), and the writes commit every
 // copyCommitRows rows. On MySQL each transaction passes the fence of the

@@ -1,0 +1,81 @@
+package reshard_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// A move writes the shard's rows on the PostgreSQL target frozen (COPY
+// FREEZE, in the transaction that empties the tables): every page of each
+// table is all-visible once it has moved, so that no VACUUM has to freeze
+// them later and index-only scans work at once. Two tables, one with a
+// foreign key to the other, which the TRUNCATE must empty together.
+func TestMoveCopiesRowsFrozen(t *testing.T) {
+	src := openPostgres(t)
+	openSecondPostgresTB(t)
+	dst, err := gorm.Open(postgres.Open(replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	const schema = "shardid_frz_0001"
+	for _, db := range []*gorm.DB{src, dst} {
+		db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
+	}
+	t.Cleanup(func() {
+		for _, db := range []*gorm.DB{src, dst} {
+			db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
+		}
+	})
+	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"pg1", "pg2"},
+		LogicalShards: 2, SchemaPattern: "shardid_frz_%04d", Plugin: p, Map: []int{0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows = 20000
+	for _, q := range []string{
+		"CREATE SCHEMA " + schema,
+		"CREATE TABLE " + schema + ".parents (id bigint PRIMARY KEY, name text NOT NULL)",
+		"CREATE TABLE " + schema + ".kids (id bigint PRIMARY KEY, parent_id bigint NOT NULL REFERENCES " + schema + ".parents (id), note text)",
+		fmt.Sprintf("INSERT INTO %s.parents SELECT g, 'parent ' || g FROM generate_series(1, %d) g", schema, rows),
+		fmt.Sprintf("INSERT INTO %s.kids SELECT g, 1 + g %% %d, repeat('k', g %% 50) FROM generate_series(1, %d) g", schema, rows, rows),
+	} {
+		if err := src.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := reshard.MoveShard(context.Background(), r, nil, 1, "pg2", reshard.MoveOptions{Tables: []string{"parents", "kids"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Copied != 2*rows {
+		t.Errorf("copied %d rows, want %d", res.Copied, 2*rows)
+	}
+	for _, table := range []string{"parents", "kids"} {
+		var got struct {
+			Rows                    int64
+			RelPages, RelAllVisible int64
+		}
+		// The move's ANALYZE counted the all-visible pages.
+		if err := dst.Raw("SELECT (SELECT count(*) FROM "+schema+"."+table+") AS rows, relpages AS rel_pages, relallvisible AS rel_all_visible FROM pg_class WHERE oid = ?::regclass",
+			schema+"."+table).Scan(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		if got.Rows != rows {
+			t.Errorf("%s: %d rows on the target, want %d", table, got.Rows, rows)
+		}
+		if got.RelPages == 0 || got.RelAllVisible != got.RelPages {
+			t.Errorf("%s: %d of its %d pages all-visible on the target: the copy did not freeze its rows", table, got.RelAllVisible, got.RelPages)
+		}
+	}
+}
