@@ -122,6 +122,26 @@ func unescapeCopyText(dst, f []byte) ([]byte, error) {
 	}
 }
 
+// recordQuoted marks the bytes for which record_out quotes a value.
+var recordQuoted = func() (t [256]bool) {
+	for _, c := range []byte("\"\\(), \t\n\v\f\r") {
+		t[c] = true
+	}
+	return t
+}()
+
+// needsRecordQuotes reports whether v holds a byte that recordQuoted
+// marks: a table lookup, not bytes.ContainsAny, which builds its set on
+// each call (a row's hash calls it for each value).
+func needsRecordQuotes(v []byte) bool {
+	for _, c := range v {
+		if recordQuoted[c] {
+			return true
+		}
+	}
+	return false
+}
+
 func hexDigit(c byte) (int, bool) {
 	switch {
 	case c >= '0' && c <= '9':
@@ -139,7 +159,7 @@ func hexDigit(c byte) (int, bool) {
 // backslash, a parenthesis, a comma or a space (C's isspace), with each
 // double quote and backslash doubled.
 func appendRecordValue(dst, v []byte) []byte {
-	if len(v) > 0 && !bytes.ContainsAny(v, "\"\\(), \t\n\v\f\r") {
+	if len(v) > 0 && !needsRecordQuotes(v) {
 		return append(dst, v...)
 	}
 	dst = append(dst, '"')
