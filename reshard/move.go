@@ -94,7 +94,8 @@ type TableCheck struct {
 // MoveShard moves logical shard to the database named target, with every ID
 // unchanged: it creates the shard's schema and tables on the target, starts
 // a change log on the source (triggers record the key of every row
-// written), copies the rows (COPY on PostgreSQL), checks that the target
+// written), copies the rows (on PostgreSQL with COPY FREEZE, in one
+// transaction that empties the target's tables first), checks that the target
 // holds what it sent (by a hash of each row, computed by the databases:
 // MoveOptions.CompareSource) and applies the change log, verifying every
 // row as it writes it, while the
@@ -160,7 +161,13 @@ type TableCheck struct {
 // leaves nothing.
 //
 // The router needs a SchemaPattern (a schema per shard on PostgreSQL, a
-// database per shard on MySQL); both databases must be of one kind.
+// database per shard on MySQL); both databases must be of one kind. A move
+// uses up to 3 sessions of each database at once from r's pools, beside
+// the application's and its lock's: give the pools room to keep them
+// (SetMaxIdleConns(16), as the shardid command does). database/sql keeps
+// 2 idle sessions and closes the rest as they come back; each new one is
+// a new server process, which on 2 cores beside 4 writers made a bare
+// copy of a shard twice as slow (docs/resharding.md).
 func MoveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, target string, opts MoveOptions) (MoveResult, error) {
 	res, err := moveShard(ctx, r, c, shard, target, opts)
 	return res, canceled(ctx, err)
