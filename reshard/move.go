@@ -82,6 +82,14 @@ type MoveResult struct {
 	// CopyTime.
 	Copied   int64
 	CopyTime time.Duration
+
+	// ComparedSource says that the first copy was checked by comparing
+	// both sides, which reads the source's rows a second time: asked for
+	// (MoveOptions.CompareSource), or because the copy could not verify
+	// itself, its sums on the target differing from those it sent. A
+	// difference the comparison then explains (rows written meanwhile, a
+	// hash computed differently) costs time, not correctness.
+	ComparedSource bool
 }
 
 // TableCheck is a table's row count and checksum, equal on both sides.
@@ -409,6 +417,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := cp.converge(ctx); err != nil {
 		return res, err
 	}
+	res.ComparedSource = cp.comparedSource
 	// 3. The fence: from here on no write reaches the source.
 	// Over a seal too, if the source was sealed when the move began: a
 	// move run again after one that sealed the source and could not flip

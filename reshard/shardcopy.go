@@ -46,6 +46,9 @@ type shardCopier struct {
 	// compareSource: after the copy, compare the source with it as well
 	// (MoveOptions.CompareSource).
 	compareSource bool
+	// comparedSource: converge compared both sides, asked to or because
+	// the copy did not verify itself (MoveResult.ComparedSource).
+	comparedSource bool
 
 	cols   map[string]columns    // by table
 	sent   map[string]bucketSent // by table: what the copy sent
@@ -339,6 +342,7 @@ func (c *shardCopier) converge(ctx context.Context) (err error) {
 		}
 	}
 	if !verified {
+		c.comparedSource = true
 		if _, err := c.catchUp(ctx, false); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -315,6 +316,17 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 	// (mysqlRowHash), where every column reads as the server prints it;
 	// by the source otherwise, read after the row's columns.
 	moverHashes := columns.plainMySQL
+	if moverHashes {
+		// Only as the server prints them: a session that reads text
+		// converted to another character set (charset=latin1 in the
+		// DSN) would hash other bytes than the server's, and the move
+		// would compare both sides instead.
+		var results *string
+		if err := src.WithContext(ctx).Raw("SELECT @@character_set_results").Row().Scan(&results); err != nil {
+			return 0, nil, fmt.Errorf("shardid: reading the source session's character set: %w", err)
+		}
+		moverHashes = results == nil || strings.EqualFold(*results, "utf8mb4")
+	}
 	extra := 2
 	if moverHashes {
 		extra = 0

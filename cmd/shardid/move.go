@@ -291,6 +291,9 @@ func runMove(ios *streams, f *moveFlagSet, changed func(string) bool) error {
 		}
 		return err
 	}
+	if res.ComparedSource && !f.compareSource {
+		fmt.Fprintln(stdout, "  the copy's sums differed from the target's: the move compared both sides, reading the source again (slower, not less safe)")
+	}
 	for _, t := range res.Tables {
 		fmt.Fprintf(stdout, "  %s: %d rows, checksum %016x on both sides\n", t.Table, t.Rows, t.Checksum)
 	}

@@ -1,0 +1,207 @@
+package reshard_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+)
+
+// A move cancelled while it checks its copy against the target, with the
+// change log's first round applied beside that check, returns at once
+// with the cancellation, having waited for both: no statement of it is
+// still running on the target, the map is unchanged, the source takes
+// writes, and the move run again moves every row.
+func TestMoveCancelledWhileItChecksItsCopy(t *testing.T) {
+	t.Run("postgres", func(t *testing.T) {
+		r, c, _ := freshMoveSetup(t)
+		src := r.Databases()[0]
+		if err := src.Exec(`INSERT INTO shardid_mv_0001.r_photos (id, user_id, caption)
+			SELECT g, 1 + 2000 * g, 'a photo caption of some length' FROM generate_series(1, 200000) g`).Error; err != nil {
+			t.Fatal(err)
+		}
+		cancelWhileChecking(t, r, c, "pg2", 200000, func(db *gorm.DB) int64 {
+			var n int64
+			db.Raw(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+				AND state <> 'idle' AND query LIKE '%shardid_mv_0001%'`).Scan(&n)
+			return n
+		})
+	})
+	t.Run("mariadb", func(t *testing.T) {
+		src := openMySQL(t)
+		for s := range 2 {
+			src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_mv_%04d", s))
+		}
+		dst := openMariaDBInstance(t)
+		p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
+			LogicalShards: 2, SchemaPattern: "shardid_mv_%04d", Plugin: p, Map: []int{0, 0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Migrate(context.Background(), &RPhoto{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.Exec("INSERT INTO shardid_mv_0001.r_photos (id, user_id, caption)" +
+			" SELECT seq, 1 + 2 * seq, 'a photo caption of some length' FROM seq_1_to_100000").Error; err != nil {
+			t.Fatal(err)
+		}
+		cancelWhileChecking(t, r, nil, "my2", 100000, func(db *gorm.DB) int64 {
+			var n int64
+			db.Raw(`SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()
+				AND COMMAND <> 'Sleep' AND INFO LIKE '%shardid_mv_0001%'`).Scan(&n)
+			return n
+		})
+	})
+}
+
+// cancelWhileChecking moves shard 1 of r (rows rows) to target, writes a
+// row to it through r as the copy begins, so that the change log's first
+// round has one to apply, and cancels the move when that round has
+// applied it (runPause's "move forget"), beside the check of the copy;
+// the round then lingers for 1.5 s, and the move must have waited for it.
+// running counts the statements of the move still running on a database.
+func cancelWhileChecking(t *testing.T, r *shardid.Router, c *reshard.Catalog, target string, rows int64, running func(*gorm.DB) int64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		once     sync.Once
+		written  sync.Once
+		werr     error
+		paused   int
+		returned atomic.Bool
+	)
+	defer reshard.SetRunPause(func(at string) {
+		if at == "move forget" {
+			once.Do(func() {
+				paused++
+				cancel()
+				// The round goes on a while after the cancel, as a
+				// statement the server has yet to stop would: the move
+				// must wait for it.
+				time.Sleep(1500 * time.Millisecond)
+				returned.Store(true)
+			})
+		}
+	})()
+	opts := reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 1000, Progress: func(string, int64) {
+		written.Do(func() { werr = r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "during the copy"}).Error })
+	}}
+	_, err := reshard.MoveShard(ctx, r, c, 1, target, opts)
+	if werr != nil {
+		t.Fatalf("the write during the copy: %v", werr)
+	}
+	if paused != 1 {
+		t.Fatalf("the move never applied its first change (paused %d times): %v", paused, err)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the move cancelled beside its check: %v, want context.Canceled", err)
+	}
+	if !returned.Load() {
+		t.Fatal("the cancelled move returned while its first round of the change log still ran")
+	}
+	// A statement cancelled by the client ends on the server a moment
+	// after: up to 3 s for it.
+	for i, db := range r.Databases() {
+		n := running(db)
+		for deadline := time.Now().Add(3 * time.Second); n != 0 && time.Now().Before(deadline); n = running(db) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n != 0 {
+			t.Errorf("%d statements of the cancelled move still run on database %d", n, i)
+		}
+	}
+	if r.DatabaseName(1) == target {
+		t.Fatal("the cancelled move flipped the shard")
+	}
+	if err := r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "after the cancel"}).Error; err != nil {
+		t.Fatalf("a write to the source after the cancelled move: %v", err)
+	}
+	res, err := reshard.MoveShard(context.Background(), r, c, 1, target, reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Tables[0].Rows; got != rows+2 || r.DatabaseName(1) != target {
+		t.Errorf("the move run again: %d rows to %s, want %d to %s", got, r.DatabaseName(1), rows+2, target)
+	}
+}
+
+// A MySQL session that reads text converted to another character set
+// (charset=latin1 in the DSN) gets other bytes than the server hashes: the
+// mover leaves the rows' hashes to the source there, and the copy still
+// verifies itself (MoveResult.ComparedSource false), where hashing the
+// bytes it read would have made the move compare both sides. With
+// CompareSource the move says it compared them. The target's table is
+// made from the source's definition (Tables, not Models): the private
+// server's default character set is latin1.
+func TestMoveHashesTextReadConvertedMariaDB(t *testing.T) {
+	latin1 := func(dsn string) string { return dsn + "&charset=latin1" }
+	src, err := gorm.Open(mysql.Open(latin1(envOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN))), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, src)
+	var cs string
+	if err := src.Raw("SELECT @@character_set_results").Scan(&cs).Error; err != nil || cs != "latin1" {
+		t.Fatalf("the source session's character set: %q, %v", cs, err)
+	}
+	inst := startMariaDBInstance(t)
+	dst, err := gorm.Open(mysql.Open(latin1(inst.DSN("test"))), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	for _, compare := range []bool{false, true} {
+		for s := range 2 {
+			src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_cs_%04d", s))
+			dst.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_cs_%04d", s))
+		}
+		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"my1", "my2"},
+			LogicalShards: 2, SchemaPattern: "shardid_cs_%04d", Plugin: p, Map: []int{0, 0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Migrate(context.Background(), &RPhoto{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range int64(50) {
+			if err := r.ForKey(1 + 2*i).Create(&RPhoto{UserID: 1 + 2*i, Caption: fmt.Sprint("café ", i)}).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got struct{ Stored, Read string }
+		if err := src.Raw("SELECT HEX(caption) AS stored, caption AS `read` FROM shardid_cs_0001.r_photos ORDER BY id LIMIT 1").Scan(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		if got.Stored == strings.ToUpper(hex.EncodeToString([]byte(got.Read))) {
+			t.Fatalf("the session reads %q as stored (%s): the test needs it converted", got.Read, got.Stored)
+		}
+		res, err := reshard.MoveShard(context.Background(), r, nil, 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, CompareSource: compare})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ComparedSource != compare {
+			t.Errorf("CompareSource %v: the move compared both sides: %v", compare, res.ComparedSource)
+		}
+		var n int64
+		dst.Raw("SELECT count(*) FROM shardid_cs_0001.r_photos WHERE caption LIKE 'café %'").Scan(&n)
+		if n != 50 {
+			t.Errorf("%d of the 50 rows with café on the target", n)
+		}
+	}
+	for s := range 2 {
+		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_cs_%04d", s))
+	}
+}
