@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -750,7 +751,13 @@ func createTarget(ctx context.Context, src, dst *gorm.DB, schema string, tables 
 			return 0, err
 		}
 		if len(models) > 0 {
-			err = shardid.MigrateSchema(ctx, dst, schema, models...)
+			// The database first, with the source's character set and
+			// collation, which the tables that models make inherit: made
+			// with the target server's defaults, text would change bytes
+			// on the way, and the copy's check would refuse it.
+			if err = createDatabaseLikeMySQL(ctx, src, dst, schema, schema); err == nil {
+				err = shardid.MigrateSchema(ctx, dst, schema, models...)
+			}
 		} else {
 			err = copyDefinitions(ctx, src, dst, schema, schema, tables)
 		}
@@ -838,11 +845,13 @@ func migrateInTx(tx *gorm.DB, schema string, models []any) error {
 // srcSchema's are on src: on MySQL with SHOW CREATE TABLE, on PostgreSQL
 // from the columns and the "id" primary key.
 func copyDefinitions(ctx context.Context, src, dst *gorm.DB, srcSchema, dstSchema string, tables []string) error {
-	create := `CREATE SCHEMA IF NOT EXISTS "` + dstSchema + `"`
+	var err error
 	if dst.Dialector.Name() == "mysql" {
-		create = "CREATE DATABASE IF NOT EXISTS `" + dstSchema + "`"
+		err = createDatabaseLikeMySQL(ctx, src, dst, srcSchema, dstSchema)
+	} else {
+		err = dst.WithContext(ctx).Exec(`CREATE SCHEMA IF NOT EXISTS "` + dstSchema + `"`).Error
 	}
-	if err := dst.WithContext(ctx).Exec(create).Error; err != nil {
+	if err != nil {
 		return err
 	}
 	for _, t := range tables {
@@ -856,6 +865,27 @@ func copyDefinitions(ctx context.Context, src, dst *gorm.DB, srcSchema, dstSchem
 	}
 	return nil
 }
+
+// createDatabaseLikeMySQL creates database dstSchema on dst, unless it
+// exists, with the default character set and collation of srcSchema on
+// src.
+func createDatabaseLikeMySQL(ctx context.Context, src, dst *gorm.DB, srcSchema, dstSchema string) error {
+	var def struct{ Charset, Collation string }
+	if err := src.WithContext(ctx).Raw("SELECT DEFAULT_CHARACTER_SET_NAME AS charset, DEFAULT_COLLATION_NAME AS collation"+
+		" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", srcSchema).Scan(&def).Error; err != nil {
+		return fmt.Errorf("reading the character set of %s on the source: %w", srcSchema, err)
+	}
+	if def.Charset == "" {
+		return fmt.Errorf("reading the character set of %s on the source: the mover's user cannot see the database there", srcSchema)
+	}
+	if !plainName.MatchString(def.Charset) || !plainName.MatchString(def.Collation) {
+		return fmt.Errorf("the database %s on the source has the character set %q and the collation %q", srcSchema, def.Charset, def.Collation)
+	}
+	return dst.WithContext(ctx).Exec("CREATE DATABASE IF NOT EXISTS `" + dstSchema + "` CHARACTER SET " + def.Charset + " COLLATE " + def.Collation).Error
+}
+
+// plainName matches a character set's or a collation's name.
+var plainName = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 
 // tableDefinition returns the definition of schema.table on src, as it
 // follows "CREATE TABLE name" (copyDefinitions): on MySQL from SHOW CREATE

@@ -142,9 +142,9 @@ func cancelWhileChecking(t *testing.T, r *shardid.Router, c *reshard.Catalog, ta
 // mover leaves the rows' hashes to the source there, and the copy still
 // verifies itself (MoveResult.ComparedSource false), where hashing the
 // bytes it read would have made the move compare both sides. With
-// CompareSource the move says it compared them. The target's table is
-// made from the source's definition (Tables, not Models): the private
-// server's default character set is latin1.
+// CompareSource the move says it compared them. The target's server
+// defaults to latin1: its table, made from the model or from the source's
+// definition, has the source's character set all the same.
 func TestMoveHashesTextReadConvertedMariaDB(t *testing.T) {
 	latin1 := func(dsn string) string { return dsn + "&charset=latin1" }
 	src, err := gorm.Open(mysql.Open(latin1(envOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN))), gormConfig())
@@ -188,12 +188,25 @@ func TestMoveHashesTextReadConvertedMariaDB(t *testing.T) {
 		if got.Stored == strings.ToUpper(hex.EncodeToString([]byte(got.Read))) {
 			t.Fatalf("the session reads %q as stored (%s): the test needs it converted", got.Read, got.Stored)
 		}
-		res, err := reshard.MoveShard(context.Background(), r, nil, 1, "my2", reshard.MoveOptions{Tables: []string{"r_photos"}, CompareSource: compare})
+		opts := reshard.MoveOptions{Models: []any{&RPhoto{}}, CompareSource: compare}
+		if compare {
+			opts = reshard.MoveOptions{Tables: []string{"r_photos"}, CompareSource: compare}
+		}
+		res, err := reshard.MoveShard(context.Background(), r, nil, 1, "my2", opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.ComparedSource != compare {
 			t.Errorf("CompareSource %v: the move compared both sides: %v", compare, res.ComparedSource)
+		}
+		var charsets []string
+		for _, db := range []*gorm.DB{src, dst} {
+			var cs string
+			db.Raw("SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'shardid_cs_0001' AND TABLE_NAME = 'r_photos' AND COLUMN_NAME = 'caption'").Scan(&cs)
+			charsets = append(charsets, cs)
+		}
+		if charsets[0] != charsets[1] {
+			t.Errorf("the caption's character set: %s on the source, %s on the target", charsets[0], charsets[1])
 		}
 		var n int64
 		dst.Raw("SELECT count(*) FROM shardid_cs_0001.r_photos WHERE caption LIKE 'café %'").Scan(&n)
