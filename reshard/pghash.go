@@ -131,8 +131,7 @@ var recordQuoted = func() (t [256]bool) {
 }()
 
 // needsRecordQuotes reports whether v holds a byte that recordQuoted
-// marks: a table lookup, not bytes.ContainsAny, which builds its set on
-// each call (a row's hash calls it for each value).
+// marks (a row's hash tests each value: a table lookup).
 func needsRecordQuotes(v []byte) bool {
 	for _, c := range v {
 		if recordQuoted[c] {

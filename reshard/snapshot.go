@@ -9,7 +9,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -25,8 +24,9 @@ import (
 type columns struct {
 	all, write []string
 	// plainMySQL: on MySQL, every column reads through the driver as the
-	// server prints it (plainTypeMySQL), none generated: the mover can
-	// hash a row from the values it reads (mysqlRowHash).
+	// server prints it (plainTypeMySQL, in a session that reads text
+	// unconverted), none generated: the mover can hash a row from the
+	// values it reads (mysqlRowHash).
 	plainMySQL bool
 }
 
@@ -38,6 +38,7 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 		Generated bool
 		Type      string
 		Charset   *string
+		Results   *string // the session's character_set_results
 	}
 	q := "SELECT column_name AS name, is_generated = 'ALWAYS' AS generated FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
 	mysql := db.Dialector.Name() == "mysql"
@@ -45,7 +46,7 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 		// MySQL has no IS_GENERATED; its EXTRA also says DEFAULT_GENERATED
 		// of a column with an expression as its default.
 		q = "SELECT COLUMN_NAME AS name, (EXTRA LIKE '%VIRTUAL GENERATED%' OR EXTRA LIKE '%STORED GENERATED%' OR EXTRA LIKE '%PERSISTENT GENERATED%') AS `generated`," +
-			" LOWER(DATA_TYPE) AS type, LOWER(CHARACTER_SET_NAME) AS charset" +
+			" LOWER(DATA_TYPE) AS type, LOWER(CHARACTER_SET_NAME) AS charset, LOWER(@@character_set_results) AS results" +
 			" FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
 	}
 	if err := db.WithContext(ctx).Raw(q, schema, table).Scan(&found).Error; err != nil {
@@ -54,7 +55,11 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 	out := columns{all: []string{"id"}, write: []string{"id"}, plainMySQL: mysql}
 	hasID := false
 	for _, c := range found {
-		if mysql && (c.Generated || !plainTypeMySQL(c.Type, c.Charset)) {
+		// As the server prints them, read by a session of db's pool: one
+		// that reads text converted to another character set
+		// (charset=latin1 in the DSN) gets other bytes than the server
+		// hashes.
+		if mysql && (c.Generated || !plainTypeMySQL(c.Type, c.Charset) || (c.Results != nil && *c.Results != "utf8mb4")) {
 			out.plainMySQL = false
 		}
 		if c.Name == "id" {
@@ -316,17 +321,6 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 	// (mysqlRowHash), where every column reads as the server prints it;
 	// by the source otherwise, read after the row's columns.
 	moverHashes := columns.plainMySQL
-	if moverHashes {
-		// Only as the server prints them: a session that reads text
-		// converted to another character set (charset=latin1 in the
-		// DSN) would hash other bytes than the server's, and the move
-		// would compare both sides instead.
-		var results *string
-		if err := src.WithContext(ctx).Raw("SELECT @@character_set_results").Row().Scan(&results); err != nil {
-			return 0, nil, fmt.Errorf("shardid: reading the source session's character set: %w", err)
-		}
-		moverHashes = results == nil || strings.EqualFold(*results, "utf8mb4")
-	}
 	extra := 2
 	if moverHashes {
 		extra = 0

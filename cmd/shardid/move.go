@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -291,15 +292,21 @@ func runMove(ios *streams, f *moveFlagSet, changed func(string) bool) error {
 		}
 		return err
 	}
-	if res.ComparedSource && !f.compareSource {
-		fmt.Fprintln(stdout, "  the copy's sums differed from the target's: the move compared both sides, reading the source again (slower, not less safe)")
+	printMoved(stdout, res, f.compareSource)
+	return nil
+}
+
+// printMoved prints what a move did: that it compared both sides, unless
+// asked to (compareAsked), each table's check, and the new map's version.
+func printMoved(w io.Writer, res reshard.MoveResult, compareAsked bool) {
+	if res.ComparedSource && !compareAsked {
+		fmt.Fprintln(w, "  the copy's sums differed from the target's: the move compared both sides, reading the source again (slower, not less safe)")
 	}
 	for _, t := range res.Tables {
-		fmt.Fprintf(stdout, "  %s: %d rows, checksum %016x on both sides\n", t.Table, t.Rows, t.Checksum)
+		fmt.Fprintf(w, "  %s: %d rows, checksum %016x on both sides\n", t.Table, t.Rows, t.Checksum)
 	}
-	fmt.Fprintf(stdout, "moved shard %d to %s (catalog version %d); writes were fenced for %v\n",
-		s, *to, res.Version, res.Fenced.Round(time.Millisecond))
-	return nil
+	fmt.Fprintf(w, "moved shard %d to %s (catalog version %d); writes were fenced for %v\n",
+		res.Shard, res.To, res.Version, res.Fenced.Round(time.Millisecond))
 }
 
 func indexOf(names []string, n string) int {
