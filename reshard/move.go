@@ -870,18 +870,31 @@ func copyDefinitions(ctx context.Context, src, dst *gorm.DB, srcSchema, dstSchem
 // exists, with the default character set and collation of srcSchema on
 // src.
 func createDatabaseLikeMySQL(ctx context.Context, src, dst *gorm.DB, srcSchema, dstSchema string) error {
+	like, err := databaseCharsetMySQL(ctx, src, srcSchema)
+	if err != nil {
+		return err
+	}
+	return dst.WithContext(ctx).Exec("CREATE DATABASE IF NOT EXISTS `" + dstSchema + "`" + like).Error
+}
+
+// databaseCharsetMySQL returns the clause " CHARACTER SET cs COLLATE co"
+// of the default character set and collation of database schema on src,
+// for a CREATE DATABASE of its tables' new home: the tables that later
+// migrations add there inherit them, where the server's default (latin1 on
+// MariaDB's own) would store their text in other bytes.
+func databaseCharsetMySQL(ctx context.Context, src *gorm.DB, schema string) (string, error) {
 	var def struct{ Charset, Collation string }
 	if err := src.WithContext(ctx).Raw("SELECT DEFAULT_CHARACTER_SET_NAME AS charset, DEFAULT_COLLATION_NAME AS collation"+
-		" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", srcSchema).Scan(&def).Error; err != nil {
-		return fmt.Errorf("reading the character set of %s on the source: %w", srcSchema, err)
+		" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", schema).Scan(&def).Error; err != nil {
+		return "", fmt.Errorf("reading the character set of %s on the source: %w", schema, err)
 	}
 	if def.Charset == "" {
-		return fmt.Errorf("reading the character set of %s on the source: the mover's user cannot see the database there", srcSchema)
+		return "", fmt.Errorf("reading the character set of %s on the source: the mover's user cannot see the database there", schema)
 	}
 	if !plainName.MatchString(def.Charset) || !plainName.MatchString(def.Collation) {
-		return fmt.Errorf("the database %s on the source has the character set %q and the collation %q", srcSchema, def.Charset, def.Collation)
+		return "", fmt.Errorf("the database %s on the source has the character set %q and the collation %q", schema, def.Charset, def.Collation)
 	}
-	return dst.WithContext(ctx).Exec("CREATE DATABASE IF NOT EXISTS `" + dstSchema + "` CHARACTER SET " + def.Charset + " COLLATE " + def.Collation).Error
+	return " CHARACTER SET " + def.Charset + " COLLATE " + def.Collation, nil
 }
 
 // plainName matches a character set's or a collation's name.

@@ -95,3 +95,44 @@ func TestMoveHashesTextReadConvertedMariaDB(t *testing.T) {
 		src.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_cs_%04d", s))
 	}
 }
+
+// A split creates each shard's database with the monolith database's
+// character set and collation: the tables that later migrations add
+// there inherit them, not the server's default (utf8mb4 on Debian's
+// MariaDB, latin1 on MariaDB's own).
+func TestSplitShardDatabasesKeepTheMonolithsCharsetMariaDB(t *testing.T) {
+	e := newSplitEnvMySQL(t, 4, 8, 2, 1)
+	mono := e.dbs[0]
+	var name string
+	if err := mono.Raw("SELECT DATABASE()").Scan(&name).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := mono.Exec("ALTER DATABASE `" + name + "` CHARACTER SET utf8mb3 COLLATE utf8mb3_bin").Error; err != nil {
+		t.Fatal(err)
+	}
+	var server string
+	if err := mono.Raw("SELECT @@character_set_server").Scan(&server).Error; err != nil {
+		t.Fatal(err)
+	}
+	if server == "utf8mb3" {
+		t.Fatal("the server defaults to utf8mb3: the test could not tell the databases apart")
+	}
+	ctx := context.Background()
+	plan, err := reshard.PlanSplit(ctx, e.cfg, []string{"my_a", "my_b"}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for s := range 4 {
+		var def struct{ Charset, Collation string }
+		if err := e.targetDB(plan, s).Raw("SELECT DEFAULT_CHARACTER_SET_NAME AS charset, DEFAULT_COLLATION_NAME AS collation"+
+			" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", e.m.SchemaOf(s)).Scan(&def).Error; err != nil {
+			t.Fatal(err)
+		}
+		if def.Charset != "utf8mb3" || def.Collation != "utf8mb3_bin" {
+			t.Errorf("shard %d's database %s: %s, %s; want the monolith's utf8mb3, utf8mb3_bin", s, e.m.SchemaOf(s), def.Charset, def.Collation)
+		}
+	}
+}

@@ -1530,6 +1530,10 @@ func (b *splitBatch) aheadAsCreated(s int) bool {
 // nothing to check, since nobody can write into it before it exists. One
 // that exists (a batch run again) is completed as a move does.
 func (b *splitBatch) createTargetsMySQL(ctx context.Context, targets []int, shards map[int][]int, tables []string, tokens map[int]int64) error {
+	like, err := databaseCharsetMySQL(ctx, b.sp.mono, b.sp.schema)
+	if err != nil {
+		return err
+	}
 	type job struct{ d, s int }
 	jobs := make(chan job)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -1541,7 +1545,7 @@ func (b *splitBatch) createTargetsMySQL(ctx context.Context, targets []int, shar
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				fresh, tok, err := b.createTargetMySQL(ctx, b.sp.cfg.DBs[j.d], b.schemaOf(j.s), tables)
+				fresh, tok, err := b.createTargetMySQL(ctx, b.sp.cfg.DBs[j.d], b.schemaOf(j.s), tables, like)
 				if err != nil {
 					cancel(fmt.Errorf("shardid: creating shard %d on %s: %w", j.s, b.sp.cfg.Map.Databases()[j.d], err))
 					continue
@@ -1567,9 +1571,10 @@ func (b *splitBatch) createTargetsMySQL(ctx context.Context, targets []int, shar
 }
 
 // createTargetMySQL creates the shard database schema on db with tables
-// fenced for the mover, and reports whether it created the database and
-// the fence's token.
-func (b *splitBatch) createTargetMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string) (bool, int64, error) {
+// fenced for the mover, with like, the monolith database's character set
+// and collation (databaseCharsetMySQL), and reports whether it created the
+// database and the fence's token.
+func (b *splitBatch) createTargetMySQL(ctx context.Context, db *gorm.DB, schema string, tables []string, like string) (bool, int64, error) {
 	var n int64
 	if err := db.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", schema).Scan(&n).Error; err != nil {
 		return false, 0, err
@@ -1586,7 +1591,7 @@ func (b *splitBatch) createTargetMySQL(ctx context.Context, db *gorm.DB, schema 
 		return false, tok, err
 	}
 	tok := newFenceToken()
-	stmts := []string{"CREATE DATABASE `" + schema + "`"}
+	stmts := []string{"CREATE DATABASE `" + schema + "`" + like}
 	for _, t := range tables {
 		stmts = append(stmts, "CREATE TABLE "+quoteTable(db, schema, t)+b.defs[t])
 	}
