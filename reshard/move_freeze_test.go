@@ -79,3 +79,67 @@ func TestMoveCopiesRowsFrozen(t *testing.T) {
 		}
 	}
 }
+
+// A table partitioned on the target (created there by the application's
+// own migrations before the move) cannot take COPY FREEZE: the move copies
+// into it without, and its rows land in their partitions. The source's
+// table is partitioned too, and read through its parent.
+func TestMoveCopiesIntoAPartitionedTable(t *testing.T) {
+	src := openPostgres(t)
+	openSecondPostgresTB(t)
+	dst, err := gorm.Open(postgres.Open(replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	const schema = "shardid_prt_0001"
+	for _, db := range []*gorm.DB{src, dst} {
+		db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
+	}
+	t.Cleanup(func() {
+		for _, db := range []*gorm.DB{src, dst} {
+			db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
+		}
+	})
+	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"pg1", "pg2"},
+		LogicalShards: 2, SchemaPattern: "shardid_prt_%04d", Plugin: p, Map: []int{0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows = 3000
+	for _, db := range []*gorm.DB{src, dst} {
+		for _, q := range []string{
+			"CREATE SCHEMA " + schema,
+			"CREATE TABLE " + schema + ".events (id bigint PRIMARY KEY, what text NOT NULL) PARTITION BY RANGE (id)",
+			"CREATE TABLE " + schema + ".events_lo PARTITION OF " + schema + ".events FOR VALUES FROM (MINVALUE) TO (1000)",
+			"CREATE TABLE " + schema + ".events_hi PARTITION OF " + schema + ".events FOR VALUES FROM (1000) TO (MAXVALUE)",
+		} {
+			if err := db.Exec(q).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := src.Exec(fmt.Sprintf("INSERT INTO %s.events SELECT g, 'event ' || g FROM generate_series(1, %d) g", schema, rows)).Error; err != nil {
+		t.Fatal(err)
+	}
+	res, err := reshard.MoveShard(context.Background(), r, nil, 1, "pg2", reshard.MoveOptions{Tables: []string{"events"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Copied != rows {
+		t.Errorf("copied %d rows, want %d", res.Copied, rows)
+	}
+	var got struct{ Lo, Hi, Sum int64 }
+	if err := dst.Raw("SELECT (SELECT count(*) FROM " + schema + ".events_lo) AS lo, (SELECT count(*) FROM " + schema + ".events_hi) AS hi," +
+		" (SELECT sum(id) FROM " + schema + ".events WHERE what = 'event ' || id) AS sum").Scan(&got).Error; err != nil {
+		t.Fatal(err)
+	}
+	if got.Lo != 999 || got.Hi != rows-999 || got.Sum != rows*(rows+1)/2 {
+		t.Errorf("on the target: %d rows in events_lo (want 999), %d in events_hi (want %d), ids summing to %d (want %d)",
+			got.Lo, got.Hi, rows-999, got.Sum, rows*(rows+1)/2)
+	}
+}
