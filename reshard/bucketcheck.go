@@ -17,7 +17,7 @@ const compareBuckets = 4096
 // bucketSums returns the row count and the sum of the row hashes (rowHash
 // over cols) of each bucket of keys of table on db, summed by db: only the
 // sums cross the network.
-func bucketSums(ctx context.Context, db *gorm.DB, table string, cols []string) (map[int64]sentRows, error) {
+func bucketSums(ctx context.Context, db *gorm.DB, table string, cols hashCols) (map[int64]sentRows, error) {
 	sum := "coalesce(sum(" + rowHash(db, cols) + "), 0)::text"
 	if db.Dialector.Name() == "mysql" {
 		sum = "CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR)"
@@ -52,7 +52,7 @@ func bucketSums(ctx context.Context, db *gorm.DB, table string, cols []string) (
 // up as readSession's are): a copy's check against what it sent
 // (verifySent). Without bucketSums' grouping it costs the server less,
 // and PostgreSQL can spread the scan over parallel workers.
-func tableSumOn(ctx context.Context, q querier, db *gorm.DB, table string, cols []string) (sentRows, error) {
+func tableSumOn(ctx context.Context, q querier, db *gorm.DB, table string, cols hashCols) (sentRows, error) {
 	sql := "SELECT count(*), coalesce(sum(" + rowHash(db, cols) + "), 0)::text FROM " + table
 	if db.Dialector.Name() == "mysql" {
 		sql = "SELECT count(*), CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR) FROM " + table
@@ -69,7 +69,7 @@ func tableSumOn(ctx context.Context, q querier, db *gorm.DB, table string, cols 
 
 // bucketHashes returns the hash of every row of table on db whose key is
 // in one of buckets.
-func bucketHashes(ctx context.Context, db *gorm.DB, table string, cols []string, buckets []int64) (map[int64]uint64, error) {
+func bucketHashes(ctx context.Context, db *gorm.DB, table string, cols hashCols, buckets []int64) (map[int64]uint64, error) {
 	out := map[int64]uint64{}
 	err := readSession(ctx, db, func(qr querier) error {
 		for lo := 0; lo < len(buckets); lo += 1000 {
@@ -112,7 +112,7 @@ func bucketHashes(ctx context.Context, db *gorm.DB, table string, cols []string,
 // and the keys that differ (on one side only, or with other hashes). When
 // most buckets differ it compares every row (compareTable), which reads no
 // more.
-func compareByBuckets(ctx context.Context, src, dst *gorm.DB, table string, cols []string) (*rowCheck, error) {
+func compareByBuckets(ctx context.Context, src, dst *gorm.DB, table string, cols hashCols) (*rowCheck, error) {
 	var sums [2]map[int64]sentRows
 	errs := make(chan error, 2)
 	ctx, cancel := context.WithCancel(ctx)

@@ -377,7 +377,7 @@ func readRowsHashed(ctx context.Context, q querier, db *gorm.DB, table string, c
 	for i, id := range ids {
 		args[i] = id
 	}
-	rs, err := q.QueryContext(ctx, "SELECT "+columnList(db, cols)+", "+rowHash(db, c.all)+" FROM "+table+" WHERE id IN ("+placeholders(db, 0, len(ids))+")", args...)
+	rs, err := q.QueryContext(ctx, "SELECT "+columnList(db, cols)+", "+rowHash(db, c.hashed())+" FROM "+table+" WHERE id IN ("+placeholders(db, 0, len(ids))+")", args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -580,7 +580,7 @@ func applyChunk(ctx context.Context, src, dst *gorm.DB, hold fenceHold, srcTable
 				return err
 			}
 			if rc != nil {
-				if old, err = keyHashes(ctx, tx, dst, qt, c.all, append(slices.Clone(chunk), evict...)); err != nil {
+				if old, err = keyHashes(ctx, tx, dst, qt, c.hashed(), append(slices.Clone(chunk), evict...)); err != nil {
 					return err
 				}
 			}
@@ -603,7 +603,7 @@ func applyChunk(ctx context.Context, src, dst *gorm.DB, hold fenceHold, srcTable
 				return err
 			}
 			if rc != nil {
-				now, err = keyHashes(ctx, tx, dst, qt, c.all, chunk)
+				now, err = keyHashes(ctx, tx, dst, qt, c.hashed(), chunk)
 			}
 			return err
 		})

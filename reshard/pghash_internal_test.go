@@ -3,13 +3,17 @@ package reshard
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shardid/shardid/internal/testdb"
+	"gorm.io/gorm"
 )
 
 // copyRowHash must give every row the hash that PostgreSQL's rowHash gives
@@ -25,10 +29,11 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 	for _, q := range []string{
 		`CREATE TYPE ` + schema + `.mood AS ENUM ('ok', 'not ok', 'a,b')`,
 		`CREATE TYPE ` + schema + `.pair AS (a text, b int)`,
+		`CREATE DOMAIN ` + schema + `.label AS varchar(200)`,
 		`CREATE TABLE ` + schema + `.items (id bigint PRIMARY KEY, t text, vc varchar(20), ch char(6), i int, s smallint,
 			n numeric(14, 4), f8 float8, f4 float4, b bool, d date, ts timestamp, tz timestamptz, iv interval, tm time,
 			by bytea, j json, jb jsonb, u uuid, ip inet, arr text[], ia int[], pt point, bx box, m ` + schema + `.mood,
-			p ` + schema + `.pair, money money, tv tsvector, dr daterange)`,
+			p ` + schema + `.pair, money money, tv tsvector, dr daterange, lb ` + schema + `.label, big bigint)`,
 		`INSERT INTO ` + schema + `.items VALUES
 			(1, 'plain', 'v', 'ab', 1, 2, 3.25, 0.1, 1.5, true, '2026-11-30', '2026-11-30 12:00:00.123456', '2026-11-30 12:00:00+05',
 			 '1 day 02:03:04', '12:34:56', '\x00ff10', '{"a": [1, "b c"]}', '{"a": [1, "b c"]}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
@@ -54,22 +59,41 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 		"é", "\u00a0", "\u0085", "\u2028", "\u3000", "✓", "😀", "N", `\N`}
 	for i := range 3000 {
 		v := randomText(rng, alphabet)
-		if err := db.Exec("INSERT INTO "+schema+".items (id, t, vc, i) VALUES (?, ?, ?, ?)", 10+i*4093, v, fmt.Sprint(i), i).Error; err != nil {
+		big := rng.Int64() >> rng.IntN(64)
+		if i%2 == 0 {
+			big = -big
+		}
+		if err := db.Exec("INSERT INTO "+schema+".items (id, t, vc, i, lb, big) VALUES (?, ?, ?, ?, ?, ?)", 10+i*4093, v, fmt.Sprint(i), i, randomText(rng, alphabet), big).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
-	cols, err := tableColumns(ctx, db, schema, "items")
+	text, err := tableColumns(ctx, db, schema, "items")
 	if err != nil {
 		t.Fatal(err)
 	}
 	table := quoteTable(db, schema, "items")
-	want, err := bucketSums(ctx, db, table, cols.all)
+	byType := text.byType()
+	if n := len(byType.kinds) - len(slices.DeleteFunc(slices.Clone(byType.kinds), func(k hashKind) bool { return k != hashInRecord })); n != 7 {
+		t.Fatalf("%d columns hashed by their types, want 7 (id, t, vc, i, s, lb, big): %v", n, byType.kinds)
+	}
+	// In the row's text (a split's hash), and by the columns' types (a
+	// move's).
+	for _, cols := range []columns{text, byType} {
+		t.Run(fmt.Sprintf("typed=%v", cols.kinds != nil), func(t *testing.T) {
+			testCopyRowHashMatchesTheServer(t, db, table, cols)
+		})
+	}
+}
+
+func testCopyRowHashMatchesTheServer(t *testing.T, db *gorm.DB, table string, cols columns) {
+	ctx := context.Background()
+	want, err := bucketSums(ctx, db, table, cols.hashed())
 	if err != nil {
 		t.Fatal(err)
 	}
 	server := map[int64]uint64{}
 	if err := readSession(ctx, db, func(q querier) error {
-		rows, err := q.QueryContext(ctx, "SELECT id, "+rowHash(db, cols.all)+" FROM "+table)
+		rows, err := q.QueryContext(ctx, "SELECT id, "+rowHash(db, cols.hashed())+" FROM "+table)
 		if err != nil {
 			return err
 		}
@@ -100,7 +124,7 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h copyRowHasher
+	h := copyRowHasher{kinds: cols.kinds}
 	got := bucketSent{}
 	seen := 0
 	for _, l := range bytes.SplitAfter(out.Bytes(), []byte{'\n'}) {
@@ -159,8 +183,8 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 		return r.sent
 	}
 	list := columnList(db, cols.all)
-	byServer := routed("COPY (SELECT MOD(id, 7), "+rowHash(db, cols.all)+", "+list+" FROM "+table+") TO STDOUT", nil)
-	byMover := routed("COPY (SELECT MOD(id, 7), "+list+" FROM "+table+") TO STDOUT", &copyRowHasher{})
+	byServer := routed("COPY (SELECT MOD(id, 7), "+rowHash(db, cols.hashed())+", "+list+" FROM "+table+") TO STDOUT", nil)
+	byMover := routed("COPY (SELECT MOD(id, 7), "+list+" FROM "+table+") TO STDOUT", &copyRowHasher{kinds: cols.kinds})
 	for _, s := range shards {
 		if *byServer[s] != *byMover[s] {
 			t.Errorf("shard %d: the split's copy sent %+v with the server's hashes, %+v with the mover's", s, *byServer[s], *byMover[s])
@@ -186,6 +210,60 @@ func TestHashBytesPGMatchesTheServer(t *testing.T) {
 		}
 		if got := hashBytesPG(b); got != uint64(want) {
 			t.Errorf("%q (%d bytes): %d, the server %d", b, len(b), int64(got), want)
+		}
+	}
+}
+
+// hashBytesPGSeed and hashInt8PG are hashtextextended and
+// hashint8extended with the seeds rowHash gives columns by their place,
+// and seeds of every width, for texts of up to two of lookup3's blocks and
+// integers of every size and sign.
+func TestTypedHashesMatchTheServer(t *testing.T) {
+	db := testdb.OpenPostgres(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	seeds := []int64{1, 2, 7, 29, 1 << 31, 1<<32 + 5, -1, -1 << 63}
+	ints := []int64{0, 1, -1, 2, -2, 1<<31 - 1, -1 << 31, 1 << 32, -1<<32 - 1, 1<<63 - 1, -1 << 63}
+	for range 40 {
+		v := rng.Int64() >> rng.IntN(64)
+		if rng.IntN(2) == 0 {
+			v = -v
+		}
+		ints = append(ints, v)
+	}
+	runes := []rune("az09 ,()\\\"\téß€✓😀")
+	for _, seed := range seeds {
+		for n := range 26 {
+			var b []byte
+			for len(b) < n {
+				b = utf8.AppendRune(b, runes[rng.IntN(len(runes))])
+			}
+			var want int64
+			if err := db.Raw(`SELECT hashtextextended(? COLLATE "C", ?)`, string(b), seed).Scan(&want).Error; err != nil {
+				t.Fatal(err)
+			}
+			if got := hashBytesPGSeed(b, uint64(seed)); got != uint64(want) {
+				t.Errorf("%q (%d bytes), seed %d: %d, the server %d", b, len(b), seed, int64(got), want)
+			}
+		}
+		for _, v := range ints {
+			var want int64
+			if err := db.Raw("SELECT hashint8extended(?::int8, ?)", v, seed).Scan(&want).Error; err != nil {
+				t.Fatal(err)
+			}
+			if got := hashInt8PG(v, uint64(seed)); got != uint64(want) {
+				t.Errorf("%d, seed %d: %d, the server %d", v, seed, int64(got), want)
+			}
+			if v == int64(int32(v)) {
+				// An int4 column: hashint8extended of its value as an
+				// int8, what rowHash asks for.
+				var w4 int64
+				if err := db.Raw("SELECT hashint8extended(?::int4, ?)", v, seed).Scan(&w4).Error; err != nil {
+					t.Fatal(err)
+				}
+				if w4 != want {
+					t.Errorf("%d as an int4, seed %d: %d, as an int8 %d", v, seed, w4, want)
+				}
+			}
 		}
 	}
 }
@@ -217,6 +295,16 @@ func TestUnescapeCopyText(t *testing.T) {
 			t.Errorf("hash(%q): no error", l)
 		}
 	}
+	// By type: a row of other than its columns, an integer that is not.
+	typed := copyRowHasher{kinds: []hashKind{hashInt, hashInt}}
+	for _, l := range []string{"1\n", "1\t2\t3\n", "1\tx\n", "1\t99999999999999999999\n"} {
+		if _, _, err := typed.hash([]byte(l)); err == nil {
+			t.Errorf("by type, hash(%q): no error", l)
+		}
+	}
+	if _, _, err := typed.hash([]byte("1\t\\N\n")); err != nil {
+		t.Errorf("by type, a NULL: %v", err)
+	}
 }
 
 // FuzzCopyRowHash: no line makes the hasher panic, and a row of two
@@ -239,6 +327,37 @@ func FuzzCopyRowHash(f *testing.F) {
 		rec = append(appendRecordValue(append(rec, ','), b), ')')
 		if want := hashBytesPG(rec); sum != want {
 			t.Fatalf("hash(%q) = %d, want the hash of %q", line, sum, rec)
+		}
+
+		// By type: the id an integer, a text, b in the row's text.
+		typed := copyRowHasher{kinds: []hashKind{hashInt, hashText, hashInRecord}}
+		typed.hash(l)
+		id, sum, err = typed.hash(append(line, '\n'))
+		if err != nil || id != 7 {
+			t.Fatalf("by type, hash(%q) = id %d, %v", line, id, err)
+		}
+		want := hashInt8PG(7, 1) ^ hashBytesPGSeed(a, 2) ^ hashBytesPG(append(appendRecordValue([]byte("("), b), ')'))
+		if sum != want {
+			t.Fatalf("by type, hash(%q) = %d, want %d", line, sum, want)
+		}
+	})
+}
+
+// parseInt64 reads what strconv.ParseInt reads in base 10, but for a plus
+// sign, which PostgreSQL does not print.
+func FuzzParseInt64(f *testing.F) {
+	for _, s := range []string{"0", "-0", "7", "-12", "007", "9223372036854775807", "-9223372036854775808",
+		"9223372036854775808", "-9223372036854775809", "99999999999999999999", "", "-", "+1", "1a", " 1", "1e3"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseInt64(b)
+		want, err := strconv.ParseInt(string(b), 10, 64)
+		if len(b) > 0 && b[0] == '+' {
+			err = errors.New("a plus sign")
+		}
+		if ok != (err == nil) || ok && got != want {
+			t.Fatalf("parseInt64(%q) = %d, %v; strconv: %d, %v", b, got, ok, want, err)
 		}
 	})
 }
@@ -267,4 +386,26 @@ func escapeCopyText(v []byte) []byte {
 		}
 	}
 	return out
+}
+
+// BenchmarkCopyRowHasher: the mover's hash of a row of the move
+// benchmark's table (id, user_id, caption) as COPY prints it, in the row's
+// text (a split's) and by the columns' types (a move's).
+func BenchmarkCopyRowHasher(b *testing.B) {
+	line := []byte("1234567890123\t987\tphoto number 1234567890123 with a caption\n")
+	for _, c := range []struct {
+		name  string
+		kinds []hashKind
+	}{{"text", nil}, {"typed", []hashKind{hashInt, hashInt, hashText}}} {
+		b.Run(c.name, func(b *testing.B) {
+			h := copyRowHasher{kinds: c.kinds}
+			b.SetBytes(int64(len(line)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := h.hash(line); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -82,7 +82,9 @@ func (c *shardCopier) capture(ctx context.Context, check func(context.Context) e
 		if err != nil {
 			return err
 		}
-		c.cols[t] = cols
+		// A move's rows are hashed by their columns' types: nothing of
+		// the hashes outlives it.
+		c.cols[t] = cols.byType()
 	}
 	if err := startCapture(ctx, c.src, c.schema, c.tables, check); err != nil {
 		return fmt.Errorf("shardid: starting the change log of %s: %w", c.schema, err)
@@ -350,7 +352,7 @@ func (c *shardCopier) converge(ctx context.Context) (err error) {
 		// comparison sees every change applied before.
 		checks := map[string]*rowCheck{}
 		for _, t := range c.tables {
-			rc, err := compareByBuckets(ctx, c.src, c.dst, c.table(t), c.cols[t].all)
+			rc, err := compareByBuckets(ctx, c.src, c.dst, c.table(t), c.cols[t].hashed())
 			if err != nil {
 				return err
 			}
@@ -369,7 +371,7 @@ func (c *shardCopier) converge(ctx context.Context) (err error) {
 			// explains: compared again now, so that a copy that really
 			// differs fails before the fence.
 			for _, t := range c.tables {
-				if err := c.checks[t].recheck(ctx, c.src, c.dst, c.cols[t].all); err != nil {
+				if err := c.checks[t].recheck(ctx, c.src, c.dst, c.cols[t].hashed()); err != nil {
 					return err
 				}
 			}
@@ -457,7 +459,7 @@ func (c *shardCopier) verifySent(ctx context.Context, beside func(context.Contex
 			done = make(chan error, 1)
 			go func() { done <- beside(bctx) }()
 			for _, t := range c.tables {
-				s, err := tableSumOn(ctx, tx, c.dst, c.table(t), c.cols[t].all)
+				s, err := tableSumOn(ctx, tx, c.dst, c.table(t), c.cols[t].hashed())
 				if err != nil {
 					return fmt.Errorf("shardid: verifying the copy of %s: %w", c.table(t), err)
 				}
@@ -497,7 +499,7 @@ func (c *shardCopier) unexplained(ctx context.Context) error {
 	var pending map[string]map[int64]bool
 	for _, t := range c.tables {
 		rc := c.checks[t]
-		if err := rc.recheck(ctx, c.src, c.dst, c.cols[t].all); err != nil {
+		if err := rc.recheck(ctx, c.src, c.dst, c.cols[t].hashed()); err != nil {
 			return err
 		}
 		if len(rc.suspect) == 0 {
@@ -530,7 +532,7 @@ func (c *shardCopier) finish(ctx context.Context) ([]TableCheck, error) {
 	var out []TableCheck
 	for _, t := range c.tables {
 		rc := c.checks[t]
-		if err := rc.recheck(ctx, c.src, c.dst, c.cols[t].all); err != nil {
+		if err := rc.recheck(ctx, c.src, c.dst, c.cols[t].hashed()); err != nil {
 			return nil, err
 		}
 		if len(rc.suspect) > 0 {

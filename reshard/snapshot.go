@@ -23,6 +23,13 @@ import (
 // the target computes).
 type columns struct {
 	all, write []string
+	// kinds: how rowHash hashes each of all on PostgreSQL (hashCols);
+	// nil, in the row's text. A move hashes by type (byType), a split in
+	// the row's text.
+	kinds []hashKind
+	// types: PostgreSQL's names of the types of all (information_schema's
+	// data_type; a domain's is its base type's).
+	types []string
 	// plainMySQL: on MySQL, every column reads through the driver as the
 	// server prints it (plainTypeMySQL, in a session that reads text
 	// unconverted), none generated: the mover can hash a row from the
@@ -40,7 +47,7 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 		Charset   *string
 		Results   *string // the session's character_set_results
 	}
-	q := "SELECT column_name AS name, is_generated = 'ALWAYS' AS generated FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
+	q := "SELECT column_name AS name, is_generated = 'ALWAYS' AS generated, data_type AS type FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position"
 	mysql := db.Dialector.Name() == "mysql"
 	if mysql {
 		// MySQL has no IS_GENERATED; its EXTRA also says DEFAULT_GENERATED
@@ -53,6 +60,9 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 		return columns{}, err
 	}
 	out := columns{all: []string{"id"}, write: []string{"id"}, plainMySQL: mysql}
+	if !mysql {
+		out.types = []string{""}
+	}
 	hasID := false
 	for _, c := range found {
 		// As the server prints them, read by a session of db's pool: one
@@ -67,9 +77,15 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 			if c.Generated {
 				return columns{}, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s: its id is a generated column", schema, table))
 			}
+			if !mysql {
+				out.types[0] = c.Type
+			}
 			continue
 		}
 		out.all = append(out.all, c.Name)
+		if !mysql {
+			out.types = append(out.types, c.Type)
+		}
 		if !c.Generated {
 			out.write = append(out.write, c.Name)
 		}
@@ -79,6 +95,28 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 	}
 	return out, nil
 }
+
+// byType returns c hashed by its columns' types on PostgreSQL (rowHash):
+// integers and text by their own hash functions, the others in the row's
+// text. On MySQL it returns c.
+func (c columns) byType() columns {
+	if c.types == nil {
+		return c
+	}
+	c.kinds = make([]hashKind, len(c.all))
+	for i, t := range c.types {
+		switch t {
+		case "bigint", "integer", "smallint":
+			c.kinds[i] = hashInt
+		case "text", "character varying":
+			c.kinds[i] = hashText
+		}
+	}
+	return c
+}
+
+// hashed returns the columns that c's rows are hashed over, and how.
+func (c columns) hashed() hashCols { return hashCols{names: c.all, kinds: c.kinds} }
 
 // bucketSent is what a copy sent of a table, by bucket of keys (id modulo
 // compareBuckets), as bucketSums sums a table.
@@ -134,9 +172,9 @@ func copyPG(ctx context.Context, src *gorm.DB, dc *pgx.Conn, table string, cols 
 	sum := &bucketSummer{sent: bucketSent{}}
 	q := "COPY (SELECT " + list + " FROM " + table + ") TO STDOUT"
 	if slices.Equal(cols.all, cols.write) {
-		sum.hasher = &copyRowHasher{}
+		sum.hasher = &copyRowHasher{kinds: cols.kinds}
 	} else {
-		q = "COPY (SELECT " + bucketKey() + ", " + rowHash(src, cols.all) + ", " + list + " FROM " + table + ") TO STDOUT"
+		q = "COPY (SELECT " + bucketKey() + ", " + rowHash(src, cols.hashed()) + ", " + list + " FROM " + table + ") TO STDOUT"
 	}
 	into := "COPY " + table + " (" + list + ") FROM STDIN"
 	if freeze {
@@ -341,7 +379,7 @@ func copyBatches(ctx context.Context, src, dst *gorm.DB, hold fenceHold, fence, 
 	go func() {
 		defer reader.Done()
 		defer close(batches)
-		sel := "SELECT " + columnList(src, cols) + ", " + bucketKey() + ", " + rowHash(src, columns.all) + " FROM " + table
+		sel := "SELECT " + columnList(src, cols) + ", " + bucketKey() + ", " + rowHash(src, columns.hashed()) + " FROM " + table
 		if moverHashes {
 			sel = "SELECT " + columnList(src, cols) + " FROM " + table
 		}

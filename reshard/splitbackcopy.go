@@ -306,7 +306,7 @@ func (bc *backCopy) upsert(ctx context.Context, t SplitTable, rows [][]any, srcH
 				return err
 			}
 			if rc != nil {
-				if old, err = keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), c.all, append(slices.Clone(ids), evict...)); err != nil {
+				if old, err = keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), textHashed(c.all), append(slices.Clone(ids), evict...)); err != nil {
 					return err
 				}
 			}
@@ -321,7 +321,7 @@ func (bc *backCopy) upsert(ctx context.Context, t SplitTable, rows [][]any, srcH
 				return err
 			}
 			if rc != nil {
-				now, err = keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), c.all, ids)
+				now, err = keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), textHashed(c.all), ids)
 			}
 			return err
 		})

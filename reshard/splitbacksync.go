@@ -136,7 +136,7 @@ func (bc *backCopy) compare(ctx context.Context) error {
 		keys := make(chan []keyHash, 4)
 		scan := make(chan error, 1)
 		sctx, cancel := context.WithCancel(ctx)
-		go func() { scan <- scanOrdered(sctx, bc.src, bc.srcTable(t.Name), c.all, keys) }()
+		go func() { scan <- scanOrdered(sctx, bc.src, bc.srcTable(t.Name), textHashed(c.all), keys) }()
 		var err error
 		for b := range keys {
 			if err != nil {
@@ -148,7 +148,7 @@ func (bc *backCopy) compare(ctx context.Context) error {
 			}
 			var have map[int64]uint64
 			err = readSession(ctx, bc.sp.mono, func(q querier) (err error) {
-				have, err = keyHashes(ctx, q, bc.sp.mono, rc.table, c.all, ids)
+				have, err = keyHashes(ctx, q, bc.sp.mono, rc.table, textHashed(c.all), ids)
 				return err
 			})
 			if err != nil {
@@ -210,7 +210,7 @@ func (bc *backCopy) converge(ctx context.Context) error {
 // recheck compares the keys in doubt again.
 func (bc *backCopy) recheck(ctx context.Context) error {
 	for _, t := range bc.sp.tables {
-		if err := bc.checks[t.Name].recheck(ctx, bc.src, bc.sp.mono, bc.cols[t.Name].all); err != nil {
+		if err := bc.checks[t.Name].recheck(ctx, bc.src, bc.sp.mono, textHashed(bc.cols[t.Name].all)); err != nil {
 			return err
 		}
 	}
@@ -332,7 +332,7 @@ func (bc *backCopy) deleteGone(ctx context.Context, tx *sql.Tx, t SplitTable, id
 	}
 	for lo := 0; lo < len(ids); lo += backBatch {
 		chunk := ids[lo:min(lo+backBatch, len(ids))]
-		old, err := keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), bc.cols[t.Name].all, chunk)
+		old, err := keyHashes(ctx, tx, bc.sp.mono, bc.mine(t), textHashed(bc.cols[t.Name].all), chunk)
 		if err != nil {
 			return err
 		}

@@ -167,7 +167,7 @@ func (sp *splitter) truncateInTx(ctx context.Context, tx *sql.Tx, b *splitBatch,
 				kept = append(kept, fmt.Sprintf("shards %s of %s (verified over column(s) %s, which it no longer has)", strings.Join(of, ", "), t.Name, strings.Join(gone, ", ")))
 				continue
 			}
-			rows, err := tx.QueryContext(ctx, "SELECT shardid_s, count(*), coalesce(sum("+rowHash(sp.mono, cols)+"), 0)::text FROM"+
+			rows, err := tx.QueryContext(ctx, "SELECT shardid_s, count(*), coalesce(sum("+rowHash(sp.mono, textHashed(cols))+"), 0)::text FROM"+
 				" (SELECT x.*, "+shard+" AS shardid_s FROM "+from+") AS r GROUP BY 1")
 			if err != nil {
 				return err
@@ -494,7 +494,7 @@ func missingColumns(cols, have []string) []string {
 // cols) of every row of t on the monolith in shards, in one read.
 func (sp *splitter) eachRowHash(ctx context.Context, t SplitTable, shards []int, cols []string, f func(id int64, shard int, h uint64)) error {
 	return readSession(ctx, sp.mono, func(qr querier) error {
-		rows, err := qr.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(sp.mono, cols)+" FROM "+sp.rel(t, shards))
+		rows, err := qr.QueryContext(ctx, "SELECT id, shardid_s, "+rowHash(sp.mono, textHashed(cols))+" FROM "+sp.rel(t, shards))
 		if err != nil {
 			return err
 		}

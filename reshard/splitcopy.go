@@ -636,7 +636,7 @@ func (b *splitBatch) emptyShards(ctx context.Context, db *gorm.DB, shards []int)
 // (b.sent) for verifyCopy.
 func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
 	cols := b.cols[t.Name].write
-	q := "SELECT shardid_s, " + rowHash(b.sp.mono, b.cols[t.Name].all) + ", " + columnList(b.sp.mono, cols) + " FROM " + b.sp.rel(t, b.shards)
+	q := "SELECT shardid_s, " + rowHash(b.sp.mono, textHashed(b.cols[t.Name].all)) + ", " + columnList(b.sp.mono, cols) + " FROM " + b.sp.rel(t, b.shards)
 	sent := map[int]*sentRows{}
 	for _, s := range b.shards {
 		sent[s] = &sentRows{}
@@ -804,7 +804,7 @@ func (b *splitBatch) compare(ctx context.Context) error {
 				err = readSession(ctx, db, func(q querier) error {
 					parts := make([]string, len(chunk))
 					for i, s := range chunk {
-						parts[i] = "SELECT " + strconv.Itoa(s) + ", id, " + rowHash(db, all) + " FROM " + checks[s].table
+						parts[i] = "SELECT " + strconv.Itoa(s) + ", id, " + rowHash(db, textHashed(all)) + " FROM " + checks[s].table
 					}
 					rows, err := q.QueryContext(ctx, strings.Join(parts, " UNION ALL "))
 					if err != nil {
@@ -1105,7 +1105,7 @@ func (b *splitBatch) applyUnit(ctx context.Context, table string, d int, keys ma
 			for i, id := range chunk {
 				args[i] = id
 			}
-			rs, err := q.QueryContext(ctx, "SELECT shardid_s, "+columnList(b.sp.mono, c.write)+", "+rowHash(b.sp.mono, c.all)+
+			rs, err := q.QueryContext(ctx, "SELECT shardid_s, "+columnList(b.sp.mono, c.write)+", "+rowHash(b.sp.mono, textHashed(c.all))+
 				" FROM "+b.sp.rel(t, shards)+" WHERE id IN ("+placeholders(b.sp.mono, 0, len(chunk))+")", args...)
 			if err != nil {
 				return err
@@ -1140,7 +1140,7 @@ func (b *splitBatch) applyUnit(ctx context.Context, table string, d int, keys ma
 		var parts []string
 		var args []any
 		for _, s := range shards {
-			parts = append(parts, "SELECT "+strconv.Itoa(s)+", id, "+rowHash(db, c.all)+" FROM "+quoteTable(db, b.schemaOf(s), table)+
+			parts = append(parts, "SELECT "+strconv.Itoa(s)+", id, "+rowHash(db, textHashed(c.all))+" FROM "+quoteTable(db, b.schemaOf(s), table)+
 				" WHERE id IN ("+placeholders(db, len(args), len(keys[s]))+")")
 			for _, id := range keys[s] {
 				args = append(args, id)
@@ -1324,7 +1324,7 @@ func (b *splitBatch) recheck(ctx context.Context) error {
 	for _, t := range b.sp.tables {
 		for _, s := range b.shards {
 			rc := b.checks[t.Name][s]
-			if err := rc.recheck(ctx, b.sp.mono, b.dst(s), b.cols[t.Name].all); err != nil {
+			if err := rc.recheck(ctx, b.sp.mono, b.dst(s), textHashed(b.cols[t.Name].all)); err != nil {
 				return err
 			}
 		}

@@ -508,9 +508,9 @@ func (b *splitBatch) verifyCopy(ctx context.Context) (bool, error) {
 // query of shardsPerTx tables at a time.
 func tableSums(ctx context.Context, db *gorm.DB, shards []int, schemaOf func(int) string, table string, cols []string) (map[int]sentRows, error) {
 	out := map[int]sentRows{}
-	sum := "coalesce(sum(" + rowHash(db, cols) + "), 0)::text"
+	sum := "coalesce(sum(" + rowHash(db, textHashed(cols)) + "), 0)::text"
 	if db.Dialector.Name() == "mysql" {
-		sum = "CAST(COALESCE(SUM(" + rowHash(db, cols) + "), 0) AS CHAR)"
+		sum = "CAST(COALESCE(SUM(" + rowHash(db, textHashed(cols)) + "), 0) AS CHAR)"
 	}
 	// A query and a transaction of shardsPerTx tables at a time: each
 	// holds its tables' locks to its end.
