@@ -111,7 +111,10 @@ var (
 	// cannot hold the source's values), or one that the target rewrote as
 	// the mover wrote it (a trigger, a default). A write that skips the
 	// change log after the comparison is not seen. The map is not flipped
-	// and the source is writable again; the message names the first key.
+	// and the source is writable again; the message names the first key,
+	// and what in the table's definitions can explain the difference: a
+	// column of another type, collation or character set on the target,
+	// one missing on either side, a trigger of the target's own.
 	ErrCopyDiffers = errors.New("shardid: the copies differ")
 
 	// ErrSameDatabase is returned by MoveShard, Plan.Apply and

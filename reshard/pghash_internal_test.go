@@ -72,7 +72,7 @@ func TestCopyRowHashMatchesTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := quoteTable(db, schema, "items")
-	byType := text.byType()
+	byType := text.byType(text)
 	if n := len(byType.kinds) - len(slices.DeleteFunc(slices.Clone(byType.kinds), func(k hashKind) bool { return k != hashInRecord })); n != 7 {
 		t.Fatalf("%d columns hashed by their types, want 7 (id, t, vc, i, s, lb, big): %v", n, byType.kinds)
 	}
@@ -407,5 +407,20 @@ func BenchmarkCopyRowHasher(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// byType hashes a column by its type only where the other side's column
+// of that name is of the same kind: rowHash is one expression for both.
+func TestByTypeKeepsTheKindsBothSidesShare(t *testing.T) {
+	src := columns{all: []string{"id", "n", "label", "price", "gone"}, types: []string{"bigint", "integer", "character varying", "numeric", "text"}}
+	dst := columns{all: []string{"id", "label", "n", "price"}, types: []string{"bigint", "text", "numeric", "numeric"}}
+	got := src.byType(dst).kinds
+	want := []hashKind{hashInt, hashInRecord, hashText, hashInRecord, hashInRecord}
+	if !slices.Equal(got, want) {
+		t.Errorf("kinds %v, want %v", got, want)
+	}
+	if k := (columns{all: []string{"id"}}).byType(dst).kinds; k != nil {
+		t.Errorf("MySQL's columns (no types) got kinds %v", k)
 	}
 }

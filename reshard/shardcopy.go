@@ -82,9 +82,16 @@ func (c *shardCopier) capture(ctx context.Context, check func(context.Context) e
 		if err != nil {
 			return err
 		}
-		// A move's rows are hashed by their columns' types: nothing of
-		// the hashes outlives it.
-		c.cols[t] = cols.byType()
+		// A move's rows are hashed by their columns' types, where the
+		// target's table (created by now) has the same kind of column:
+		// nothing of the hashes outlives the move.
+		var on columns
+		if cols.types != nil {
+			if on, err = tableColumns(ctx, c.dst, c.schema, t); err != nil {
+				return fmt.Errorf("shardid: reading %s on the target: %w", c.table(t), err)
+			}
+		}
+		c.cols[t] = cols.byType(on)
 	}
 	if err := startCapture(ctx, c.src, c.schema, c.tables, check); err != nil {
 		return fmt.Errorf("shardid: starting the change log of %s: %w", c.schema, err)
@@ -513,7 +520,7 @@ func (c *shardCopier) unexplained(ctx context.Context) error {
 		}
 		for id, why := range rc.suspect {
 			if !pending[t][id] {
-				return fmt.Errorf("%w: table %s, id %d (%s), before the fence", ErrCopyDiffers, t, id, why)
+				return c.withCopyDiffers(ctx, t, fmt.Errorf("%w: table %s, id %d (%s), before the fence", ErrCopyDiffers, t, id, why))
 			}
 		}
 	}
@@ -537,8 +544,8 @@ func (c *shardCopier) finish(ctx context.Context) ([]TableCheck, error) {
 		}
 		if len(rc.suspect) > 0 {
 			id, why := rc.firstSuspect()
-			return nil, fmt.Errorf("%w: table %s differs in %d row(s) after the copy, the first with id %d (%s)",
-				ErrCopyDiffers, t, len(rc.suspect), id, why)
+			return nil, c.withCopyDiffers(ctx, t, fmt.Errorf("%w: table %s differs in %d row(s) after the copy, the first with id %d (%s)",
+				ErrCopyDiffers, t, len(rc.suspect), id, why))
 		}
 		out = append(out, TableCheck{Table: t, Rows: rc.rows, Checksum: rc.sum})
 	}

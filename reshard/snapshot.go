@@ -98,21 +98,39 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 
 // byType returns c hashed by its columns' types on PostgreSQL (rowHash):
 // integers and text by their own hash functions, the others in the row's
-// text. On MySQL it returns c.
-func (c columns) byType() columns {
+// text. A column is hashed by its type only where on, the same table on
+// the other side, has a column of that name of the same kind: the hash is
+// one SQL expression for both sides, and hashint8extended takes no
+// numeric, nor hashtextextended an integer. On MySQL it returns c.
+func (c columns) byType(on columns) columns {
 	if c.types == nil {
 		return c
 	}
+	other := map[string]hashKind{}
+	for i, name := range on.all {
+		if i < len(on.types) {
+			other[name] = kindOfPG(on.types[i])
+		}
+	}
 	c.kinds = make([]hashKind, len(c.all))
 	for i, t := range c.types {
-		switch t {
-		case "bigint", "integer", "smallint":
-			c.kinds[i] = hashInt
-		case "text", "character varying":
-			c.kinds[i] = hashText
+		if k, ok := other[c.all[i]]; ok && k == kindOfPG(t) {
+			c.kinds[i] = k
 		}
 	}
 	return c
+}
+
+// kindOfPG is how rowHash can hash a column of PostgreSQL's type t
+// (information_schema's data_type).
+func kindOfPG(t string) hashKind {
+	switch t {
+	case "bigint", "integer", "smallint":
+		return hashInt
+	case "text", "character varying":
+		return hashText
+	}
+	return hashInRecord
 }
 
 // hashed returns the columns that c's rows are hashed over, and how.

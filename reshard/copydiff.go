@@ -1,0 +1,118 @@
+package reshard
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// Why two copies of a table differ. A move's check compares values as each
+// side stores them: a target whose column stores values otherwise (a
+// numeric of another scale, a timestamp of another precision, text in
+// another character set) or whose trigger rewrites rows as the mover
+// writes them fails it with ErrCopyDiffers, a key and a hash. copyDiffers
+// names what in the table's definitions can explain it, so that the
+// operator is told what to fix, not only which row.
+
+// columnDef is how a column stores its values: its type as the server
+// prints it (with its length, precision, scale or time precision), its
+// collation and, on MySQL, its character set.
+type columnDef struct {
+	Name, Type, Collation, Charset string
+}
+
+// tableColumnDefs returns the columns of schema.table on db, in order.
+func tableColumnDefs(ctx context.Context, db *gorm.DB, schema, table string) ([]columnDef, error) {
+	q := `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, coalesce(co.collname, '') AS collation, '' AS charset
+		FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
+		LEFT JOIN pg_collation co ON co.oid = a.attcollation
+		WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT COLUMN_NAME AS name, LOWER(COLUMN_TYPE) AS type, COALESCE(COLLATION_NAME, '') AS collation, COALESCE(CHARACTER_SET_NAME, '') AS charset" +
+			" FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
+	}
+	var out []columnDef
+	err := db.WithContext(ctx).Raw(q, schema, table).Scan(&out).Error
+	return out, err
+}
+
+// tableTriggers returns the triggers of schema.table on db that are not
+// shardid's own (a move's fence and change log, a split's).
+func tableTriggers(ctx context.Context, db *gorm.DB, schema, table string) ([]string, error) {
+	q := `SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON t.tgrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
+		WHERE n.nspname = ? AND c.relname = ? AND NOT t.tgisinternal AND t.tgname NOT LIKE 'shardid%' ORDER BY 1`
+	if db.Dialector.Name() == "mysql" {
+		q = "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE = ?" +
+			" AND TRIGGER_NAME NOT LIKE 'shardid%' ORDER BY 1"
+	}
+	var out []string
+	err := db.WithContext(ctx).Raw(q, schema, table).Scan(&out).Error
+	return out, err
+}
+
+// copyDiffers returns what in the definitions of table, in schema on src
+// and dst, can make the target store other values than the source holds:
+// columns of another type, collation or character set, or missing on one
+// side, and triggers of the target's own. It returns "" when it finds
+// nothing, or cannot read the definitions (the error it explains is the
+// one that matters).
+func copyDiffers(ctx context.Context, src, dst *gorm.DB, schema, table string) string {
+	ctx = context.WithoutCancel(ctx)
+	have, err := tableColumnDefs(ctx, src, schema, table)
+	if err != nil {
+		return ""
+	}
+	got, err := tableColumnDefs(ctx, dst, schema, table)
+	if err != nil {
+		return ""
+	}
+	on := map[string]columnDef{}
+	for _, c := range got {
+		on[c.Name] = c
+	}
+	var why []string
+	for _, s := range have {
+		d, ok := on[s.Name]
+		if !ok {
+			why = append(why, fmt.Sprintf("column %s is missing on the target", s.Name))
+			continue
+		}
+		delete(on, s.Name)
+		if d.Type != s.Type || d.Charset != s.Charset || d.Collation != s.Collation {
+			why = append(why, fmt.Sprintf("column %s is %s on the source, %s on the target", s.Name, s.describe(), d.describe()))
+		}
+	}
+	for _, d := range got {
+		if _, ok := on[d.Name]; ok {
+			why = append(why, fmt.Sprintf("column %s is only on the target", d.Name))
+		}
+	}
+	if trs, err := tableTriggers(ctx, dst, schema, table); err == nil && len(trs) > 0 {
+		why = append(why, "the target's table has trigger(s) of its own, which may rewrite the rows the move writes: "+strings.Join(trs, ", "))
+	}
+	return strings.Join(why, "; ")
+}
+
+// describe prints c's type, with its character set and collation where
+// it has them.
+func (c columnDef) describe() string {
+	s := c.Type
+	if c.Charset != "" {
+		s += " CHARACTER SET " + c.Charset
+	}
+	if c.Collation != "" {
+		s += " COLLATE " + c.Collation
+	}
+	return s
+}
+
+// withCopyDiffers adds to err (an ErrCopyDiffers about table) what
+// copyDiffers finds in the table's definitions.
+func (c *shardCopier) withCopyDiffers(ctx context.Context, table string, err error) error {
+	if why := copyDiffers(ctx, c.src, c.dst, c.schema, table); why != "" {
+		return fmt.Errorf("%w; the table's definitions differ: %s", err, why)
+	}
+	return err
+}

@@ -1,0 +1,124 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// A target whose table stores the shard's values otherwise (a decimal of
+// a smaller scale, created there by the application's migrations before
+// the move) or rewrites them (a trigger of its own) fails the move's check
+// with ErrCopyDiffers, and the error names the column and both its
+// definitions, or the trigger: what the operator has to fix.
+func TestMoveNamesTheDefinitionsThatDifferPostgres(t *testing.T) {
+	src := openPostgres(t)
+	openSecondPostgresTB(t)
+	dst, err := gorm.Open(postgres.Open(replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))), gormConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, dst)
+	testMoveNamesTheDefinitionsThatDiffer(t, src, dst, "pg", []string{"pg1", "pg2"},
+		"CREATE TABLE %s.items (id bigint PRIMARY KEY, price numeric(10, %d) NOT NULL, note text NOT NULL)",
+		[]string{
+			"CREATE FUNCTION %[1]s.shout() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.note := upper(NEW.note); RETURN NEW; END $$",
+			"CREATE TRIGGER items_shout BEFORE INSERT ON %[1]s.items FOR EACH ROW EXECUTE FUNCTION %[1]s.shout()",
+			// A superuser's mover writes in session_replication_role
+			// replica, which fires only the triggers enabled ALWAYS.
+			"ALTER TABLE %[1]s.items ENABLE ALWAYS TRIGGER items_shout",
+		},
+		"column price is numeric(10,2) on the source, numeric(10,1) on the target")
+}
+
+func TestMoveNamesTheDefinitionsThatDifferMariaDB(t *testing.T) {
+	testMoveNamesTheDefinitionsThatDiffer(t, openMySQL(t), openMariaDBInstance(t), "my", []string{"my1", "my2"},
+		"CREATE TABLE %s.items (id BIGINT PRIMARY KEY, price DECIMAL(10, %d) NOT NULL, note VARCHAR(50) NOT NULL)",
+		[]string{"CREATE TRIGGER %[1]s.items_shout BEFORE INSERT ON %[1]s.items FOR EACH ROW SET NEW.note = UPPER(NEW.note)"},
+		"column price is decimal(10,2) on the source, decimal(10,1) on the target")
+}
+
+func testMoveNamesTheDefinitionsThatDiffer(t *testing.T, src, dst *gorm.DB, kind string, names []string, create string, trigger []string, want string) {
+	pattern := "shardid_cd" + kind + "_%04d"
+	schema := fmt.Sprintf(pattern, 1)
+	drop := "DROP SCHEMA IF EXISTS " + schema + " CASCADE"
+	if kind == "my" {
+		drop = "DROP DATABASE IF EXISTS " + schema
+	}
+	for _, db := range []*gorm.DB{src, dst} {
+		db.Exec(drop)
+	}
+	t.Cleanup(func() {
+		for _, db := range []*gorm.DB{src, dst} {
+			db.Exec(drop)
+		}
+	})
+	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: names,
+		LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := func(db *gorm.DB, q string) {
+		t.Helper()
+		if err := db.Exec(q).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	createSchema := "CREATE SCHEMA " + schema
+	if kind == "my" {
+		createSchema = "CREATE DATABASE " + schema
+	}
+	exec(src, createSchema)
+	exec(src, fmt.Sprintf(create, schema, 2))
+	for i := 1; i <= 200; i++ {
+		exec(src, fmt.Sprintf("INSERT INTO %s.items (id, price, note) VALUES (%d, %d.25, 'note %d')", schema, i, i, i))
+	}
+	ctx := context.Background()
+	move := func() error {
+		_, err := reshard.MoveShard(ctx, r, nil, 1, names[1], reshard.MoveOptions{Tables: []string{"items"}})
+		return err
+	}
+
+	// A scale of 1 on the target: 1.25 is stored as 1.3.
+	exec(dst, createSchema)
+	exec(dst, fmt.Sprintf(create, schema, 1))
+	err = move()
+	if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a target of a smaller scale: %v; want ErrCopyDiffers saying %q", err, want)
+	}
+	if strings.Contains(err.Error(), "trigger") {
+		t.Errorf("a target with no trigger of its own: %v", err)
+	}
+
+	// The same definition, and a trigger that rewrites each row.
+	exec(dst, drop)
+	exec(dst, createSchema)
+	exec(dst, fmt.Sprintf(create, schema, 2))
+	for _, q := range trigger {
+		exec(dst, fmt.Sprintf(q, schema))
+	}
+	err = move()
+	if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), "trigger(s) of its own") || !strings.Contains(err.Error(), "items_shout") {
+		t.Fatalf("a target with a trigger: %v; want ErrCopyDiffers naming items_shout", err)
+	}
+	if strings.Contains(err.Error(), "column price") {
+		t.Errorf("a target of the same columns: %v", err)
+	}
+
+	// Both sides alike: the move goes through.
+	exec(dst, drop)
+	if err := move(); err != nil {
+		t.Fatalf("a target the move creates: %v", err)
+	}
+}
