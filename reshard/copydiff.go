@@ -25,9 +25,10 @@ type columnDef struct {
 
 // tableColumnDefs returns the columns of schema.table on db, in order.
 func tableColumnDefs(ctx context.Context, db *gorm.DB, schema, table string) ([]columnDef, error) {
-	q := `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, coalesce(co.collname, '') AS collation, '' AS charset
+	// PostgreSQL: no collation, which changes how text sorts, not what
+	// is stored (the hash reads text COLLATE "C").
+	q := `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, '' AS collation, '' AS charset
 		FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
-		LEFT JOIN pg_collation co ON co.oid = a.attcollation
 		WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`
 	if db.Dialector.Name() == "mysql" {
 		q = "SELECT COLUMN_NAME AS name, LOWER(COLUMN_TYPE) AS type, COALESCE(COLLATION_NAME, '') AS collation, COALESCE(CHARACTER_SET_NAME, '') AS charset" +
@@ -39,10 +40,14 @@ func tableColumnDefs(ctx context.Context, db *gorm.DB, schema, table string) ([]
 }
 
 // tableTriggers returns the triggers of schema.table on db that are not
-// shardid's own (a move's fence and change log, a split's).
+// shardid's own (a move's fence and change log, a split's) and fire for a
+// mover's writes: on PostgreSQL, those enabled, and for a superuser (whose
+// mover writes in session_replication_role replica) only those enabled
+// ALWAYS or REPLICA.
 func tableTriggers(ctx context.Context, db *gorm.DB, schema, table string) ([]string, error) {
 	q := `SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON t.tgrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
-		WHERE n.nspname = ? AND c.relname = ? AND NOT t.tgisinternal AND t.tgname NOT LIKE 'shardid%' ORDER BY 1`
+		WHERE n.nspname = ? AND c.relname = ? AND NOT t.tgisinternal AND t.tgname NOT LIKE 'shardid%'
+		AND t.tgenabled::text = ANY (CASE WHEN current_setting('is_superuser') = 'on' THEN ARRAY['A', 'R'] ELSE ARRAY['O', 'A'] END) ORDER BY 1`
 	if db.Dialector.Name() == "mysql" {
 		q = "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE = ?" +
 			" AND TRIGGER_NAME NOT LIKE 'shardid%' ORDER BY 1"
@@ -54,12 +59,13 @@ func tableTriggers(ctx context.Context, db *gorm.DB, schema, table string) ([]st
 
 // copyDiffers returns what in the definitions of table, in schema on src
 // and dst, can make the target store other values than the source holds:
-// columns of another type, collation or character set, or missing on one
-// side, and triggers of the target's own. It returns "" when it finds
-// nothing, or cannot read the definitions (the error it explains is the
-// one that matters).
+// columns of another type, character set or (on MySQL) collation, or
+// missing on one side, and triggers of the target's own. It returns ""
+// when it finds nothing, or cannot read the definitions within the
+// clean-up's time (the error it explains is the one that matters).
 func copyDiffers(ctx context.Context, src, dst *gorm.DB, schema, table string) string {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
 	have, err := tableColumnDefs(ctx, src, schema, table)
 	if err != nil {
 		return ""
@@ -112,7 +118,7 @@ func (c columnDef) describe() string {
 // copyDiffers finds in the table's definitions.
 func (c *shardCopier) withCopyDiffers(ctx context.Context, table string, err error) error {
 	if why := copyDiffers(ctx, c.src, c.dst, c.schema, table); why != "" {
-		return fmt.Errorf("%w; the table's definitions differ: %s", err, why)
+		return fmt.Errorf("%w; what can explain it: %s", err, why)
 	}
 	return err
 }

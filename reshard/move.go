@@ -97,11 +97,12 @@ type MoveResult struct {
 // The checksum is the sum, modulo 2^64, of a 64-bit hash of each row,
 // computed by the databases themselves, over id and then the table's other
 // columns in their order. On PostgreSQL a move hashes each integer column
-// c at place i of that list (1 for id) with
-// coalesce(hashint8extended(c, i), i), each text or varchar column with
-// coalesce(hashtextextended(c COLLATE "C", i), i), the other columns
-// together with hashtextextended(ROW(...)::text, 0), and XORs the terms
-// (#); a split hashes every row as hashtextextended(ROW(...)::text, 0). On
+// c at place i of that list (1 for id) with coalesce(hashint8extended(c,
+// i) # hashint8extended(c::int8 >> 32, -i), i), each text or varchar
+// column with coalesce(hashtextextended(c COLLATE "C", i), i), where the
+// target's column is of the same kind, the other columns together with
+// hashtextextended(ROW(...)::text, 0), and XORs the terms (#); a split
+// hashes every row as hashtextextended(ROW(...)::text, 0). On
 // MySQL a row's hash is the first 64 bits of the MD5 of its columns,
 // QUOTE'd and joined by commas.
 type TableCheck struct {

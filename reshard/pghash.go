@@ -21,7 +21,8 @@ import (
 // parenthesis, a comma or a space; a NULL as nothing), and hashed as
 // hash_bytes_extended does (Bob Jenkins' lookup3, as PostgreSQL adapted
 // it, on a little-endian server). An integer is hashed as hashint8extended
-// does, a text's bytes as hashtextextended does.
+// does (its value, and its high 32 bits), a text's bytes as
+// hashtextextended does.
 //
 // A hash that differs from the server's cannot make a wrong copy pass:
 // the target's sums, which its server computes, would differ from what the
@@ -84,7 +85,7 @@ func (h *copyRowHasher) hash(l []byte) (id int64, sum uint64, err error) {
 			if !ok {
 				return 0, 0, fmt.Errorf("shardid: a copied integer %.30q", f)
 			}
-			sum ^= hashInt8PG(v, seed)
+			sum ^= hashInt8PG(v, seed) ^ hashInt8PG(v>>32, -seed)
 		case hashText:
 			seed := uint64(i + 1)
 			if null {

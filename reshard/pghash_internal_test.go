@@ -336,7 +336,7 @@ func FuzzCopyRowHash(f *testing.F) {
 		if err != nil || id != 7 {
 			t.Fatalf("by type, hash(%q) = id %d, %v", line, id, err)
 		}
-		want := hashInt8PG(7, 1) ^ hashBytesPGSeed(a, 2) ^ hashBytesPG(append(appendRecordValue([]byte("("), b), ')'))
+		want := hashInt8PG(7, 1) ^ hashInt8PG(0, ^uint64(0)) ^ hashBytesPGSeed(a, 2) ^ hashBytesPG(append(appendRecordValue([]byte("("), b), ')'))
 		if sum != want {
 			t.Fatalf("by type, hash(%q) = %d, want %d", line, sum, want)
 		}
@@ -422,5 +422,29 @@ func TestByTypeKeepsTheKindsBothSidesShare(t *testing.T) {
 	}
 	if k := (columns{all: []string{"id"}}).byType(dst).kinds; k != nil {
 		t.Errorf("MySQL's columns (no types) got kinds %v", k)
+	}
+}
+
+// hashint8extended folds a bigint's two halves into one word: values whose
+// halves fold alike (1 and 2^32, -1 and 2^32-1, halves swapped) hash alike
+// under it. A move's hash of an integer column hashes its high half too,
+// so that a target storing one where the source holds the other differs.
+func TestTypedHashTellsFoldedBigintsApart(t *testing.T) {
+	h := copyRowHasher{kinds: []hashKind{hashInt, hashInt}}
+	for _, pair := range [][2]int64{{1, 1 << 32}, {-1, 1<<32 - 1}, {0, 1<<32 + 1}, {0x12345678_1abcdef0, 0x1abcdef0_12345678}} {
+		if hashInt8PG(pair[0], 2) != hashInt8PG(pair[1], 2) {
+			t.Fatalf("%d and %d: hashint8extended no longer folds them alike; the pair tests nothing", pair[0], pair[1])
+		}
+		_, a, err := h.hash(fmt.Appendf(nil, "7\t%d\n", pair[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, b, err := h.hash(fmt.Appendf(nil, "7\t%d\n", pair[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a == b {
+			t.Errorf("rows (7, %d) and (7, %d) hash alike", pair[0], pair[1])
+		}
 	}
 }

@@ -131,7 +131,8 @@ const (
 	// hashInRecord: in the row's text, as record_out prints the columns
 	// that are hashed this way (ROW(...)::text).
 	hashInRecord hashKind = iota
-	// hashInt: an integer column, with hashint8extended.
+	// hashInt: an integer column, with hashint8extended of its value and
+	// of its high 32 bits.
 	hashInt
 	// hashText: a text or varchar column, with hashtextextended, its bytes
 	// compared as they are (COLLATE "C").
@@ -152,9 +153,10 @@ func textHashed(cols []string) hashCols { return hashCols{names: cols} }
 // rowHash is the SQL expression of a row's 64-bit hash, over cols.
 //
 // On PostgreSQL, with kinds, each integer and text column is hashed by its
-// type's own hash function, seeded by its place (1 for the first), a NULL
-// standing for the seed itself, and the others in the row's text, as
-// without kinds: the terms are XORed. A type's hash function reads the
+// type's own hash function, seeded by its place i (1 for the first), an
+// integer's high 32 bits hashed again with the seed -i, a NULL standing
+// for the seed i itself, and the others in the row's text, as without
+// kinds: the terms are XORed. A type's hash function reads the
 // value as it is stored, where the row's text calls each column's output
 // function and then hashes the text: on a table of integers and text, a
 // third of the server's CPU (docs/resharding.md).
@@ -176,7 +178,11 @@ func rowHash(db *gorm.DB, cols hashCols) string {
 		seed := strconv.Itoa(i + 1)
 		switch cols.kinds[i] {
 		case hashInt:
-			terms = append(terms, "coalesce(hashint8extended("+quoteIdent(db, c)+", "+seed+"), "+seed+")")
+			// hashint8extended folds a bigint's halves into one word
+			// before it hashes it: the high half hashed too pins the
+			// value down (1 and 2^32 would hash alike otherwise).
+			q := quoteIdent(db, c)
+			terms = append(terms, "coalesce(hashint8extended("+q+", "+seed+") # hashint8extended("+q+"::int8 >> 32, -"+seed+"), "+seed+")")
 		case hashText:
 			terms = append(terms, "coalesce(hashtextextended("+quoteIdent(db, c)+" COLLATE \"C\", "+seed+"), "+seed+")")
 		default:

@@ -91,7 +91,7 @@ func tableColumns(ctx context.Context, db *gorm.DB, schema, table string) (colum
 		}
 	}
 	if !hasID {
-		return columns{}, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s has no id column on the source", schema, table))
+		return columns{}, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("%s.%s has no id column", schema, table))
 	}
 	return out, nil
 }

@@ -236,7 +236,8 @@ func TestMoveTableCheckMatchesTheSource(t *testing.T) {
 	// the database.
 	r.Databases()[0].Raw(`SELECT count(*) AS n, (coalesce(sum(h::numeric), 0) % 18446744073709551616)::text AS sum FROM (
 		SELECT CASE WHEN x < 0 THEN x + 18446744073709551616 ELSE x END AS h FROM (
-		SELECT (coalesce(hashint8extended(id, 1), 1) # coalesce(hashint8extended(user_id, 2), 2) #
+		SELECT (coalesce(hashint8extended(id, 1) # hashint8extended(id >> 32, -1), 1) #
+			coalesce(hashint8extended(user_id, 2) # hashint8extended(user_id >> 32, -2), 2) #
 			coalesce(hashtextextended(caption COLLATE "C", 3), 3))::numeric AS x FROM shardid_mv_0001.r_photos) a) b`).Scan(&want)
 	got := res.Tables[0]
 	if got.Rows != want.N || fmt.Sprint(got.Checksum) != want.Sum {
