@@ -138,14 +138,15 @@ func checkModels(ctx context.Context, src *gorm.DB, schema string, models []any)
 
 // sourceColumns returns the column names of schema.table on db.
 func sourceColumns(ctx context.Context, db *gorm.DB, schema, table string) ([]string, error) {
-	q := `SELECT a.attname FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
-		WHERE n.nspname = ? AND c.relname = ? AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`
-	if db.Dialector.Name() == "mysql" {
-		q = "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION"
+	defs, err := tableColumnDefs(ctx, db, schema, table)
+	if err != nil {
+		return nil, err
 	}
-	var cols []string
-	err := db.WithContext(ctx).Raw(q, schema, table).Scan(&cols).Error
-	return cols, err
+	cols := make([]string, len(defs))
+	for i, d := range defs {
+		cols[i] = d.Name
+	}
+	return cols, nil
 }
 
 // fenceState is the row of a copy's fence table.

@@ -7,9 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
 
@@ -19,14 +17,7 @@ import (
 // with ErrCopyDiffers, and the error names the column and both its
 // definitions, or the trigger: what the operator has to fix.
 func TestMoveNamesTheDefinitionsThatDifferPostgres(t *testing.T) {
-	src := openPostgres(t)
-	openSecondPostgresTB(t)
-	dst, err := gorm.Open(postgres.Open(replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
-	testMoveNamesTheDefinitionsThatDiffer(t, src, dst, "pg", []string{"pg1", "pg2"},
+	testMoveNamesTheDefinitionsThatDiffer(t, openPostgres(t), openSecondPostgresTB(t), "pg", []string{"pg1", "pg2"},
 		"CREATE TABLE %s.items (id bigint PRIMARY KEY, price numeric(10, %d) NOT NULL, note text NOT NULL)",
 		[]string{
 			"CREATE FUNCTION %[1]s.shout() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.note := upper(NEW.note); RETURN NEW; END $$",
@@ -60,23 +51,7 @@ func testMoveNamesTheDefinitionsThatDiffer(t *testing.T, src, dst *gorm.DB, kind
 	if kind == "my" {
 		drop = "DROP DATABASE IF EXISTS " + schema
 	}
-	for _, db := range []*gorm.DB{src, dst} {
-		db.Exec(drop)
-	}
-	t.Cleanup(func() {
-		for _, db := range []*gorm.DB{src, dst} {
-			db.Exec(drop)
-		}
-	})
-	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: names,
-		LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := routerOverTwo(t, src, dst, names, pattern, drop)
 	exec := func(db *gorm.DB, q string) {
 		t.Helper()
 		if err := db.Exec(q).Error; err != nil {
@@ -104,7 +79,7 @@ func testMoveNamesTheDefinitionsThatDiffer(t *testing.T, src, dst *gorm.DB, kind
 	for _, q := range quiet {
 		exec(dst, fmt.Sprintf(q, schema))
 	}
-	err = move()
+	err := move()
 	if !errors.Is(err, reshard.ErrCopyDiffers) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("a target of a smaller scale: %v; want ErrCopyDiffers saying %q", err, want)
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
 
@@ -17,31 +16,9 @@ import (
 // them later and index-only scans work at once. Two tables, one with a
 // foreign key to the other, which the TRUNCATE must empty together.
 func TestMoveCopiesRowsFrozen(t *testing.T) {
-	src := openPostgres(t)
-	openSecondPostgresTB(t)
-	dst, err := gorm.Open(postgres.Open(replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	src, dst := openPostgres(t), openSecondPostgresTB(t)
 	const schema = "shardid_frz_0001"
-	for _, db := range []*gorm.DB{src, dst} {
-		db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
-	}
-	t.Cleanup(func() {
-		for _, db := range []*gorm.DB{src, dst} {
-			db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
-		}
-	})
-	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"pg1", "pg2"},
-		LogicalShards: 2, SchemaPattern: "shardid_frz_%04d", Plugin: p, Map: []int{0, 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := routerOverTwo(t, src, dst, []string{"pg1", "pg2"}, "shardid_frz_%04d", "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 	const rows = 20000
 	for _, q := range []string{
 		"CREATE SCHEMA " + schema,
@@ -85,31 +62,9 @@ func TestMoveCopiesRowsFrozen(t *testing.T) {
 // into it without, and its rows land in their partitions. The source's
 // table is partitioned too, and read through its parent.
 func TestMoveCopiesIntoAPartitionedTable(t *testing.T) {
-	src := openPostgres(t)
-	openSecondPostgresTB(t)
-	dst, err := gorm.Open(postgres.Open(replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))), gormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeAtEnd(t, dst)
+	src, dst := openPostgres(t), openSecondPostgresTB(t)
 	const schema = "shardid_prt_0001"
-	for _, db := range []*gorm.DB{src, dst} {
-		db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
-	}
-	t.Cleanup(func() {
-		for _, db := range []*gorm.DB{src, dst} {
-			db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
-		}
-	})
-	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: []string{"pg1", "pg2"},
-		LogicalShards: 2, SchemaPattern: "shardid_prt_%04d", Plugin: p, Map: []int{0, 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := routerOverTwo(t, src, dst, []string{"pg1", "pg2"}, "shardid_prt_%04d", "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 	const rows = 3000
 	for _, db := range []*gorm.DB{src, dst} {
 		for _, q := range []string{
@@ -142,4 +97,30 @@ func TestMoveCopiesIntoAPartitionedTable(t *testing.T) {
 		t.Errorf("on the target: %d rows in events_lo (want 999), %d in events_hi (want %d), ids summing to %d (want %d)",
 			got.Lo, got.Hi, rows-999, got.Sum, rows*(rows+1)/2)
 	}
+}
+
+// routerOverTwo returns a router over src and dst, named names, of 2
+// logical shards in schemas pattern, both on src, after running drop (the
+// statement that drops shard 1's schema) on both; it runs drop on both
+// again when the test ends.
+func routerOverTwo(t *testing.T, src, dst *gorm.DB, names []string, pattern, drop string) *shardid.Router {
+	t.Helper()
+	for _, db := range []*gorm.DB{src, dst} {
+		db.Exec(drop)
+	}
+	t.Cleanup(func() {
+		for _, db := range []*gorm.DB{src, dst} {
+			db.Exec(drop)
+		}
+	})
+	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{src, dst}, Names: names,
+		LogicalShards: 2, SchemaPattern: pattern, Plugin: p, Map: []int{0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
