@@ -1,10 +1,25 @@
 package reshard
 
-import "time"
+import (
+	"testing"
+	"time"
+)
+
+// The hooks below set package variables that every move and split in the
+// process reads, so a test that sets one must not run beside another:
+// sequential marks t as such through t.Setenv, which panics in a test
+// that called t.Parallel, and makes a later t.Parallel panic. (The
+// testing package starts the parallel tests only once every sequential
+// one has returned, so none of them runs while a hook is set.)
+func sequential(t testing.TB) {
+	t.Helper()
+	t.Setenv("SHARDID_TEST_PACKAGE_HOOK", t.Name())
+}
 
 // SetMoverClock makes now the mover's clock (as a machine whose clock is
 // off would have) until restore is called.
-func SetMoverClock(now func() time.Time) (restore func()) {
+func SetMoverClock(t testing.TB, now func() time.Time) (restore func()) {
+	sequential(t)
 	old := timeNow
 	timeNow = now
 	return func() { timeNow = old }
@@ -12,7 +27,8 @@ func SetMoverClock(now func() time.Time) (restore func()) {
 
 // SetMaxLockRetry makes d how long a step retries its lock waits before
 // ErrLockWait, until restore is called.
-func SetMaxLockRetry(d time.Duration) (restore func()) {
+func SetMaxLockRetry(t testing.TB, d time.Duration) (restore func()) {
+	sequential(t)
 	old := maxLockRetry
 	maxLockRetry = d
 	return func() { maxLockRetry = old }
@@ -20,7 +36,8 @@ func SetMaxLockRetry(d time.Duration) (restore func()) {
 
 // SetRunPause calls pause at the points of a split's or a move's run
 // named in runPause, with its lock unwatched, until restore is called.
-func SetRunPause(pause func(at string)) (restore func()) {
+func SetRunPause(t testing.TB, pause func(at string)) (restore func()) {
+	sequential(t)
 	old := runPause
 	runPause = pause
 	return func() { runPause = old }
@@ -28,7 +45,8 @@ func SetRunPause(pause func(at string)) (restore func()) {
 
 // SetEmptyChunk makes n the rows a transaction of a move's emptying of
 // its target deletes (MySQL), until restore is called.
-func SetEmptyChunk(n int) (restore func()) {
+func SetEmptyChunk(t testing.TB, n int) (restore func()) {
+	sequential(t)
 	old := emptyChunk
 	emptyChunk = n
 	return func() { emptyChunk = old }

@@ -107,7 +107,7 @@ func TestFenceIgnoresTheMoversClock(t *testing.T) {
 			models := []any{&RPhoto{}}
 			write := func() error { return r.ForKey(1).Create(&RPhoto{UserID: 1}).Error }
 			for _, skew := range []time.Duration{-time.Hour, time.Hour} {
-				restore := reshard.SetMoverClock(func() time.Time { return time.Now().Add(skew) })
+				restore := reshard.SetMoverClock(t, func() time.Time { return time.Now().Add(skew) })
 				start := time.Now()
 				err := reshard.Fence(ctx, r, 1, models, 2*time.Second)
 				restore()

@@ -78,7 +78,7 @@ func TestFollowThroughTransactionPool(t *testing.T) {
 			pooled := b.Open("test", "postgres")
 			pc := &reshard.Catalog{DB: pooled, Table: c.Table}
 			if tc.probeOnly {
-				defer reshard.SetFollowProbeOnly()()
+				defer reshard.SetFollowProbeOnly(t)()
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

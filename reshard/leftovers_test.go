@@ -145,7 +145,7 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "drop copies" || paused {
 			return
 		}
@@ -196,7 +196,7 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 	opts := reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second}
 	var rival error
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "drop database" || paused {
 			return
 		}
@@ -270,7 +270,7 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 		}
 	}
 	paused = false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "drop database" || paused {
 			return
 		}
@@ -331,7 +331,7 @@ func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "move copy" || paused {
 			return
 		}
@@ -376,7 +376,7 @@ func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused = false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "move flip" || paused {
 			return
 		}

@@ -78,7 +78,7 @@ func cancelWhileChecking(t *testing.T, r *shardid.Router, c *reshard.Catalog, ta
 		paused   int
 		returned atomic.Bool
 	)
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at == "move forget" {
 			once.Do(func() {
 				paused++

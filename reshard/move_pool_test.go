@@ -609,7 +609,7 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 	schema := r.Schema(shard)
 	var after []RPhoto // written after the rival's move
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != pauseAt || paused {
 			return
 		}
@@ -729,7 +729,7 @@ func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func()
 			}
 		}
 	}
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != pauseAt || paused {
 			return
 		}
@@ -806,7 +806,7 @@ func TestMoveRunAgainEmptiesItsCopyInChunksMariaDB(t *testing.T) {
 	if n != int64(len(seeded)) {
 		t.Fatalf("the cancelled run's copy holds %d rows, want %d", n, len(seeded))
 	}
-	defer reshard.SetEmptyChunk(7)()
+	defer reshard.SetEmptyChunk(t, 7)()
 	if _, err := reshard.MoveShard(ctx, r, c, 1, "my2", opts); err != nil {
 		t.Fatalf("the move run again: %v", err)
 	}
@@ -858,7 +858,7 @@ func checkPausedUnfence(t *testing.T, r *shardid.Router, fresh func() *shardid.R
 	paused := false
 	updated, resume := make(chan struct{}), make(chan struct{})
 	moveErr := make(chan error, 1)
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "unfence capture" || paused {
 			return
 		}
@@ -978,7 +978,7 @@ func checkPausedSealDrop(t *testing.T, mc moveCase, pauseAt string) {
 	schema := r.Schema(shard)
 	paused := false
 	dropped := make(chan error, 1)
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != pauseAt || paused {
 			return
 		}
@@ -1080,7 +1080,7 @@ func checkPausedFlipRerun(t *testing.T, mc moveCase) {
 		resume    = make(chan struct{})
 		rerunDone = make(chan error, 1)
 	)
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		mu.Lock()
 		first := at == "move flip" && !paused
 		paused = paused || first
@@ -1152,7 +1152,7 @@ func checkRunOverSealDrop(t *testing.T, mc moveCase) {
 	stopAfterSeal(t, mc)
 	paused := false
 	var dropped error
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "move seal" || paused {
 			return
 		}
@@ -1253,7 +1253,7 @@ func checkRunOverSealPaused(t *testing.T, mc moveCase) {
 		rivalDone  = make(chan error, 1)
 		rivalState = "not started"
 	)
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		mu.Lock()
 		first := at == "move fence" && !paused
 		paused = paused || first

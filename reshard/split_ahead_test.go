@@ -63,7 +63,7 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 		}
 		copies := 0
 		created := map[int]int64{} // the fences' tokens at the first copy
-		restore := reshard.SetRunPause(func(at string) {
+		restore := reshard.SetRunPause(t, func(at string) {
 			if at != "split copy" {
 				return
 			}
@@ -307,10 +307,10 @@ func TestSplitAbortDropsTheSchemasCreatedAheadMariaDB(t *testing.T) {
 
 // runStoppedAt runs plan, cancelled (Ctrl-C) as it reaches the run's
 // point at.
-func runStoppedAt(e *splitEnv, plan *reshard.SplitPlan, at string) error {
+func runStoppedAt(t testing.TB, e *splitEnv, plan *reshard.SplitPlan, at string) error {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	restore := reshard.SetRunPause(func(point string) {
+	restore := reshard.SetRunPause(t, func(point string) {
 		if point == at {
 			stop()
 		}
@@ -325,7 +325,7 @@ func testSplitAbortAhead(t *testing.T, e *splitEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = runStoppedAt(e, plan, "split copy")
+	err = runStoppedAt(t, e, plan, "split copy")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the run stopped at its first copy: %v, want context.Canceled", err)
 	}
@@ -372,7 +372,7 @@ func testSplitStoppedBeforeAhead(t *testing.T, e *splitEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = runStoppedAt(e, plan, "split create ahead")
+	err = runStoppedAt(t, e, plan, "split create ahead")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the run stopped before its creation ahead: %v, want context.Canceled", err)
 	}
@@ -474,6 +474,7 @@ func (e *splitEnv) wantAllSplit(t *testing.T, plan *reshard.SplitPlan, moreUsers
 // anything: the first batch would otherwise create that batch's schemas
 // there, where no abort looks for them (or index no database at all).
 func TestSplitRefusesALaterBatchsBadTarget(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 8, 40, 2, 2)
 	ctx := context.Background()
 	for _, to := range []string{"mono", "nowhere"} {

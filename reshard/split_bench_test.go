@@ -253,7 +253,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		// SHARDID_SPLIT_FENCE_STEPS=1: where each batch's fence goes, from
 		// the run's own points (the stages and the test hooks between
 		// them), logged per batch.
-		steps := newFenceSteps(os.Getenv("SHARDID_SPLIT_FENCE_STEPS") == "1")
+		steps := newFenceSteps(b, os.Getenv("SHARDID_SPLIT_FENCE_STEPS") == "1")
 		defer steps.stop()
 		onStage = steps.wrap(onStage)
 		start := time.Now()
@@ -353,10 +353,10 @@ type fenceStep struct {
 	at   time.Time
 }
 
-func newFenceSteps(on bool) *fenceSteps {
+func newFenceSteps(t testing.TB, on bool) *fenceSteps {
 	f := &fenceSteps{on: on, restore: func() {}, last: time.Now()}
 	if on {
-		f.restore = reshard.SetRunPause(f.record)
+		f.restore = reshard.SetRunPause(t, f.record)
 	}
 	return f
 }

@@ -17,10 +17,12 @@ import (
 // edits split.json): before anything is split the new declarations take
 // over, triggers included; once a shard is split every step refuses them.
 func TestSplitTablesChangedPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitTablesChanged(t, newSplitEnvPG(t, 8, 40, 3, 2), "pg_a")
 }
 
 func TestSplitTablesChangedMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitTablesChanged(t, newSplitEnvMySQL(t, 8, 40, 3, 2), "my_a")
 }
 
@@ -165,6 +167,7 @@ func testSplitTablesChanged(t *testing.T, e *splitEnv, target string) {
 // for the split's trigger names gets hashed names, which a run again finds
 // (it looked for shardid_split_* only, and failed: the trigger exists).
 func TestSplitLongTableNameRunAgainMariaDB(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvMySQL(t, 4, 8, 1, 1)
 	ctx := context.Background()
 	long := "user_preferences_of_the_notification_settings_page_v2" // 53 characters
@@ -200,6 +203,7 @@ func TestSplitLongTableNameRunAgainMariaDB(t *testing.T) {
 // a trigger (PostgreSQL would only find the column missing at the
 // application's next write, and fail it).
 func TestSplitShardsRefusesAMissingColumnPostgres(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	ctx := context.Background()
 	cfg := e.cfg

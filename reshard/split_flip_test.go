@@ -30,7 +30,7 @@ func testSplitFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv, to []string) 
 	ctx := context.Background()
 	// Shards 0 and 1: the catalog written twice under the flip.
 	writes := 0
-	restore := reshard.SetRunPause(func(at string) {
+	restore := reshard.SetRunPause(t, func(at string) {
 		if at == "split flip" && writes < 2 {
 			writes++
 			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
@@ -48,7 +48,7 @@ func testSplitFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv, to []string) 
 	}
 	// Shards 2 and 3: written under every try.
 	tries := 0
-	restore = reshard.SetRunPause(func(at string) {
+	restore = reshard.SetRunPause(t, func(at string) {
 		if at == "split flip" {
 			tries++
 			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
@@ -108,7 +108,7 @@ func testRollbackFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv) {
 		t.Fatal(err)
 	}
 	writes := 0
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at == "unflip back" && writes < 2 {
 			writes++
 			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
@@ -142,7 +142,7 @@ func TestSplitLiftOutlivesItsReadiedSessionPostgres(t *testing.T) {
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	ended := 0
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "split lift" {
 			return
 		}

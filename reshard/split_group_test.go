@@ -51,7 +51,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 	}
 	// 1. The second batch's lock lost before its seal.
 	seals := 0
-	restore := reshard.SetRunPause(func(at string) {
+	restore := reshard.SetRunPause(t, func(at string) {
 		if at == "split seal" {
 			if seals++; seals == 2 {
 				killMoveLock(t, mono, monoSchema(mono))
@@ -90,7 +90,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
 		t.Fatal(err)
 	}
-	restore = reshard.SetRunPause(func(at string) {
+	restore = reshard.SetRunPause(t, func(at string) {
 		if at == "split flip" {
 			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
 				t.Error(err)
@@ -177,6 +177,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 // validation of 64 shards, 768; before, a copy lane of 250 shards held
 // 1,502).
 func TestRunSplitManyShardsAtOncePostgres(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("creates 1,000 schemas")
 	}
@@ -302,7 +303,7 @@ func TestRunSplitCascadeInALaterBatchPostgres(t *testing.T) {
 				t.Fatal(err)
 			}
 			deleted := false
-			restore := reshard.SetRunPause(func(at string) {
+			restore := reshard.SetRunPause(t, func(at string) {
 				// The first batch sealed, before its flip: the second
 				// batch's shards take writes on the monolith.
 				if at == "split flip" && !deleted {
@@ -360,7 +361,7 @@ func TestSplitFinishingASealedBatchEndsALeftChangeLogPostgres(t *testing.T) {
 	}
 	var rival *sqllock.Lock
 	flips := 0
-	restore := reshard.SetRunPause(func(at string) {
+	restore := reshard.SetRunPause(t, func(at string) {
 		if at == "split flip" {
 			if flips++; flips == 2 {
 				// The process "dies": its lock's session ends, and

@@ -73,6 +73,7 @@ func TestSplitKilledAtEachStagePostgres(t *testing.T) {
 // TestSplitKilledAtEachStageMariaDB is TestSplitKilledAtEachStagePostgres on
 // MariaDB.
 func TestSplitKilledAtEachStageMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitKilledAtEachStage(t, func(t *testing.T) *splitEnv { return newSplitEnvMySQL(t, 4, 20, 2, 2) })
 }
 

@@ -17,6 +17,7 @@ import (
 // TestSplitPlanPostgres plans a split: every shard still in the monolith
 // gets a target, in batches, and the rows are counted.
 func TestSplitPlanPostgres(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 8, 40, 3, 2)
 	ctx := context.Background()
 	p, err := reshard.PlanSplit(ctx, e.cfg, []string{"pg_a", "pg_b"}, 3)
@@ -75,6 +76,7 @@ func TestSplitPlanPostgres(t *testing.T) {
 // TestSplitPlanRefusals makes each thing a split refuses and checks that
 // the dry run names it, with its rows, and that it goes once fixed.
 func TestSplitPlanRefusals(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 8, 40, 3, 2)
 	ctx := context.Background()
 	mono, a := e.dbs[0], e.dbs[1]
@@ -168,6 +170,7 @@ func TestSplitStopResumeAbortPostgres(t *testing.T) {
 // TestSplitStopResumeAbortMariaDB is TestSplitStopResumeAbortPostgres on
 // MariaDB.
 func TestSplitStopResumeAbortMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitStopResumeAbort(t, func(t *testing.T) *splitEnv { return newSplitEnvMySQL(t, 4, 20, 2, 2) })
 }
 
@@ -279,11 +282,13 @@ func testSplitStopResumeAbort(t *testing.T, newEnv func(t *testing.T) *splitEnv)
 // than FenceFor: the batch fails with ErrFenceLapsed, the monolith takes
 // writes, and the batch runs again.
 func TestSplitFenceLapsesPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitFenceLapses(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestSplitFenceLapsesMariaDB is TestSplitFenceLapsesPostgres on MariaDB.
 func TestSplitFenceLapsesMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitFenceLapses(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -313,11 +318,13 @@ func testSplitFenceLapses(t *testing.T, e *splitEnv) {
 // TestSplitTwoOperatorsPostgres starts a second split of the monolith
 // while one runs: it waits, then fails with ErrMoveInProgress.
 func TestSplitTwoOperatorsPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitTwoOperators(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestSplitTwoOperatorsMariaDB is TestSplitTwoOperatorsPostgres on MariaDB.
 func TestSplitTwoOperatorsMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitTwoOperators(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -352,6 +359,7 @@ func testSplitTwoOperators(t *testing.T, e *splitEnv) {
 
 // TestSplitPlanRefusalsMariaDB is TestSplitPlanRefusals on MariaDB.
 func TestSplitPlanRefusalsMariaDB(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvMySQL(t, 8, 40, 3, 2)
 	ctx := context.Background()
 	mono, a := e.dbs[0], e.dbs[1]
@@ -431,6 +439,7 @@ func TestSplitPlanRefusalsMariaDB(t *testing.T) {
 // both targets of one server together, and still runs; a split that
 // fits gets no warning.
 func TestSplitPlanTableCacheMariaDB(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var v struct{ Def, Open, Tables int64 }
 	err := testdb.OpenMySQL(t).Raw("SELECT @@table_definition_cache AS def, @@table_open_cache AS open," +

@@ -19,6 +19,7 @@ import (
 // every acknowledged write ends where it belongs, once, and no advisory
 // lock is left on a server connection.
 func TestSplitThroughTransactionPool(t *testing.T) {
+	t.Parallel()
 	const users = 100
 	e := newSplitEnvPG(t, 16, users, 3, 2)
 	cfg := e.throughPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 2})
@@ -63,6 +64,7 @@ func TestSplitThroughTransactionPool(t *testing.T) {
 // of a database's pool are refused at once with ErrPoolTooSmall, nothing
 // changed, instead of waiting for ever for a second connection.
 func TestLockRefusesAPoolOfOne(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	pool, err := e.dbs[0].DB()
 	if err != nil {
@@ -109,6 +111,7 @@ func TestLockRefusesAPoolOfOne(t *testing.T) {
 // copy sessions wait, in their transactions, for the monolith's read (held
 // up 8 s): they keep busy every 5 s, and the split runs.
 func TestSplitThroughAPoolerIdleTimeout(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	cfg := e.throughPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 8, Extra: []string{"idle_transaction_timeout = 6"}})
 	var once sync.Once

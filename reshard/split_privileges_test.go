@@ -81,6 +81,7 @@ func (e *splitEnv) withRolesPG(t *testing.T) (owner, app *splitEnv) {
 // (emptying the monolith) was refused by its own trigger, and the
 // application's role could not use a single shard once it was split.
 func TestSplitWithoutSuperuserPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const shards, users = 8, 100
 	e := newSplitEnvPG(t, shards, users, 3, 2)
@@ -164,6 +165,7 @@ func (e *splitEnv) roleName() string {
 // sharded tables and may not connect to a target is refused too, and once
 // granted, the plan passes.
 func TestSplitRefusesAMoverWithoutPrivilegesPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	owner, app := e.withRolesPG(t)
@@ -263,6 +265,7 @@ func TestSplitRefusesTriggersWithoutSuperBinlogMariaDB(t *testing.T) {
 // GRANTs it names are run, the split runs and the user writes to every
 // shard.
 func TestSplitRefusesUsersWithoutTheShardsMariaDB(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
 	var mono string
@@ -326,6 +329,7 @@ func TestSplitRefusesUsersWithoutTheShardsMariaDB(t *testing.T) {
 // uses the sharded tables and may not connect to a target is refused even
 // when it owns them.
 func TestSplitRefusesWhatItCannotCarryPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	// The tables still the superuser's; the mover may do all else.
@@ -381,6 +385,7 @@ func TestSplitRefusesWhatItCannotCarryPostgres(t *testing.T) {
 // that of the mover, not of the new owner), and a role granted privileges
 // on columns only gets them on the copies' columns.
 func TestSplitGivesTheCopiesTheirOwnerPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	owner := testdb.PostgresRole(t, "splitowner")
@@ -446,6 +451,7 @@ func TestSplitGivesTheCopiesTheirOwnerPostgres(t *testing.T) {
 // trigger), but only once every shard is sealed: before, a session that
 // sets the mover's flag is refused like any other.
 func TestSplitTruncateRefusedUntilEverythingIsSealedPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
@@ -472,6 +478,7 @@ func TestSplitTruncateRefusedUntilEverythingIsSealedPostgres(t *testing.T) {
 // which must not be refused for a privilege the rest does not need (a
 // role that uses the tables, no longer allowed to connect to a target).
 func TestSplitSealedBatchFinishesDespiteAPrivilegeCheckPostgres(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	app := testdb.PostgresRole(t, "splitapp")
 	if err := e.dbs[0].Exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON users, photos, comments TO "` + app + `"`).Error; err != nil {
@@ -507,6 +514,7 @@ func TestSplitSealedBatchFinishesDespiteAPrivilegeCheckPostgres(t *testing.T) {
 // check them: it says so (a warning naming the GRANT to check), rather than
 // finding no user to check.
 func TestSplitWarnsWhenItCannotSeeGrantsMariaDB(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
 	mover, names := e.asMoverMySQL(t, "splitblind", "GRANT SELECT ON mysql.db TO %[1]s")
@@ -558,6 +566,7 @@ func (e *splitEnv) asMoverMySQL(t *testing.T, name string, grants ...string) (*s
 // gave the owner are dropped, the monolith takes writes again, and the
 // batch then splits as the owner.
 func TestSplitAbortWithoutSuperuserPostgres(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	owner, app := e.withRolesPG(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -593,6 +602,7 @@ func TestSplitAbortWithoutSuperuserPostgres(t *testing.T) {
 // changed no row); the split grants it when it may, and a mover without
 // the grant option is warned of it, with the GRANT to run.
 func TestSplitWarnsWhenItCannotGrantTheStateMariaDB(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
 	mover, names := e.asMoverMySQL(t, "splitnogrant", "GRANT SELECT ON mysql.* TO %[1]s")
@@ -629,6 +639,7 @@ func TestSplitWarnsWhenItCannotGrantTheStateMariaDB(t *testing.T) {
 // tables' owner. Objects that a run before that left to a role the mover
 // may not act as are refused, naming the fix.
 func TestSplitGoesOnUnderAnotherRolePostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 6, 30, 2, 2)
 	owner, _ := e.withRolesPG(t)
@@ -675,6 +686,7 @@ func (e *splitEnv) shardsPatternMySQL() string {
 // users that hold it, until a role granted to it does. Once split, the user
 // with the default role writes every shard.
 func TestSplitCountsRolesMariaDB(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
 	var mono string
@@ -749,6 +761,7 @@ func TestSplitCountsRolesMariaDB(t *testing.T) {
 // was refused its clean-up ("cannot be truncated while its monolith is
 // split"; the fault test, seed 340).
 func TestSplitOfAPartOfTheShardsWithoutSuperuserPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	// Shards 2 and 3 are not the monolith's: their rows go, and the map

@@ -23,6 +23,7 @@ import (
 // the timeout (a Progress that takes its time once), and the split must
 // still run, every row copied.
 func TestSplitThroughAnIdleTransactionReaperPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	e.setOnDatabasesPG(t, "idle_in_transaction_session_timeout", "1s")
@@ -45,6 +46,7 @@ func TestSplitThroughAnIdleTransactionReaperPostgres(t *testing.T) {
 // TestChaos: a splitter paused past its server's
 // idle_in_transaction_session_timeout). Run again, the batch finishes.
 func TestSplitLockLostSaysSoPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{OnStage: func(stage string) {
@@ -71,6 +73,7 @@ func TestSplitLockLostSaysSoPostgres(t *testing.T) {
 // 5 s (a statement's time includes its waits), and the split must still
 // run.
 func TestSplitThroughAStatementTimeoutPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	e.setOnDatabasesPG(t, "statement_timeout", "2s")
@@ -92,7 +95,7 @@ func TestSplitThroughAStatementTimeoutPostgres(t *testing.T) {
 // sessions) must not keep it waiting in silence: it retries, then fails
 // with ErrLockWait, and runs once the lock is gone.
 func TestSplitRunAgainDoesNotWaitForeverPostgres(t *testing.T) {
-	defer reshard.SetMaxLockRetry(time.Second)()
+	defer reshard.SetMaxLockRetry(t, time.Second)()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{OnStage: func(s string) {
@@ -133,6 +136,7 @@ func TestSplitRunAgainDoesNotWaitForeverPostgres(t *testing.T) {
 // has max_statement_time 2s (MAX_STATEMENT_TIME, as a DBA caps a user),
 // and the read of comments waits 5 s for another session's table lock.
 func TestSplitThroughAStatementCapMariaDB(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvMySQL(t, 4, 20, 2, 2)
 	mover, _ := e.asMoverMySQL(t, "splitcapped", "ALTER USER %[1]s WITH MAX_STATEMENT_TIME 2")
@@ -232,12 +236,14 @@ func lockAt(t *testing.T, db *gorm.DB, stage string, hold time.Duration, lockAnd
 // rival's copies then missed the writes, verified all the same (the fault
 // test's seed 330: acknowledged rows lost).
 func TestSplitLockLostToARivalKeepsItsLogPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitLockLostToARival(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestSplitLockLostToARivalKeepsItsLogMariaDB is
 // TestSplitLockLostToARivalKeepsItsLogPostgres on MariaDB.
 func TestSplitLockLostToARivalKeepsItsLogMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitLockLostToARival(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -346,7 +352,7 @@ func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string, pauseAt 
 	}
 	var wrote []int64 // the users updated on their targets after the rival's flip
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != pauseAt || paused {
 			return
 		}
@@ -427,7 +433,7 @@ func testAbortSplitPaused(t *testing.T, e *splitEnv, to []string) {
 		t.Fatal(err)
 	}
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "abort lift" || paused {
 			return
 		}
@@ -476,7 +482,7 @@ func testRollbackPaused(t *testing.T, e *splitEnv, to []string) {
 	v := e.m.Load()
 	target, shardSchema := e.dbs[v.DB(0)], v.Schema(0)
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "rollback copy" || paused {
 			return
 		}
@@ -558,7 +564,7 @@ func testCleanMonolithPaused(t *testing.T, e *splitEnv, to []string) {
 		}
 	}
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "clean monolith" || paused {
 			return
 		}
@@ -627,7 +633,7 @@ func testDropSplitCopyPaused(t *testing.T, e *splitEnv) {
 	}
 	var wrote []int64
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "drop split copy" || paused {
 			return
 		}
@@ -693,7 +699,7 @@ func testAbortRollbackPaused(t *testing.T, dialect string) {
 	var photo int64
 	var orphans []int64
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "abort orphans" || paused {
 			return
 		}
@@ -764,7 +770,7 @@ func testRollbackPausedBeforeItsFlip(t *testing.T, e *splitEnv) {
 	}
 	target, shardSchema := e.dbs[1], e.m.Load().Schema(0)
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "flip back" || paused {
 			return
 		}
@@ -845,7 +851,7 @@ func testSplitRunAgainAfterItsFlip(t *testing.T, e *splitEnv, to []string) {
 func dieAt(t *testing.T, at string, run func()) {
 	t.Helper()
 	died := errors.New("died at " + at)
-	defer reshard.SetRunPause(func(p string) {
+	defer reshard.SetRunPause(t, func(p string) {
 		if p == at {
 			panic(died)
 		}
@@ -883,7 +889,7 @@ func testSplitFailedRunsLift(t *testing.T, e *splitEnv, to []string) {
 	copied, resume := make(chan struct{}), make(chan struct{})
 	rival := make(chan error, 1)
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "split unfence" || paused {
 			return
 		}
@@ -960,7 +966,7 @@ func testAbortRollbackPausedBeforeItsUnseal(t *testing.T, dialect string) {
 	v := e.m.Load()
 	target, shardSchema := e.dbs[v.DB(0)], v.Schema(0)
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "abort unseal" || paused {
 			return
 		}
@@ -1009,12 +1015,14 @@ func (e *splitEnv) wantNames(t *testing.T, ids []int64, name string) {
 // shards only, so that the failed batch's writes neither fill the log nor
 // keep its catching up from ending.
 func TestSplitBatchEndsAFailedRunsLoggingPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitBatchEndsAFailedRunsLogging(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestSplitBatchEndsAFailedRunsLoggingMariaDB is
 // TestSplitBatchEndsAFailedRunsLoggingPostgres on MariaDB.
 func TestSplitBatchEndsAFailedRunsLoggingMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitBatchEndsAFailedRunsLogging(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -1077,7 +1085,7 @@ func testRollbackPausedBeforeItsToken(t *testing.T, e *splitEnv) {
 		rivalDone         = make(chan error, 1)
 	)
 	died := errors.New("the rival died before its flip")
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		mu.Lock()
 		first, dies := at == "rollback token" && !paused, at == "flip back" && rivalDies
 		paused = paused || first
@@ -1234,7 +1242,7 @@ func testAbortSplitForgetsNoRivalsTables(t *testing.T, e *splitEnv, to []string)
 	dieAt(t, "split copy", func() { reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}) })
 	paused := false
 	rival := make(chan error, 1)
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "abort forget held" || paused {
 			return
 		}
@@ -1297,7 +1305,7 @@ func testAbortRollbackKeepsNoSealOfAPausedRun(t *testing.T, dialect string) {
 		runDone     = make(chan struct{})
 		abortResult = make(chan error, 1)
 	)
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		mu.Lock()
 		first := at == "rollback seal" && !paused
 		paused = paused || first
@@ -1364,7 +1372,7 @@ func testSplitPausedBeforeItsFlip(t *testing.T, e *splitEnv, to []string) {
 	schema := monoSchema(mono)
 	paused := false
 	var aborted reshard.AbortResult
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "split flip" || paused {
 			return
 		}
@@ -1427,7 +1435,7 @@ func testSplitPausedBeforeItsSeal(t *testing.T, e *splitEnv, to []string) {
 		batchDone   = make(chan struct{})
 		abortResult = make(chan error, 1)
 	)
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		mu.Lock()
 		first := at == "split seal" && !paused
 		paused = paused || first
@@ -1512,7 +1520,7 @@ func testRollbackPausedBeforeItsCatalog(t *testing.T, e *splitEnv) {
 	}
 	target, shardSchema := e.dbs[1], e.m.Load().Schema(0)
 	paused := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "unflip back" || paused {
 			return
 		}

@@ -19,6 +19,7 @@ import (
 // the shards' new homes refused every write for good. The lift fails here
 // by an error injected into the target's statement that lifts the fences.
 func TestSplitRunAgainAfterFailedLift(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	ctx := context.Background()
 	var fail atomic.Bool

@@ -43,6 +43,7 @@ func (c *cancelAfterUpdate) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.
 // check's cancellation, ErrUncheckedWrite); it never reports 0 rows
 // changed, which would be a write lost without an error.
 func TestSplitStaleRouterCheckCancelledPostgres(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	ctx := context.Background()
 	id, _, _ := splitAndWriteOnTarget(t, e) // shard 1, written on its target after the flip
@@ -128,6 +129,7 @@ type splitBeginsKey struct{}
 // ErrUncheckedWrite (to run again), never a plain 0; a write of the same
 // batch that changed a row stands.
 func TestSplitBatchWhileASplitBeginsPostgres(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	ctx := context.Background()
 	tracer := &splitBeginsAfterProbe{create: func() error {

@@ -533,12 +533,14 @@ func withReturning(q string) string {
 // still in the monolith, or through a router that follows the map, stays
 // a plain 0.
 func TestSplitStaleRoutersRefusedAfterTheFlipPostgres(t *testing.T) {
+	t.Parallel()
 	testStaleRoutersAfterTheFlip(t, newSplitEnvPG(t, 4, 8, 1, 1))
 }
 
 // TestSplitStaleRoutersRefusedAfterTheFlipMariaDB is
 // TestSplitStaleRoutersRefusedAfterTheFlipPostgres on MariaDB.
 func TestSplitStaleRoutersRefusedAfterTheFlipMariaDB(t *testing.T) {
+	t.Parallel()
 	testStaleRoutersAfterTheFlip(t, newSplitEnvMySQL(t, 4, 8, 1, 1))
 }
 
@@ -709,6 +711,7 @@ func testStaleRoutersAfterTheFlip(t *testing.T, e *splitEnv) {
 // the grant, never a "0 rows changed" that the router cannot vouch for,
 // and its transaction stays usable.
 func TestSplitStaleRouterOfARestrictedRolePostgres(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	role := testdb.PostgresRole(t, "stalerole")
 	for _, q := range []string{"GRANT SELECT, INSERT, UPDATE, DELETE ON users, photos, comments TO \"" + role + "\""} {
@@ -728,6 +731,7 @@ func TestSplitStaleRouterOfARestrictedRolePostgres(t *testing.T) {
 // TestSplitStaleRouterOfARestrictedRoleMariaDB is
 // TestSplitStaleRouterOfARestrictedRolePostgres on MariaDB.
 func TestSplitStaleRouterOfARestrictedRoleMariaDB(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvMySQL(t, 4, 8, 1, 1)
 	var mono string
 	e.dbs[0].Raw("SELECT DATABASE()").Scan(&mono)
@@ -924,6 +928,7 @@ func translatedMidStream(t *testing.T, e *splitEnv, sdbs []*sql.DB, m *shardmap.
 // router's update and UPDATE ... RETURNING read as rows are refused, not
 // blocked.
 func TestSplitStaleRouterOnAPoolOfOne(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -1004,6 +1009,7 @@ func TestSplitStaleRouterOnAPoolOfOne(t *testing.T) {
 // simple protocol): a stale router's update of a row written after the
 // flip is refused by each router library, alone and in a transaction.
 func TestSplitStaleRoutersThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	ctx := context.Background()
 	var names []string
@@ -1113,6 +1119,7 @@ func splitAndWriteOnTarget(t *testing.T, e *splitEnv) (int64, *gorm.DB, string) 
 // refused (a refusal would have it run again, and applied twice). Each
 // router's rows are opened, then the shard split, then read.
 func TestSplitWithCommittedBeforeTheSealPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	m := sharedMap(t, e)
@@ -1178,12 +1185,14 @@ func TestSplitWithCommittedBeforeTheSealPostgres(t *testing.T) {
 // no router, so a stale router's write lost there would not be refused.
 // A read, and a write to a shard in a schema of its own, prepare as ever.
 func TestSplitPrepareOfAWriteToTheMonolithPostgres(t *testing.T) {
+	t.Parallel()
 	testPrepareOfAWrite(t, newSplitEnvPG(t, 4, 8, 1, 1), "$1")
 }
 
 // TestSplitPrepareOfAWriteToTheMonolithMariaDB is
 // TestSplitPrepareOfAWriteToTheMonolithPostgres on MariaDB.
 func TestSplitPrepareOfAWriteToTheMonolithMariaDB(t *testing.T) {
+	t.Parallel()
 	testPrepareOfAWrite(t, newSplitEnvMySQL(t, 4, 8, 1, 1), "?")
 }
 

@@ -20,12 +20,14 @@ import (
 // Checked after a batch that leaves shards in the monolith, and after the
 // last batch.
 func TestSplitStaleRouterRefusedPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitStaleRouter(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestSplitStaleRouterRefusedMariaDB is TestSplitStaleRouterRefusedPostgres
 // on MariaDB.
 func TestSplitStaleRouterRefusedMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitStaleRouter(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 

@@ -398,6 +398,7 @@ func TestSplitPostgresWithWriters(t *testing.T) {
 
 // TestSplitMariaDBWithWriters is TestSplitPostgresWithWriters on MariaDB.
 func TestSplitMariaDBWithWriters(t *testing.T) {
+	t.Parallel()
 	testSplitWithWriters(t, newSplitEnvMySQL(t, 16, 200, 5, 4), false)
 }
 
@@ -414,6 +415,7 @@ func TestRunSplitPostgresWithWriters(t *testing.T) {
 // TestRunSplitMariaDBWithWriters is TestRunSplitPostgresWithWriters on
 // MariaDB.
 func TestRunSplitMariaDBWithWriters(t *testing.T) {
+	t.Parallel()
 	testSplitWithWriters(t, newSplitEnvMySQL(t, 16, 200, 5, 4), true)
 }
 

@@ -18,12 +18,14 @@ import (
 // through the target's fence, as only the mover is) must fail the batch
 // with ErrCopyDiffers before the fence, never be sealed and flipped.
 func TestSplitCopyVerifiesItselfPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitCopyVerifiesItself(t, newSplitEnvPG(t, 4, 20, 2, 2), "SELECT set_config('shardid.mover', 'on', true)")
 }
 
 // TestSplitCopyVerifiesItselfMariaDB is TestSplitCopyVerifiesItselfPostgres
 // on MariaDB.
 func TestSplitCopyVerifiesItselfMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitCopyVerifiesItself(t, newSplitEnvMySQL(t, 4, 20, 2, 2), "SET @shardid_mover = 1")
 }
 
@@ -71,12 +73,14 @@ func testSplitCopyVerifiesItself(t *testing.T, e *splitEnv, mover string) {
 // into each shard's schema (PostgreSQL) or database (MySQL), validated: a
 // comment of a photo that the shard does not hold is refused there.
 func TestSplitCarriesForeignKeysPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitCarriesForeignKeys(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestSplitCarriesForeignKeysMariaDB is TestSplitCarriesForeignKeysPostgres
 // on MariaDB.
 func TestSplitCarriesForeignKeysMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitCarriesForeignKeys(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -109,12 +113,14 @@ func testSplitCarriesForeignKeys(t *testing.T, e *splitEnv) {
 // they are created until the flip (their fence for the mover), and take
 // writes after it.
 func TestSplitTargetsRefuseWritersUntilTheFlipPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitTargetsRefuseWriters(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestSplitTargetsRefuseWritersUntilTheFlipMariaDB is
 // TestSplitTargetsRefuseWritersUntilTheFlipPostgres on MariaDB.
 func TestSplitTargetsRefuseWritersUntilTheFlipMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitTargetsRefuseWriters(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -149,6 +155,7 @@ func testSplitTargetsRefuseWriters(t *testing.T, e *splitEnv) {
 // more (a second one, waiting for the session that the first holds until
 // the read ends, would wait for ever).
 func TestSplitThroughOneSessionPerTarget(t *testing.T) {
+	t.Parallel()
 	// More shards on each target than a lane's feed holds chunks.
 	e := newSplitEnvPG(t, 48, 200, 2, 2)
 	for _, db := range e.dbs[1:] {

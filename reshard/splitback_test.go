@@ -445,6 +445,7 @@ func testSplitRollbackStopResume(t *testing.T, dialect string) {
 // a clean-up and a fence of the shard while a roll-back runs: each fails
 // with ErrMoveInProgress, and the roll-back finishes.
 func TestSplitRollbackTwoOperatorsPostgres(t *testing.T) {
+	t.Parallel()
 	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
 	e.splitBatches(t, 0, 4, 4)
 	ctx := context.Background()
@@ -505,6 +506,7 @@ func TestSplitRollbackTwoOperatorsPostgres(t *testing.T) {
 // option's documentation names is real: that router's UPDATE of a shard
 // still split finds no row in the monolith, and no error.
 func TestSplitRollbackRefusesAnEmptiedMonolith(t *testing.T) {
+	t.Parallel()
 	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
 	e.splitBatches(t, 0, 4, 4)
 	ctx := context.Background()
@@ -568,6 +570,7 @@ func TestSplitRollbackRefusesAnEmptiedMonolith(t *testing.T) {
 // still refused for a shard still split. Run again without the fault, the
 // roll-back finishes.
 func TestSplitRollbackKeepsTheRefusalWithTheSeal(t *testing.T) {
+	t.Parallel()
 	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
 	e.splitBatches(t, 0, 4, 4)
 	ctx := context.Background()
@@ -899,12 +902,14 @@ func testSplitRollbackAbort(t *testing.T, dialect string) {
 // first run copied stay in the monolith, sealed: a router with a map from
 // before the split is refused there.
 func TestSplitRollbackRunAgainWithoutItsLogPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitRollbackRunAgainWithoutItsLog(t, "postgres")
 }
 
 // TestSplitRollbackRunAgainWithoutItsLogMariaDB is
 // TestSplitRollbackRunAgainWithoutItsLogPostgres on MariaDB.
 func TestSplitRollbackRunAgainWithoutItsLogMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitRollbackRunAgainWithoutItsLog(t, "mysql")
 }
 
@@ -965,6 +970,7 @@ func testSplitRollbackRunAgainWithoutItsLog(t *testing.T, dialect string) {
 // roll-back's rows of no shard): the abort fails with ErrMoveInProgress
 // and leaves the record, which the roll-back run again then finishes.
 func TestSplitRollbackAbortFailsOnAChangedRecord(t *testing.T) {
+	t.Parallel()
 	e := newBackEnv(t, "postgres", 4, 20, 2, 2)
 	e.splitBatches(t, 0, 2, 2)
 	e.stopRollback(t, 0, "copied")
@@ -1044,6 +1050,7 @@ func TestRollbackHelperProcess(t *testing.T) {
 // lost, none twice; before the seal the shard's schema takes writes again
 // once the fence runs out, after it nowhere until the monolith does.
 func TestSplitRollbackKilledAtEachStagePostgres(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a mover at seven stages")
 	}
@@ -1113,6 +1120,7 @@ func TestSplitRollbackKilledAtEachStagePostgres(t *testing.T) {
 // leaves the monolith's clean-up for later, where it used to fail on the
 // rows the roll-back copied; the roll-back then finishes.
 func TestSplitLastBatchWaitsForARollBackPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitLastBatchWaitsForARollBack(t, "postgres")
 }
 
@@ -1120,6 +1128,7 @@ func TestSplitLastBatchWaitsForARollBackPostgres(t *testing.T) {
 // TestSplitLastBatchWaitsForARollBackPostgres on MariaDB (where the
 // clean-up is CleanSplit's, which waits for the roll-back too).
 func TestSplitLastBatchWaitsForARollBackMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitLastBatchWaitsForARollBack(t, "mysql")
 }
 
@@ -1169,7 +1178,7 @@ func TestRollbackCopiesAChildWhoseParentCameLaterPostgres(t *testing.T) {
 	target, schema := e.dbs[v.DB(0)], v.Schema(0)
 	const photo, comment = 1 << 40, 1<<40 + 1
 	wrote := false
-	defer reshard.SetRunPause(func(at string) {
+	defer reshard.SetRunPause(t, func(at string) {
 		if at != "rollback copy comments" || wrote {
 			return
 		}
@@ -1219,7 +1228,7 @@ func TestRollbackAsTheOwnerAfterASuperusersRunPostgres(t *testing.T) {
 			v := e.m.Load()
 			target, schema := e.dbs[v.DB(0)], v.Schema(0)
 			paused := false
-			defer reshard.SetRunPause(func(at string) {
+			defer reshard.SetRunPause(t, func(at string) {
 				if at != "rollback copy" || paused {
 					return
 				}

@@ -10,6 +10,7 @@ import (
 // each batch works on all its targets at once; every shard is in exactly
 // one batch, in order within it.
 func TestSplitBatchesInterleaveTargets(t *testing.T) {
+	t.Parallel()
 	var todo []int
 	to := map[int]string{}
 	for s := range 10 {
@@ -51,6 +52,7 @@ func TestSplitBatchesInterleaveTargets(t *testing.T) {
 // data is ErrTablesChanged, whatever the order of its refusals: the
 // operator must first declare the tables as they were.
 func TestRefusedTablesChangedFirst(t *testing.T) {
+	t.Parallel()
 	for _, kinds := range [][]string{{"tables-changed", "target-holds-data"}, {"target-holds-data", "tables-changed"}} {
 		p := &SplitPlan{}
 		for _, k := range kinds {

@@ -9,6 +9,7 @@ import (
 // TO STDOUT writes them in, counts and sums what it sends, sends a shard's
 // rows once they reach copyChunk, and refuses a line it cannot read.
 func TestCopyRouter(t *testing.T) {
+	t.Parallel()
 	var got []copyChunkOf
 	r := newCopyRouter([]int{3, 5}, func(c copyChunkOf) error { got = append(got, c); return nil }, nil)
 	in := "3\t-1\t10\tab\\tc\n5\t7\t11\tx\n3\t2\t12\ty\\n\n"
@@ -63,6 +64,7 @@ func TestCopyRouter(t *testing.T) {
 // sumOf takes an exact sum of signed or unsigned hashes modulo 2^64, as
 // rowCheck adds them up, and refuses what is not a number.
 func TestSumOf(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		want uint64
@@ -90,6 +92,7 @@ func TestSumOf(t *testing.T) {
 // COPY TO STDOUT writes them in, passes each row's columns on, a row a
 // write, and refuses a line it cannot read or a copy that ends in a row.
 func TestBucketSummer(t *testing.T) {
+	t.Parallel()
 	var out []string
 	w := writerFunc(func(p []byte) (int, error) { out = append(out, string(p)); return len(p), nil })
 	s := &bucketSummer{w: w, sent: bucketSent{}}

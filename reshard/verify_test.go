@@ -670,7 +670,7 @@ func TestMoveRefusesCascadesForANonSuperuser(t *testing.T) {
 // open on the shard's table) gives up with ErrLockWait, having held the
 // other writers back one short wait at a time.
 func TestFenceGivesUpWithErrLockWait(t *testing.T) {
-	defer reshard.SetMaxLockRetry(time.Second)()
+	defer reshard.SetMaxLockRetry(t, time.Second)()
 	r, _, _ := freshMoveSetup(t)
 	seedShard(t, r, 1, 10)
 	held := make(chan struct{})

@@ -36,10 +36,13 @@ func PostgresRole(t testing.TB, name string, grants ...string) string {
 }
 
 // DropPostgresRole drops role on every database of db's server that it
-// owns objects or holds grants in, then the role itself.
+// owns objects or holds grants in, then the role itself. It leaves the
+// templates alone: a session on template1 makes every CREATE DATABASE
+// that another test runs meanwhile fail ("source database is being
+// accessed by other users").
 func DropPostgresRole(db *gorm.DB, role string) {
 	var dbs []string
-	db.Raw("SELECT datname FROM pg_database WHERE datallowconn").Scan(&dbs)
+	db.Raw("SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate").Scan(&dbs)
 	dsn := EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN)
 	for _, d := range dbs {
 		conn, err := gorm.Open(postgres.Open(withDSNField(dsn, "dbname", d)), GormConfig())
