@@ -1,6 +1,7 @@
 package reshard
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -34,13 +35,12 @@ func SetMaxLockRetry(t testing.TB, d time.Duration) (restore func()) {
 	return func() { maxLockRetry = old }
 }
 
-// SetRunPause calls pause at the points of a split's or a move's run
-// named in runPause, with its lock unwatched, until restore is called.
-func SetRunPause(t testing.TB, pause func(at string)) (restore func()) {
-	sequential(t)
-	old := runPause
-	runPause = pause
-	return func() { runPause = old }
+// WithRunPause returns ctx with pause, called at the points of a split's
+// or a move's run named in runPause, with its lock unwatched: only the
+// runs given that context pause, so tests that pause runs may run in
+// parallel.
+func WithRunPause(ctx context.Context, pause func(at string)) context.Context {
+	return context.WithValue(ctx, runPause{}, pause)
 }
 
 // SetEmptyChunk makes n the rows a transaction of a move's emptying of

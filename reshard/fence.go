@@ -481,9 +481,7 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 			if err := check(ctx); err != nil {
 				return err
 			}
-			if runPause != nil {
-				runPause("seal held")
-			}
+			pauseAt(ctx, "seal held")
 			return tx.Exec("UPDATE " + st + " SET fenced_until = '9999-12-31 23:59:59', token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
 		}
 		// Asked before the tables' lock too: a run that lost its lock
@@ -505,9 +503,7 @@ func sealFence(ctx context.Context, db *gorm.DB, schema string, tables []string,
 		if err := check(ctx); err != nil {
 			return err
 		}
-		if runPause != nil {
-			runPause("seal held")
-		}
+		pauseAt(ctx, "seal held")
 		return tx.Exec("UPDATE " + st + " SET fenced_until = 'infinity', token = token + 1, sealed = TRUE, mover_only = FALSE WHERE id = 1").Error
 	})
 	if errors.Is(err, errFenceLapsed) {

@@ -57,7 +57,7 @@ func guardPG(t *testing.T, prefix string) (*gorm.DB, *gorm.DB) {
 	t.Helper()
 	a := openPostgres(t)
 	openSecondPostgresTB(t)
-	b := openGuardDB(t, "postgres", replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)))
+	b := openGuardDB(t, "postgres", postgresDSN(t, 1))
 	for _, db := range []*gorm.DB{a, b} {
 		for s := range guardShards {
 			db.Exec(fmt.Sprintf("DROP SCHEMA IF EXISTS %s_%04d CASCADE", prefix, s))

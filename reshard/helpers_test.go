@@ -3,6 +3,8 @@ package reshard_test
 import (
 	"errors"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/testdb"
 	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
 
@@ -25,17 +28,93 @@ type RPhoto struct {
 var (
 	envOr                 = testdb.EnvOr
 	gormConfig            = testdb.GormConfig
-	openPostgres          = testdb.OpenPostgres
 	openSQLite            = testdb.OpenSQLite
 	closeAtEnd            = testdb.CloseAtEnd
-	helperProcess         = testdb.HelperProcess
-	openSecondPostgresTB  = testdb.OpenSecondPostgres
 	segmentDB             = testdb.Open
 	startPostgresInstance = testdb.StartPostgres
 	startMariaDBInstance  = testdb.StartMariaDB
 )
 
 const defaultPostgresDSN = testdb.DefaultPostgresDSN
+
+// The move tests' two PostgreSQL databases are test and shardid_test2 of
+// the test server, and each of those tests keeps to its own schemas and
+// catalog there, none of which another may touch meanwhile: the tests
+// that use them run one at a time, unless they take databases of their
+// own (ownDatabases), as most do. openPostgres, openSecondPostgresTB,
+// postgresDSN and helperProcess open a test's own where it took them.
+
+// ownedDatabases maps the name of a top-level test that called
+// ownDatabases to its two databases' names.
+var ownedDatabases sync.Map
+
+// ownDatabases marks t parallel and gives it two new, empty PostgreSQL
+// databases in place of test and shardid_test2, for it, its subtests and
+// the helper processes it starts; they are dropped when it ends.
+func ownDatabases(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	names := [2]string{freshPG.take(t), freshPG.take(t)}
+	ownedDatabases.Store(t.Name(), names)
+	t.Cleanup(func() { ownedDatabases.Delete(t.Name()) })
+}
+
+// postgresNames returns the names of the two PostgreSQL databases of t's
+// move tests: its own (ownDatabases), its parent's helper process's
+// (SHARDID_HELPER_PG), or test and shardid_test2.
+func postgresNames(t testing.TB) [2]string {
+	name, _, _ := strings.Cut(t.Name(), "/")
+	if v, ok := ownedDatabases.Load(name); ok {
+		return v.([2]string)
+	}
+	if a, b, ok := strings.Cut(os.Getenv("SHARDID_HELPER_PG"), ","); ok {
+		return [2]string{a, b}
+	}
+	return [2]string{"test", "shardid_test2"}
+}
+
+// pgNames is postgresNames as a slice.
+func pgNames(t testing.TB) []string {
+	names := postgresNames(t)
+	return names[:]
+}
+
+// postgresDSN returns the DSN of t's first (i = 0) or second (i = 1)
+// PostgreSQL database (postgresNames).
+func postgresDSN(t testing.TB, i int) string {
+	names := postgresNames(t)
+	if i == 1 && names[1] == "shardid_test2" {
+		return envOr("SHARDID_TEST_POSTGRES2_DSN", testdb.SQLDSN("postgres", names[1]))
+	}
+	return testdb.SQLDSN("postgres", names[i])
+}
+
+// openPostgres opens t's first PostgreSQL database (the test database,
+// unless t took its own), closed when t ends.
+func openPostgres(t testing.TB) *gorm.DB {
+	t.Helper()
+	if postgresNames(t)[0] == "test" {
+		return testdb.OpenPostgres(t)
+	}
+	return testdb.OpenServer(t, "PostgreSQL", "", postgresDSN(t, 0), postgres.Open)
+}
+
+// openSecondPostgresTB opens t's second PostgreSQL database (shardid_test2,
+// created when missing, unless t took its own), closed when t ends.
+func openSecondPostgresTB(t testing.TB) *gorm.DB {
+	t.Helper()
+	if postgresNames(t)[1] == "shardid_test2" {
+		return testdb.OpenSecondPostgres(t)
+	}
+	return testdb.OpenServer(t, "PostgreSQL (second database)", "", postgresDSN(t, 1), postgres.Open)
+}
+
+// helperProcess is testdb.HelperProcess, telling the helper t's
+// PostgreSQL databases.
+func helperProcess(t testing.TB, mode string, env ...string) *exec.Cmd {
+	names := postgresNames(t)
+	return testdb.HelperProcess(t, mode, append(env, "SHARDID_HELPER_PG="+names[0]+","+names[1])...)
+}
 
 func openMySQL(t *testing.T) *gorm.DB { t.Helper(); return testdb.OpenMySQL(t) }
 

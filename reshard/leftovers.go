@@ -248,9 +248,7 @@ func DropUnfinishedCopies(ctx context.Context, r *shardid.Router, shard int) (Le
 	if err := lock.ensure(ctx, "dropping the unfinished copies"); err != nil {
 		return done, err
 	}
-	if runPause != nil {
-		runPause("drop copies")
-	}
+	pauseAt(ctx, "drop copies")
 	for _, s := range l.Staging {
 		db := dbs[slices.Index(names, s.Database)]
 		if err := db.WithContext(ctx).Exec(`DROP SCHEMA IF EXISTS "` + s.Schema + `" CASCADE`).Error; err != nil {
@@ -614,9 +612,7 @@ func dropCopyAsSeenMySQL(ctx context.Context, db *gorm.DB, schema string, tables
 		if err != nil {
 			return err
 		}
-		if runPause != nil {
-			runPause("drop database")
-		}
+		pauseAt(ctx, "drop database")
 		return dropDatabaseMySQL(g, schema, tables, func() error { return lock.ensure(ctx, step) })
 	})
 }

@@ -145,21 +145,22 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "drop copies" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, db1, r.Schema(1))
-		if _, err := reshard.MoveShard(ctx, mover, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
+		if _, err := reshard.MoveShard(pctx, mover, nil, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}}); err != nil {
 			t.Errorf("the move, once the clean-up's lock is gone: %v", err)
 			return
 		}
 		if err := mover.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "after the move"}).Error; err != nil {
 			t.Errorf("a write to the shard's new home: %v", err)
 		}
-	})()
-	done, err := reshard.DropUnfinishedCopies(ctx, r, 1)
+	})
+	done, err := reshard.DropUnfinishedCopies(pctx, r, 1)
 	if !paused {
 		t.Fatal("DropUnfinishedCopies never reached its drops")
 	}
@@ -196,15 +197,16 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 	opts := reshard.MoveOptions{Tables: []string{"r_photos"}, Batch: 50, FenceFor: 20 * time.Second}
 	var rival error
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "drop database" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, r.Databases()[0], r.Schema(1))
-		_, rival = reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my2", opts)
-	})()
-	done, err := reshard.DropUnfinishedCopies(ctx, r, 1)
+		_, rival = reshard.MoveShard(pctx, loaded(t, newRouter(), c), c, 1, "my2", opts)
+	})
+	done, err := reshard.DropUnfinishedCopies(pctx, r, 1)
 	if !paused {
 		t.Fatal("DropUnfinishedCopies never reached its DROP DATABASE")
 	}
@@ -226,7 +228,7 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dieAt(t, "drop database", func() { reshard.DropUnfinishedCopies(ctx, r, 1) })
+	dieAt(t, "drop database", func(ctx context.Context) { reshard.DropUnfinishedCopies(ctx, r, 1) })
 	if _, err := reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my2", opts); !errors.Is(err, reshard.ErrMoveInProgress) {
 		t.Errorf("the move to a copy a stopped clean-up marked: %v, want ErrMoveInProgress", err)
 	}
@@ -270,7 +272,7 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 		}
 	}
 	paused = false
-	defer reshard.SetRunPause(t, func(at string) {
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "drop database" || paused {
 			return
 		}
@@ -281,14 +283,14 @@ func TestDropUnfinishedCopiesPausedKeepsARivalsMoveMariaDB(t *testing.T) {
 		// to the drop's end (holdUnsealed): it keeps a move's fence of
 		// the home waiting while it lives.
 		killOpenTransactionsMySQL(t, dst)
-		if done, err := reshard.DropUnfinishedCopies(ctx, loaded(t, newRouter(), c), 1); err != nil || len(done.Copies) != 1 {
+		if done, err := reshard.DropUnfinishedCopies(pctx, loaded(t, newRouter(), c), 1); err != nil || len(done.Copies) != 1 {
 			t.Errorf("the second clean-up: %+v, %v; want the copy dropped", done, err)
 		}
-		if _, err := reshard.MoveShard(ctx, loaded(t, newRouter(), c), c, 1, "my1", opts); err != nil {
+		if _, err := reshard.MoveShard(pctx, loaded(t, newRouter(), c), c, 1, "my1", opts); err != nil {
 			t.Errorf("the move, once the second clean-up dropped the copy: %v", err)
 		}
-	})()
-	if _, err := reshard.DropUnfinishedCopies(ctx, r, 1); err == nil {
+	})
+	if _, err := reshard.DropUnfinishedCopies(pctx, r, 1); err == nil {
 		t.Error("the first clean-up, resumed after its sessions ended: no error")
 	}
 	if !paused {
@@ -331,7 +333,8 @@ func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "move copy" || paused {
 			return
 		}
@@ -345,14 +348,14 @@ func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			done, err := reshard.DropUnfinishedCopies(ctx, stale, 1)
+			done, err := reshard.DropUnfinishedCopies(pctx, stale, 1)
 			t.Logf("the clean-up from the stale map: %v", err)
 			if !errors.Is(err, reshard.ErrShardMoved) || len(done.Copies)+len(done.Staging) > 0 {
 				t.Errorf("DropUnfinishedCopies from a stale map, a move of the shard under way: %+v, %v; want ErrShardMoved and nothing dropped", done, err)
 			}
 		}
-	})()
-	_, err = reshard.MoveShard(ctx, r, nil, 1, "pg3", opts)
+	})
+	_, err = reshard.MoveShard(pctx, r, nil, 1, "pg3", opts)
 	if !paused {
 		t.Fatal("the move never reached its copy")
 	}
@@ -376,18 +379,18 @@ func TestDropUnfinishedCopiesFromAStaleMapKeepsARunningMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused = false
-	defer reshard.SetRunPause(t, func(at string) {
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "move flip" || paused {
 			return
 		}
 		paused = true
-		done, err := reshard.DropUnfinishedCopies(ctx, stale, 1)
+		done, err := reshard.DropUnfinishedCopies(pctx, stale, 1)
 		t.Logf("the clean-up from the stale map, the move at its flip: %v", err)
 		if !errors.Is(err, reshard.ErrShardMoved) || len(done.Copies)+len(done.Staging) > 0 {
 			t.Errorf("DropUnfinishedCopies from a stale map, a move of the shard at its flip: %+v, %v; want ErrShardMoved and nothing dropped", done, err)
 		}
-	})()
-	if _, err := reshard.MoveShard(ctx, r, nil, 1, "pg2", opts); err != nil {
+	})
+	if _, err := reshard.MoveShard(pctx, r, nil, 1, "pg2", opts); err != nil {
 		t.Fatalf("the move back to pg2: %v", err)
 	}
 	if !paused {

@@ -264,7 +264,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	defer lock.release()
 	// A lock lost mid-move stops the move as a cancellation would, and
 	// says so.
-	if runPause == nil {
+	if !pausing(ctx) {
 		var unwatch func()
 		ctx, unwatch = lock.watch(ctx)
 		defer unwatch()
@@ -369,9 +369,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := lock.ensure(ctx, "creating the target"); err != nil {
 		return res, err
 	}
-	if runPause != nil {
-		runPause("move create")
-	}
+	pauseAt(ctx, "move create")
 	dstToken, err = createTarget(ctx, src, dst, schema, tables, opts.Models, seen)
 	if err != nil {
 		return res, fmt.Errorf("shardid: creating shard %d on %s: %w", shard, target, err)
@@ -398,9 +396,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := lock.ensure(ctx, "starting the change log"); err != nil {
 		return res, err
 	}
-	if runPause != nil {
-		runPause("move capture")
-	}
+	pauseAt(ctx, "move capture")
 	// Checked again under the capture's lock: the log it drops may be a
 	// rival's otherwise (startCapture).
 	if err := cp.capture(ctx, func(ctx context.Context) error { return lock.ensure(ctx, "starting the change log") }); err != nil {
@@ -412,9 +408,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := lock.ensure(ctx, "copying into the target"); err != nil {
 		return res, err
 	}
-	if runPause != nil {
-		runPause("move copy")
-	}
+	pauseAt(ctx, "move copy")
 	copyStart := timeNow()
 	if res.Copied, err = cp.copy(ctx); err != nil {
 		return res, err
@@ -441,9 +435,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := lock.ensure(ctx, "fencing the source"); err != nil {
 		return res, err
 	}
-	if runPause != nil {
-		runPause("move fence")
-	}
+	pauseAt(ctx, "move fence")
 	token, fenced, err := setFence(ctx, src, schema, tables, opts.FenceFor, overSeal, claimed)
 	if errors.Is(err, ErrShardMoved) && !overSeal {
 		// Sealed since this move began: by a rival who finished it. Not
@@ -487,9 +479,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 	if err := lock.ensure(ctx, "fencing the source for good"); err != nil {
 		return res, fmt.Errorf("%w; the map is not flipped", err)
 	}
-	if runPause != nil {
-		runPause("move seal")
-	}
+	pauseAt(ctx, "move seal")
 	if err := sealFence(ctx, src, schema, tables, token, func(ctx context.Context) error { return lock.ensure(ctx, "fencing the source for good") }); err != nil {
 		return res, fmt.Errorf("shardid: shard %d on %s: %w; the map is not flipped", shard, res.From, err)
 	}
@@ -501,9 +491,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		return res, fmt.Errorf("shardid: shard %d is copied to %s and its old copy on %s fenced for good, "+
 			"but the catalog was not flipped (run the move again to finish it): %w", shard, target, res.From, err)
 	}
-	if runPause != nil {
-		runPause("move flip")
-	}
+	pauseAt(ctx, "move flip")
 	if c != nil {
 		// With the seal held as this run made it (holdSeal): a run of
 		// the move again, which took the seal over while this one was
@@ -632,9 +620,7 @@ func Unfence(ctx context.Context, r *shardid.Router, shard int, models []any) er
 	if err := lock.ensure(ctx, "dropping the change log of shard "+strconv.Itoa(shard)); err != nil {
 		return err
 	}
-	if runPause != nil {
-		runPause("unfence capture")
-	}
+	pauseAt(ctx, "unfence capture")
 	// Checked again under the capture's lock (stopCapture).
 	if err := stopCapture(ctx, db, schema, func(ctx context.Context) error {
 		return lock.ensure(ctx, "dropping the change log of shard "+strconv.Itoa(shard))
@@ -1024,9 +1010,7 @@ func (s targetSeen) unchanged(now targetSeen, schema string) error {
 // must then have inserted itself: a row found instead is another run's,
 // made while this one was paused after its check.
 func fenceTargetAsSeen(ctx context.Context, db *gorm.DB, schema string, tables []string, seen targetSeen) (token int64, err error) {
-	if runPause != nil {
-		runPause("fence target")
-	}
+	pauseAt(ctx, "fence target")
 	inserted, err := ensureFenceMySQLAs(ctx, db, schema, tables)
 	if err != nil {
 		return 0, err

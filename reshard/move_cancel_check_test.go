@@ -78,7 +78,7 @@ func cancelWhileChecking(t *testing.T, r *shardid.Router, c *reshard.Catalog, ta
 		paused   int
 		returned atomic.Bool
 	)
-	defer reshard.SetRunPause(t, func(at string) {
+	pctx := reshard.WithRunPause(ctx, func(at string) {
 		if at == "move forget" {
 			once.Do(func() {
 				paused++
@@ -90,11 +90,11 @@ func cancelWhileChecking(t *testing.T, r *shardid.Router, c *reshard.Catalog, ta
 				returned.Store(true)
 			})
 		}
-	})()
+	})
 	opts := reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 1000, Progress: func(string, int64) {
 		written.Do(func() { werr = r.ForKey(1).Create(&RPhoto{UserID: 1, Caption: "during the copy"}).Error })
 	}}
-	_, err := reshard.MoveShard(ctx, r, c, 1, target, opts)
+	_, err := reshard.MoveShard(pctx, r, c, 1, target, opts)
 	if werr != nil {
 		t.Fatalf("the write during the copy: %v", werr)
 	}

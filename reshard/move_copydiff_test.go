@@ -17,6 +17,7 @@ import (
 // with ErrCopyDiffers, and the error names the column and both its
 // definitions, or the trigger: what the operator has to fix.
 func TestMoveNamesTheDefinitionsThatDifferPostgres(t *testing.T) {
+	ownDatabases(t)
 	testMoveNamesTheDefinitionsThatDiffer(t, openPostgres(t), openSecondPostgresTB(t), "pg", []string{"pg1", "pg2"},
 		"CREATE TABLE %s.items (id bigint PRIMARY KEY, price numeric(10, %d) NOT NULL, note text NOT NULL)",
 		[]string{

@@ -16,6 +16,7 @@ import (
 // them later and index-only scans work at once. Two tables, one with a
 // foreign key to the other, which the TRUNCATE must empty together.
 func TestMoveCopiesRowsFrozen(t *testing.T) {
+	ownDatabases(t)
 	src, dst := openPostgres(t), openSecondPostgresTB(t)
 	const schema = "shardid_frz_0001"
 	r := routerOverTwo(t, src, dst, []string{"pg1", "pg2"}, "shardid_frz_%04d", "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
@@ -62,6 +63,7 @@ func TestMoveCopiesRowsFrozen(t *testing.T) {
 // into it without, and its rows land in their partitions. The source's
 // table is partitioned too, and read through its parent.
 func TestMoveCopiesIntoAPartitionedTable(t *testing.T) {
+	ownDatabases(t)
 	src, dst := openPostgres(t), openSecondPostgresTB(t)
 	const schema = "shardid_prt_0001"
 	r := routerOverTwo(t, src, dst, []string{"pg1", "pg2"}, "shardid_prt_%04d", "DROP SCHEMA IF EXISTS "+schema+" CASCADE")

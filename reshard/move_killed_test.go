@@ -57,6 +57,7 @@ func lingeringProxy(t *testing.T, linger time.Duration) string {
 // run again at once wait for the dead session's lock (DefaultLockWait)
 // instead of failing with ErrMoveInProgress, and succeed.
 func TestMoveKilledSessionLingers(t *testing.T) {
+	ownDatabases(t)
 	if testing.Short() {
 		t.Skip("waits for a dead mover's session")
 	}

@@ -111,6 +111,7 @@ func helperMoveMutator(t *testing.T) {
 // of every row is what the target holds, and the target equals the old
 // copy plus what was written after the flip.
 func TestMoveCarriesUpdatesAndDeletes(t *testing.T) {
+	ownDatabases(t)
 	if testing.Short() {
 		t.Skip("a move under load takes seconds")
 	}
@@ -209,6 +210,7 @@ func TestMoveCarriesUpdatesAndDeletes(t *testing.T) {
 // A move cancelled while its statements run returns an error that wraps
 // context.Canceled, lifts its fence and drops its change log.
 func TestMoveCanceledMidStatement(t *testing.T) {
+	ownDatabases(t)
 	for _, stage := range []string{"mid-copy", "copied", "fenced"} {
 		t.Run(stage, func(t *testing.T) {
 			r, c, _ := freshMoveSetup(t)

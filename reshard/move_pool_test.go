@@ -29,7 +29,7 @@ func pooledMoveSetup(t *testing.T, poolSize int) (direct, pooled *shardid.Router
 	t.Helper()
 	direct, p = ownMoveSetup(t)
 	b = testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: poolSize,
-		Databases: []string{"test", "shardid_test2"}})
+		Databases: pgNames(t)})
 	pooled = pooledRouter(t, b, p)
 	c = &reshard.Catalog{DB: pooled.Databases()[0], Table: "shardid_mvl_catalog"}
 	loaded(t, pooled, c)
@@ -43,7 +43,7 @@ func ownMoveSetup(t *testing.T) (direct *shardid.Router, p *shardid.Plugin) {
 	p = movePlugin(t, 0)
 	a := openPostgres(t)
 	openSecondPostgresTB(t)
-	second, err := gorm.Open(postgres.Open(replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))), gormConfig())
+	second, err := gorm.Open(postgres.Open(postgresDSN(t, 1)), gormConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,8 @@ func ownMoveSetup(t *testing.T) (direct *shardid.Router, p *shardid.Plugin) {
 // pooledRouter is a router over both databases through b.
 func pooledRouter(t *testing.T, b *testdb.PgBouncer, p *shardid.Plugin) *shardid.Router {
 	t.Helper()
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{b.Open("test", "postgres"), b.Open("shardid_test2", "postgres")},
+	names := pgNames(t)
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{b.Open(names[0], "postgres"), b.Open(names[1], "postgres")},
 		Names: []string{"pg1", "pg2"}, LogicalShards: moveShards, SchemaPattern: poolPattern, Plugin: p})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func moveLocks(t *testing.T, db *gorm.DB) []string {
 	if err := db.Raw(`SELECT l.pid || '/' || l.objid || '/' || d.datname FROM pg_locks l JOIN pg_database d ON d.oid = l.database
 		WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.classid::bigint = (hashtext('shardid:move')::bigint & 4294967295)
 			AND l.objid::bigint IN (SELECT hashtext('shardid_move:shardid_mvl_' || lpad(s::text, 4, '0'))::bigint & 4294967295 FROM generate_series(0, ?) s)
-			AND d.datname IN ('test', 'shardid_test2')`, moveShards-1).Scan(&locks).Error; err != nil {
+			AND d.datname IN ?`, moveShards-1, pgNames(t)).Scan(&locks).Error; err != nil {
 		t.Fatal(err)
 	}
 	return locks
@@ -111,6 +112,7 @@ func leftovers(t *testing.T, db *gorm.DB) []string {
 // the target, and it leaves nothing behind: no staging schema, no table
 // in public, no advisory lock.
 func TestMoveThroughTransactionPool(t *testing.T) {
+	ownDatabases(t)
 	direct, r, c, _, _ := pooledMoveSetup(t, 2)
 	ctx := context.Background()
 	seeded := seedShard(t, r, 3, 300)
@@ -180,6 +182,7 @@ func TestMoveThroughTransactionPool(t *testing.T) {
 // having waited for the first to finish, finds the shard gone); no lock
 // is left behind.
 func TestMoveSameShardThroughTransactionPool(t *testing.T) {
+	ownDatabases(t)
 	direct, r, c, p, b := pooledMoveSetup(t, 2)
 	ctx := context.Background()
 	seedShard(t, r, 1, 200)
@@ -336,6 +339,7 @@ func checkLockLost(t *testing.T, r, other *shardid.Router, c *reshard.Catalog, d
 // transaction mode; at the later stages a second operator aborts it
 // meanwhile.
 func TestMoveLockLost(t *testing.T) {
+	ownDatabases(t)
 	for _, tc := range []struct {
 		stage string
 		abort bool
@@ -361,6 +365,7 @@ func TestMoveLockLost(t *testing.T) {
 // The same on MariaDB, where the lock is GET_LOCK and the session ends by
 // KILL.
 func TestMoveLockLostMariaDB(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		stage string
 		abort bool
@@ -382,7 +387,7 @@ func TestMoveLockLostMariaDB(t *testing.T) {
 // the port of a PgBouncer (or of a proxy to PostgreSQL).
 func helperPooledRouter(t *testing.T, port string, p *shardid.Plugin) *shardid.Router {
 	var dbs []*gorm.DB
-	for _, name := range []string{"test", "shardid_test2"} {
+	for _, name := range postgresNames(t) {
 		db, err := gorm.Open(postgres.Open(fmt.Sprintf("host=127.0.0.1 port=%s user=postgres dbname=%s sslmode=disable default_query_exec_mode=simple_protocol", port, name)), gormConfig())
 		if err != nil {
 			t.Fatal(err)
@@ -401,6 +406,7 @@ func helperPooledRouter(t *testing.T, port string, p *shardid.Plugin) *shardid.R
 // stage, and the move is run again at once through the same pooler: the
 // dead mover's lock must not outlive it on a pooled server connection.
 func TestMoveKilledThroughTransactionPool(t *testing.T) {
+	ownDatabases(t)
 	for _, stage := range []string{"created", "fenced", "sealed"} {
 		t.Run(stage, func(t *testing.T) {
 			direct, r, c, _, b := pooledMoveSetup(t, 2)
@@ -457,6 +463,7 @@ func pgbouncerPort(b *testdb.PgBouncer) string {
 // lock again (the rival is done), and must then find that the copy it
 // created is no longer its own: the shard's new home, with every row.
 func TestMoveLockLostToARivalMove(t *testing.T) {
+	ownDatabases(t)
 	for _, stage := range []string{"created", "copied", "fenced", "verified"} {
 		t.Run(stage, func(t *testing.T) {
 			direct, r, c, p, b := pooledMoveSetup(t, 3)
@@ -468,6 +475,7 @@ func TestMoveLockLostToARivalMove(t *testing.T) {
 
 // The same on MariaDB, where dropping the copy is DROP DATABASE.
 func TestMoveLockLostToARivalMoveMariaDB(t *testing.T) {
+	t.Parallel()
 	for _, stage := range []string{"created", "fenced"} {
 		t.Run(stage, func(t *testing.T) {
 			newRouter, c := mariaMoveSetup(t, "shardid_mr")
@@ -525,6 +533,7 @@ func checkRivalMove(t *testing.T, r, other *shardid.Router, fresh func() *shardi
 // empty that home when it resumes: its copy's TRUNCATE did, and the rows
 // written since the rival's flip were lost.
 func TestMovePausedRunKeepsOffItsRivalsTargetPostgres(t *testing.T) {
+	ownDatabases(t)
 	direct, r, c, p, b := pooledMoveSetup(t, 3)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
 		c, direct.Databases()[0], 3, "pg2", "move copy", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
@@ -537,6 +546,7 @@ func TestMovePausedRunKeepsOffItsRivalsTargetPostgres(t *testing.T) {
 // (every write refused), and, failing, could drop it as the copy it
 // created.
 func TestMovePausedBeforeItCreatesItsTargetPostgres(t *testing.T) {
+	ownDatabases(t)
 	direct, r, c, p, b := pooledMoveSetup(t, 3)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
 		c, direct.Databases()[0], 3, "pg2", "move create", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
@@ -545,6 +555,7 @@ func TestMovePausedBeforeItCreatesItsTargetPostgres(t *testing.T) {
 // TestMovePausedBeforeItCreatesItsTargetMariaDB is
 // TestMovePausedBeforeItCreatesItsTargetPostgres on MariaDB.
 func TestMovePausedBeforeItCreatesItsTargetMariaDB(t *testing.T) {
+	t.Parallel()
 	newRouter, c := mariaMoveSetup(t, "shardid_mc")
 	r := loaded(t, newRouter(), c)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
@@ -557,6 +568,7 @@ func TestMovePausedBeforeItCreatesItsTargetMariaDB(t *testing.T) {
 // finished the move, must not fence the new home for itself and then drop
 // it as its own: the fence's state row it finds is the rival's.
 func TestMovePausedBeforeItFencesItsTargetMariaDB(t *testing.T) {
+	t.Parallel()
 	newRouter, c := mariaMoveSetup(t, "shardid_mt")
 	r := loaded(t, newRouter(), c)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
@@ -570,6 +582,7 @@ func TestMovePausedBeforeItFencesItsTargetMariaDB(t *testing.T) {
 // fence on the way out, which opened the old copy to routers whose map
 // still names it.
 func TestMovePausedBeforeItsFenceKeepsTheRivalsSealPostgres(t *testing.T) {
+	ownDatabases(t)
 	direct, r, c, p, b := pooledMoveSetup(t, 3)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
 		c, direct.Databases()[0], 3, "pg2", "move fence", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
@@ -578,6 +591,7 @@ func TestMovePausedBeforeItsFenceKeepsTheRivalsSealPostgres(t *testing.T) {
 // TestMovePausedBeforeItsFenceKeepsTheRivalsSealMariaDB is
 // TestMovePausedBeforeItsFenceKeepsTheRivalsSealPostgres on MariaDB.
 func TestMovePausedBeforeItsFenceKeepsTheRivalsSealMariaDB(t *testing.T) {
+	t.Parallel()
 	newRouter, c := mariaMoveSetup(t, "shardid_mf")
 	r := loaded(t, newRouter(), c)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
@@ -588,6 +602,7 @@ func TestMovePausedBeforeItsFenceKeepsTheRivalsSealMariaDB(t *testing.T) {
 // TestMovePausedRunKeepsOffItsRivalsTargetPostgres on MariaDB, where the
 // copy empties the target with a DELETE (a TRUNCATE would commit).
 func TestMovePausedRunKeepsOffItsRivalsTargetMariaDB(t *testing.T) {
+	t.Parallel()
 	newRouter, c := mariaMoveSetup(t, "shardid_mp")
 	r := loaded(t, newRouter(), c)
 	checkPausedRivalMove(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
@@ -595,7 +610,7 @@ func TestMovePausedRunKeepsOffItsRivalsTargetMariaDB(t *testing.T) {
 }
 
 // checkPausedRivalMove moves shard from r's database to target, pausing
-// the move at at (reshard.SetRunPause); meanwhile the move's lock session
+// the move at at (reshard.WithRunPause); meanwhile the move's lock session
 // ends (killMoveLock on direct), a rival runs the same move to the end and
 // the application writes to the shard on its new home, through a fresh
 // router. The first move, resumed, must fail with ErrMoveLockLost, leave
@@ -609,13 +624,14 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 	schema := r.Schema(shard)
 	var after []RPhoto // written after the rival's move
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != pauseAt || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, direct, schema)
-		if _, err := reshard.MoveShard(ctx, fresh(), c, shard, target, opts); err != nil {
+		if _, err := reshard.MoveShard(pctx, fresh(), c, shard, target, opts); err != nil {
 			t.Errorf("the rival move, once the first mover's lock is gone: %v", err)
 			return
 		}
@@ -627,8 +643,8 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 			}
 			after = append(after, ph)
 		}
-	})()
-	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	})
+	_, err := reshard.MoveShard(pctx, r, c, shard, target, opts)
 	if !paused {
 		t.Fatalf("the move never reached %q", pauseAt)
 	}
@@ -669,6 +685,7 @@ func checkPausedRivalMove(t *testing.T, r *shardid.Router, fresh func() *shardid
 // copy, logged there alone, were lost with it, and the rival flipped
 // without them.
 func TestMovePausedBeforeItsChangeLogKeepsTheRivalsPostgres(t *testing.T) {
+	ownDatabases(t)
 	direct, r, c, p, b := pooledMoveSetup(t, 3)
 	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
 		c, direct.Databases()[0], 3, "pg2", "move capture", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
@@ -680,6 +697,7 @@ func TestMovePausedBeforeItsChangeLogKeepsTheRivalsPostgres(t *testing.T) {
 // the rival's entries when it resumes: both logs numbered their entries
 // from 1, and the rival flipped without the writes it forgot.
 func TestMovePausedBeforeItForgetsKeepsTheRivalsLogPostgres(t *testing.T) {
+	ownDatabases(t)
 	direct, r, c, p, b := pooledMoveSetup(t, 3)
 	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
 		c, direct.Databases()[0], 3, "pg2", "move forget", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
@@ -688,6 +706,7 @@ func TestMovePausedBeforeItForgetsKeepsTheRivalsLogPostgres(t *testing.T) {
 // TestMovePausedBeforeItForgetsKeepsTheRivalsLogMariaDB is
 // TestMovePausedBeforeItForgetsKeepsTheRivalsLogPostgres on MariaDB.
 func TestMovePausedBeforeItForgetsKeepsTheRivalsLogMariaDB(t *testing.T) {
+	t.Parallel()
 	newRouter, c := mariaMoveSetup(t, "shardid_mg")
 	r := loaded(t, newRouter(), c)
 	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
@@ -697,6 +716,7 @@ func TestMovePausedBeforeItForgetsKeepsTheRivalsLogMariaDB(t *testing.T) {
 // TestMovePausedBeforeItsChangeLogKeepsTheRivalsMariaDB is
 // TestMovePausedBeforeItsChangeLogKeepsTheRivalsPostgres on MariaDB.
 func TestMovePausedBeforeItsChangeLogKeepsTheRivalsMariaDB(t *testing.T) {
+	t.Parallel()
 	newRouter, c := mariaMoveSetup(t, "shardid_ml2")
 	r := loaded(t, newRouter(), c)
 	checkPausedMoveKeepsRivalsLog(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
@@ -729,7 +749,8 @@ func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func()
 			}
 		}
 	}
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != pauseAt || paused {
 			return
 		}
@@ -748,12 +769,12 @@ func checkPausedMoveKeepsRivalsLog(t *testing.T, r *shardid.Router, fresh func()
 			<-resume
 		}
 		go func() {
-			_, err := reshard.MoveShard(ctx, fresh(), c, shard, target, rival)
+			_, err := reshard.MoveShard(pctx, fresh(), c, shard, target, rival)
 			rivalErr <- err
 		}()
 		<-updated
-	})()
-	_, err := reshard.MoveShard(ctx, r, c, shard, target, first)
+	})
+	_, err := reshard.MoveShard(pctx, r, c, shard, target, first)
 	close(resume)
 	if !paused {
 		t.Fatalf("the move never reached %q", pauseAt)
@@ -828,6 +849,7 @@ func TestMoveRunAgainEmptiesItsCopyInChunksMariaDB(t *testing.T) {
 // not drop that move's log when it resumes: the move flipped without the
 // updates logged there.
 func TestUnfencePausedKeepsARivalsChangeLogPostgres(t *testing.T) {
+	ownDatabases(t)
 	direct, r, c, p, b := pooledMoveSetup(t, 3)
 	checkPausedUnfence(t, r, func() *shardid.Router { return loaded(t, pooledRouter(t, b, p), c) },
 		c, direct.Databases()[0], 3, "pg2", []any{&RPhoto{}}, reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50, FenceFor: 20 * time.Second})
@@ -836,6 +858,7 @@ func TestUnfencePausedKeepsARivalsChangeLogPostgres(t *testing.T) {
 // TestUnfencePausedKeepsARivalsChangeLogMariaDB is
 // TestUnfencePausedKeepsARivalsChangeLogPostgres on MariaDB.
 func TestUnfencePausedKeepsARivalsChangeLogMariaDB(t *testing.T) {
+	t.Parallel()
 	newRouter, c := mariaMoveSetup(t, "shardid_mu")
 	r := loaded(t, newRouter(), c)
 	checkPausedUnfence(t, r, func() *shardid.Router { return loaded(t, newRouter(), c) },
@@ -858,7 +881,8 @@ func checkPausedUnfence(t *testing.T, r *shardid.Router, fresh func() *shardid.R
 	paused := false
 	updated, resume := make(chan struct{}), make(chan struct{})
 	moveErr := make(chan error, 1)
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "unfence capture" || paused {
 			return
 		}
@@ -876,12 +900,12 @@ func checkPausedUnfence(t *testing.T, r *shardid.Router, fresh func() *shardid.R
 			<-resume
 		}
 		go func() {
-			_, err := reshard.MoveShard(ctx, fresh(), c, shard, target, mv)
+			_, err := reshard.MoveShard(pctx, fresh(), c, shard, target, mv)
 			moveErr <- err
 		}()
 		<-updated
-	})()
-	err := reshard.Unfence(ctx, r, shard, models)
+	})
+	err := reshard.Unfence(pctx, r, shard, models)
 	close(resume)
 	if !paused {
 		t.Fatal("the Unfence never reached its change log")
@@ -951,6 +975,7 @@ func killOpenTransactionsMySQL(t *testing.T, db *gorm.DB) {
 // instead, the check passed, the operator's drop waits for the seal and
 // then leaves the copy, which a move run again flips.
 func TestMovePausedBeforeItsSealKeepsItsCopyPostgres(t *testing.T) {
+	ownDatabases(t)
 	for _, at := range []string{"move seal", "seal held"} {
 		t.Run(strings.ReplaceAll(at, " ", "-"), func(t *testing.T) { checkPausedSealDrop(t, pgMoveCase(t), at) })
 	}
@@ -959,6 +984,7 @@ func TestMovePausedBeforeItsSealKeepsItsCopyPostgres(t *testing.T) {
 // TestMovePausedBeforeItsSealKeepsItsCopyMariaDB is
 // TestMovePausedBeforeItsSealKeepsItsCopyPostgres on MariaDB.
 func TestMovePausedBeforeItsSealKeepsItsCopyMariaDB(t *testing.T) {
+	t.Parallel()
 	for i, at := range []string{"move seal", "seal held"} {
 		t.Run(strings.ReplaceAll(at, " ", "-"), func(t *testing.T) { checkPausedSealDrop(t, mariaMoveCase(t, fmt.Sprintf("shardid_ms%d", i)), at) })
 	}
@@ -978,14 +1004,15 @@ func checkPausedSealDrop(t *testing.T, mc moveCase, pauseAt string) {
 	schema := r.Schema(shard)
 	paused := false
 	dropped := make(chan error, 1)
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != pauseAt || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, direct, schema)
 		drop := func() error {
-			_, err := reshard.DropUnfinishedCopies(ctx, fresh(), shard)
+			_, err := reshard.DropUnfinishedCopies(pctx, fresh(), shard)
 			return err
 		}
 		if pauseAt != "seal held" {
@@ -994,8 +1021,8 @@ func checkPausedSealDrop(t *testing.T, mc moveCase, pauseAt string) {
 		}
 		go func() { dropped <- drop() }()
 		time.Sleep(2 * time.Second) // the drop waits for the seal's row
-	})()
-	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	})
+	_, err := reshard.MoveShard(pctx, r, c, shard, target, opts)
 	if !paused {
 		t.Fatalf("the move never reached %q", pauseAt)
 	}
@@ -1023,12 +1050,14 @@ func checkPausedSealDrop(t *testing.T, mc moveCase, pauseAt string) {
 // dropped it, the home sealed for good, and no run of the library could
 // bring the shard back.
 func TestDropShardCopyKeepsTheCopyOfASealedHomePostgres(t *testing.T) {
+	ownDatabases(t)
 	checkDropCopyOfSealedHome(t, pgMoveCase(t))
 }
 
 // TestDropShardCopyKeepsTheCopyOfASealedHomeMariaDB is
 // TestDropShardCopyKeepsTheCopyOfASealedHomePostgres on MariaDB.
 func TestDropShardCopyKeepsTheCopyOfASealedHomeMariaDB(t *testing.T) {
+	t.Parallel()
 	checkDropCopyOfSealedHome(t, mariaMoveCase(t, "shardid_mh"))
 }
 
@@ -1058,13 +1087,15 @@ func checkDropCopyOfSealedHome(t *testing.T, mc moveCase) {
 // flip the catalog when it resumes: it pointed every router at a copy
 // being emptied, still fenced for the second run.
 func TestMovePausedBeforeItsFlipKeepsARerunPostgres(t *testing.T) {
+	ownDatabases(t)
 	checkPausedFlipRerun(t, pgMoveCase(t))
 }
 
 // TestMovePausedBeforeItsFlipKeepsARerunMariaDB is
 // TestMovePausedBeforeItsFlipKeepsARerunPostgres on MariaDB.
 func TestMovePausedBeforeItsFlipKeepsARerunMariaDB(t *testing.T) {
-	checkPausedFlipRerun(t, mariaMoveCase(t, "shardid_mr"))
+	t.Parallel()
+	checkPausedFlipRerun(t, mariaMoveCase(t, "shardid_mfr"))
 }
 
 func checkPausedFlipRerun(t *testing.T, mc moveCase) {
@@ -1080,7 +1111,8 @@ func checkPausedFlipRerun(t *testing.T, mc moveCase) {
 		resume    = make(chan struct{})
 		rerunDone = make(chan error, 1)
 	)
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		mu.Lock()
 		first := at == "move flip" && !paused
 		paused = paused || first
@@ -1097,7 +1129,7 @@ func checkPausedFlipRerun(t *testing.T, mc moveCase) {
 			}
 		}
 		go func() {
-			_, err := reshard.MoveShard(ctx, fresh(), c, shard, target, again)
+			_, err := reshard.MoveShard(pctx, fresh(), c, shard, target, again)
 			rerunDone <- err
 		}()
 		select {
@@ -1105,8 +1137,8 @@ func checkPausedFlipRerun(t *testing.T, mc moveCase) {
 		case err := <-rerunDone:
 			rerunDone <- fmt.Errorf("it ended before its copy: %w", err)
 		}
-	})()
-	_, err := reshard.MoveShard(ctx, r, c, shard, target, opts)
+	})
+	_, err := reshard.MoveShard(pctx, r, c, shard, target, opts)
 	close(resume)
 	mu.Lock()
 	reached := paused
@@ -1135,12 +1167,14 @@ func checkPausedFlipRerun(t *testing.T, mc moveCase) {
 // live and dropped the copy, and the run's way out sealed the home again,
 // no copy left.
 func TestMoveRunOverASealKeepsItSealedPostgres(t *testing.T) {
+	ownDatabases(t)
 	checkRunOverSealDrop(t, pgMoveCase(t))
 }
 
 // TestMoveRunOverASealKeepsItSealedMariaDB is
 // TestMoveRunOverASealKeepsItSealedPostgres on MariaDB.
 func TestMoveRunOverASealKeepsItSealedMariaDB(t *testing.T) {
+	t.Parallel()
 	checkRunOverSealDrop(t, mariaMoveCase(t, "shardid_mo"))
 }
 
@@ -1152,15 +1186,15 @@ func checkRunOverSealDrop(t *testing.T, mc moveCase) {
 	stopAfterSeal(t, mc)
 	paused := false
 	var dropped error
-	defer reshard.SetRunPause(t, func(at string) {
+	pctx := reshard.WithRunPause(context.Background(), func(at string) {
 		if at != "move seal" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, direct, schema)
 		_, dropped = reshard.DropUnfinishedCopies(context.Background(), fresh(), shard)
-	})()
-	_, err := reshard.MoveShard(context.Background(), fresh(), c, shard, target, opts)
+	})
+	_, err := reshard.MoveShard(pctx, fresh(), c, shard, target, opts)
 	if !paused {
 		t.Fatal("the move run again never reached its seal")
 	}
@@ -1231,13 +1265,15 @@ func mariaMoveCase(t *testing.T, prefix string) moveCase {
 // it, must not fence over that run's claim when it resumes: it changed
 // the seal's token under the third run, whose seal then failed.
 func TestMoveRunOverASealPausedKeepsARivalsClaimPostgres(t *testing.T) {
+	ownDatabases(t)
 	checkRunOverSealPaused(t, pgMoveCase(t))
 }
 
 // TestMoveRunOverASealPausedKeepsARivalsClaimMariaDB is
 // TestMoveRunOverASealPausedKeepsARivalsClaimPostgres on MariaDB.
 func TestMoveRunOverASealPausedKeepsARivalsClaimMariaDB(t *testing.T) {
-	checkRunOverSealPaused(t, mariaMoveCase(t, "shardid_mc"))
+	t.Parallel()
+	checkRunOverSealPaused(t, mariaMoveCase(t, "shardid_mcp"))
 }
 
 func checkRunOverSealPaused(t *testing.T, mc moveCase) {
@@ -1252,8 +1288,9 @@ func checkRunOverSealPaused(t *testing.T, mc moveCase) {
 		resume     = make(chan struct{})
 		rivalDone  = make(chan error, 1)
 		rivalState = "not started"
+		pctx       context.Context // the rival pauses too, at its seal
 	)
-	defer reshard.SetRunPause(t, func(at string) {
+	pctx = reshard.WithRunPause(context.Background(), func(at string) {
 		mu.Lock()
 		first := at == "move fence" && !paused
 		paused = paused || first
@@ -1269,7 +1306,7 @@ func checkRunOverSealPaused(t *testing.T, mc moveCase) {
 			rivalState = "running"
 			mu.Unlock()
 			go func() {
-				_, err := reshard.MoveShard(context.Background(), mc.fresh(), mc.c, mc.shard, mc.target, mc.opts)
+				_, err := reshard.MoveShard(pctx, mc.fresh(), mc.c, mc.shard, mc.target, mc.opts)
 				rivalDone <- err
 			}()
 			select {
@@ -1281,8 +1318,8 @@ func checkRunOverSealPaused(t *testing.T, mc moveCase) {
 			close(rivalAt)
 			<-resume
 		}
-	})()
-	_, err := reshard.MoveShard(context.Background(), mc.fresh(), mc.c, mc.shard, mc.target, mc.opts)
+	})
+	_, err := reshard.MoveShard(pctx, mc.fresh(), mc.c, mc.shard, mc.target, mc.opts)
 	close(resume)
 	if !errors.Is(err, reshard.ErrMoveLockLost) {
 		t.Errorf("the paused run, resumed: %v, want ErrMoveLockLost", err)
@@ -1342,6 +1379,7 @@ func stopAfterSeal(t *testing.T, mc moveCase) {
 // them may hold the pool's one session while waiting for another: the
 // move finishes, its sums those of the source.
 func TestMoveThroughATargetPoolOfOne(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	seedShard(t, r, 1, 1500)
 	pool, err := r.Databases()[1].DB()

@@ -131,6 +131,7 @@ func checkMovedAtOnce(t *testing.T, c *reshard.Catalog, fresh *shardid.Router, o
 // the catalog; then one process moves two more at once. Every move stays:
 // no flip undoes another.
 func TestMoveTwoShardsAtOnce(t *testing.T) {
+	ownDatabases(t)
 	r, c, p := freshMoveSetup(t)
 	var seeded []RPhoto
 	for s := range 4 {
@@ -199,6 +200,7 @@ func TestMoveTwoShardsAtOnceMariaDB(t *testing.T) {
 // Once it is done, an operator still on the old map is refused too, and
 // cannot lift the old copy's fence.
 func TestMoveSameShardAtOnce(t *testing.T) {
+	ownDatabases(t)
 	r, c, p := freshMoveSetup(t)
 	ctx := context.Background()
 	seeded := seedShard(t, r, 1, 80)
@@ -300,6 +302,7 @@ func TestMoveSameShardAtOnce(t *testing.T) {
 // flip, since the write is not on the target; it fails with ErrFenceLapsed,
 // the write stays where the map says, and the move run again completes.
 func TestMoveFenceLapsesWhileMoverStopped(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	ctx := context.Background()
 	seedShard(t, r, 1, 300)
@@ -364,7 +367,7 @@ func TestMoveFenceLapsesWhileMoverStopped(t *testing.T) {
 // clock, runs out while the mover sleeps; the move fails with
 // ErrFenceLapsed and does not flip.
 func TestMoveFenceLapsesMariaDB(t *testing.T) {
-	newRouter, c := mariaMoveSetup(t, "shardid_ml")
+	newRouter, c := mariaMoveSetup(t, "shardid_mlr")
 	r := loaded(t, newRouter(), c)
 	seedShard(t, r, 1, 100)
 	other := loaded(t, newRouter(), c)
@@ -398,6 +401,7 @@ func TestMoveFenceLapsesMariaDB(t *testing.T) {
 // if the catalog names the target, the old copy must refuse writes; if it
 // names the source, the source is the shard's home.
 func TestMoveSourceDownBeforeTheSeal(t *testing.T) {
+	ownDatabases(t)
 	pg := startPostgresInstance(t)
 	main := openPostgres(t)
 	for s := range 4 {
@@ -466,6 +470,7 @@ func TestMoveSourceDownBeforeTheSeal(t *testing.T) {
 // A move with a catalog that holds no map is refused before it changes
 // anything: it could fence the source for good and then not flip.
 func TestMoveWithAnEmptyCatalog(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	r.Databases()[0].Exec("DROP TABLE IF EXISTS shardid_mv_catalog, shardid_mv_catalog_version")
 	_, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}})

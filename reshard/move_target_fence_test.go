@@ -91,6 +91,7 @@ func checkTargetFenced(t *testing.T, r, stale *shardid.Router, shard int, key in
 }
 
 func TestMoveTargetRefusesStaleWritersPostgres(t *testing.T) {
+	ownDatabases(t)
 	r, _, p := freshMoveSetup(t)
 	const shard = 5
 	from := r.DatabaseName(shard)
@@ -129,6 +130,7 @@ func TestMoveTargetRefusesStaleWritersMariaDB(t *testing.T) {
 // leaves the shard's new home refusing writes (ErrShardMoving): Unfence of
 // the shard, on its new home, lifts it.
 func TestUnfenceLiftsATargetFenceLeftAfterTheFlip(t *testing.T) {
+	ownDatabases(t)
 	r, _, _ := freshMoveSetup(t)
 	ctx := context.Background()
 	const shard = 5
@@ -159,6 +161,7 @@ func TestUnfenceLiftsATargetFenceLeftAfterTheFlip(t *testing.T) {
 // row acknowledged there that the move then loses: on PostgreSQL the
 // schema is built under another name and appears already fenced.
 func TestMoveTargetNeverVisibleUnfenced(t *testing.T) {
+	ownDatabases(t)
 	for round := range 3 {
 		r, c, _ := freshMoveSetup(t)
 		seedShard(t, r, 1, 200)

@@ -105,8 +105,7 @@ func moveRouterB(t testing.TB, p *shardid.Plugin) *shardid.Router {
 	t.Helper()
 	a := openPostgres(t)
 	openSecondPostgresTB(t) // creates the database when needed
-	dsn2 := envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)
-	b, err := gorm.Open(postgres.Open(replaceDB(dsn2)), gormConfig())
+	b, err := gorm.Open(postgres.Open(postgresDSN(t, 1)), gormConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,10 +116,6 @@ func moveRouterB(t testing.TB, p *shardid.Plugin) *shardid.Router {
 		t.Fatal(err)
 	}
 	return r
-}
-
-func replaceDB(dsn string) string {
-	return fmt.Sprint(dsn[:len(dsn)-len("dbname=test sslmode=disable")], "dbname=shardid_test2 sslmode=disable")
 }
 
 func freshMoveSetup(t *testing.T) (*shardid.Router, *reshard.Catalog, *shardid.Plugin) {
@@ -148,6 +143,7 @@ func freshMoveSetup(t *testing.T) (*shardid.Router, *reshard.Catalog, *shardid.P
 // nothing lands on the source after the fence, every row is found by its
 // unchanged ID, and the other router follows the catalog.
 func TestMoveShardUnderLoad(t *testing.T) {
+	ownDatabases(t)
 	if testing.Short() {
 		t.Skip("a move under load takes seconds")
 	}
@@ -308,6 +304,7 @@ func TestMoveShardUnderLoad(t *testing.T) {
 // by itself when its time runs out (a move that died) or with Unfence (an
 // abort).
 func TestFenceTimesOutAndUnfence(t *testing.T) {
+	ownDatabases(t)
 	r, _, _ := freshMoveSetup(t)
 	ctx := context.Background()
 	if err := reshard.Fence(ctx, r, 2, []any{&RPhoto{}}, 500*time.Millisecond); err != nil {
@@ -341,6 +338,7 @@ func TestFenceTimesOutAndUnfence(t *testing.T) {
 // the source keeps taking writes. Run again once the target is up, the move
 // completes, over what the failed attempt left.
 func TestMoveToATargetThatIsDown(t *testing.T) {
+	ownDatabases(t)
 	pg := startPostgresInstance(t)
 	src := openPostgres(t)
 	for s := range 4 {
@@ -397,6 +395,7 @@ func TestMoveToATargetThatIsDown(t *testing.T) {
 // A move killed in the middle of its copy (its context cancelled) leaves the
 // map on the source and the source writable; run again, it completes.
 func TestMoveInterruptedMidCopy(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	for i := range int64(3000) {
 		if err := r.ForKey(1 + moveShards*i).Create(&RPhoto{UserID: 1 + moveShards*i}).Error; err != nil {
@@ -434,6 +433,7 @@ func TestMoveInterruptedMidCopy(t *testing.T) {
 // A move whose final copy fails after the fence (the target refuses a row,
 // as a full disk would) lifts the fence at once and leaves the map alone.
 func TestMoveFailingAfterTheFence(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	var first shardid.ID
 	for i := range int64(50) {
@@ -593,6 +593,7 @@ func TestMoveShardMariaDB(t *testing.T) {
 // A router following the catalog on PostgreSQL hears of a new map through
 // LISTEN/NOTIFY, long before its polling interval.
 func TestFollowListens(t *testing.T) {
+	ownDatabases(t)
 	r, c, p := freshMoveSetup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -666,6 +667,7 @@ func helperMover(t *testing.T) {
 // A move killed at each stage, then aborted or run again: no row lost,
 // none duplicated, the map consistent.
 func TestMoveKilledAtEachStage(t *testing.T) {
+	ownDatabases(t)
 	if testing.Short() {
 		t.Skip("kills a mover at five stages")
 	}

@@ -293,9 +293,7 @@ func (c *shardCopier) catchUp(ctx context.Context, all bool) (applied int, err e
 		}
 		// Only what was read: entries committed meanwhile stay. (A log
 		// made again by another run since starts at another seq.)
-		if runPause != nil {
-			runPause("move forget")
-		}
+		pauseAt(ctx, "move forget")
 		if err := forgetChanges(ctx, c.src, c.schema, b.seqs); err != nil {
 			return applied, fmt.Errorf("shardid: trimming the change log of %s: %w", c.schema, err)
 		}

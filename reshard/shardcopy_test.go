@@ -137,6 +137,7 @@ func copyWhileWriting(t *testing.T, src, dst *gorm.DB, schema string, seed int) 
 }
 
 func TestCopyShardWhileWriting(t *testing.T) {
+	ownDatabases(t)
 	copyWhileWriting(t, openPostgres(t), openSecondPostgresTB(t), "shardid_cdc_0001", 20000)
 }
 
@@ -154,6 +155,7 @@ func TestCopyShardWhileWritingMariaDB(t *testing.T) {
 // and the mover a row of text and numbers ("mariadb, the mover's hash",
 // the time stored as text): both sums must check.
 func TestCopyVerifiesItself(t *testing.T) {
+	ownDatabases(t)
 	for _, name := range []string{"postgres", "mariadb", "mariadb, the mover's hash"} {
 		t.Run(name, func(t *testing.T) {
 			var src, dst *gorm.DB

@@ -32,12 +32,14 @@ import (
 // the later batches' copies fail for the column their tables lack, and a
 // role granted a table on the monolith may not read its shards.
 func TestSplitCreatesLaterBatchesAheadPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitCreatesAhead(t, func() *splitEnv { return newSplitEnvPG(t, 8, 40, 2, 2) })
 }
 
 // TestSplitCreatesLaterBatchesAheadMariaDB is
 // TestSplitCreatesLaterBatchesAheadPostgres on MariaDB.
 func TestSplitCreatesLaterBatchesAheadMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitCreatesAhead(t, func() *splitEnv { return newSplitEnvMySQL(t, 8, 40, 2, 2) })
 }
 
@@ -63,7 +65,7 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 		}
 		copies := 0
 		created := map[int]int64{} // the fences' tokens at the first copy
-		restore := reshard.SetRunPause(t, func(at string) {
+		pctx := reshard.WithRunPause(ctx, func(at string) {
 			if at != "split copy" {
 				return
 			}
@@ -85,9 +87,8 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 				}
 			}
 		})
-		defer restore()
 		flips := 0
-		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: func(st string) {
+		err = reshard.RunSplit(pctx, e.cfg, plan, reshard.SplitOptions{OnStage: func(st string) {
 			if st == "flipped" {
 				if flips++; flips == 1 {
 					meddle(plan)
@@ -296,26 +297,27 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 // batch at its copy, when the later batches' schemas exist too: the abort
 // drops every one, and the plan then runs from the start.
 func TestSplitAbortDropsTheSchemasCreatedAheadPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitAbortAhead(t, newSplitEnvPG(t, 8, 40, 2, 2))
 }
 
 // TestSplitAbortDropsTheSchemasCreatedAheadMariaDB is
 // TestSplitAbortDropsTheSchemasCreatedAheadPostgres on MariaDB.
 func TestSplitAbortDropsTheSchemasCreatedAheadMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitAbortAhead(t, newSplitEnvMySQL(t, 8, 40, 2, 2))
 }
 
 // runStoppedAt runs plan, cancelled (Ctrl-C) as it reaches the run's
 // point at.
-func runStoppedAt(t testing.TB, e *splitEnv, plan *reshard.SplitPlan, at string) error {
+func runStoppedAt(e *splitEnv, plan *reshard.SplitPlan, at string) error {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	restore := reshard.SetRunPause(t, func(point string) {
+	ctx = reshard.WithRunPause(ctx, func(point string) {
 		if point == at {
 			stop()
 		}
 	})
-	defer restore()
 	return reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{}, nil)
 }
 
@@ -325,7 +327,7 @@ func testSplitAbortAhead(t *testing.T, e *splitEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = runStoppedAt(t, e, plan, "split copy")
+	err = runStoppedAt(e, plan, "split copy")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the run stopped at its first copy: %v, want context.Canceled", err)
 	}
@@ -357,12 +359,14 @@ func testSplitAbortAhead(t *testing.T, e *splitEnv) {
 // batches': the plan run again finishes, the first batch's schemas found
 // as any run again finds them, the later ones created ahead then.
 func TestSplitStoppedBeforeItCreatesAheadPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitStoppedBeforeAhead(t, newSplitEnvPG(t, 8, 40, 2, 2))
 }
 
 // TestSplitStoppedBeforeItCreatesAheadMariaDB is
 // TestSplitStoppedBeforeItCreatesAheadPostgres on MariaDB.
 func TestSplitStoppedBeforeItCreatesAheadMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitStoppedBeforeAhead(t, newSplitEnvMySQL(t, 8, 40, 2, 2))
 }
 
@@ -372,7 +376,7 @@ func testSplitStoppedBeforeAhead(t *testing.T, e *splitEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = runStoppedAt(t, e, plan, "split create ahead")
+	err = runStoppedAt(e, plan, "split create ahead")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the run stopped before its creation ahead: %v, want context.Canceled", err)
 	}

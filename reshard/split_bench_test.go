@@ -253,12 +253,11 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		// SHARDID_SPLIT_FENCE_STEPS=1: where each batch's fence goes, from
 		// the run's own points (the stages and the test hooks between
 		// them), logged per batch.
-		steps := newFenceSteps(b, os.Getenv("SHARDID_SPLIT_FENCE_STEPS") == "1")
-		defer steps.stop()
+		steps := newFenceSteps(os.Getenv("SHARDID_SPLIT_FENCE_STEPS") == "1")
 		onStage = steps.wrap(onStage)
 		start := time.Now()
 		opts := reshard.SplitOptions{OnStage: onStage, CopyTogether: os.Getenv("SHARDID_SPLIT_TOGETHER") == "1"}
-		err = reshard.RunSplit(ctx, e.cfg, plan, opts, func(i int, res reshard.SplitResult) {
+		err = reshard.RunSplit(steps.context(ctx), e.cfg, plan, opts, func(i int, res reshard.SplitResult) {
 			copied += res.Copied
 			if opts.CopyTogether {
 				copyTime = max(copyTime, res.CopyTime) // each batch reports the one copy
@@ -341,11 +340,10 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 // fenceSteps records when a split's batch reaches each point of its fence
 // (stages, and the run's test hooks), for SHARDID_SPLIT_FENCE_STEPS.
 type fenceSteps struct {
-	on      bool
-	mu      sync.Mutex
-	at      []fenceStep
-	last    time.Time // the previous batch's end
-	restore func()
+	on   bool
+	mu   sync.Mutex
+	at   []fenceStep
+	last time.Time // the previous batch's end
 }
 
 type fenceStep struct {
@@ -353,12 +351,16 @@ type fenceStep struct {
 	at   time.Time
 }
 
-func newFenceSteps(t testing.TB, on bool) *fenceSteps {
-	f := &fenceSteps{on: on, restore: func() {}, last: time.Now()}
-	if on {
-		f.restore = reshard.SetRunPause(t, f.record)
+func newFenceSteps(on bool) *fenceSteps {
+	return &fenceSteps{on: on, last: time.Now()}
+}
+
+// context returns ctx, with the run's points recorded when f is on.
+func (f *fenceSteps) context(ctx context.Context) context.Context {
+	if !f.on {
+		return ctx
 	}
-	return f
+	return reshard.WithRunPause(ctx, f.record)
 }
 
 func (f *fenceSteps) record(name string) {
@@ -366,8 +368,6 @@ func (f *fenceSteps) record(name string) {
 	f.at = append(f.at, fenceStep{name, time.Now()})
 	f.mu.Unlock()
 }
-
-func (f *fenceSteps) stop() { f.restore() }
 
 func (f *fenceSteps) wrap(onStage func(string)) func(string) {
 	if !f.on {

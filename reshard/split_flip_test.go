@@ -17,12 +17,14 @@ import (
 // every try still fails it, after a few, and the batch run again
 // finishes.
 func TestSplitFlipOutlivesACatalogWritePostgres(t *testing.T) {
+	t.Parallel()
 	testSplitFlipOutlivesACatalogWrite(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestSplitFlipOutlivesACatalogWriteMariaDB is
 // TestSplitFlipOutlivesACatalogWritePostgres on MariaDB.
 func TestSplitFlipOutlivesACatalogWriteMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitFlipOutlivesACatalogWrite(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -30,16 +32,16 @@ func testSplitFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv, to []string) 
 	ctx := context.Background()
 	// Shards 0 and 1: the catalog written twice under the flip.
 	writes := 0
-	restore := reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at == "split flip" && writes < 2 {
 			writes++
-			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
+			if err := reshard.BumpCatalogVersion(pctx, e.cat); err != nil {
 				t.Error(err)
 			}
 		}
 	})
-	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
-	restore()
+	_, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
 	if err != nil {
 		t.Fatalf("a batch whose catalog changed twice under its flip: %v", err)
 	}
@@ -48,16 +50,15 @@ func testSplitFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv, to []string) 
 	}
 	// Shards 2 and 3: written under every try.
 	tries := 0
-	restore = reshard.SetRunPause(t, func(at string) {
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at == "split flip" {
 			tries++
-			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
+			if err := reshard.BumpCatalogVersion(pctx, e.cat); err != nil {
 				t.Error(err)
 			}
 		}
 	})
-	_, err = reshard.SplitShards(ctx, e.cfg, []int{2, 3}, to, reshard.SplitOptions{})
-	restore()
+	_, err = reshard.SplitShards(pctx, e.cfg, []int{2, 3}, to, reshard.SplitOptions{})
 	if !errors.Is(err, reshard.ErrCatalogConflict) {
 		t.Fatalf("a batch whose catalog changed under every flip: %v, want ErrCatalogConflict", err)
 	}
@@ -92,12 +93,14 @@ func testSplitFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv, to []string) 
 // TestSplitFlipOutlivesACatalogWritePostgres, for a roll-back's flip of
 // the catalog back to the monolith.
 func TestRollbackFlipOutlivesACatalogWritePostgres(t *testing.T) {
+	t.Parallel()
 	testRollbackFlipOutlivesACatalogWrite(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestRollbackFlipOutlivesACatalogWriteMariaDB is
 // TestRollbackFlipOutlivesACatalogWritePostgres on MariaDB.
 func TestRollbackFlipOutlivesACatalogWriteMariaDB(t *testing.T) {
+	t.Parallel()
 	testRollbackFlipOutlivesACatalogWrite(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -108,15 +111,16 @@ func testRollbackFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv) {
 		t.Fatal(err)
 	}
 	writes := 0
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at == "unflip back" && writes < 2 {
 			writes++
-			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
+			if err := reshard.BumpCatalogVersion(pctx, e.cat); err != nil {
 				t.Error(err)
 			}
 		}
-	})()
-	if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+	})
+	if _, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 		t.Fatalf("a roll-back whose catalog changed twice under its flip: %v", err)
 	}
 	if writes != 2 {
@@ -139,10 +143,11 @@ func testRollbackFlipOutlivesACatalogWrite(t *testing.T, e *splitEnv) {
 // (an idle-session reaper, a restart) must not leave the batch flipped
 // with its targets refusing writes: the lift goes through the pool.
 func TestSplitLiftOutlivesItsReadiedSessionPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	ended := 0
-	defer reshard.SetRunPause(t, func(at string) {
+	pctx := reshard.WithRunPause(ctx, func(at string) {
 		if at != "split lift" {
 			return
 		}
@@ -155,8 +160,8 @@ func TestSplitLiftOutlivesItsReadiedSessionPostgres(t *testing.T) {
 			}
 			ended += n
 		}
-	})()
-	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
+	})
+	if _, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, []string{"pg_a", "pg_b"}, reshard.SplitOptions{}); err != nil {
 		t.Fatalf("the split, its readied sessions ended before the lift: %v", err)
 	}
 	if ended == 0 {

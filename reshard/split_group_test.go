@@ -21,12 +21,14 @@ import (
 // moving), or sealed for the flip the next run finishes; and RunSplit run
 // again finishes the split with every row where it belongs.
 func TestRunSplitStoppedInALaterBatchPostgres(t *testing.T) {
+	t.Parallel()
 	testRunSplitStoppedInALaterBatch(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestRunSplitStoppedInALaterBatchMariaDB is
 // TestRunSplitStoppedInALaterBatchPostgres on MariaDB.
 func TestRunSplitStoppedInALaterBatchMariaDB(t *testing.T) {
+	t.Parallel()
 	testRunSplitStoppedInALaterBatch(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -51,7 +53,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 	}
 	// 1. The second batch's lock lost before its seal.
 	seals := 0
-	restore := reshard.SetRunPause(t, func(at string) {
+	pctx := reshard.WithRunPause(ctx, func(at string) {
 		if at == "split seal" {
 			if seals++; seals == 2 {
 				killMoveLock(t, mono, monoSchema(mono))
@@ -59,8 +61,7 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 		}
 	})
 	var done []int
-	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, func(k int, _ reshard.SplitResult) { done = append(done, k) })
-	restore()
+	err = reshard.RunSplit(pctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, func(k int, _ reshard.SplitResult) { done = append(done, k) })
 	if !errors.Is(err, reshard.ErrMoveLockLost) {
 		t.Fatalf("RunSplit, its lock lost in the second batch: %v, want ErrMoveLockLost", err)
 	}
@@ -90,15 +91,14 @@ func testRunSplitStoppedInALaterBatch(t *testing.T, e *splitEnv) {
 	if _, err := e.cat.LoadMap(ctx, e.m); err != nil {
 		t.Fatal(err)
 	}
-	restore = reshard.SetRunPause(t, func(at string) {
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at == "split flip" {
-			if err := reshard.BumpCatalogVersion(ctx, e.cat); err != nil {
+			if err := reshard.BumpCatalogVersion(pctx, e.cat); err != nil {
 				t.Error(err)
 			}
 		}
 	})
-	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, nil)
-	restore()
+	err = reshard.RunSplit(pctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, nil)
 	if !errors.Is(err, reshard.ErrCatalogConflict) {
 		t.Fatalf("RunSplit run again, its second batch's flip refused: %v, want ErrCatalogConflict", err)
 	}
@@ -276,6 +276,7 @@ func TestRunSplitManyShardsAtOncePostgres(t *testing.T) {
 // the entries of no known shard are logged for the batches left, not
 // only until the first seal.
 func TestRunSplitCascadeInALaterBatchPostgres(t *testing.T) {
+	t.Parallel()
 	for _, together := range []bool{false, true} {
 		t.Run(fmt.Sprint("together ", together), func(t *testing.T) {
 			ctx := context.Background()
@@ -303,7 +304,7 @@ func TestRunSplitCascadeInALaterBatchPostgres(t *testing.T) {
 				t.Fatal(err)
 			}
 			deleted := false
-			restore := reshard.SetRunPause(t, func(at string) {
+			pctx := reshard.WithRunPause(ctx, func(at string) {
 				// The first batch sealed, before its flip: the second
 				// batch's shards take writes on the monolith.
 				if at == "split flip" && !deleted {
@@ -313,11 +314,9 @@ func TestRunSplitCascadeInALaterBatchPostgres(t *testing.T) {
 					}
 				}
 			})
-			defer restore()
-			if err := reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: together}, nil); err != nil {
+			if err := reshard.RunSplit(pctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: together}, nil); err != nil {
 				t.Fatal(err)
 			}
-			restore()
 			if !deleted {
 				t.Fatal("the run never paused before a flip")
 			}
@@ -345,6 +344,7 @@ func TestRunSplitCascadeInALaterBatchPostgres(t *testing.T) {
 // shards) must end that logging: no run uses it, and the next run starts
 // its own.
 func TestSplitFinishingASealedBatchEndsALeftChangeLogPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	mono := e.dbs[0]
@@ -361,7 +361,7 @@ func TestSplitFinishingASealedBatchEndsALeftChangeLogPostgres(t *testing.T) {
 	}
 	var rival *sqllock.Lock
 	flips := 0
-	restore := reshard.SetRunPause(t, func(at string) {
+	pctx := reshard.WithRunPause(ctx, func(at string) {
 		if at == "split flip" {
 			if flips++; flips == 2 {
 				// The process "dies": its lock's session ends, and
@@ -374,8 +374,7 @@ func TestSplitFinishingASealedBatchEndsALeftChangeLogPostgres(t *testing.T) {
 			}
 		}
 	})
-	err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, nil)
-	restore()
+	err = reshard.RunSplit(pctx, e.cfg, plan, reshard.SplitOptions{CopyTogether: true}, nil)
 	if err == nil {
 		t.Fatal("RunSplit, its lock lost after the second seal: no error")
 	}

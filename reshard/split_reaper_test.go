@@ -308,6 +308,7 @@ func testSplitLockLostToARival(t *testing.T, e *splitEnv, to []string) {
 // second one, which finds the targets that a first run, cancelled,
 // created: it empties them before it copies.)
 func TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitPausedRunKeepsOff(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"}, "split copy")
 }
 
@@ -315,18 +316,21 @@ func TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres(t *testing.T) {
 // before it creates its targets must not fence the shards' new homes
 // again for itself when it resumes (every write to them refused).
 func TestSplitPausedBeforeItCreatesItsTargetsPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitPausedRunKeepsOff(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"}, "split create")
 }
 
 // TestSplitPausedBeforeItCreatesItsTargetsMariaDB is
 // TestSplitPausedBeforeItCreatesItsTargetsPostgres on MariaDB.
 func TestSplitPausedBeforeItCreatesItsTargetsMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitPausedRunKeepsOff(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"}, "split create")
 }
 
 // TestSplitPausedRunKeepsOffItsRivalsTargetsMariaDB is
 // TestSplitPausedRunKeepsOffItsRivalsTargetsPostgres on MariaDB.
 func TestSplitPausedRunKeepsOffItsRivalsTargetsMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitPausedRunKeepsOff(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"}, "split copy")
 }
 
@@ -352,13 +356,14 @@ func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string, pauseAt 
 	}
 	var wrote []int64 // the users updated on their targets after the rival's flip
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != pauseAt || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
-		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
+		if _, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
 			t.Errorf("the rival's run: %v", err)
 			return
 		}
@@ -370,8 +375,8 @@ func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string, pauseAt 
 				t.Fatal(err)
 			}
 		}
-	})()
-	_, err = reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
+	})
+	_, err = reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
 	if !paused {
 		t.Fatalf("the run never reached %q", pauseAt)
 	}
@@ -404,12 +409,14 @@ func testSplitPausedRunKeepsOff(t *testing.T, e *splitEnv, to []string, pauseAt 
 // them when it resumes: writes from routers whose map is from before the
 // split would succeed there, and be lost.
 func TestAbortSplitPausedKeepsARivalsSealPostgres(t *testing.T) {
+	t.Parallel()
 	testAbortSplitPaused(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestAbortSplitPausedKeepsARivalsSealMariaDB is
 // TestAbortSplitPausedKeepsARivalsSealPostgres on MariaDB.
 func TestAbortSplitPausedKeepsARivalsSealMariaDB(t *testing.T) {
+	t.Parallel()
 	testAbortSplitPaused(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -433,17 +440,18 @@ func testAbortSplitPaused(t *testing.T, e *splitEnv, to []string) {
 		t.Fatal(err)
 	}
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "abort lift" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
-		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
+		if _, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}); err != nil {
 			t.Errorf("the rival's run: %v", err)
 		}
-	})()
-	_, err = reshard.AbortSplit(ctx, e.cfg)
+	})
+	_, err = reshard.AbortSplit(pctx, e.cfg)
 	if !paused {
 		t.Fatal("the abort never reached its lift")
 	}
@@ -463,12 +471,14 @@ func testAbortSplitPaused(t *testing.T, e *splitEnv, to []string) {
 // write to the monolith when it resumes: its copy wrote the shard's old
 // rows over the writes made since.
 func TestRollbackPausedKeepsOffTheMonolithPostgres(t *testing.T) {
+	t.Parallel()
 	testRollbackPaused(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestRollbackPausedKeepsOffTheMonolithMariaDB is
 // TestRollbackPausedKeepsOffTheMonolithPostgres on MariaDB.
 func TestRollbackPausedKeepsOffTheMonolithMariaDB(t *testing.T) {
+	t.Parallel()
 	testRollbackPaused(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -482,14 +492,15 @@ func testRollbackPaused(t *testing.T, e *splitEnv, to []string) {
 	v := e.m.Load()
 	target, shardSchema := e.dbs[v.DB(0)], v.Schema(0)
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "rollback copy" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
 		killMoveLock(t, target, shardSchema)
-		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		if _, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 			t.Errorf("the second run of the roll-back: %v", err)
 			return
 		}
@@ -497,8 +508,8 @@ func testRollbackPaused(t *testing.T, e *splitEnv, to []string) {
 		if err := mono.Exec("UPDATE users SET name = 'after the roll-back' WHERE id % 4 = 0").Error; err != nil {
 			t.Fatal(err)
 		}
-	})()
-	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	})
+	_, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{})
 	if !paused {
 		t.Fatal("the roll-back never reached its copy")
 	}
@@ -535,6 +546,7 @@ func monoSchema(mono *gorm.DB) string {
 // not empty the tables when it resumes: the shard's rows would be lost,
 // and its writes refused there for good.
 func TestCleanMonolithPausedKeepsARolledBackShardPostgres(t *testing.T) {
+	t.Parallel()
 	testCleanMonolithPaused(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
@@ -542,6 +554,7 @@ func TestCleanMonolithPausedKeepsARolledBackShardPostgres(t *testing.T) {
 // TestCleanMonolithPausedKeepsARolledBackShardPostgres on MariaDB, where
 // the clean-up deletes each shard's rows.
 func TestCleanMonolithPausedKeepsARolledBackShardMariaDB(t *testing.T) {
+	t.Parallel()
 	testCleanMonolithPaused(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -564,7 +577,8 @@ func testCleanMonolithPaused(t *testing.T, e *splitEnv, to []string) {
 		}
 	}
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "clean monolith" || paused {
 			return
 		}
@@ -572,16 +586,16 @@ func testCleanMonolithPaused(t *testing.T, e *splitEnv, to []string) {
 		killMoveLock(t, mono, schema)
 		// Shard 0 back into the monolith, its rows there as the split
 		// verified them: the application writes to them there again.
-		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		if _, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 			t.Errorf("the rival's roll-back: %v", err)
 		}
-	})()
+	})
 	var err error
 	if mysql {
-		_, err = reshard.CleanSplit(ctx, e.cfg)
+		_, err = reshard.CleanSplit(pctx, e.cfg)
 	} else {
 		// The last batch: shards 2 and 3, then the clean-up.
-		_, err = reshard.SplitShards(ctx, e.cfg, []int{2, 3}, to, reshard.SplitOptions{})
+		_, err = reshard.SplitShards(pctx, e.cfg, []int{2, 3}, to, reshard.SplitOptions{})
 	}
 	if !paused {
 		t.Fatal("the last batch never reached its clean-up")
@@ -610,12 +624,14 @@ func testCleanMonolithPaused(t *testing.T, e *splitEnv, to []string) {
 // database again (its new home, which the application writes to), must
 // not drop the new home when it resumes.
 func TestDropSplitCopyPausedKeepsTheShardsNewHomePostgres(t *testing.T) {
+	t.Parallel()
 	testDropSplitCopyPaused(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestDropSplitCopyPausedKeepsTheShardsNewHomeMariaDB is
 // TestDropSplitCopyPausedKeepsTheShardsNewHomePostgres on MariaDB.
 func TestDropSplitCopyPausedKeepsTheShardsNewHomeMariaDB(t *testing.T) {
+	t.Parallel()
 	testDropSplitCopyPaused(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -633,18 +649,19 @@ func testDropSplitCopyPaused(t *testing.T, e *splitEnv) {
 	}
 	var wrote []int64
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "drop split copy" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
 		killMoveLock(t, target, shardSchema)
-		if err := reshard.DropSplitCopy(ctx, e.cfg, 0, from); err != nil {
+		if err := reshard.DropSplitCopy(pctx, e.cfg, 0, from); err != nil {
 			t.Errorf("the rival's drop: %v", err)
 			return
 		}
-		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
+		if _, err := reshard.SplitShards(pctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
 			t.Errorf("the rival's split of shard 0 again: %v", err)
 			return
 		}
@@ -656,8 +673,8 @@ func testDropSplitCopyPaused(t *testing.T, e *splitEnv) {
 				t.Fatal(err)
 			}
 		}
-	})()
-	err := reshard.DropSplitCopy(ctx, e.cfg, 0, from)
+	})
+	err := reshard.DropSplitCopy(pctx, e.cfg, 0, from)
 	if !paused {
 		t.Fatal("the drop never reached its pause")
 	}
@@ -678,12 +695,14 @@ func testDropSplitCopyPaused(t *testing.T, e *splitEnv) {
 // kept (no foreign key), must not delete those comments when it resumes:
 // rows it did not copy.
 func TestAbortRollbackPausedKeepsTheMonolithsRowsPostgres(t *testing.T) {
+	t.Parallel()
 	testAbortRollbackPaused(t, "postgres")
 }
 
 // TestAbortRollbackPausedKeepsTheMonolithsRowsMariaDB is
 // TestAbortRollbackPausedKeepsTheMonolithsRowsPostgres on MariaDB.
 func TestAbortRollbackPausedKeepsTheMonolithsRowsMariaDB(t *testing.T) {
+	t.Parallel()
 	testAbortRollbackPaused(t, "mysql")
 }
 
@@ -699,14 +718,15 @@ func testAbortRollbackPaused(t *testing.T, dialect string) {
 	var photo int64
 	var orphans []int64
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "abort orphans" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
 		killMoveLock(t, target, shardSchema)
-		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		if _, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 			t.Errorf("the rival's roll-back: %v", err)
 			return
 		}
@@ -724,8 +744,8 @@ func testAbortRollbackPaused(t *testing.T, dialect string) {
 		if err := mono.Exec("DELETE FROM photos WHERE id = ?", photo).Error; err != nil {
 			t.Fatal(err)
 		}
-	})()
-	_, err := reshard.AbortRollback(ctx, e.cfg)
+	})
+	_, err := reshard.AbortRollback(pctx, e.cfg)
 	if !paused {
 		t.Fatal("the abort never reached its deletion of the rows of no shard")
 	}
@@ -751,12 +771,14 @@ func testAbortRollbackPaused(t *testing.T, dialect string) {
 // copy, sealed anew), must not unseal them when it resumes: a router
 // whose map is stale would write there, and its writes would be lost.
 func TestRollbackPausedBeforeItsFlipKeepsTheNewSealPostgres(t *testing.T) {
+	t.Parallel()
 	testRollbackPausedBeforeItsFlip(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestRollbackPausedBeforeItsFlipKeepsTheNewSealMariaDB is
 // TestRollbackPausedBeforeItsFlipKeepsTheNewSealPostgres on MariaDB.
 func TestRollbackPausedBeforeItsFlipKeepsTheNewSealMariaDB(t *testing.T) {
+	t.Parallel()
 	testRollbackPausedBeforeItsFlip(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -770,26 +792,27 @@ func testRollbackPausedBeforeItsFlip(t *testing.T, e *splitEnv) {
 	}
 	target, shardSchema := e.dbs[1], e.m.Load().Schema(0)
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "flip back" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
 		killMoveLock(t, target, shardSchema)
-		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		if _, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 			t.Errorf("the rival's roll-back: %v", err)
 			return
 		}
-		if err := reshard.DropSplitCopy(ctx, e.cfg, 0, from); err != nil {
+		if err := reshard.DropSplitCopy(pctx, e.cfg, 0, from); err != nil {
 			t.Errorf("the rival's drop of the copy: %v", err)
 			return
 		}
-		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
+		if _, err := reshard.SplitShards(pctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
 			t.Errorf("the rival's split of shard 0 again: %v", err)
 		}
-	})()
-	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	})
+	_, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{})
 	if !paused {
 		t.Fatal("the roll-back never reached its flip")
 	}
@@ -812,18 +835,20 @@ func testRollbackPausedBeforeItsFlip(t *testing.T, e *splitEnv) {
 // of it from there would fence it, stays fenced; lifting that fence lets
 // writes into a move's source after its last read of the change log.
 func TestSplitRunAgainAfterItsFlipKeepsAnotherFencePostgres(t *testing.T) {
+	t.Parallel()
 	testSplitRunAgainAfterItsFlip(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestSplitRunAgainAfterItsFlipKeepsAnotherFenceMariaDB is
 // TestSplitRunAgainAfterItsFlipKeepsAnotherFencePostgres on MariaDB.
 func TestSplitRunAgainAfterItsFlipKeepsAnotherFenceMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitRunAgainAfterItsFlip(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
 func testSplitRunAgainAfterItsFlip(t *testing.T, e *splitEnv, to []string) {
 	ctx := context.Background()
-	dieAt(t, "split lift", func() { reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}) })
+	dieAt(t, "split lift", func(ctx context.Context) { reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}) })
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, Names: e.names, ShardMap: e.m})
 	if err != nil {
 		t.Fatal(err)
@@ -848,20 +873,20 @@ func testSplitRunAgainAfterItsFlip(t *testing.T, e *splitEnv, to []string) {
 // as a process killed there would (its deferred clean-ups still run: the
 // sessions of a killed process end too); it fails t if run never gets
 // there.
-func dieAt(t *testing.T, at string, run func()) {
+func dieAt(t *testing.T, at string, run func(ctx context.Context)) {
 	t.Helper()
 	died := errors.New("died at " + at)
-	defer reshard.SetRunPause(t, func(p string) {
+	ctx := reshard.WithRunPause(context.Background(), func(p string) {
 		if p == at {
 			panic(died)
 		}
-	})()
+	})
 	defer func() {
 		if p := recover(); p != died {
 			t.Fatalf("the run did not reach %q: %v", at, p)
 		}
 	}()
-	run()
+	run(ctx)
 }
 
 // TestSplitFailedRunsLiftKeepsARivalsLogPostgres: a run that lost its lock
@@ -873,12 +898,14 @@ func dieAt(t *testing.T, at string, run func()) {
 // fence, after its copy and in no log, were lost (found by the fault
 // test, seed 943475155).
 func TestSplitFailedRunsLiftKeepsARivalsLogPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitFailedRunsLift(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestSplitFailedRunsLiftKeepsARivalsLogMariaDB is
 // TestSplitFailedRunsLiftKeepsARivalsLogPostgres on MariaDB.
 func TestSplitFailedRunsLiftKeepsARivalsLogMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitFailedRunsLift(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -889,7 +916,8 @@ func testSplitFailedRunsLift(t *testing.T, e *splitEnv, to []string) {
 	copied, resume := make(chan struct{}), make(chan struct{})
 	rival := make(chan error, 1)
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "split unfence" || paused {
 			return
 		}
@@ -897,7 +925,7 @@ func testSplitFailedRunsLift(t *testing.T, e *splitEnv, to []string) {
 		// The rival's run, from its lock to its copy, before this run's
 		// lift; it goes on once the application wrote.
 		go func() {
-			_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
+			_, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
 				if stage == "copied" {
 					close(copied)
 					<-resume
@@ -910,8 +938,8 @@ func testSplitFailedRunsLift(t *testing.T, e *splitEnv, to []string) {
 		case err := <-rival:
 			t.Fatalf("the rival's run ended before its copy: %v", err)
 		}
-	})()
-	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
+	})
+	_, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{OnStage: func(stage string) {
 		if stage == "fenced" {
 			killMoveLock(t, mono, schema)
 		}
@@ -948,12 +976,14 @@ func testSplitFailedRunsLift(t *testing.T, e *splitEnv, to []string) {
 // old copy, sealed), must not unseal it when it resumes: a router whose
 // map is stale would write there, and its writes would be lost.
 func TestAbortRollbackPausedKeepsTheOldCopySealedPostgres(t *testing.T) {
+	t.Parallel()
 	testAbortRollbackPausedBeforeItsUnseal(t, "postgres")
 }
 
 // TestAbortRollbackPausedKeepsTheOldCopySealedMariaDB is
 // TestAbortRollbackPausedKeepsTheOldCopySealedPostgres on MariaDB.
 func TestAbortRollbackPausedKeepsTheOldCopySealedMariaDB(t *testing.T) {
+	t.Parallel()
 	testAbortRollbackPausedBeforeItsUnseal(t, "mysql")
 }
 
@@ -966,18 +996,19 @@ func testAbortRollbackPausedBeforeItsUnseal(t *testing.T, dialect string) {
 	v := e.m.Load()
 	target, shardSchema := e.dbs[v.DB(0)], v.Schema(0)
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "abort unseal" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, monoSchema(mono))
 		killMoveLock(t, target, shardSchema)
-		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		if _, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 			t.Errorf("the rival's roll-back: %v", err)
 		}
-	})()
-	_, err := reshard.AbortRollback(ctx, e.cfg)
+	})
+	_, err := reshard.AbortRollback(pctx, e.cfg)
 	if !paused {
 		t.Fatalf("the abort never reached its unseal: %v", err)
 	}
@@ -1059,12 +1090,14 @@ func testSplitBatchEndsAFailedRunsLogging(t *testing.T, e *splitEnv, to []string
 // must finish the roll-back from that seal, took it for a move's and
 // refused.
 func TestRollbackPausedBeforeItsTokenKeepsARivalsPostgres(t *testing.T) {
+	t.Parallel()
 	testRollbackPausedBeforeItsToken(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestRollbackPausedBeforeItsTokenKeepsARivalsMariaDB is
 // TestRollbackPausedBeforeItsTokenKeepsARivalsPostgres on MariaDB.
 func TestRollbackPausedBeforeItsTokenKeepsARivalsMariaDB(t *testing.T) {
+	t.Parallel()
 	testRollbackPausedBeforeItsToken(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -1085,7 +1118,8 @@ func testRollbackPausedBeforeItsToken(t *testing.T, e *splitEnv) {
 		rivalDone         = make(chan error, 1)
 	)
 	died := errors.New("the rival died before its flip")
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		mu.Lock()
 		first, dies := at == "rollback token" && !paused, at == "flip back" && rivalDies
 		paused = paused || first
@@ -1111,7 +1145,7 @@ func testRollbackPausedBeforeItsToken(t *testing.T, e *splitEnv) {
 				}
 				rivalDone <- err
 			}()
-			_, err = reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
+			_, err = reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{OnStage: func(_ int, st string) {
 				if st == "verified" {
 					close(rivalFenced)
 					<-resumeRival
@@ -1123,8 +1157,8 @@ func testRollbackPausedBeforeItsToken(t *testing.T, e *splitEnv) {
 		case err := <-rivalDone:
 			rivalDone <- fmt.Errorf("it ended before its fence was recorded: %w", err)
 		}
-	})()
-	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	})
+	_, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{})
 	if !paused {
 		t.Fatal("the roll-back never reached its fence")
 	}
@@ -1157,6 +1191,7 @@ func testRollbackPausedBeforeItsToken(t *testing.T, e *splitEnv) {
 // run again only flips: the monolith must hold those rows again first,
 // or they are left in the old copy only.
 func TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardPostgres(t *testing.T) {
+	t.Parallel()
 	testAbortRollbackDiedBeforeItsUnseal(t, "postgres")
 }
 
@@ -1164,6 +1199,7 @@ func TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardPostgres(t *testin
 // TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardPostgres on
 // MariaDB.
 func TestAbortRollbackDiedBeforeItsUnsealKeepsTheRowsOfNoShardMariaDB(t *testing.T) {
+	t.Parallel()
 	testAbortRollbackDiedBeforeItsUnseal(t, "mysql")
 }
 
@@ -1205,7 +1241,7 @@ func testAbortRollbackDiedBeforeItsUnseal(t *testing.T, dialect string) {
 	if n := count(); n != int64(len(orphans)) {
 		t.Fatalf("%d of the %d comments of photo %d on the monolith after the roll-back's seal, want every one", n, len(orphans), photo)
 	}
-	dieAt(t, "abort unseal", func() { reshard.AbortRollback(ctx, e.cfg) })
+	dieAt(t, "abort unseal", func(ctx context.Context) { reshard.AbortRollback(ctx, e.cfg) })
 	if n := count(); n != 0 {
 		t.Fatalf("%d of the %d comments of photo %d on the monolith after the abort deleted them, want none", n, len(orphans), photo)
 	}
@@ -1226,12 +1262,14 @@ func testAbortRollbackDiedBeforeItsUnseal(t *testing.T, dialect string) {
 // the rival must not go on with the record it read just before the
 // deletion: its split would be under way with no record of its tables.
 func TestAbortSplitForgetsNoRivalsTablesPostgres(t *testing.T) {
+	t.Parallel()
 	testAbortSplitForgetsNoRivalsTables(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestAbortSplitForgetsNoRivalsTablesMariaDB is
 // TestAbortSplitForgetsNoRivalsTablesPostgres on MariaDB.
 func TestAbortSplitForgetsNoRivalsTablesMariaDB(t *testing.T) {
+	t.Parallel()
 	testAbortSplitForgetsNoRivalsTables(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -1239,23 +1277,24 @@ func testAbortSplitForgetsNoRivalsTables(t *testing.T, e *splitEnv, to []string)
 	ctx := context.Background()
 	mono := e.dbs[0]
 	schema := monoSchema(mono)
-	dieAt(t, "split copy", func() { reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}) })
+	dieAt(t, "split copy", func(ctx context.Context) { reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{}) })
 	paused := false
 	rival := make(chan error, 1)
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "abort forget held" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
 		go func() {
-			_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
+			_, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
 			rival <- err
 		}()
 		// Long enough for the rival to take the lock and read the record.
 		time.Sleep(2 * time.Second)
-	})()
-	if _, err := reshard.AbortSplit(ctx, e.cfg); err != nil {
+	})
+	if _, err := reshard.AbortSplit(pctx, e.cfg); err != nil {
 		t.Fatalf("AbortSplit: %v", err)
 	}
 	if !paused {
@@ -1281,12 +1320,14 @@ func testAbortSplitForgetsNoRivalsTables(t *testing.T, e *splitEnv, to []string)
 // the fence before, unsealed, lifted nothing by that fence's token, and
 // reported the roll-back undone, the shard sealed on its only home.
 func TestAbortRollbackKeepsNoSealOfAPausedRunPostgres(t *testing.T) {
+	t.Parallel()
 	testAbortRollbackKeepsNoSealOfAPausedRun(t, "postgres")
 }
 
 // TestAbortRollbackKeepsNoSealOfAPausedRunMariaDB is
 // TestAbortRollbackKeepsNoSealOfAPausedRunPostgres on MariaDB.
 func TestAbortRollbackKeepsNoSealOfAPausedRunMariaDB(t *testing.T) {
+	t.Parallel()
 	testAbortRollbackKeepsNoSealOfAPausedRun(t, "mysql")
 }
 
@@ -1305,7 +1346,8 @@ func testAbortRollbackKeepsNoSealOfAPausedRun(t *testing.T, dialect string) {
 		runDone     = make(chan struct{})
 		abortResult = make(chan error, 1)
 	)
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		mu.Lock()
 		first := at == "rollback seal" && !paused
 		paused = paused || first
@@ -1315,7 +1357,7 @@ func testAbortRollbackKeepsNoSealOfAPausedRun(t *testing.T, dialect string) {
 			killMoveLock(t, mono, schema)
 			killMoveLock(t, target, shardSchema)
 			go func() {
-				res, err := reshard.AbortRollback(ctx, e.cfg)
+				res, err := reshard.AbortRollback(pctx, e.cfg)
 				if err == nil && !slices.Equal(res.Undone, []int{0}) {
 					err = fmt.Errorf("undid %v, want shard 0", res.Undone)
 				}
@@ -1330,8 +1372,8 @@ func testAbortRollbackKeepsNoSealOfAPausedRun(t *testing.T, dialect string) {
 			close(abortAt)
 			<-runDone
 		}
-	})()
-	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	})
+	_, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{})
 	close(runDone)
 	if !paused {
 		t.Fatal("the roll-back never reached its seal")
@@ -1357,12 +1399,14 @@ func testAbortRollbackKeepsNoSealOfAPausedRun(t *testing.T, dialect string) {
 // when it resumes: it pointed every router at the dropped copies, the
 // monolith's rows unsealed behind them.
 func TestSplitPausedBeforeItsFlipKeepsAnAbortPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitPausedBeforeItsFlip(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestSplitPausedBeforeItsFlipKeepsAnAbortMariaDB is
 // TestSplitPausedBeforeItsFlipKeepsAnAbortPostgres on MariaDB.
 func TestSplitPausedBeforeItsFlipKeepsAnAbortMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitPausedBeforeItsFlip(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -1372,18 +1416,19 @@ func testSplitPausedBeforeItsFlip(t *testing.T, e *splitEnv, to []string) {
 	schema := monoSchema(mono)
 	paused := false
 	var aborted reshard.AbortResult
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "split flip" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
 		var err error
-		if aborted, err = reshard.AbortSplit(ctx, e.cfg); err != nil {
+		if aborted, err = reshard.AbortSplit(pctx, e.cfg); err != nil {
 			t.Errorf("the abort: %v", err)
 		}
-	})()
-	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
+	})
+	_, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
 	if !paused {
 		t.Fatal("the batch never reached its flip")
 	}
@@ -1414,12 +1459,14 @@ func testSplitPausedBeforeItsFlip(t *testing.T, e *splitEnv, to []string) {
 // unfenced and dropped their copies, the shards sealed on the monolith
 // with no copy.
 func TestSplitPausedBeforeItsSealKeepsAnAbortPostgres(t *testing.T) {
+	t.Parallel()
 	testSplitPausedBeforeItsSeal(t, newSplitEnvPG(t, 4, 20, 2, 2), []string{"pg_a", "pg_b"})
 }
 
 // TestSplitPausedBeforeItsSealKeepsAnAbortMariaDB is
 // TestSplitPausedBeforeItsSealKeepsAnAbortPostgres on MariaDB.
 func TestSplitPausedBeforeItsSealKeepsAnAbortMariaDB(t *testing.T) {
+	t.Parallel()
 	testSplitPausedBeforeItsSeal(t, newSplitEnvMySQL(t, 4, 20, 2, 2), []string{"my_a", "my_b"})
 }
 
@@ -1435,7 +1482,8 @@ func testSplitPausedBeforeItsSeal(t *testing.T, e *splitEnv, to []string) {
 		batchDone   = make(chan struct{})
 		abortResult = make(chan error, 1)
 	)
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		mu.Lock()
 		first := at == "split seal" && !paused
 		paused = paused || first
@@ -1446,7 +1494,7 @@ func testSplitPausedBeforeItsSeal(t *testing.T, e *splitEnv, to []string) {
 		case first:
 			killMoveLock(t, mono, schema)
 			go func() {
-				_, err := reshard.AbortSplit(ctx, e.cfg)
+				_, err := reshard.AbortSplit(pctx, e.cfg)
 				abortResult <- err
 			}()
 			select {
@@ -1458,8 +1506,8 @@ func testSplitPausedBeforeItsSeal(t *testing.T, e *splitEnv, to []string) {
 			close(abortAt)
 			<-batchDone
 		}
-	})()
-	_, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
+	})
+	_, err := reshard.SplitShards(pctx, e.cfg, []int{0, 1}, to, reshard.SplitOptions{})
 	close(batchDone)
 	if !paused {
 		t.Fatal("the batch never reached its seal")
@@ -1501,12 +1549,14 @@ func testSplitPausedBeforeItsSeal(t *testing.T, e *splitEnv, to []string) {
 // catalog when it resumes: it placed the shard on the monolith, whose
 // rows of it are an old copy again, and every router left its new home.
 func TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitPostgres(t *testing.T) {
+	t.Parallel()
 	testRollbackPausedBeforeItsCatalog(t, newSplitEnvPG(t, 4, 20, 2, 2))
 }
 
 // TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitMariaDB is
 // TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitPostgres on MariaDB.
 func TestRollbackPausedBeforeItsCatalogKeepsTheNewSplitMariaDB(t *testing.T) {
+	t.Parallel()
 	testRollbackPausedBeforeItsCatalog(t, newSplitEnvMySQL(t, 4, 20, 2, 2))
 }
 
@@ -1520,26 +1570,27 @@ func testRollbackPausedBeforeItsCatalog(t *testing.T, e *splitEnv) {
 	}
 	target, shardSchema := e.dbs[1], e.m.Load().Schema(0)
 	paused := false
-	defer reshard.SetRunPause(t, func(at string) {
+	var pctx context.Context // the runs the pause starts pause too
+	pctx = reshard.WithRunPause(ctx, func(at string) {
 		if at != "unflip back" || paused {
 			return
 		}
 		paused = true
 		killMoveLock(t, mono, schema)
 		killMoveLock(t, target, shardSchema)
-		if _, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+		if _, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 			t.Errorf("the rival's roll-back: %v", err)
 			return
 		}
-		if err := reshard.DropSplitCopy(ctx, e.cfg, 0, from); err != nil {
+		if err := reshard.DropSplitCopy(pctx, e.cfg, 0, from); err != nil {
 			t.Errorf("the rival's drop of the copy: %v", err)
 			return
 		}
-		if _, err := reshard.SplitShards(ctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
+		if _, err := reshard.SplitShards(pctx, e.cfg, []int{0}, []string{from}, reshard.SplitOptions{}); err != nil {
 			t.Errorf("the rival's split of shard 0 again: %v", err)
 		}
-	})()
-	_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+	})
+	_, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{})
 	if !paused {
 		t.Fatal("the roll-back never reached its flip of the catalog")
 	}

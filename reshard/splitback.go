@@ -396,9 +396,7 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 	if err != nil {
 		return 0, err
 	}
-	if runPause != nil {
-		runPause("flip back")
-	}
+	pauseAt(ctx, "flip back")
 	var mark backMark // the roll-back's record, as the lift found it
 	err = lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
 		if emptied {
@@ -454,9 +452,7 @@ func (sp *splitter) flipBack(ctx context.Context, lock *moveLock, s, from int, s
 			if err := lock.ensure(ctx, "flipping the catalog back"); err != nil {
 				return err
 			}
-			if runPause != nil {
-				runPause("unflip back")
-			}
+			pauseAt(ctx, "unflip back")
 			version, err = c.unflipShared(ctx, s, names[from], sp.cfg.Monolith, was)
 			return err
 		})

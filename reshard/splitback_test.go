@@ -1168,6 +1168,7 @@ func testSplitLastBatchWaitsForARollBack(t *testing.T, dialect string) {
 // the tables' owner: a superuser's mover skips foreign-key checks
 // (session_replication_role), as MySQL's does (FOREIGN_KEY_CHECKS).
 func TestRollbackCopiesAChildWhoseParentCameLaterPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	owner, _ := e.withRolesPG(t)
@@ -1178,7 +1179,7 @@ func TestRollbackCopiesAChildWhoseParentCameLaterPostgres(t *testing.T) {
 	target, schema := e.dbs[v.DB(0)], v.Schema(0)
 	const photo, comment = 1 << 40, 1<<40 + 1
 	wrote := false
-	defer reshard.SetRunPause(t, func(at string) {
+	pctx := reshard.WithRunPause(ctx, func(at string) {
 		if at != "rollback copy comments" || wrote {
 			return
 		}
@@ -1190,8 +1191,8 @@ func TestRollbackCopiesAChildWhoseParentCameLaterPostgres(t *testing.T) {
 		if err := target.Exec(`INSERT INTO "`+schema+`".comments (id, photo_id, body) VALUES (?, ?, 'of it')`, comment, photo).Error; err != nil {
 			t.Error(err)
 		}
-	})()
-	if _, err := reshard.RollbackSplit(ctx, owner.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+	})
+	if _, err := reshard.RollbackSplit(pctx, owner.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 		t.Fatalf("the roll-back: %v", err)
 	}
 	if !wrote {
@@ -1217,6 +1218,7 @@ func TestRollbackCopiesAChildWhoseParentCameLaterPostgres(t *testing.T) {
 // owner as it is made, and a log left by another role before that (made
 // by hand here) is started again by the owner's run.
 func TestRollbackAsTheOwnerAfterASuperusersRunPostgres(t *testing.T) {
+	t.Parallel()
 	for _, left := range []string{"by a superuser's run", "owned by the superuser"} {
 		t.Run(left, func(t *testing.T) {
 			ctx := context.Background()
@@ -1228,7 +1230,8 @@ func TestRollbackAsTheOwnerAfterASuperusersRunPostgres(t *testing.T) {
 			v := e.m.Load()
 			target, schema := e.dbs[v.DB(0)], v.Schema(0)
 			paused := false
-			defer reshard.SetRunPause(t, func(at string) {
+			var pctx context.Context // the runs the pause starts pause too
+			pctx = reshard.WithRunPause(ctx, func(at string) {
 				if at != "rollback copy" || paused {
 					return
 				}
@@ -1248,11 +1251,11 @@ func TestRollbackAsTheOwnerAfterASuperusersRunPostgres(t *testing.T) {
 				// The superuser's run stops here: its locks lost.
 				killMoveLock(t, e.dbs[0], "public")
 				killMoveLock(t, target, schema)
-				if _, err := reshard.RollbackSplit(ctx, owner.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
+				if _, err := reshard.RollbackSplit(pctx, owner.cfg, []int{0}, reshard.RollbackOptions{}); err != nil {
 					t.Errorf("the roll-back run again as the tables' owner: %v", err)
 				}
-			})()
-			_, err := reshard.RollbackSplit(ctx, e.cfg, []int{0}, reshard.RollbackOptions{})
+			})
+			_, err := reshard.RollbackSplit(pctx, e.cfg, []int{0}, reshard.RollbackOptions{})
 			if !paused {
 				t.Fatal("the superuser's roll-back never reached its copy")
 			}

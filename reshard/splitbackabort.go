@@ -139,9 +139,7 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 	}
 	var n int64
 	if home && ok {
-		if runPause != nil {
-			runPause("abort orphans")
-		}
+		pauseAt(ctx, "abort orphans")
 		k, err := bc.emptyOrphans(ctx)
 		n += k
 		if err != nil {
@@ -150,9 +148,7 @@ func (sp *splitter) abortBack(ctx context.Context, lock *moveLock, s, from int, 
 		if err := ensure("lifting the roll-back's fence"); err != nil {
 			return n, err
 		}
-		if runPause != nil {
-			runPause("abort unseal")
-		}
+		pauseAt(ctx, "abort unseal")
 		// The roll-back's fence or seal of the schema lifted, as found
 		// with its row held and this abort's claim standing: the schema
 		// is the shard's home again, as it was. A run of the roll-back
@@ -390,8 +386,6 @@ func DropSplitCopy(ctx context.Context, cfg SplitConfig, shard int, from string)
 	if err := lock.ensure(ctx, step); err != nil {
 		return err
 	}
-	if runPause != nil {
-		runPause("drop split copy")
-	}
+	pauseAt(ctx, "drop split copy")
 	return dropCopyAsSeen(ctx, db, schema, sp.tableNames(), seen, slock, step)
 }

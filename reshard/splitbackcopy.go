@@ -191,9 +191,7 @@ func (bc *backCopy) dropExtras(ctx context.Context) (int64, error) {
 func (bc *backCopy) copy(ctx context.Context) (int64, error) {
 	var total int64
 	for i, t := range bc.sp.tables {
-		if runPause != nil {
-			runPause("rollback copy " + t.Name)
-		}
+		pauseAt(ctx, "rollback copy "+t.Name)
 		n, err := bc.copyTable(ctx, t, func(rows [][]any) error {
 			for tries := 0; ; tries++ {
 				err := bc.upsert(ctx, t, rows, nil, nil)

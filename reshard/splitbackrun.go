@@ -147,9 +147,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	if err := ensure("copying into the monolith"); err != nil {
 		return res, err
 	}
-	if runPause != nil {
-		runPause("rollback copy")
-	}
+	pauseAt(ctx, "rollback copy")
 	start := timeNow()
 	if res.Copied, err = bc.copy(ctx); err != nil {
 		return res, err
@@ -187,9 +185,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 		}
 	}()
 	stage("fenced")
-	if runPause != nil {
-		runPause("rollback token")
-	}
+	pauseAt(ctx, "rollback token")
 	// The fence's token recorded, holding this run's claim: a run of the
 	// roll-back paused here, whose claim another run has taken meanwhile,
 	// must not write its token over that run's, by which a run again
@@ -209,9 +205,7 @@ func (sp *splitter) rollbackShard(ctx context.Context, lock *moveLock, bs backSh
 	if err := ensure("sealing the shard's schema"); err != nil {
 		return res, fmt.Errorf("%w; the map is not flipped", err)
 	}
-	if runPause != nil {
-		runPause("rollback seal")
-	}
+	pauseAt(ctx, "rollback seal")
 	if err := sealFence(ctx, src, schema, tables, token, func(ctx context.Context) error { return ensure("sealing the shard's schema") }); err != nil {
 		return res, fmt.Errorf("%w; the map is not flipped", err)
 	}

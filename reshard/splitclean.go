@@ -98,9 +98,7 @@ func (sp *splitter) splitSoFar(ctx context.Context) (*splitBatch, error) {
 // shard hides; then all the tables emptied at once and their writes
 // refused from then on (splitDoneFunction).
 func (sp *splitter) truncateSplit(ctx context.Context, b *splitBatch, lock *moveLock) (int64, error) {
-	if runPause != nil {
-		runPause("clean monolith")
-	}
+	pauseAt(ctx, "clean monolith")
 	tables := make([]string, len(sp.tables))
 	for i, t := range sp.tables {
 		tables[i] = sp.q(t.Name)
@@ -266,9 +264,7 @@ func (sp *splitter) deleteCopied(ctx context.Context, b *splitBatch, lock *moveL
 	if err != nil {
 		return 0, err
 	}
-	if runPause != nil {
-		runPause("clean monolith")
-	}
+	pauseAt(ctx, "clean monolith")
 	var deleted int64
 	var kept []string
 	for i := len(sp.tables) - 1; i >= 0; i-- {

@@ -277,9 +277,7 @@ func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) error {
 	if was, err := sp.readDeclared(ctx); err != nil || was == "" {
 		return err
 	}
-	if runPause != nil {
-		runPause("abort forget")
-	}
+	pauseAt(ctx, "abort forget")
 	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
 		var held []int
 		if err := tx.Raw("SELECT id FROM " + sp.q(splitTablesTable) + " WHERE id = 1 FOR UPDATE").Scan(&held).Error; err != nil {
@@ -294,9 +292,7 @@ func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) error {
 		if s, err := sp.underWayOn(ctx, tx); err != nil || s >= 0 {
 			return err
 		}
-		if runPause != nil {
-			runPause("abort forget held")
-		}
+		pauseAt(ctx, "abort forget held")
 		return tx.Exec("DELETE FROM " + sp.q(splitTablesTable)).Error
 	})
 }

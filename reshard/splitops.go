@@ -257,9 +257,7 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		if err := lock.ensure(ctx, "lifting the split's fences"); err != nil {
 			return res, err
 		}
-		if runPause != nil {
-			runPause("abort lift")
-		}
+		pauseAt(ctx, "abort lift")
 		// As read, under the lock: a run of the batch that took the
 		// lock while this abort was paused has changed their tokens
 		// (sealed, flipped), and its shards are left alone. The lock is

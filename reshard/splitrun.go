@@ -215,7 +215,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		return res, fmt.Errorf("shardid: split: %w", err)
 	}
 	defer lock.release()
-	if runPause == nil {
+	if !pausing(ctx) {
 		var unwatch func()
 		ctx, unwatch = lock.watch(ctx)
 		defer unwatch()
@@ -335,9 +335,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err := lock.ensure(ctx, "creating the targets"); err != nil {
 		return res, err
 	}
-	if runPause != nil {
-		runPause("split create")
-	}
+	pauseAt(ctx, "split create")
 	dstTokens, err := b.createTargets(ctx)
 	if err != nil {
 		return res, err
@@ -382,9 +380,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		return res, fmt.Errorf("shardid: split: starting the change log: %w", err)
 	}
 	logging = b.shards
-	if runPause != nil {
-		runPause("split copy")
-	}
+	pauseAt(ctx, "split copy")
 	copyStart := timeNow()
 	copied, err := b.copy(ctx)
 	if err != nil {
@@ -458,9 +454,7 @@ func (b *splitBatch) createAhead(ctx context.Context, ahead *targetsAhead) error
 		return nil
 	}
 	later.shards, later.seen = fresh, seen
-	if runPause != nil {
-		runPause("split create ahead")
-	}
+	pauseAt(ctx, "split create ahead")
 	tokens, err := later.createTargets(ctx)
 	if err != nil {
 		return fmt.Errorf("shardid: split: creating the later batches' shards ahead: %w", err)
@@ -522,9 +516,7 @@ func (v *splitBatch) fenceAndFlip(ctx context.Context, lock *moveLock, res Split
 		if err != nil && !sealed {
 			cctx, cancel := cleanupContext(ctx)
 			defer cancel()
-			if runPause != nil {
-				runPause("split unfence")
-			}
+			pauseAt(ctx, "split unfence")
 			_ = sp.liftShards(cctx, v.shards, tokens)
 		}
 	}()
@@ -558,9 +550,7 @@ func (v *splitBatch) fenceAndFlip(ctx context.Context, lock *moveLock, res Split
 	if err := lock.ensure(ctx, "sealing the monolith's rows"); err != nil {
 		return res, false, fmt.Errorf("%w; the map is not flipped", err)
 	}
-	if runPause != nil {
-		runPause("split seal")
-	}
+	pauseAt(ctx, "split seal")
 	if err := sp.sealShards(ctx, tokens, v.verified(), !v.later, func(ctx context.Context) error { return lock.ensure(ctx, "sealing the monolith's rows") }); err != nil {
 		return res, false, fmt.Errorf("shardid: split: %w; the map is not flipped", err)
 	}
@@ -570,7 +560,23 @@ func (v *splitBatch) fenceAndFlip(ctx context.Context, lock *moveLock, res Split
 	return res, true, err
 }
 
-// runPause, set by tests only, is called at the named points of a split's
+// pauseAt calls the pause a test set in ctx (runPause), if any, at the
+// point at.
+func pauseAt(ctx context.Context, at string) {
+	if pause, _ := ctx.Value(runPause{}).(func(string)); pause != nil {
+		pause(at)
+	}
+}
+
+// pausing reports whether a test set a pause in ctx (runPause): its run's
+// lock is not watched then.
+func pausing(ctx context.Context) bool {
+	pause, _ := ctx.Value(runPause{}).(func(string))
+	return pause != nil
+}
+
+// runPause is the key of a pause, set by tests only in the context of a
+// run (func(at string)): it is called at the named points of a split's
 // or a move's run, and the run's lock is not watched then: a test pauses
 // the run there as a machine would pause the process, before its lock's
 // keep-alive finds the lock lost. The points: "split create", "move
@@ -599,7 +605,7 @@ func (v *splitBatch) fenceAndFlip(ctx context.Context, lock *moveLock, res Split
 // the shard back in the monolith in the catalog), "abort forget" and "abort forget held"
 // (AbortSplit forgetting the split's tables: before its transaction, and
 // inside it, the check passed).
-var runPause func(at string)
+type runPause struct{}
 
 // flipAndClean flips the catalog and the map, lets writes through to the
 // targets and deletes the batch's verified rows from the monolith.
@@ -631,9 +637,7 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 		if err := lock.ensure(ctx, "flipping the catalog"); err != nil {
 			return err
 		}
-		if runPause != nil {
-			runPause("split flip")
-		}
+		pauseAt(ctx, "split flip")
 		if c := sp.cfg.Catalog; c != nil && !flipped {
 			v, err := c.flipShared(ctx, sp.cfg.Monolith, moves, version)
 			if err != nil {
@@ -661,9 +665,7 @@ func (b *splitBatch) flipAndClean(ctx context.Context, lock *moveLock, res Split
 	if !lock.reclaim(cctx) {
 		return res, fmt.Errorf("shardid: split: the batch is flipped, but its targets still refuse writes (run the batch again): %w", ErrMoveLockLost)
 	}
-	if runPause != nil {
-		runPause("split lift")
-	}
+	pauseAt(ctx, "split lift")
 	if err := b.liftTargets(cctx, dstTokens, warm); err != nil {
 		return res, fmt.Errorf("shardid: split: the batch is flipped, but its targets still refuse writes (run the batch again): %w", err)
 	}

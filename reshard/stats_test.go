@@ -78,6 +78,7 @@ func dropMonSchemas(t *testing.T, dbs ...*gorm.DB) {
 // the router's logger gets the fence set, lifted, and the move's outcome; a
 // router still on the old map counts the write the old copy refuses.
 func TestMoveStatsAndEvents(t *testing.T) {
+	ownDatabases(t)
 	a := openPostgres(t)
 	b := openSecondPostgresTB(t)
 	dropMonSchemas(t, a, b)

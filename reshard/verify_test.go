@@ -22,6 +22,7 @@ import (
 // explains, fails with ErrCopyDiffers naming it, leaves the map alone and
 // the source writable; a clean move of the same shard then succeeds.
 func TestMoveVerifiesEveryRow(t *testing.T) {
+	ownDatabases(t)
 	cases := []struct {
 		name string
 		// at runs at the stage "created" or "copied", with the seeded rows.
@@ -122,6 +123,7 @@ func TestMoveVerifiesEveryRow(t *testing.T) {
 // fails: TestMoveVerifiesEveryRow), and a row changed on the target
 // behind the mover still is (TestMoveVerifiesEveryRow, TestCopyVerifiesItself).
 func TestMoveCopyVerifiesItself(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	rows := seedShard(t, r, 1, 300)
 	res, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 100,
@@ -151,6 +153,7 @@ func TestMoveCopyVerifiesItself(t *testing.T) {
 // verified as it is written: a target that rewrites it fails the copy,
 // though the comparison found every row equal.
 func TestApplyVerifiesEveryRow(t *testing.T) {
+	ownDatabases(t)
 	src, dst := openPostgres(t), openSecondPostgresTB(t)
 	const schema = "shardid_apply_0001"
 	for _, db := range []*gorm.DB{src, dst} {
@@ -200,6 +203,7 @@ func moverExec(t *testing.T, db *gorm.DB, q string, args ...any) {
 // The sums a move reports are the target's, kept through every write of
 // the mover: equal to a sum taken over the source after the move.
 func TestMoveTableCheckMatchesTheSource(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	rows := seedShard(t, r, 1, 500)
 	res, err := reshard.MoveShard(context.Background(), r, c, 1, "pg2", reshard.MoveOptions{Models: []any{&RPhoto{}}, Batch: 50,
@@ -253,14 +257,14 @@ func TestMoveTableCheckMatchesTheSource(t *testing.T) {
 // time_zone) on the source and the target: the copy and the changes
 // arrive unchanged, and the comparison finds them equal.
 func TestMoveAcrossSessionSettingsPostgres(t *testing.T) {
-	dsn := envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)
+	ownDatabases(t)
 	openSecondPostgresTB(t) // creates the second database when needed
-	src, err := gorm.Open(postgres.Open(dsn+" DateStyle='SQL, DMY' TimeZone=Asia/Tokyo IntervalStyle=sql_standard extra_float_digits=-3 bytea_output=escape"), gormConfig())
+	src, err := gorm.Open(postgres.Open(postgresDSN(t, 0)+" DateStyle='SQL, DMY' TimeZone=Asia/Tokyo IntervalStyle=sql_standard extra_float_digits=-3 bytea_output=escape"), gormConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	closeAtEnd(t, src)
-	dst, err := gorm.Open(postgres.Open(replaceDB(dsn)+" DateStyle='German' TimeZone=America/Los_Angeles"), gormConfig())
+	dst, err := gorm.Open(postgres.Open(postgresDSN(t, 1)+" DateStyle='German' TimeZone=America/Los_Angeles"), gormConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,6 +382,7 @@ func TestMoveAcrossSessionSettingsMariaDB(t *testing.T) {
 // moves: the apply in place (an upsert) meets the unique index, and the
 // move applies those rows again as a delete and an insert.
 func TestMoveUniqueSwap(t *testing.T) {
+	ownDatabases(t)
 	for _, side := range []string{"postgres", "mariadb"} {
 		t.Run(side, func(t *testing.T) {
 			var src, dst *gorm.DB
@@ -505,6 +510,7 @@ func TestMoveRefusesMySQLCascades(t *testing.T) {
 // On PostgreSQL a TRUNCATE of a moving shard's table, which the change log
 // could not record, is refused until the move ends.
 func TestMoveRefusesTruncate(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	seedShard(t, r, 1, 100)
 	var truncErr error
@@ -531,6 +537,7 @@ func TestMoveRefusesTruncate(t *testing.T) {
 // are never held back for the length of that transaction, and the fence
 // counts only from its last try.
 func TestMoveDoesNotQueueWritersBehindALongTransaction(t *testing.T) {
+	ownDatabases(t)
 	r, c, _ := freshMoveSetup(t)
 	seedShard(t, r, 1, 200)
 	longTransactionMove(t, r, c, "shardid_mv_0001", "pg2", 3*time.Second, 2*time.Second)
@@ -624,13 +631,14 @@ func longTransactionMove(t *testing.T, r *shardid.Router, c *reshard.Catalog, sc
 // foreign keys in force: a cascading key between the shard's tables is
 // refused before the move changes anything, as on MySQL.
 func TestMoveRefusesCascadesForANonSuperuser(t *testing.T) {
+	ownDatabases(t)
 	src := openPostgres(t)
 	openSecondPostgresTB(t)
 	src.Exec("DROP SCHEMA IF EXISTS shardid_nsu_0001 CASCADE")
 	if err := src.Exec("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'shardid_mover') THEN CREATE ROLE shardid_mover LOGIN; END IF; END $$").Error; err != nil {
 		t.Fatal(err)
 	}
-	dsn := replaceDB(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN))
+	dsn := postgresDSN(t, 1)
 	dst, err := gorm.Open(postgres.Open(strings.Replace(dsn, "user=postgres", "user=shardid_mover", 1)), gormConfig())
 	if err != nil {
 		t.Fatal(err)
