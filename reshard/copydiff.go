@@ -3,6 +3,7 @@ package reshard
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"gorm.io/gorm"
@@ -86,7 +87,7 @@ func copyDiffers(ctx context.Context, src, dst *gorm.DB, schema, table string) s
 			continue
 		}
 		delete(on, s.Name)
-		if d.Type != s.Type || d.Charset != s.Charset || d.Collation != s.Collation {
+		if storedType(d.Type) != storedType(s.Type) || d.Charset != s.Charset || d.Collation != s.Collation {
 			why = append(why, fmt.Sprintf("column %s is %s on the source, %s on the target", s.Name, s.describe(), d.describe()))
 		}
 	}
@@ -99,6 +100,21 @@ func copyDiffers(ctx context.Context, src, dst *gorm.DB, schema, table string) s
 		why = append(why, "the target's table has trigger(s) of its own, which may rewrite the rows the move writes: "+strings.Join(trs, ", "))
 	}
 	return strings.Join(why, "; ")
+}
+
+// intWidth matches a MySQL integer type's display width: int(11).
+var intWidth = regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint)\(\d+\)`)
+
+// storedType returns a column's type (as tableColumnDefs reads it)
+// without what changes nothing stored or compared: a MySQL integer's
+// display width, which MySQL 8.0.19 and later no longer print (int, where
+// MariaDB and older MySQL print int(11)), unless ZEROFILL pads the value
+// to it.
+func storedType(t string) string {
+	if strings.Contains(t, "zerofill") {
+		return t
+	}
+	return intWidth.ReplaceAllString(t, "$1")
 }
 
 // describe prints c's type, with its character set and collation where

@@ -2,6 +2,8 @@ package reshard
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shardid/shardid"
@@ -117,6 +119,15 @@ var (
 	// one missing on either side, a trigger of the target's own.
 	ErrCopyDiffers = errors.New("shardid: the copies differ")
 
+	// ErrTableChanged is returned by MoveShard when a column of a table it
+	// moves changed type while it ran (a migration run meanwhile) so that
+	// its checks, which read each column by the type it had when the move
+	// began, cannot read it any longer (PostgreSQL). The map is not
+	// flipped and the source is writable again; run the move again once
+	// the migration is done (a change of type on one side only then fails
+	// the move's check with ErrCopyDiffers, which names the column).
+	ErrTableChanged = errors.New("shardid: a column of a moved table changed type during the move")
+
 	// ErrSameDatabase is returned by MoveShard, Plan.Apply and
 	// CheckDatabases when two names of the router reach one physical
 	// database (two DSNs for one server, such as localhost and 127.0.0.1):
@@ -190,6 +201,19 @@ func hintPooler(err error) error {
 		return err
 	}
 	return &pooledStatementError{err}
+}
+
+// hintTableChanged returns err with ErrTableChanged added when err is
+// PostgreSQL's "function does not exist" (42883) for one of the hash
+// functions a move reads a column by its type with, and err unchanged
+// otherwise: the column's type changed since the move read it.
+func hintTableChanged(err error) error {
+	var pg *pgconn.PgError
+	if err == nil || errors.Is(err, ErrTableChanged) || !errors.As(err, &pg) || pg.Code != "42883" ||
+		!strings.Contains(pg.Message, "hashint8extended") && !strings.Contains(pg.Message, "hashtextextended") {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrTableChanged, err)
 }
 
 // pooledStatementError is a driver's error that

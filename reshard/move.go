@@ -273,6 +273,7 @@ func moveShard(ctx context.Context, r *shardid.Router, c *Catalog, shard int, ta
 		if lost := lock.lost(); err != nil && lost != nil && !errors.Is(err, ErrMoveLockLost) {
 			err = fmt.Errorf("shardid: move shard %d: %w: %w", shard, lost, err)
 		}
+		err = hintTableChanged(err)
 	}()
 	if c != nil {
 		// Under the lock: nobody else moves the shard from here on.

@@ -20,6 +20,7 @@ import (
 // still running on the target, the map is unchanged, the source takes
 // writes, and the move run again moves every row.
 func TestMoveCancelledWhileItChecksItsCopy(t *testing.T) {
+	ownDatabases(t)
 	t.Run("postgres", func(t *testing.T) {
 		r, c, _ := freshMoveSetup(t)
 		src := r.Databases()[0]
