@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/internal/testdb/sqlitedb"
 	"gorm.io/gorm"
 )
 
@@ -31,7 +32,7 @@ var (
 	openPostgres          = testdb.OpenPostgres
 	openMySQLTB           = testdb.OpenMySQL
 	openServer            = testdb.OpenServer
-	openSQLite            = testdb.OpenSQLite
+	openSQLite            = sqlitedb.Open
 	closeAtEnd            = testdb.CloseAtEnd
 	fresh                 = testdb.Fresh
 	helperProcess         = testdb.HelperProcess

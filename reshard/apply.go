@@ -87,6 +87,9 @@ func (p Plan) Apply(ctx context.Context, r *shardid.Router, c *Catalog, opts App
 			return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("the plan moves shard %d from %q to %q: not two databases of the router (%v)", mv.Shard, mv.From, mv.To, names))
 		}
 	}
+	if len(p.Moves) > 0 && len(opts.Move.Models) == 0 && len(opts.Move.Tables) == 0 {
+		return res, withDetail(shardid.ErrInvalidConfig, "ApplyOptions.Move has neither Models nor Tables")
+	}
 	if len(p.Moves) > 0 {
 		if err := CheckDatabases(ctx, r); err != nil {
 			return res, err
@@ -106,9 +109,6 @@ func (p Plan) Apply(ctx context.Context, r *shardid.Router, c *Catalog, opts App
 		if err := p.Check(m, names); err != nil {
 			return res, err
 		}
-	}
-	if len(p.Moves) > 0 && len(opts.Move.Models) == 0 && len(opts.Move.Tables) == 0 {
-		return res, withDetail(shardid.ErrInvalidConfig, "ApplyOptions.Move has neither Models nor Tables")
 	}
 	if opts.DropDelay <= 0 {
 		opts.DropDelay = 10 * time.Second

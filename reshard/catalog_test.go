@@ -17,7 +17,7 @@ import (
 // databases, for catalog tests that need only its map and names.
 func catalogRouter(t *testing.T, shards int) *shardid.Router {
 	t.Helper()
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openSQLite(t), openSQLite(t), openSQLite(t)},
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openUnreachable(t), openUnreachable(t), openUnreachable(t)},
 		Names: []string{"a", "b", "c"}, LogicalShards: shards})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestCatalogSaveIf(t *testing.T) {
 			}
 			// The catalog's content does not fit another router: its own error.
 			for _, other := range []*shardid.Router{catalogRouter(t, 5), func() *shardid.Router {
-				r, _ := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openSQLite(t)}, Names: []string{"x"}, LogicalShards: 4})
+				r, _ := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openUnreachable(t)}, Names: []string{"x"}, LogicalShards: 4})
 				return r
 			}()} {
 				_, _, err := c.Load(ctx, other)

@@ -28,7 +28,6 @@ type RPhoto struct {
 var (
 	envOr                 = testdb.EnvOr
 	gormConfig            = testdb.GormConfig
-	openSQLite            = testdb.OpenSQLite
 	closeAtEnd            = testdb.CloseAtEnd
 	segmentDB             = testdb.Open
 	startPostgresInstance = testdb.StartPostgres
@@ -114,6 +113,22 @@ func openSecondPostgresTB(t testing.TB) *gorm.DB {
 func helperProcess(t testing.TB, mode string, env ...string) *exec.Cmd {
 	names := postgresNames(t)
 	return testdb.HelperProcess(t, mode, append(env, "SHARDID_HELPER_PG="+names[0]+","+names[1])...)
+}
+
+// openUnreachable returns a PostgreSQL *gorm.DB that can never connect
+// (port 1), for tests that need only a router's map and names: any
+// statement on it fails. (Not SQLite: the resharding tests compile no
+// SQLite, whose race-instrumented build alone takes a minute.)
+func openUnreachable(t testing.TB) *gorm.DB {
+	t.Helper()
+	cfg := gormConfig()
+	cfg.DisableAutomaticPing = true
+	db, err := gorm.Open(postgres.Open("host=127.0.0.1 port=1 user=nobody dbname=none sslmode=disable connect_timeout=1"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtEnd(t, db)
+	return db
 }
 
 func openMySQL(t *testing.T) *gorm.DB { t.Helper(); return testdb.OpenMySQL(t) }

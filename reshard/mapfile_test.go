@@ -14,7 +14,7 @@ import (
 )
 
 func TestMapFile(t *testing.T) {
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openSQLite(t), openSQLite(t), openSQLite(t)},
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openUnreachable(t), openUnreachable(t), openUnreachable(t)},
 		Names: []string{"pg1", "pg2", "pg3"}, LogicalShards: 10})
 	if err != nil {
 		t.Fatal(err)

@@ -243,7 +243,7 @@ func TestPlanRebalanceRefuses(t *testing.T) {
 // Apply refuses a plan that does not fit the router, and options it cannot
 // move by, before it reads or changes anything.
 func TestApplyRefusesBadPlans(t *testing.T) {
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openSQLite(t), openSQLite(t)}, Names: []string{"a", "b"},
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: []*gorm.DB{openUnreachable(t), openUnreachable(t)}, Names: []string{"a", "b"},
 		LogicalShards: 4, SchemaPattern: "s_%04d"})
 	if err != nil {
 		t.Fatal(err)

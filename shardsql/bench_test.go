@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shardid/shardid"
-	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/internal/testdb/sqlitedb"
 	"github.com/shardid/shardid/shardmap"
 	"github.com/shardid/shardid/shardpgx"
 	"github.com/shardid/shardid/shardsql"
@@ -38,7 +38,7 @@ func BenchmarkForID(b *testing.B) {
 	b.Run("gorm", func(b *testing.B) {
 		var gdbs []*gorm.DB
 		for range names {
-			gdbs = append(gdbs, testdb.OpenSQLite(b))
+			gdbs = append(gdbs, sqlitedb.Open(b))
 		}
 		r, err := shardid.NewRouter(shardid.RouterConfig{Databases: gdbs, Names: names, LogicalShards: 2000, SchemaPattern: "shard_%04d"})
 		if err != nil {

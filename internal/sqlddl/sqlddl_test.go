@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardid/shardid/internal/sqlddl"
 	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/internal/testdb/sqlitedb"
 	"gorm.io/gorm"
 )
 
@@ -21,7 +22,7 @@ func TestMissingAndEnsure(t *testing.T) {
 	for _, d := range []struct {
 		name string
 		open func(testing.TB) *gorm.DB
-	}{{"postgres", testdb.OpenPostgres}, {"mysql", testdb.OpenMySQL}, {"sqlite", testdb.OpenSQLite}} {
+	}{{"postgres", testdb.OpenPostgres}, {"mysql", testdb.OpenMySQL}, {"sqlite", sqlitedb.Open}} {
 		t.Run(d.name, func(t *testing.T) {
 			db := d.open(t)
 			ctx := context.Background()

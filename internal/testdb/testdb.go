@@ -1,5 +1,6 @@
 // Package testdb holds what the tests of shardid and its subpackages share:
-// opening the test servers (PostgreSQL, MySQL/MariaDB, SQLite), starting
+// opening the test servers (PostgreSQL, MySQL/MariaDB; SQLite is in
+// sqlitedb), starting
 // server instances of a test's own, and helper processes. Only tests import
 // it.
 package testdb
@@ -7,11 +8,9 @@ package testdb
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/glebarez/sqlite"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -109,18 +108,6 @@ func OpenSecondMySQL(t testing.TB) *gorm.DB {
 	}
 	dsn := strings.Replace(EnvOr("SHARDID_TEST_MYSQL_DSN", DefaultMySQLDSN), "/test?", "/shardid_test2?", 1)
 	return OpenServer(t, "MySQL/MariaDB (second database)", "SHARDID_TEST_MYSQL2_DSN", dsn, mysql.Open)
-}
-
-// OpenSQLite opens a SQLite database in the test's temporary directory.
-func OpenSQLite(t testing.TB) *gorm.DB {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "shardid.db")
-	db, err := gorm.Open(sqlite.Open(path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"), GormConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	CloseAtEnd(t, db)
-	return db
 }
 
 // Ping checks that db answers.
