@@ -69,6 +69,9 @@ func postgresNames(t testing.TB) [2]string {
 	if a, b, ok := strings.Cut(os.Getenv("SHARDID_HELPER_PG"), ","); ok {
 		return [2]string{a, b}
 	}
+	// The fixed pair, which a parallel test must not reach: t.Setenv
+	// panics in one (call ownDatabases instead of t.Parallel).
+	t.Setenv("SHARDID_TEST_FIXED_DATABASES", t.Name())
 	return [2]string{"test", "shardid_test2"}
 }
 
@@ -111,8 +114,12 @@ func openSecondPostgresTB(t testing.TB) *gorm.DB {
 // helperProcess is testdb.HelperProcess, telling the helper t's
 // PostgreSQL databases.
 func helperProcess(t testing.TB, mode string, env ...string) *exec.Cmd {
-	names := postgresNames(t)
-	return testdb.HelperProcess(t, mode, append(env, "SHARDID_HELPER_PG="+names[0]+","+names[1])...)
+	name, _, _ := strings.Cut(t.Name(), "/")
+	if v, ok := ownedDatabases.Load(name); ok {
+		names := v.([2]string)
+		env = append(env, "SHARDID_HELPER_PG="+names[0]+","+names[1])
+	}
+	return testdb.HelperProcess(t, mode, env...)
 }
 
 // openUnreachable returns a PostgreSQL *gorm.DB that can never connect

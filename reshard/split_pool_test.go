@@ -64,7 +64,7 @@ func TestSplitThroughTransactionPool(t *testing.T) {
 // of a database's pool are refused at once with ErrPoolTooSmall, nothing
 // changed, instead of waiting for ever for a second connection.
 func TestLockRefusesAPoolOfOne(t *testing.T) {
-	t.Parallel()
+	ownDatabases(t)
 	e := newSplitEnvPG(t, 4, 20, 2, 2)
 	pool, err := e.dbs[0].DB()
 	if err != nil {

@@ -35,14 +35,19 @@ func PostgresRole(t testing.TB, name string, grants ...string) string {
 	return role
 }
 
-// DropPostgresRole drops role on every database of db's server that it
-// owns objects or holds grants in, then the role itself. It leaves the
-// templates alone: a session on template1 makes every CREATE DATABASE
-// that another test runs meanwhile fail ("source database is being
-// accessed by other users").
+// DropPostgresRole drops what role owns and is granted on every database
+// of db's server where it owns objects or holds grants, then the role
+// itself. It leaves the templates alone: a session on template1 makes
+// every CREATE DATABASE that another test runs meanwhile fail ("source
+// database is being accessed by other users").
 func DropPostgresRole(db *gorm.DB, role string) {
 	var dbs []string
-	db.Raw("SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate").Scan(&dbs)
+	// Only the databases where the role owns objects or holds grants
+	// (pg_shdepend): a session in another test's database would keep
+	// that test from dropping or renaming it.
+	db.Raw(`SELECT DISTINCT d.datname FROM pg_shdepend s JOIN pg_database d ON d.oid = s.dbid
+		WHERE s.refclassid = 'pg_authid'::regclass AND s.refobjid = (SELECT oid FROM pg_roles WHERE rolname = ?)
+		AND d.datallowconn AND NOT d.datistemplate`, role).Scan(&dbs)
 	dsn := EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN)
 	for _, d := range dbs {
 		conn, err := gorm.Open(postgres.Open(withDSNField(dsn, "dbname", d)), GormConfig())
@@ -54,6 +59,9 @@ func DropPostgresRole(db *gorm.DB, role string) {
 			s.Close()
 		}
 	}
+	// Grants on databases themselves are the server's (dbid 0): DROP
+	// OWNED in db's own database revokes them.
+	db.Exec(`DROP OWNED BY "` + role + `" CASCADE`)
 	db.Exec(`DROP ROLE IF EXISTS "` + role + `"`)
 }
 
