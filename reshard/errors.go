@@ -124,8 +124,7 @@ var (
 	// its checks, which read each column by the type it had when the move
 	// began, cannot read it any longer (PostgreSQL). The map is not
 	// flipped and the source is writable again; run the move again once
-	// the migration is done (a change of type on one side only then fails
-	// the move's check with ErrCopyDiffers, which names the column).
+	// the migration is done.
 	ErrTableChanged = errors.New("shardid: a column of a moved table changed type during the move")
 
 	// ErrSameDatabase is returned by MoveShard, Plan.Apply and

@@ -563,16 +563,19 @@ func (v *splitBatch) fenceAndFlip(ctx context.Context, lock *moveLock, res Split
 // pauseAt calls the pause a test set in ctx (runPause), if any, at the
 // point at.
 func pauseAt(ctx context.Context, at string) {
-	if pause, _ := ctx.Value(runPause{}).(func(string)); pause != nil {
+	if pause := pauseOf(ctx); pause != nil {
 		pause(at)
 	}
 }
 
 // pausing reports whether a test set a pause in ctx (runPause): its run's
 // lock is not watched then.
-func pausing(ctx context.Context) bool {
+func pausing(ctx context.Context) bool { return pauseOf(ctx) != nil }
+
+// pauseOf returns the pause a test set in ctx, or nil.
+func pauseOf(ctx context.Context) func(string) {
 	pause, _ := ctx.Value(runPause{}).(func(string))
-	return pause != nil
+	return pause
 }
 
 // runPause is the key of a pause, set by tests only in the context of a
