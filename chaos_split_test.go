@@ -9,10 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardid/shardid/reshard"
-	"github.com/shardid/shardid/shardmap"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
+	"github.com/shardid/shardid/shardmap"
 )
 
 // The splits of the fault test. The monolith (chaosMono) holds shards
@@ -520,7 +522,7 @@ func (sp *chaosSplitter) runFaulted(name string, p chaosSplitPlan, run func(ctx 
 		var own []*gorm.DB
 		for _, dsn := range []string{c.pg1.DSN(), c.pg2.DSN(), c.monoDSN()} {
 			if owner {
-				dsn = strings.Replace(dsn, "user=postgres", "user="+chaosOwner, 1)
+				dsn = testdb.WithPostgresField(dsn, "user", chaosOwner)
 			}
 			if p.lose == "idle" {
 				dsn += " idle_session_timeout=1000"

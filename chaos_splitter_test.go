@@ -14,9 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
 )
 
 // The splitter processes of the fault test's splits, and the driver's side
@@ -136,7 +138,7 @@ func chaosSplitterMain() {
 	var dbs []*gorm.DB
 	for _, dsn := range chaosDSNs() {
 		if role := chaosEnv("AS"); role != "" {
-			dsn = strings.Replace(dsn, "user=postgres", "user="+role, 1)
+			dsn = testdb.WithPostgresField(dsn, "user", role)
 		}
 		// Its sessions are its own to end (terminateSessionsOf).
 		dsn += " application_name=" + chaosSessionName(os.Getpid())

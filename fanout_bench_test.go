@@ -10,9 +10,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/shardid/shardid"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
 )
 
 // The fan-out benchmarks: 2,000 logical shards on two databases (1,000
@@ -37,7 +39,7 @@ func benchFanRouter(b *testing.B, kind string) (*shardid.Router, []*gorm.DB) {
 		if err := second.Exec("CREATE DATABASE IF NOT EXISTS shardid_test2").Error; err != nil {
 			b.Fatal(err)
 		}
-		dsn := strings.Replace(envOr("SHARDID_TEST_MYSQL_DSN", defaultMySQLDSN), "/test?", "/shardid_test2?", 1)
+		dsn := testdb.MySQLDSN("shardid_test2")
 		dbs = []*gorm.DB{openMySQLTB(b), openServer(b, "MySQL/MariaDB (second database)", "SHARDID_TEST_MYSQL2_DSN", dsn, mysql.Open)}
 	}
 	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: benchShards})

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardid/shardid"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
 )
 
 // The models of BenchmarkMigrate: README's photos and comments.
@@ -122,7 +124,7 @@ func openSecondMySQLB(b *testing.B) *gorm.DB {
 	if err := db.Exec("CREATE DATABASE IF NOT EXISTS shardid_test2").Error; err != nil {
 		b.Fatal(err)
 	}
-	dsn := strings.Replace(envOr("SHARDID_TEST_MYSQL_DSN", defaultMySQLDSN), "/test?", "/shardid_test2?", 1)
+	dsn := testdb.MySQLDSN("shardid_test2")
 	return openServer(b, "MySQL/MariaDB (second database)", "SHARDID_TEST_MYSQL2_DSN", dsn, mysql.Open)
 }
 

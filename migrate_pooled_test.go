@@ -195,7 +195,7 @@ func checkNoMigrateLocks(t *testing.T, direct *gorm.DB, r *shardid.Router) {
 func TestMigrateThroughPgBouncer(t *testing.T) {
 	direct := []*gorm.DB{openPostgres(t), openSecondPostgres(t)}
 	const poolSize = 3
-	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: poolSize, Databases: []string{"test", "shardid_test2"}})
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: poolSize, Databases: []string{testdb.PostgresDatabase(), "shardid_test2"}})
 	const probe = "migpool_probe"
 	for _, db := range direct {
 		if err := db.Exec("DROP TABLE IF EXISTS public." + probe + "; CREATE TABLE public." + probe + " (n int)").Error; err != nil {
@@ -208,7 +208,7 @@ func TestMigrateThroughPgBouncer(t *testing.T) {
 		}
 	})
 	role := testdb.PostgresRole(t, "migrator",
-		"GRANT CREATE ON DATABASE test TO %[1]s", "GRANT CREATE ON DATABASE shardid_test2 TO %[1]s",
+		"GRANT CREATE ON DATABASE "+testdb.PostgresDatabase()+" TO %[1]s", "GRANT CREATE ON DATABASE shardid_test2 TO %[1]s",
 		"GRANT SELECT, INSERT ON public."+probe+" TO %[1]s")
 	if err := direct[1].Exec(`GRANT SELECT, INSERT ON public.` + probe + ` TO "` + role + `"`).Error; err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestMigrateThroughPgBouncer(t *testing.T) {
 	for _, tc := range []struct{ name, user string }{{"superuser", "postgres"}, {"role", role}} {
 		t.Run(tc.name, func(t *testing.T) {
 			user := tc.user
-			dbs := []*gorm.DB{b.Open("test", user), b.Open("shardid_test2", user)}
+			dbs := []*gorm.DB{b.Open(testdb.PostgresDatabase(), user), b.Open("shardid_test2", user)}
 			noPublicMigTables(t, direct)
 			const shards = 8
 			dropMigSchemas(t, direct, "migpool")
@@ -231,7 +231,7 @@ func TestMigrateThroughPgBouncer(t *testing.T) {
 			plainMigrate(t, direct[0], ref, migV1...)
 			plainMigrate(t, direct[0], ref, migV2...)
 
-			clients := startPooledClients(t, []*gorm.DB{b.Open("test", user), b.Open("shardid_test2", user)}, probe, 2)
+			clients := startPooledClients(t, []*gorm.DB{b.Open(testdb.PostgresDatabase(), user), b.Open("shardid_test2", user)}, probe, 2)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			migrate := func(models []any, altered, auto int) {
@@ -294,12 +294,12 @@ func TestMigrateThroughPgBouncer(t *testing.T) {
 func TestMigrateConcurrentThroughPgBouncer(t *testing.T) {
 	direct := []*gorm.DB{openPostgres(t), openSecondPostgres(t)}
 	const poolSize = 2
-	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: poolSize, Databases: []string{"test", "shardid_test2"}})
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: poolSize, Databases: []string{testdb.PostgresDatabase(), "shardid_test2"}})
 	noPublicMigTables(t, direct)
 	const shards = 8
 	routers := make([]*shardid.Router, 2)
 	for i := range routers {
-		dbs := []*gorm.DB{b.Open("test", "postgres"), b.Open("shardid_test2", "postgres")}
+		dbs := []*gorm.DB{b.Open(testdb.PostgresDatabase(), "postgres"), b.Open("shardid_test2", "postgres")}
 		if i == 0 {
 			routers[i] = migRouter(t, dbs, "migpair", shards)
 			continue

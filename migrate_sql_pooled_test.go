@@ -24,7 +24,7 @@ import (
 func TestMigrateSQLThroughPgBouncer(t *testing.T) {
 	direct := []*gorm.DB{openPostgres(t), openSecondPostgres(t)}
 	const poolSize = 3
-	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: poolSize, Databases: []string{"test", "shardid_test2"}})
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: poolSize, Databases: []string{testdb.PostgresDatabase(), "shardid_test2"}})
 	const probe = "migsqlpool_probe"
 	for _, db := range direct {
 		if err := db.Exec("DROP TABLE IF EXISTS public." + probe + "; CREATE TABLE public." + probe + " (n int)").Error; err != nil {
@@ -40,7 +40,7 @@ func TestMigrateSQLThroughPgBouncer(t *testing.T) {
 	dropMigSchemas(t, direct, prefix)
 	t.Cleanup(func() { dropMigSchemas(t, direct, prefix) })
 	var dbs []*sql.DB
-	for _, name := range []string{"test", "shardid_test2"} {
+	for _, name := range []string{testdb.PostgresDatabase(), "shardid_test2"} {
 		db, err := sql.Open("pgx", b.SimpleDSN(name, "postgres"))
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestMigrateSQLThroughPgBouncer(t *testing.T) {
 	}
 	s := &sqlSetup{dialect: "postgres", gdbs: direct, dbs: dbs, m: m}
 
-	clients := startPooledClients(t, []*gorm.DB{b.Open("test", "postgres"), b.Open("shardid_test2", "postgres")}, probe, 2)
+	clients := startPooledClients(t, []*gorm.DB{b.Open(testdb.PostgresDatabase(), "postgres"), b.Open("shardid_test2", "postgres")}, probe, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	migrate := func(ddl []string, altered, replayed int) {
@@ -81,7 +81,7 @@ func TestMigrateSQLThroughPgBouncer(t *testing.T) {
 	ref := prefix + "_ref"
 	plainSQL(t, direct[0], ref, sqlRelease("postgres", 3))
 	s.sameAs(t, ref)
-	for _, name := range []string{"test", "shardid_test2"} {
+	for _, name := range []string{testdb.PostgresDatabase(), "shardid_test2"} {
 		checkServerSessions(t, b.Open(name, "postgres"), poolSize)
 	}
 	for i, db := range direct {

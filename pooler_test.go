@@ -44,7 +44,7 @@ func TestRouterNamesPooledPreparedStatements(t *testing.T) {
 			name = "default"
 		}
 		t.Run(name, func(t *testing.T) {
-			dsn := b.DSN("test", "postgres")
+			dsn := b.DSN(testdb.PostgresDatabase(), "postgres")
 			if tc.mode != "" {
 				dsn += " default_query_exec_mode=" + tc.mode
 			}

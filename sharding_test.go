@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardid/shardid"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
 )
 
 // Router test models: photos and their comments, one set of tables per
@@ -57,7 +59,7 @@ func openSecondPostgresTB(t testing.TB) *gorm.DB {
 			t.Fatal(err)
 		}
 	}
-	dsn := strings.Replace(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN), "dbname=test", "dbname=shardid_test2", 1)
+	dsn := testdb.PostgresDSN("shardid_test2")
 	return openServer(t, "PostgreSQL (second database)", "SHARDID_TEST_POSTGRES2_DSN", dsn, postgres.Open)
 }
 
@@ -67,7 +69,7 @@ func openSecondMySQL(t *testing.T) *gorm.DB {
 	if err := db.Exec("CREATE DATABASE IF NOT EXISTS shardid_test2").Error; err != nil {
 		t.Fatal(err)
 	}
-	dsn := strings.Replace(envOr("SHARDID_TEST_MYSQL_DSN", defaultMySQLDSN), "/test?", "/shardid_test2?", 1)
+	dsn := testdb.MySQLDSN("shardid_test2")
 	return openServer(t, "MySQL/MariaDB (second database)", "SHARDID_TEST_MYSQL2_DSN", dsn, mysql.Open)
 }
 

@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardid/shardid"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
 )
 
 // Two MariaDB ticket servers, odd and even; one is killed mid-run:
@@ -330,14 +332,14 @@ func ticketDBs(t *testing.T, kind string) []*gorm.DB {
 				t.Fatal(err)
 			}
 		}
-		dsn := strings.Replace(envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN), "dbname=test", "dbname=shardid_test3", 1)
+		dsn := testdb.PostgresDSN("shardid_test3")
 		return []*gorm.DB{main, openSecondPostgres(t), openServer(t, "PostgreSQL (third database)", "SHARDID_TEST_POSTGRES3_DSN", dsn, postgres.Open)}
 	}
 	main := openMySQL(t)
 	if err := main.Exec("CREATE DATABASE IF NOT EXISTS shardid_test3").Error; err != nil {
 		t.Fatal(err)
 	}
-	dsn := strings.Replace(envOr("SHARDID_TEST_MYSQL_DSN", defaultMySQLDSN), "/test?", "/shardid_test3?", 1)
+	dsn := testdb.MySQLDSN("shardid_test3")
 	return []*gorm.DB{main, openSecondMySQL(t), openServer(t, "MySQL/MariaDB (third database)", "SHARDID_TEST_MYSQL3_DSN", dsn, mysql.Open)}
 }
 

@@ -75,7 +75,7 @@ func TestFollowThroughTransactionPool(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, c, p := freshMoveSetup(t)
 			b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 1})
-			pooled := b.Open("test", "postgres")
+			pooled := b.Open(testdb.PostgresDatabase(), "postgres")
 			pc := &reshard.Catalog{DB: pooled, Table: c.Table}
 			if tc.probeOnly {
 				defer reshard.SetFollowProbeOnly(t)()
@@ -130,7 +130,7 @@ func TestFollowListenDSN(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, c, p := freshMoveSetup(t)
 			b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: tc.poolMode, PoolSize: 4})
-			pc := &reshard.Catalog{DB: b.Open("test", "postgres"), Table: c.Table}
+			pc := &reshard.Catalog{DB: b.Open(testdb.PostgresDatabase(), "postgres"), Table: c.Table}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			r2 := moveRouter(t, p)
@@ -163,7 +163,7 @@ func TestFollowListenDSN(t *testing.T) {
 func TestFollowNamesPooledPreparedStatements(t *testing.T) {
 	_, c, p := freshMoveSetup(t)
 	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 4})
-	db, err := gorm.Open(postgres.Open(b.DSN("test", "postgres")), gormConfig())
+	db, err := gorm.Open(postgres.Open(b.DSN(testdb.PostgresDatabase(), "postgres")), gormConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

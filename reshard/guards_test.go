@@ -175,7 +175,7 @@ func TestMoveBetweenTwoNamesOfOneDatabaseMariaDB(t *testing.T) {
 		a.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS shardid_gdm_%04d", s))
 	}
 	openGuardDB(t, "mysql", envOr("SHARDID_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true")).Exec("CREATE DATABASE IF NOT EXISTS shardid_test2")
-	b := openGuardDB(t, "mysql", strings.Replace(envOr("SHARDID_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true"), "/test?", "/shardid_test2?", 1))
+	b := openGuardDB(t, "mysql", testdb.MySQLDSN("shardid_test2"))
 	p, _ := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: guardShards})
 	r := guardRouter(t, p, "shardid_gdm", []*gorm.DB{a, b}, []string{"my1", "my1b"}, []int{0, 0, 0, 0})
 	if err := r.Migrate(ctx, &RPhoto{}); err != nil {
@@ -618,7 +618,7 @@ func TestCheckDatabasesWithoutControlFunctions(t *testing.T) {
 		}
 	}
 	open := func(db string) *gorm.DB {
-		dsn := strings.Replace(strings.Replace(inst.DSN(), "user=postgres", "user=guards_owner", 1), "dbname=postgres", "dbname="+db, 1)
+		dsn := strings.Replace(testdb.WithPostgresField(inst.DSN(), "user", "guards_owner"), "dbname=postgres", "dbname="+db, 1)
 		return openGuardDB(t, "postgres", dsn)
 	}
 	a, a2, b := open("guards_a"), open("guards_a"), open("guards_b")
@@ -650,9 +650,9 @@ func TestCheckDatabasesWithoutControlFunctions(t *testing.T) {
 func TestCheckDatabasesThroughPgBouncer(t *testing.T) {
 	ctx := context.Background()
 	openSecondPostgresTB(t)
-	bouncer := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 4, Databases: []string{"test", "shardid_test2"}})
+	bouncer := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolMode: "transaction", PoolSize: 4, Databases: []string{testdb.PostgresDatabase(), "shardid_test2"}})
 	p := layoutPlugin(t, moveLayout, guardShards, 0)
-	direct, pooled, pooled2 := openPostgres(t), bouncer.Open("test", "postgres"), bouncer.Open("shardid_test2", "postgres")
+	direct, pooled, pooled2 := openPostgres(t), bouncer.Open(testdb.PostgresDatabase(), "postgres"), bouncer.Open("shardid_test2", "postgres")
 	for _, tc := range []struct {
 		name string
 		dbs  []*gorm.DB

@@ -72,7 +72,7 @@ func postgresNames(t testing.TB) [2]string {
 	// The fixed pair, which a parallel test must not reach: t.Setenv
 	// panics in one (call ownDatabases instead of t.Parallel).
 	t.Setenv("SHARDID_TEST_FIXED_DATABASES", t.Name())
-	return [2]string{"test", "shardid_test2"}
+	return [2]string{testdb.PostgresDatabase(), "shardid_test2"}
 }
 
 // pgNames is postgresNames as a slice.
@@ -95,7 +95,7 @@ func postgresDSN(t testing.TB, i int) string {
 // unless t took its own), closed when t ends.
 func openPostgres(t testing.TB) *gorm.DB {
 	t.Helper()
-	if postgresNames(t)[0] == "test" {
+	if postgresNames(t)[0] == testdb.PostgresDatabase() {
 		return testdb.OpenPostgres(t)
 	}
 	return testdb.OpenServer(t, "PostgreSQL", "", postgresDSN(t, 0), postgres.Open)

@@ -448,7 +448,7 @@ func TestMoveKilledThroughTransactionPool(t *testing.T) {
 
 // pgbouncerPort is the port of b's DSN.
 func pgbouncerPort(b *testdb.PgBouncer) string {
-	for _, f := range strings.Fields(b.DSN("test", "postgres")) {
+	for _, f := range strings.Fields(b.DSN(testdb.PostgresDatabase(), "postgres")) {
 		if v, ok := strings.CutPrefix(f, "port="); ok {
 			return v
 		}

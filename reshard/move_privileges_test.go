@@ -68,17 +68,17 @@ func TestMoveKeepsPrivilegesPostgres(t *testing.T) {
 		t.Run(fmt.Sprint("owner is mover ", ownerIsMover), func(t *testing.T) {
 			ctx := context.Background()
 			dstAdmin, srcAdmin := privSetup(t) // shard 1 is on pg2 (shardid_test2), and moves to pg1 (test)
-			dbs := "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s"
+			dbs := "GRANT CREATE, CONNECT ON DATABASE " + testdb.PostgresDatabase() + ", shardid_test2 TO %[1]s"
 			owner := testdb.PostgresRole(t, "pvowner", dbs)
 			mover := owner
 			if !ownerIsMover {
 				mover = testdb.PostgresRole(t, "pvmover", dbs, `GRANT "`+owner+`" TO %[1]s`)
 			}
-			app := testdb.PostgresRole(t, "pvapp", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
-			stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+			app := testdb.PostgresRole(t, "pvapp", "GRANT CONNECT ON DATABASE "+testdb.PostgresDatabase()+", shardid_test2 TO %[1]s")
+			stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE "+testdb.PostgresDatabase()+", shardid_test2 TO %[1]s")
 			// A role whose quoted name holds a space, granted reads: its
 			// grants are carried as the others' (privilegesOf).
-			auditor := testdb.PostgresRole(t, "pv Auditor", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+			auditor := testdb.PostgresRole(t, "pv Auditor", "GRANT CONNECT ON DATABASE "+testdb.PostgresDatabase()+", shardid_test2 TO %[1]s")
 
 			ro := privRouter(t, owner)
 			if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
@@ -172,7 +172,7 @@ func privilegesOf(t *testing.T, db *gorm.DB, schema string) string {
 func TestMoveRefusesForeignOwnerPostgres(t *testing.T) {
 	ctx := context.Background()
 	dstAdmin, _ := privSetup(t)
-	dbs := "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s"
+	dbs := "GRANT CREATE, CONNECT ON DATABASE " + testdb.PostgresDatabase() + ", shardid_test2 TO %[1]s"
 	owner := testdb.PostgresRole(t, "pvowner", dbs)
 	mover := testdb.PostgresRole(t, "pvmover", dbs)
 	ro := privRouter(t, owner)
@@ -205,7 +205,7 @@ func TestMoveRefusesForeignOwnerPostgres(t *testing.T) {
 func TestMoveOverAnotherRolesFence(t *testing.T) {
 	ctx := context.Background()
 	privSetup(t)
-	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE "+testdb.PostgresDatabase()+", shardid_test2 TO %[1]s")
 	ro := privRouter(t, owner)
 	if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestMoveOverAnotherRolesFence(t *testing.T) {
 func TestLeftoversSeeAFenceTheRoleMayNotRead(t *testing.T) {
 	ctx := context.Background()
 	_, b := privSetup(t)
-	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE "+testdb.PostgresDatabase()+", shardid_test2 TO %[1]s")
 	ro := privRouter(t, owner)
 	if err := ro.Migrate(ctx, &RPhoto{}); err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func TestLeftoversSeeAFenceTheRoleMayNotRead(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = reshard.Unfence(context.Background(), admin, 1, []any{&RPhoto{}}) })
 	schema := admin.Schema(1)
-	stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE "+testdb.PostgresDatabase()+", shardid_test2 TO %[1]s")
 	if err := b.Exec(fmt.Sprintf(`GRANT USAGE ON SCHEMA %q TO %q`, schema, stranger)).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -277,11 +277,11 @@ func TestLeftoversSeeAFenceTheRoleMayNotRead(t *testing.T) {
 func TestUnfenceWithNothingLeftNeedsNoSchemaPrivilege(t *testing.T) {
 	ctx := context.Background()
 	privSetup(t)
-	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	owner := testdb.PostgresRole(t, "pvowner", "GRANT CREATE, CONNECT ON DATABASE "+testdb.PostgresDatabase()+", shardid_test2 TO %[1]s")
 	if err := privRouter(t, owner).Migrate(ctx, &RPhoto{}); err != nil {
 		t.Fatal(err)
 	}
-	stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE test, shardid_test2 TO %[1]s")
+	stranger := testdb.PostgresRole(t, "pvstranger", "GRANT CONNECT ON DATABASE "+testdb.PostgresDatabase()+", shardid_test2 TO %[1]s")
 	if err := reshard.Unfence(ctx, privRouter(t, stranger), 1, []any{&RPhoto{}}); err != nil {
 		t.Errorf("Unfence with nothing to lift, as a role without USAGE on the schema: %v", err)
 	}

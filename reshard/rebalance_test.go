@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardid/shardid"
-	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
 )
 
 const rbShards = 12
@@ -50,7 +52,7 @@ func rbDatabases(t testing.TB) []*gorm.DB {
 	dsn := envOr("SHARDID_TEST_POSTGRES_DSN", defaultPostgresDSN)
 	dbs := []*gorm.DB{first}
 	for _, name := range []string{"shardid_test2", "shardid_rebal3"} {
-		db, err := gorm.Open(postgres.Open(strings.Replace(dsn, "dbname=test", "dbname="+name, 1)), gormConfig())
+		db, err := gorm.Open(postgres.Open(testdb.WithPostgresField(dsn, "dbname", name)), gormConfig())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,7 @@ func (e *splitEnv) asRolePG(t *testing.T, role string) *splitEnv {
 	c := *e
 	c.dsns = nil
 	for _, dsn := range e.dsns {
-		c.dsns = append(c.dsns, strings.Replace(dsn, "user=postgres", "user="+role, 1))
+		c.dsns = append(c.dsns, testdb.WithPostgresField(dsn, "user", role))
 	}
 	c.dbs = openEach(t, "postgres", c.dsns, nil)
 	c.cat = &reshard.Catalog{DB: c.dbs[0]}

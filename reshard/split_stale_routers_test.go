@@ -721,7 +721,7 @@ func TestSplitStaleRouterOfARestrictedRolePostgres(t *testing.T) {
 	}
 	var dsns []string
 	for _, dsn := range e.dsns {
-		dsns = append(dsns, strings.Replace(dsn, "user=postgres", "user="+role, 1))
+		dsns = append(dsns, testdb.WithPostgresField(dsn, "user", role))
 	}
 	testStaleRouterOfARole(t, e, dsns, "pgx",
 		`REVOKE EXECUTE ON FUNCTION shardid_split_sealed(integer) FROM PUBLIC, "`+role+`"`,
@@ -1012,14 +1012,7 @@ func TestSplitStaleRoutersThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	e := newSplitEnvPG(t, 4, 8, 1, 1)
 	ctx := context.Background()
-	var names []string
-	for _, dsn := range e.dsns {
-		for _, f := range strings.Fields(dsn) {
-			if v, ok := strings.CutPrefix(f, "dbname="); ok {
-				names = append(names, v)
-			}
-		}
-	}
+	names := e.dbnames
 	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: names})
 	stale := sharedMap(t, e)
 	var gdbs []*gorm.DB

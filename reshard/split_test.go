@@ -27,12 +27,13 @@ import (
 // foreign keys, and a global table plans) and two empty targets, in
 // databases of the test's own.
 type splitEnv struct {
-	dsns  []string
-	names []string
-	dbs   []*gorm.DB
-	m     *shardmap.Map
-	cat   *reshard.Catalog
-	cfg   reshard.SplitConfig
+	dsns    []string
+	names   []string
+	dbnames []string // PostgreSQL's: the databases' own names
+	dbs     []*gorm.DB
+	m       *shardmap.Map
+	cat     *reshard.Catalog
+	cfg     reshard.SplitConfig
 }
 
 // newSplitEnvPG creates the databases and the monolith's tables, with
@@ -43,7 +44,8 @@ func newSplitEnvPG(t testing.TB, shards, users, photos, comments int) *splitEnv 
 	dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
 	for range e.names {
 		name := freshPG.take(t)
-		e.dsns = append(e.dsns, strings.Replace(dsn, "dbname=test", "dbname="+name, 1))
+		e.dbnames = append(e.dbnames, name)
+		e.dsns = append(e.dsns, testdb.WithPostgresField(dsn, "dbname", name))
 		db, err := gorm.Open(postgres.Open(e.dsns[len(e.dsns)-1]), testdb.GormConfig())
 		if err != nil {
 			t.Fatal(err)
@@ -550,7 +552,7 @@ func newSplitEnvMySQL(t testing.TB, shards, users, photos, comments int) *splitE
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
 			t.Fatal(err)
 		}
-		e.dsns = append(e.dsns, strings.Replace(dsn, "/test?", "/"+name+"?", 1))
+		e.dsns = append(e.dsns, testdb.WithMySQLDatabase(dsn, name))
 		db, err := gorm.Open(mysql.Open(e.dsns[len(e.dsns)-1]), testdb.GormConfig())
 		if err != nil {
 			t.Fatal(err)

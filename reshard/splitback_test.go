@@ -40,7 +40,7 @@ func newBackEnv(t testing.TB, dialect string, shards, users, photos, comments in
 		e.names = []string{"mono", "my_a", "my_b"}
 		dsn := testdb.EnvOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN)
 		open = func(name string) (string, gorm.Dialector) {
-			d := strings.Replace(dsn, "/test?", "/"+name+"?", 1)
+			d := testdb.WithMySQLDatabase(dsn, name)
 			return d, mysql.Open(d)
 		}
 		pattern = fmt.Sprintf("rb%d_%%04d", id)
@@ -53,7 +53,7 @@ func newBackEnv(t testing.TB, dialect string, shards, users, photos, comments in
 		e.names = []string{"mono", "pg_a", "pg_b"}
 		dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
 		open = func(name string) (string, gorm.Dialector) {
-			d := strings.Replace(dsn, "dbname=test", "dbname="+name, 1)
+			d := testdb.WithPostgresField(dsn, "dbname", name)
 			return d, postgres.Open(d)
 		}
 	}

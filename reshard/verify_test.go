@@ -639,7 +639,7 @@ func TestMoveRefusesCascadesForANonSuperuser(t *testing.T) {
 		t.Fatal(err)
 	}
 	dsn := postgresDSN(t, 1)
-	dst, err := gorm.Open(postgres.Open(strings.Replace(dsn, "user=postgres", "user=shardid_mover", 1)), gormConfig())
+	dst, err := gorm.Open(postgres.Open(testdb.WithPostgresField(dsn, "user", "shardid_mover")), gormConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func idOf(t testing.TB, s, seq int) shardid.ID {
 // "two"), each with a photos table holding one row.
 func setup(t *testing.T, kind string) ([]*sql.DB, shardmap.Config) {
 	t.Helper()
-	dbs := []*sql.DB{testdb.OpenSQL(t, kind, "test"), nil}
+	dbs := []*sql.DB{testdb.OpenSQL(t, kind, ""), nil}
 	if kind == "mysql" {
 		// MySQL's schemas are databases: a second database is a second
 		// server.
@@ -110,7 +110,7 @@ func TestMoveReachesRouters(t *testing.T) {
 			var pr *shardpgx.Router
 			if kind == "postgres" {
 				var pools []*pgxpool.Pool
-				for _, name := range []string{"test", "shardid_test2"} {
+				for _, name := range []string{testdb.PostgresDatabase(), "shardid_test2"} {
 					p, err := pgxpool.New(ctx, testdb.SQLDSN(kind, name))
 					if err != nil {
 						t.Fatal(err)
@@ -181,7 +181,7 @@ func TestFollowReachesRouters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cdb, err := gorm.Open(postgres.Open(testdb.SQLDSN("postgres", "test")), testdb.GormConfig())
+	cdb, err := gorm.Open(postgres.Open(testdb.SQLDSN("postgres", "")), testdb.GormConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestFollowReachesRouters(t *testing.T) {
 	// The follower: pgx and database/sql routers on one map.
 	mB, _ := shardmap.New(cfg)
 	var pools []*pgxpool.Pool
-	for _, name := range []string{"test", "shardid_test2"} {
+	for _, name := range []string{testdb.PostgresDatabase(), "shardid_test2"} {
 		p, err := pgxpool.New(ctx, testdb.SQLDSN("postgres", name))
 		if err != nil {
 			t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 func BenchmarkBatchUpdate(b *testing.B) {
 	ctx := context.Background()
 	p := prefix()
-	direct := openPool(b, testdb.SQLDSN("postgres", "test"))
+	direct := openPool(b, testdb.SQLDSN("postgres", ""))
 	table, schema, split := p+"t", p+"s01", p+"split"
 	for _, q := range []string{
 		"CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)",
@@ -44,7 +44,7 @@ func BenchmarkBatchUpdate(b *testing.B) {
 		}
 		direct.Exec(ctx, "DROP TABLE IF EXISTS "+table)
 	})
-	underSplit := openPool(b, testdb.SQLDSN("postgres", "test")+" search_path="+split+",public")
+	underSplit := openPool(b, testdb.SQLDSN("postgres", "")+" search_path="+split+",public")
 	m, err := shardmap.New(shardmap.Config{Databases: []string{"mono"}, LogicalShards: 4, SchemaPattern: p + "s%02d", Shared: []int{0, 2, 3}})
 	if err != nil {
 		b.Fatal(err)

@@ -17,7 +17,7 @@ import (
 func TestGatherSharedShardsOnce(t *testing.T) {
 	ctx := context.Background()
 	testdb.OpenSQL(t, "postgres", "shardid_test2") // creates it when missing
-	pools := []*pgxpool.Pool{openPool(t, direct("test")), openPool(t, direct("shardid_test2"))}
+	pools := []*pgxpool.Pool{openPool(t, direct(testdb.PostgresDatabase())), openPool(t, direct("shardid_test2"))}
 	p := prefix()
 	table := p + "photos"
 	for _, pool := range pools {

@@ -69,7 +69,7 @@ func newFixture(t *testing.T, dsn func(db string) string) *fixture {
 	t.Helper()
 	testdb.OpenSQL(t, "postgres", "shardid_test2") // creates it when missing
 	f := &fixture{}
-	for _, db := range []string{"test", "shardid_test2"} {
+	for _, db := range []string{testdb.PostgresDatabase(), "shardid_test2"} {
 		f.direct = append(f.direct, openPool(t, testdb.SQLDSN("postgres", db)))
 		f.pools = append(f.pools, openPool(t, dsn(db)))
 	}
@@ -281,7 +281,7 @@ func TestFence(t *testing.T) {
 	f := newFixture(t, direct)
 	ctx := context.Background()
 	var gdbs []*gorm.DB
-	for _, db := range []string{"test", "shardid_test2"} {
+	for _, db := range []string{testdb.PostgresDatabase(), "shardid_test2"} {
 		g, err := gorm.Open(postgres.Open(direct(db)), testdb.GormConfig())
 		if err != nil {
 			t.Fatal(err)
@@ -316,7 +316,7 @@ func TestFence(t *testing.T) {
 // shards interleave on one server connection and each still reaches its own
 // shard: the routers set nothing on a connection (no search_path).
 func TestPgBouncer(t *testing.T) {
-	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: []string{"test", "shardid_test2"}})
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: []string{testdb.PostgresDatabase(), "shardid_test2"}})
 	f := newFixture(t, func(db string) string {
 		return b.DSN(db, "postgres") + " default_query_exec_mode=exec pool_max_conns=8"
 	})

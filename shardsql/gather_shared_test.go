@@ -16,7 +16,7 @@ import (
 // tables once, not once per shared shard, unless PerShard.
 func TestGatherSharedShardsOnce(t *testing.T) {
 	ctx := context.Background()
-	dbs := []*sql.DB{testdb.OpenSQL(t, "postgres", "test"), testdb.OpenSQL(t, "postgres", "shardid_test2")}
+	dbs := []*sql.DB{testdb.OpenSQL(t, "postgres", ""), testdb.OpenSQL(t, "postgres", "shardid_test2")}
 	p := prefix()
 	table := p + "photos"
 	for _, db := range dbs {

@@ -19,7 +19,7 @@ import (
 // a monolith a split is under way in (two more).
 func BenchmarkZeroRowUpdate(b *testing.B) {
 	ctx := context.Background()
-	db := testdb.OpenSQL(b, "postgres", "test")
+	db := testdb.OpenSQL(b, "postgres", "")
 	p := prefix()
 	table, schema := p+"left", p+"split"
 	for _, q := range []string{
@@ -38,7 +38,7 @@ func BenchmarkZeroRowUpdate(b *testing.B) {
 		db.Exec("DROP TABLE IF EXISTS " + table)
 		db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
 	})
-	split, err := sql.Open("pgx", testdb.SQLDSN("postgres", "test")+" search_path="+schema+",public")
+	split, err := sql.Open("pgx", testdb.SQLDSN("postgres", "")+" search_path="+schema+",public")
 	if err != nil {
 		b.Fatal(err)
 	}

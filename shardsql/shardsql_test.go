@@ -193,7 +193,7 @@ func newFixtureB(b *testing.B) *fixture { return newFixtureTB(b, "postgres") }
 
 func newFixtureTB(t testing.TB, kind string) *fixture {
 	t.Helper()
-	f := &fixture{kind: kind, dbs: []*sql.DB{testdb.OpenSQL(t, kind, "test"), testdb.OpenSQL(t, kind, "shardid_test2")}, prefix: prefix()}
+	f := &fixture{kind: kind, dbs: []*sql.DB{testdb.OpenSQL(t, kind, ""), testdb.OpenSQL(t, kind, "shardid_test2")}, prefix: prefix()}
 	var err error
 	f.m, err = shardmap.New(shardmap.Config{Databases: []string{"one", "two"}, LogicalShards: 4, SchemaPattern: f.prefix + "%02d"})
 	if err != nil {
@@ -486,10 +486,10 @@ func TestFence(t *testing.T) {
 // interleave on one server connection and each still reaches its own
 // shard: the router sets nothing on a connection (no search_path).
 func TestPgBouncer(t *testing.T) {
-	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: []string{"test", "shardid_test2"}})
+	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 1, Databases: []string{testdb.PostgresDatabase(), "shardid_test2"}})
 	f := newFixture(t, "postgres")
 	var dbs []*sql.DB
-	for _, name := range []string{"test", "shardid_test2"} {
+	for _, name := range []string{testdb.PostgresDatabase(), "shardid_test2"} {
 		db, err := sql.Open("pgx", b.DSN(name, "postgres")+" default_query_exec_mode=exec")
 		if err != nil {
 			t.Fatal(err)
@@ -586,7 +586,7 @@ func mustMap(t *testing.T) *shardmap.Map {
 // per database (Shard -1, tables unqualified) unless PerShard.
 func TestGatherPerDatabase(t *testing.T) {
 	ctx := context.Background()
-	dbs := []*sql.DB{testdb.OpenSQL(t, "postgres", "test"), testdb.OpenSQL(t, "postgres", "shardid_test2")}
+	dbs := []*sql.DB{testdb.OpenSQL(t, "postgres", ""), testdb.OpenSQL(t, "postgres", "shardid_test2")}
 	table := prefix() + "photos"
 	for _, db := range dbs {
 		if _, err := db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY)"); err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardid/shardid/internal/testdb"
 	"github.com/shardid/shardid/reshard"
 )
 
@@ -176,7 +177,7 @@ func TestCatalogSet(t *testing.T) {
 	}
 	before := showCatalog(t, dsn1)
 	// pg3 given the DSN of a port nothing listens on: refused, unchanged.
-	bad := strings.Replace(dsn3, "port=5432", "port=1", 1) + " connect_timeout=2"
+	bad := testdb.WithPostgresField(testdb.WithPostgresField(dsn3, "port", "1"), "connect_timeout", "2")
 	if code, out, errs := cmd("set", "--database", "pg3="+bad); code != 1 || !strings.Contains(errs, "database pg3") || !strings.Contains(out, "stays as it was") {
 		t.Errorf("a database that does not answer: %d\n%s\n%s", code, out, errs)
 	}

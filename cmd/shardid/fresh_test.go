@@ -3,15 +3,15 @@ package main
 import (
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/shardid/shardid/internal/testdb"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+
+	"github.com/shardid/shardid/internal/testdb"
 )
 
 var freshSeq atomic.Int64
@@ -32,7 +32,7 @@ func freshPostgres(t *testing.T) (string, *gorm.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") })
-	dsn := strings.Replace(testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN), "dbname=test", "dbname="+name, 1)
+	dsn := testdb.PostgresDSN(name)
 	db, err := gorm.Open(postgres.Open(dsn), testdb.GormConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func freshMySQL(t *testing.T) (string, *gorm.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + name) })
-	dsn := strings.Replace(testdb.EnvOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN), "/test?", "/"+name+"?", 1)
+	dsn := testdb.MySQLDSN(name)
 	db, err := gorm.Open(mysql.Open(dsn), testdb.GormConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -142,7 +142,7 @@ func newCLIFixture(t *testing.T, kind string) *cliFixture {
 	if kind == "postgres" {
 		f.dbs = []*gorm.DB{testdb.OpenPostgres(t), testdb.OpenSecondPostgres(t)}
 		dsn1 := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
-		dsns = []string{dsn1, strings.Replace(dsn1, "dbname=test", "dbname=shardid_test2", 1)}
+		dsns = []string{dsn1, testdb.WithPostgresField(dsn1, "dbname", "shardid_test2")}
 		f.names, f.schema, f.table = []string{"pg1", "pg2"}, "shardid_cli_%04d", "shardid_cli_catalog"
 	} else {
 		src := testdb.OpenMySQL(t)

@@ -7,11 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardid/shardid"
-	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
 )
 
 type cmdPhoto struct {
@@ -46,7 +48,7 @@ func TestMoveCommand(t *testing.T) {
 	if n == 0 {
 		db1.Exec("CREATE DATABASE shardid_test2")
 	}
-	dsn2 := strings.Replace(dsn1, "dbname=test", "dbname=shardid_test2", 1)
+	dsn2 := testdb.WithPostgresField(dsn1, "dbname", "shardid_test2")
 	db2, err := gorm.Open(postgres.Open(dsn2), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func rebalanceFixture(t *testing.T) ([]string, *reshard.Catalog, *shardid.Router
 		if n == 0 {
 			db1.Exec("CREATE DATABASE " + name)
 		}
-		dsn := strings.Replace(dsn1, "dbname=test", "dbname="+name, 1)
+		dsn := testdb.WithPostgresField(dsn1, "dbname", name)
 		db, err := gorm.Open(postgres.Open(dsn), testdb.GormConfig())
 		if err != nil {
 			t.Fatal(err)

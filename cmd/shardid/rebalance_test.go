@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardid/shardid"
-	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
 )
 
 // Every bad flag of rebalance is refused with status 2 and a message that
@@ -94,7 +96,7 @@ func TestRebalanceCommand(t *testing.T) {
 		if n == 0 {
 			db1.Exec("CREATE DATABASE " + name)
 		}
-		dsn := strings.Replace(dsn1, "dbname=test", "dbname="+name, 1)
+		dsn := testdb.WithPostgresField(dsn1, "dbname", name)
 		db, err := gorm.Open(postgres.Open(dsn), cfg)
 		if err != nil {
 			t.Fatal(err)

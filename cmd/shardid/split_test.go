@@ -28,7 +28,7 @@ func TestSplitCommandPostgres(t *testing.T) {
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
 			t.Fatal(err)
 		}
-		d := strings.Replace(dsn, "dbname=test", "dbname="+name, 1)
+		d := testdb.WithPostgresField(dsn, "dbname", name)
 		db, err := gorm.Open(postgres.Open(d), testdb.GormConfig())
 		if err != nil {
 			t.Fatal(err)

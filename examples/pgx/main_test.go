@@ -14,7 +14,7 @@ import (
 // The example runs on PostgreSQL and leaves none of its schemas behind, on
 // either database.
 func TestRuns(t *testing.T) {
-	dbs := []string{"test", "shardid_test2"}
+	dbs := []string{testdb.PostgresDatabase(), "shardid_test2"}
 	var out strings.Builder
 	for _, name := range dbs {
 		testdb.OpenSQL(t, "postgres", name) // skips when the server is unreachable; creates shardid_test2

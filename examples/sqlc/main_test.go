@@ -20,8 +20,8 @@ func TestRuns(t *testing.T) {
 			if server == "" {
 				server = kind
 			}
-			db := testdb.OpenSQL(t, server, "test")
-			dsn := testdb.SQLDSN(server, "test")
+			db := testdb.OpenSQL(t, server, "")
+			dsn := testdb.SQLDSN(server, "")
 			var out strings.Builder
 			if err := run(context.Background(), &out, kind, dsn); err != nil {
 				t.Fatal(err)

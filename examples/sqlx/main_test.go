@@ -16,9 +16,9 @@ import (
 func TestRuns(t *testing.T) {
 	for _, kind := range []string{"postgres", "mysql"} {
 		t.Run(kind, func(t *testing.T) {
-			db := testdb.OpenSQL(t, kind, "test")
+			db := testdb.OpenSQL(t, kind, "")
 			var out strings.Builder
-			if err := run(context.Background(), &out, kind, testdb.SQLDSN(kind, "test")); err != nil {
+			if err := run(context.Background(), &out, kind, testdb.SQLDSN(kind, "")); err != nil {
 				t.Fatal(err)
 			}
 			shown := strings.ReplaceAll(out.String(), fmt.Sprintf("_%d_", os.Getpid()), "_<pid>_")

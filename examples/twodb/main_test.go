@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/shardid/shardid/internal/testdb"
 	"os"
 	"regexp"
 	"strings"
@@ -38,10 +39,7 @@ func TestRuns(t *testing.T) {
 		if v := os.Getenv(env); v != "" {
 			return v
 		}
-		d := strings.Replace(base, "dbname=test", "dbname="+dbname, 1)
-		if d == base {
-			t.Fatalf("SHARDID_TEST_POSTGRES_DSN %q names no dbname=test: set %s", base, env)
-		}
+		d := testdb.WithPostgresField(base, "dbname", dbname)
 		return d
 	}
 	dsn1, dsn2 := dsn("SHARDID_EXAMPLE_PG1_DSN", "shardid_example_pg1"), dsn("SHARDID_EXAMPLE_PG2_DSN", "shardid_example_pg2")
@@ -113,10 +111,7 @@ func TestCreateDatabase(t *testing.T) {
 	}
 	defer closeDB(admin)
 	name := fmt.Sprintf("shardid_twodb_%d", os.Getpid())
-	dsn := strings.Replace(base, "dbname=test", "dbname="+name, 1)
-	if dsn == base {
-		t.Skipf("SHARDID_TEST_POSTGRES_DSN %q names no dbname=test", base)
-	}
+	dsn := testdb.WithPostgresField(base, "dbname", name)
 	defer admin.Exec("DROP DATABASE IF EXISTS " + name)
 	exists := func() bool {
 		var n int64

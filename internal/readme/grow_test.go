@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardid/shardid/internal/testdb"
 	"io"
 	"log"
 	"os"
@@ -90,7 +91,7 @@ func TestREADMEGrowSafely(t *testing.T) {
 		if n == 0 {
 			pg1.Exec("CREATE DATABASE " + dbname) // another test may create it at the same time
 		}
-		dsn := strings.Replace(dsn1, "dbname=test", "dbname="+dbname, 1)
+		dsn := testdb.WithPostgresField(dsn1, "dbname", dbname)
 		if dsn == dsn1 {
 			t.Fatalf("SHARDID_TEST_POSTGRES_DSN %q names no dbname=test: the test needs databases beside it", dsn1)
 		}

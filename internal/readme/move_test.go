@@ -5,16 +5,17 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/shardid/shardid"
-	"github.com/shardid/shardid/reshard"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/testdb"
+	"github.com/shardid/shardid/reshard"
 )
 
 // Photo and Comment are the models of README's "Use with GORM".
@@ -86,7 +87,7 @@ func TestREADMEMoveShard(t *testing.T) {
 	if n == 0 {
 		pg1.Exec("CREATE DATABASE shardid_test2")
 	}
-	dsn2 := strings.Replace(dsn1, "dbname=test", "dbname=shardid_test2", 1)
+	dsn2 := testdb.WithPostgresField(dsn1, "dbname", "shardid_test2")
 	if dsn2 == dsn1 {
 		t.Fatalf("SHARDID_TEST_POSTGRES_DSN %q names no dbname=test: the test needs a second database beside it", dsn1)
 	}

@@ -26,7 +26,7 @@ func wrap(shard int, _ string, err error) error { return &wrapped{shard, err} }
 // driver gave them, the check run once when they end or are closed, told
 // whether a row was read, never after an error; and errors wrapped.
 func TestRelay(t *testing.T) {
-	db := testdb.OpenSQL(t, "postgres", "test")
+	db := testdb.OpenSQL(t, "postgres", "")
 	checks, seen := 0, 0 // the checks run, and those told a row was read
 	left := func(s bool) error {
 		checks++

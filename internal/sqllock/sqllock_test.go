@@ -23,7 +23,7 @@ func servers(t *testing.T) map[string]func(t *testing.T) (*sql.DB, string) {
 		"postgres": func(t *testing.T) (*sql.DB, string) { return sqlDB(t, testdb.OpenPostgres(t)), "postgres" },
 		"pgbouncer": func(t *testing.T) (*sql.DB, string) {
 			b := bouncer(t)
-			return sqlDB(t, b.Open("test", "postgres")), "postgres"
+			return sqlDB(t, b.Open(testdb.PostgresDatabase(), "postgres")), "postgres"
 		},
 		"mysql": func(t *testing.T) (*sql.DB, string) { return sqlDB(t, testdb.OpenMySQL(t)), "mysql" },
 	}
@@ -190,7 +190,7 @@ func TestLost(t *testing.T) {
 // the lock's: its keep-alive runs more often than that.
 func TestIdleTimeout(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
-		role := testdb.PostgresRole(t, "idle", "GRANT CONNECT ON DATABASE test TO %[1]s",
+		role := testdb.PostgresRole(t, "idle", "GRANT CONNECT ON DATABASE "+testdb.PostgresDatabase()+" TO %[1]s",
 			"ALTER ROLE %[1]s SET idle_in_transaction_session_timeout = '400ms'",
 			"ALTER ROLE %[1]s SET idle_session_timeout = '400ms'")
 		db := sqlDB(t, testdb.OpenRole(t, role, ""))
@@ -262,8 +262,8 @@ func TestHolderKilled(t *testing.T) {
 			switch name {
 			case "pgbouncer":
 				b := bouncer(t)
-				env = append(env, "SQLLOCK_DSN="+b.SimpleDSN("test", "postgres"))
-				open = func() *sql.DB { return sqlDB(t, b.Open("test", "postgres")) }
+				env = append(env, "SQLLOCK_DSN="+b.SimpleDSN(testdb.PostgresDatabase(), "postgres"))
+				open = func() *sql.DB { return sqlDB(t, b.Open(testdb.PostgresDatabase(), "postgres")) }
 			case "mysql":
 				dialect = "mysql"
 				open = func() *sql.DB { return sqlDB(t, testdb.OpenMySQL(t)) }
@@ -332,7 +332,7 @@ func TestHelperProcess(t *testing.T) {
 func TestWaiterHoldsNoConnection(t *testing.T) {
 	b := testdb.StartPgBouncer(t, testdb.PgBouncerOptions{PoolSize: 2})
 	ctx := context.Background()
-	holderDB := sqlDB(t, b.Open("test", "postgres"))
+	holderDB := sqlDB(t, b.Open(testdb.PostgresDatabase(), "postgres"))
 	k := key(t)
 	l, err := sqllock.Acquire(ctx, holderDB, "postgres", k, sqllock.Options{})
 	if err != nil {
@@ -340,7 +340,7 @@ func TestWaiterHoldsNoConnection(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() {
-		l2, err := sqllock.Acquire(ctx, sqlDB(t, b.Open("test", "postgres")), "postgres", k, sqllock.Options{Wait: 10 * time.Second})
+		l2, err := sqllock.Acquire(ctx, sqlDB(t, b.Open(testdb.PostgresDatabase(), "postgres")), "postgres", k, sqllock.Options{Wait: 10 * time.Second})
 		if err == nil {
 			l2.Release()
 		}
@@ -349,7 +349,7 @@ func TestWaiterHoldsNoConnection(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	// The holder's work, in transactions of its own, through the pool whose
 	// other server connection the waiter would keep.
-	worker := sqlDB(t, b.Open("test", "postgres"))
+	worker := sqlDB(t, b.Open(testdb.PostgresDatabase(), "postgres"))
 	for i := range 5 {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := worker.ExecContext(wctx, "SELECT 1")

@@ -38,7 +38,7 @@ type PgBouncerOptions struct {
 	// and user. 0 means 4.
 	PoolSize int
 	// Databases are the PostgreSQL databases to serve, each under its own
-	// name. Nil means "test".
+	// name. Nil means the test database (PostgresDatabase).
 	Databases []string
 	// Users are the roles that may log in (trust authentication); the
 	// postgres role always may.
@@ -69,7 +69,7 @@ func StartPgBouncer(t testing.TB, opts PgBouncerOptions) *PgBouncer {
 		opts.PoolSize = 4
 	}
 	if opts.Databases == nil {
-		opts.Databases = []string{"test"}
+		opts.Databases = []string{PostgresDatabase()}
 	}
 	host, port := pgHostPort(EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN))
 	root, err := os.MkdirTemp("", "shardid-pgbouncer-")

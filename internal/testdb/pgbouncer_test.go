@@ -11,14 +11,14 @@ import (
 // transaction reaches another client.
 func TestPgBouncerTransactionPool(t *testing.T) {
 	b := StartPgBouncer(t, PgBouncerOptions{PoolSize: 1})
-	role := PostgresRole(t, "bouncer", "GRANT CONNECT ON DATABASE test TO %[1]s")
+	role := PostgresRole(t, "bouncer", "GRANT CONNECT ON DATABASE "+PostgresDatabase()+" TO %[1]s")
 	ctx := context.Background()
-	a, err := b.Open("test", "postgres").DB()
+	a, err := b.Open(PostgresDatabase(), "postgres").DB()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.AddUser(role)
-	c, err := b.Open("test", role).DB()
+	c, err := b.Open(PostgresDatabase(), role).DB()
 	if err != nil {
 		t.Fatal(err)
 	}

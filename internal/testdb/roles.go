@@ -3,7 +3,6 @@ package testdb
 import (
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,7 +49,7 @@ func DropPostgresRole(db *gorm.DB, role string) {
 		AND d.datallowconn AND NOT d.datistemplate`, role).Scan(&dbs)
 	dsn := EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN)
 	for _, d := range dbs {
-		conn, err := gorm.Open(postgres.Open(withDSNField(dsn, "dbname", d)), GormConfig())
+		conn, err := gorm.Open(postgres.Open(WithPostgresField(dsn, "dbname", d)), GormConfig())
 		if err != nil {
 			continue
 		}
@@ -68,9 +67,9 @@ func DropPostgresRole(db *gorm.DB, role string) {
 // RoleDSN returns the test PostgreSQL's DSN for database dbname (the test
 // DSN's own when empty) as role.
 func RoleDSN(role, dbname string) string {
-	dsn := withDSNField(EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN), "user", role)
+	dsn := WithPostgresField(EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN), "user", role)
 	if dbname != "" {
-		dsn = withDSNField(dsn, "dbname", dbname)
+		dsn = WithPostgresField(dsn, "dbname", dbname)
 	}
 	return dsn
 }
@@ -88,18 +87,6 @@ func OpenRole(t testing.TB, role, dbname string) *gorm.DB {
 	}
 	CloseAtEnd(t, db)
 	return db
-}
-
-// withDSNField sets key=value in a key=value DSN.
-func withDSNField(dsn, key, value string) string {
-	fields := strings.Fields(dsn)
-	for i, f := range fields {
-		if strings.HasPrefix(f, key+"=") {
-			fields[i] = key + "=" + value
-			return strings.Join(fields, " ")
-		}
-	}
-	return dsn + " " + key + "=" + value
 }
 
 // uniq returns a number that names a test's own objects apart from those

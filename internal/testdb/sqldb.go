@@ -13,15 +13,23 @@ import (
 )
 
 // SQLDSN returns the DSN of database name on the test server of kind,
-// "postgres" (for pgx) or "mysql" (for go-sql-driver/mysql).
+// "postgres" (for pgx) or "mysql" (for go-sql-driver/mysql); name "" is
+// the test DSN's own database, as the environment gives it.
 func SQLDSN(kind, name string) string {
-	if kind == "mysql" {
-		return strings.Replace(EnvOr("SHARDID_TEST_MYSQL_DSN", DefaultMySQLDSN), "/test?", "/"+name+"?", 1)
+	if name == "" {
+		if kind == "mysql" {
+			return EnvOr("SHARDID_TEST_MYSQL_DSN", DefaultMySQLDSN)
+		}
+		return EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN)
 	}
-	return strings.Replace(EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN), "dbname=test", "dbname="+name, 1)
+	if kind == "mysql" {
+		return MySQLDSN(name)
+	}
+	return PostgresDSN(name)
 }
 
-// OpenSQL opens database name (created when missing) on the test server of
+// OpenSQL opens database name (created when missing; "" is the test DSN's
+// own) on the test server of
 // kind with database/sql: pgx's stdlib for "postgres", go-sql-driver/mysql
 // for "mysql". It is closed when the test ends; an unreachable server
 // skips the test (fails it under CI=true).
@@ -33,8 +41,8 @@ func OpenSQL(t testing.TB, kind, name string) *sql.DB {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if name != "test" {
-		admin, err := sql.Open(driver, SQLDSN(kind, "test"))
+	if name != "" {
+		admin, err := sql.Open(driver, SQLDSN(kind, ""))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,11 +24,18 @@ const (
 )
 
 // EnvOr returns the environment variable key, or def when it is empty.
+// A PostgreSQL DSN (a key ending in POSTGRES_DSN) must be of key=value
+// pairs, as the default is: the tests set and add fields to it. A URL
+// panics, naming the fix, rather than reach the wrong database.
 func EnvOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+	v := os.Getenv(key)
+	if v == "" {
+		return def
 	}
-	return def
+	if strings.HasSuffix(key, "POSTGRES_DSN") && strings.Contains(v, "://") {
+		panic(key + " is a URL; the tests need key=value pairs, as in " + DefaultPostgresDSN)
+	}
+	return v
 }
 
 // Unreachable skips the test, loudly, or fails it under CI=true, where a
@@ -94,7 +101,7 @@ func OpenSecondPostgres(t testing.TB) *gorm.DB {
 			t.Fatal(err)
 		}
 	}
-	dsn := strings.Replace(EnvOr("SHARDID_TEST_POSTGRES_DSN", DefaultPostgresDSN), "dbname=test", "dbname=shardid_test2", 1)
+	dsn := PostgresDSN("shardid_test2")
 	return OpenServer(t, "PostgreSQL (second database)", "SHARDID_TEST_POSTGRES2_DSN", dsn, postgres.Open)
 }
 
@@ -106,7 +113,7 @@ func OpenSecondMySQL(t testing.TB) *gorm.DB {
 	if err := db.Exec("CREATE DATABASE IF NOT EXISTS shardid_test2").Error; err != nil {
 		t.Fatal(err)
 	}
-	dsn := strings.Replace(EnvOr("SHARDID_TEST_MYSQL_DSN", DefaultMySQLDSN), "/test?", "/shardid_test2?", 1)
+	dsn := MySQLDSN("shardid_test2")
 	return OpenServer(t, "MySQL/MariaDB (second database)", "SHARDID_TEST_MYSQL2_DSN", dsn, mysql.Open)
 }
 

@@ -1,0 +1,28 @@
+package testdb
+
+import "testing"
+
+func TestWithPostgresField(t *testing.T) {
+	for _, c := range []struct{ dsn, key, value, want string }{
+		{DefaultPostgresDSN, "dbname", "shard_7", "host=127.0.0.1 port=5432 user=postgres dbname=shard_7 sslmode=disable"},
+		{"host=db user=app dbname=ci", "dbname", "shard_7", "host=db user=app dbname=shard_7"},
+		{"host=db user=app", "dbname", "shard_7", "host=db user=app dbname=shard_7"},
+		{"host=db user=app dbname=ci", "user", "reader", "host=db user=reader dbname=ci"},
+	} {
+		if got := WithPostgresField(c.dsn, c.key, c.value); got != c.want {
+			t.Errorf("WithPostgresField(%q, %s, %s) = %q, want %q", c.dsn, c.key, c.value, got, c.want)
+		}
+	}
+}
+
+func TestWithMySQLDatabase(t *testing.T) {
+	for _, c := range []struct{ dsn, want string }{
+		{DefaultMySQLDSN, "root@tcp(127.0.0.1:3306)/shard_7?parseTime=true"},
+		{"app:pw@tcp(db:3307)/ci?parseTime=true&loc=UTC", "app:pw@tcp(db:3307)/shard_7?parseTime=true"},
+		{"root@tcp(127.0.0.1:3306)/", "root@tcp(127.0.0.1:3306)/shard_7"},
+	} {
+		if got := WithMySQLDatabase(c.dsn, "shard_7"); got != c.want {
+			t.Errorf("WithMySQLDatabase(%q) = %q, want %q", c.dsn, got, c.want)
+		}
+	}
+}
