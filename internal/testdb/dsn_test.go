@@ -1,6 +1,10 @@
 package testdb
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestWithPostgresField(t *testing.T) {
 	for _, c := range []struct{ dsn, key, value, want string }{
@@ -25,4 +29,18 @@ func TestWithMySQLDatabase(t *testing.T) {
 			t.Errorf("WithMySQLDatabase(%q) = %q, want %q", c.dsn, got, c.want)
 		}
 	}
+}
+
+func TestEnvOrRefusesAPostgresURL(t *testing.T) {
+	t.Setenv("SHARDID_TEST_POSTGRES2_DSN", "postgres://postgres@127.0.0.1/test")
+	t.Setenv("SHARDID_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test")
+	if got := EnvOr("SHARDID_TEST_MYSQL_DSN", ""); got != "root@tcp(127.0.0.1:3306)/test" {
+		t.Errorf("EnvOr(MySQL) = %q", got)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "key=value") {
+			t.Errorf("EnvOr of a PostgreSQL URL: recovered %v, want a panic naming the key=value form", r)
+		}
+	}()
+	EnvOr("SHARDID_TEST_POSTGRES2_DSN", DefaultPostgresDSN)
 }

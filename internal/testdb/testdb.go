@@ -24,7 +24,7 @@ const (
 )
 
 // EnvOr returns the environment variable key, or def when it is empty.
-// A PostgreSQL DSN (a key ending in POSTGRES_DSN) must be of key=value
+// A test PostgreSQL's DSN (SHARDID_TEST_POSTGRES..._DSN) must be of key=value
 // pairs, as the default is: the tests set and add fields to it. A URL
 // panics, naming the fix, rather than reach the wrong database.
 func EnvOr(key, def string) string {
@@ -32,7 +32,7 @@ func EnvOr(key, def string) string {
 	if v == "" {
 		return def
 	}
-	if strings.HasSuffix(key, "POSTGRES_DSN") && strings.Contains(v, "://") {
+	if strings.HasPrefix(key, "SHARDID_TEST_POSTGRES") && strings.HasSuffix(key, "_DSN") && strings.Contains(v, "://") {
 		panic(key + " is a URL; the tests need key=value pairs, as in " + DefaultPostgresDSN)
 	}
 	return v
