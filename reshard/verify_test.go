@@ -635,11 +635,9 @@ func TestMoveRefusesCascadesForANonSuperuser(t *testing.T) {
 	src := openPostgres(t)
 	openSecondPostgresTB(t)
 	src.Exec("DROP SCHEMA IF EXISTS shardid_nsu_0001 CASCADE")
-	if err := src.Exec("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'shardid_mover') THEN CREATE ROLE shardid_mover LOGIN; END IF; END $$").Error; err != nil {
-		t.Fatal(err)
-	}
+	mover := testdb.PostgresRole(t, "nsu_mover")
 	dsn := postgresDSN(t, 1)
-	dst, err := gorm.Open(postgres.Open(testdb.WithPostgresField(dsn, "user", "shardid_mover")), gormConfig())
+	dst, err := gorm.Open(postgres.Open(testdb.WithPostgresField(dsn, "user", mover)), gormConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
