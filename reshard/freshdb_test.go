@@ -1,9 +1,13 @@
 package reshard_test
 
 import (
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/shardid/shardid/internal/testdb"
@@ -57,6 +61,7 @@ func (p *databasePool) take(t testing.TB) string {
 			return
 		}
 		p.admin = admin
+		dropOrphans(admin)
 		p.wg.Add(2)
 		go p.make()
 		go func() {
@@ -86,7 +91,7 @@ func (p *databasePool) make() {
 	defer p.wg.Done()
 	defer close(p.ahead)
 	for i := 0; ; i++ {
-		name := fmt.Sprintf("fresh_%d_%d", os.Getpid(), i)
+		name := fmt.Sprintf("fresh_%s_%d_%d", hostTag(), os.Getpid(), i)
 		err := p.admin.Exec("CREATE DATABASE " + name).Error
 		select {
 		case p.ahead <- madeDatabase{name, err}:
@@ -115,5 +120,31 @@ func (p *databasePool) close() {
 	p.wg.Wait()
 	if db, err := p.admin.DB(); err == nil {
 		db.Close()
+	}
+}
+
+// hostTag names this machine in the databases' names, so that a test
+// process drops only the orphans of processes of its own machine.
+func hostTag() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%06x", crc32.ChecksumIEEE([]byte(h))&0xffffff)
+}
+
+// dropOrphans drops the databases that a test process of this machine
+// made and could not drop, because it died first (a panic, a kill, the
+// timeout's dump): fresh_<host>_<pid>_<n> whose pid no longer runs. A
+// database with a session on it is left alone.
+func dropOrphans(admin *gorm.DB) {
+	var names []string
+	admin.Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", "fresh\\_"+hostTag()+"\\_%").Scan(&names)
+	for _, name := range names {
+		var pid int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(name, "fresh_"+hostTag()+"_"), "%d_", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			continue // it runs
+		}
+		admin.Exec("DROP DATABASE IF EXISTS " + name)
 	}
 }
