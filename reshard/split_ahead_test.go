@@ -244,8 +244,20 @@ func testSplitCreatesAhead(t *testing.T, newEnv func() *splitEnv) {
 		if err := admin.Exec("CREATE ROLE " + role + " NOLOGIN").Error; err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { admin.Exec("DROP ROLE IF EXISTS " + role) })
+		t.Cleanup(func() {
+			if err := admin.Exec("DROP ROLE IF EXISTS " + role).Error; err != nil {
+				t.Errorf("dropping %s: %v", role, err)
+			}
+		})
 		e := newEnv()
+		// Its grants on the monolith and the shards go before the env's
+		// databases do (their drops are not waited for), so that the role
+		// can go.
+		t.Cleanup(func() {
+			for _, db := range e.dbs {
+				db.Exec("DROP OWNED BY " + role)
+			}
+		})
 		plan, err := run(t, e, func(*reshard.SplitPlan) {
 			if err := e.dbs[0].Exec("GRANT SELECT ON users TO " + role).Error; err != nil {
 				t.Fatal(err)
