@@ -289,7 +289,26 @@ func testSplitRollbackWithWriters(t *testing.T, e *splitEnv) {
 	e.splitBatches(t, 0, 16, 4)
 	w := newSplitWriters(e)
 	wctx, stop := context.WithCancel(ctx)
+	began := time.Now()
 	wg := w.run(wctx, 4, 200)
+	// The server's own stalls, seen by a write beside the writers to a
+	// table the roll-back does not touch (the global plans).
+	var control time.Duration
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for wctx.Err() == nil {
+			start := time.Now()
+			if err := e.dbs[0].WithContext(wctx).Exec("UPDATE plans SET name = name WHERE id = 1").Error; err != nil {
+				if wctx.Err() == nil {
+					t.Errorf("the write beside the writers: %v", err)
+				}
+				return
+			}
+			control = max(control, time.Since(start))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	time.Sleep(300 * time.Millisecond)
 	var longest time.Duration
 	for _, shards := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}} {
@@ -315,9 +334,13 @@ func testSplitRollbackWithWriters(t *testing.T, e *splitEnv) {
 	}
 	// Loose: two cores shared by several test runs (load 6 to 10) stretch
 	// every round trip of the fence. Runs at a lower load showed fences of
-	// 40 to 500 ms and stalls of 0.4 to 1.1 s.
-	if w.stall > 4*time.Second || longest > 4*time.Second {
-		t.Errorf("a writer stalled %v, the longest fence %v", w.stall, longest)
+	// 40 to 500 ms and stalls of 0.4 to 1.1 s. A stall of the whole server
+	// (MariaDB's, as other tests create and drop hundreds of databases
+	// beside this one) is not the roll-back's: the bound grows by what the
+	// write to the untouched table waited.
+	t.Logf("the longest stall: %v, a write to %s from +%v; the write to plans beside the writers waited up to %v", w.stall, w.stallOn, w.stallAt.Sub(began).Round(time.Millisecond), control)
+	if w.stall > 4*time.Second+control || longest > 4*time.Second {
+		t.Errorf("a writer stalled %v, the longest fence %v, the write to plans %v", w.stall, longest, control)
 	}
 	// Run again: nothing to do.
 	if res, err := reshard.RollbackSplit(ctx, e.cfg, allShards(16), reshard.RollbackOptions{AfterLastBatch: true}); err != nil || len(res) != 0 {

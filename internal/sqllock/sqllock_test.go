@@ -186,20 +186,22 @@ func TestLost(t *testing.T) {
 	}
 }
 
-// TestIdleTimeout: a server that ends sessions idle for 400ms does not end
-// the lock's: its keep-alive runs more often than that.
+// TestIdleTimeout: a server that ends sessions idle for 1.5 s (MySQL: 2 s)
+// does not end the lock's over 5 s: its keep-alive runs three times as
+// often. (At 400 ms, a keep-alive held back by a loaded CI machine's
+// scheduler let PostgreSQL end the session.)
 func TestIdleTimeout(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		role := testdb.PostgresRole(t, "idle", "GRANT CONNECT ON DATABASE "+testdb.PostgresDatabase()+" TO %[1]s",
-			"ALTER ROLE %[1]s SET idle_in_transaction_session_timeout = '400ms'",
-			"ALTER ROLE %[1]s SET idle_session_timeout = '400ms'")
+			"ALTER ROLE %[1]s SET idle_in_transaction_session_timeout = '1500ms'",
+			"ALTER ROLE %[1]s SET idle_session_timeout = '1500ms'")
 		db := sqlDB(t, testdb.OpenRole(t, role, ""))
 		testIdle(t, db, "postgres", key(t))
 	})
 	t.Run("mysql", func(t *testing.T) {
 		testdb.OpenMySQL(t) // skips, loudly, without a server
-		// wait_timeout counts whole seconds: 1s, for sessions opened after.
-		db, err := sql.Open("mysql", testdb.EnvOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN)+"&wait_timeout=1")
+		// wait_timeout counts whole seconds: 2 s, for sessions opened after.
+		db, err := sql.Open("mysql", testdb.EnvOr("SHARDID_TEST_MYSQL_DSN", testdb.DefaultMySQLDSN)+"&wait_timeout=2")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,9 +216,9 @@ func testIdle(t *testing.T, db *sql.DB, dialect string, k sqllock.Key) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(5 * time.Second)
 	if err := l.Check(ctx); err != nil {
-		t.Fatalf("Check after 2.5s idle under a short idle timeout: %v", err)
+		t.Fatalf("Check after 5 s idle under a short idle timeout: %v", err)
 	}
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
