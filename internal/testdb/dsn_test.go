@@ -44,3 +44,16 @@ func TestEnvOrRefusesAPostgresURL(t *testing.T) {
 	}()
 	EnvOr("SHARDID_TEST_POSTGRES2_DSN", DefaultPostgresDSN)
 }
+
+func TestPostgresDatabase(t *testing.T) {
+	t.Setenv("SHARDID_TEST_POSTGRES_DSN", "host=127.0.0.1 user=postgres dbname=ci sslmode=disable")
+	if got := PostgresDatabase(); got != "ci" {
+		t.Errorf("PostgresDatabase() = %q, want ci", got)
+	}
+	if got := SQLDSN("postgres", ""); got != "host=127.0.0.1 user=postgres dbname=ci sslmode=disable" {
+		t.Errorf(`SQLDSN("postgres", "") = %q, want the DSN as the environment gives it`, got)
+	}
+	if got := PostgresDSN("shard_7"); got != "host=127.0.0.1 user=postgres dbname=shard_7 sslmode=disable" {
+		t.Errorf("PostgresDSN(shard_7) = %q", got)
+	}
+}
