@@ -474,27 +474,43 @@ func ParseSplitPlan(data []byte) (*SplitPlan, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, withDetail(ErrInvalidPlan, "data after the plan")
 	}
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// validate returns ErrInvalidPlan unless p is whole: every shard of its
+// batches one of its logical shards, in one batch, with a target, and
+// every shard with a target in a batch.
+func (p *SplitPlan) validate() error {
 	if p.Monolith == "" || p.LogicalShards <= 0 || len(p.Batches) == 0 && len(p.To) > 0 {
-		return nil, withDetail(ErrInvalidPlan, "not a split plan")
+		return withDetail(ErrInvalidPlan, "not a split plan")
 	}
 	seen := map[int]bool{}
 	for _, b := range p.Batches {
 		for _, s := range b {
+			if s < 0 || s >= p.LogicalShards {
+				return withDetail(ErrInvalidPlan, fmt.Sprintf("shard %d is not one of the plan's %d logical shards (0 to %d)", s, p.LogicalShards, p.LogicalShards-1))
+			}
 			if _, ok := p.To[s]; !ok || seen[s] {
-				return nil, withDetail(ErrInvalidPlan, fmt.Sprintf("shard %d is in no target, or in two batches", s))
+				return withDetail(ErrInvalidPlan, fmt.Sprintf("shard %d is in no target, or in two batches", s))
 			}
 			seen[s] = true
 		}
 	}
 	if len(seen) != len(p.To) {
-		return nil, withDetail(ErrInvalidPlan, "a shard with a target is in no batch")
+		return withDetail(ErrInvalidPlan, "a shard with a target is in no batch")
 	}
-	return &p, nil
+	return nil
 }
 
 // check returns ErrInvalidPlan unless p was made for cfg's monolith and
 // map.
 func (p *SplitPlan) check(cfg SplitConfig) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
 	if p.Monolith != cfg.Monolith || p.LogicalShards != cfg.Map.LogicalShards() || p.SchemaPattern != cfg.Map.SchemaPattern() ||
 		!slices.Equal(p.Databases, cfg.Map.Databases()) {
 		return withDetail(ErrInvalidPlan, "the plan was made for another monolith or map")
