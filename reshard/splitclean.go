@@ -58,6 +58,12 @@ func (sp *splitter) cleanMonolith(ctx context.Context, lock *moveLock) (int64, e
 	if err := lock.ensure(ctx, "deleting the split's rows from the monolith"); err != nil {
 		return 0, err
 	}
+	// A table the split did not copy may reference the rows it deletes:
+	// they would take its rows with them (ON DELETE CASCADE) or leave
+	// them pointing at nothing.
+	if err := sp.checkStructure(ctx, "clean-up"); err != nil {
+		return 0, err
+	}
 	if sp.mysql {
 		return sp.deleteCopied(ctx, b, lock)
 	}
@@ -213,7 +219,7 @@ func (sp *splitter) truncateInTx(ctx context.Context, tx *sql.Tx, b *splitBatch,
 		return fmt.Errorf("%w: every row kept on the monolith, not as verified under the fences: %s", ErrCopyDiffers, strings.Join(kept, "; "))
 	}
 	if _, err := tx.ExecContext(ctx, "TRUNCATE TABLE "+strings.Join(tables, ", ")); err != nil {
-		return err
+		return fmt.Errorf("emptying %s on the monolith: %w", strings.Join(tables, ", "), err)
 	}
 	return sp.refuseWritesPG(ctx, tx)
 }

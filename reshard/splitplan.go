@@ -156,7 +156,7 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 	refuse := func(kind, table, detail string, ids []int64) {
 		p.Refusals = append(p.Refusals, SplitRefusal{Kind: kind, Table: table, Detail: detail, IDs: ids})
 	}
-	ok, err := sp.checkTables(ctx, refuse)
+	ok, err := sp.checkTables(ctx, refuse, true)
 	if err != nil {
 		return nil, err
 	}
@@ -262,17 +262,21 @@ func (p *SplitPlan) refused() error {
 	return withDetail(err, strings.Join(lines, "; "))
 }
 
-// checkTables finds what cannot be split safely in the monolith's tables.
+// checkTables finds what cannot be split safely in the monolith's tables:
+// with rows, all of it; without, what the catalog alone tells (the tables
+// no rule covers, the declared tables' keys and columns, the foreign keys
+// between a sharded table and another), which a run checks again
+// (checkStructure).
 //
 // It returns the tables that can be read as declared.
-func (sp *splitter) checkTables(ctx context.Context, refuse func(kind, table, detail string, ids []int64)) (map[string]bool, error) {
+func (sp *splitter) checkTables(ctx context.Context, refuse func(kind, table, detail string, ids []int64), rows bool) (map[string]bool, error) {
 	db := sp.mono.WithContext(ctx)
 	have, err := baseTables(ctx, sp.mono, sp.schema)
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range have {
-		if !slices.Contains(sp.cfg.Global, t) && sp.byName[t].Name == "" && !strings.HasPrefix(t, "shardid_") {
+		if !slices.Contains(sp.cfg.Global, t) && sp.byName[t].Name == "" && !strings.HasPrefix(t, "shardid_") && !sp.catalogTable(t) {
 			refuse("unlisted-table", t, "no rule covers it: declare it a sharded table (Tables) or a global one (Global)", nil)
 		}
 	}
@@ -315,7 +319,7 @@ func (sp *splitter) checkTables(ctx context.Context, refuse func(kind, table, de
 	}
 	// Rows no shard holds.
 	for _, t := range sp.tables {
-		if !ok[t.Name] || t.Parent != "" && !ok[t.Parent] {
+		if !rows || !ok[t.Name] || t.Parent != "" && !ok[t.Parent] {
 			continue
 		}
 		var q, why string
@@ -350,7 +354,7 @@ func (sp *splitter) checkTables(ctx context.Context, refuse func(kind, table, de
 			refuse("global-key", fk.Table, fmt.Sprintf("foreign key %s references %s: one is sharded, the other not, and they will be on different databases; drop the key first",
 				fk.Name, fk.RefTable), nil)
 			continue
-		case !ok[fk.Table] || !ok[fk.RefTable]:
+		case !rows || !ok[fk.Table] || !ok[fk.RefTable]:
 			continue
 		}
 		fromSQL, fromShard := sp.from(from)
@@ -578,6 +582,42 @@ func (sp *splitter) checkTableCaches(ctx context.Context, p *SplitPlan, targets 
 			"its server will hold %d tables once split (%d now, %d new), more than its table_definition_cache (%d) or table_open_cache (%d):"+
 				" writes stall for seconds while it reopens tables; first run SET GLOBAL table_definition_cache = %d, table_open_cache = %d"+
 				" (and set them in its configuration)", need, sv.now, sv.more, sv.def, sv.open, max(fix, sv.def), max(fix, sv.open))})
+	}
+	return nil
+}
+
+// catalogTable reports whether t is one of the tables of sp's catalog
+// (the map, its version, its setup, its shared shards), which the
+// catalog keeps in the monolith's database when it is there: they are
+// shardid's, not the application's, whatever the catalog's Table.
+func (sp *splitter) catalogTable(t string) bool {
+	if sp.cfg.Catalog == nil {
+		return false
+	}
+	name, err := sp.cfg.Catalog.table()
+	if err != nil {
+		return false
+	}
+	return slices.Contains(catalogTables(name), t) || t == sharedTable(name)
+}
+
+// checkStructure checks again, before a run copies or deletes anything,
+// what a plan refuses by the catalog alone (checkTables without its
+// reads of rows): a table created since the plan that no rule covers, a
+// foreign key added between a sharded table and another, a declared
+// table's key or primary key changed. It returns ErrSplitRefused naming
+// them; the plan's refusals of rows (NULL keys, keys across shards) are
+// not read again.
+func (sp *splitter) checkStructure(ctx context.Context, what string) error {
+	var refusals []string
+	_, err := sp.checkTables(ctx, func(kind, table, detail string, _ []int64) {
+		refusals = append(refusals, SplitRefusal{Kind: kind, Table: table, Detail: detail}.String())
+	}, false)
+	if err != nil {
+		return fmt.Errorf("shardid: split: reading the monolith's tables: %w", err)
+	}
+	if len(refusals) > 0 {
+		return withDetail(ErrSplitRefused, fmt.Sprintf("%s: the monolith %s changed since the plan: %s", what, sp.cfg.Monolith, strings.Join(refusals, "; ")))
 	}
 	return nil
 }

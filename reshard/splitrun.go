@@ -312,6 +312,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		}
 		return res, nil
 	}
+	if err := sp.checkStructure(ctx, "split"); err != nil {
+		return res, err
+	}
 	slices.Sort(copying)
 	b.shards = copying
 	res = SplitResult{Shards: copying}
