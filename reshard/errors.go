@@ -286,11 +286,14 @@ var (
 	// ErrTablesChanged is returned by PlanSplit, SplitShards, RunSplit,
 	// RollbackSplit and CleanSplit when SplitConfig.Tables declares the
 	// monolith's sharded tables otherwise (another key, parent or table),
-	// or the map has other logical shards, than the split under way there
-	// began with: its triggers, its seals and the sums it verified follow
-	// the first declarations. Declare
-	// them as they were, or roll back every split shard and abort the
-	// split first. errors.Is(err, ErrSplitRefused) also holds.
+	// or the map has other logical shards or another schema pattern, or
+	// the catalog another table, than the split under way there began
+	// with: its triggers, its seals and the sums it verified follow the
+	// first declarations, its shards' schemas the first pattern, and the
+	// routers the first catalog. Declare them as they were, or roll back
+	// every split shard and abort the split first. AbortSplit returns it
+	// for another count of logical shards, pattern or catalog.
+	// errors.Is(err, ErrSplitRefused) also holds.
 	ErrTablesChanged error = &kindError{"shardid: the split's tables are declared otherwise than when it began", ErrSplitRefused}
 
 	// ErrNotShared is returned when a split is asked to move a shard that

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardid/shardid/reshard"
+	"github.com/shardid/shardid/shardmap"
 )
 
 // A table created in the monolith after the plan, referencing a sharded
@@ -148,5 +150,158 @@ func TestSplitPlanKnowsACatalogOfItsOwnName(t *testing.T) {
 	}
 	if _, err := reshard.PlanSplit(ctx, cfg, []string{"pg_a"}, 4); !errors.Is(err, reshard.ErrSplitRefused) || !strings.Contains(err.Error(), "unlisted-table: other_map") {
 		t.Fatalf("a plan with another catalog's tables in the monolith: %v", err)
+	}
+}
+
+// The split records on the monolith the catalog table and the schema
+// pattern it began with: once a shard is split, a configuration naming
+// another catalog (whose routers would never see the shards split from
+// then on) or another pattern (under which no one map finds every shard)
+// is refused by every step, AbortSplit included, before it writes. A
+// record of an earlier version, without them, is taken as it is and
+// recorded anew with them.
+func TestSplitRecordsItsCatalogAndPatternPostgres(t *testing.T) {
+	t.Parallel()
+	testSplitRecordsItsCatalogAndPattern(t, newSplitEnvPG(t, 8, 40, 3, 2), "pg_a")
+}
+
+func TestSplitRecordsItsCatalogAndPatternMariaDB(t *testing.T) {
+	t.Parallel()
+	testSplitRecordsItsCatalogAndPattern(t, newSplitEnvMySQL(t, 8, 40, 3, 2), "my_a")
+}
+
+func testSplitRecordsItsCatalogAndPattern(t *testing.T, e *splitEnv, target string) {
+	ctx := context.Background()
+	mono := e.dbs[0]
+	targets := slices.Repeat([]string{target}, 2)
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{0, 1}, targets, reshard.SplitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var rec string
+	if err := mono.Raw("SELECT tables FROM shardid_split_tables WHERE id = 1").Scan(&rec).Error; err != nil {
+		t.Fatal(err)
+	}
+	pattern := e.m.SchemaPattern()
+	if !strings.Contains(rec, `"SchemaPattern":"`+pattern+`"`) || !strings.Contains(rec, `"Catalog":"shardid_shard_map"`) {
+		t.Fatalf("the split's record: %s", rec)
+	}
+
+	otherCatalog := e.cfg
+	otherCatalog.Catalog = &reshard.Catalog{DB: mono, Table: "app_map"}
+	otherPattern := e.cfg
+	m, err := shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 8, SchemaPattern: "other_%04d",
+		Assign: make([]int, 8), Shared: allShards(8)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPattern.Map = m
+	for _, c := range []struct {
+		name string
+		cfg  reshard.SplitConfig
+		want string
+	}{
+		{"another catalog", otherCatalog, `it records its map in the catalog table shardid_shard_map, and the configuration names "app_map"`},
+		{"another pattern", otherPattern, "its shards' schemas are named by the pattern " + pattern + ", and the map's pattern is other_%04d now"},
+	} {
+		check := func(step string, err error) {
+			t.Helper()
+			if !errors.Is(err, reshard.ErrTablesChanged) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s, %s: %v, want ErrTablesChanged saying %q", step, c.name, err, c.want)
+			}
+		}
+		_, err := reshard.PlanSplit(ctx, c.cfg, []string{target}, 2)
+		check("plan", err)
+		_, err = reshard.SplitShards(ctx, c.cfg, []int{2, 3}, targets, reshard.SplitOptions{})
+		check("split", err)
+		_, err = reshard.AbortSplit(ctx, c.cfg)
+		check("abort", err)
+		_, err = reshard.CleanSplit(ctx, c.cfg)
+		check("clean", err)
+		_, err = reshard.RollbackSplit(ctx, c.cfg, []int{0}, reshard.RollbackOptions{})
+		check("roll back", err)
+	}
+	var exists int64
+	if err := mono.Raw("SELECT count(*) FROM information_schema.tables WHERE table_name = 'app_map'").Scan(&exists).Error; err != nil || exists != 0 {
+		t.Errorf("a refused step created the catalog app_map (%v)", err)
+	}
+
+	// A record of an earlier version: the same split, without them.
+	old := strings.NewReplacer(`,"SchemaPattern":"`+pattern+`"`, "", `,"Catalog":"shardid_shard_map"`, "").Replace(rec)
+	if old == rec {
+		t.Fatalf("no pattern or catalog to take out of %s", rec)
+	}
+	if err := mono.Exec("UPDATE shardid_split_tables SET tables = ? WHERE id = 1", old).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.PlanSplit(ctx, e.cfg, []string{target}, 2); err != nil {
+		t.Fatalf("plan with an earlier version's record: %v", err)
+	}
+	if _, err := reshard.SplitShards(ctx, e.cfg, []int{2, 3}, targets, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("split with an earlier version's record: %v", err)
+	}
+	var again string
+	if err := mono.Raw("SELECT tables FROM shardid_split_tables WHERE id = 1").Scan(&again).Error; err != nil || again != rec {
+		t.Errorf("the record after a run: %s (%v), want it recorded anew as %s", again, err, rec)
+	}
+}
+
+// A second run of the plan, started while the first runs, waits for the
+// split's lock; it then finds the first's batches sealed and flipped, and
+// reports each as resumed, with nothing copied and no flip of its own: not
+// as a batch it split.
+func TestSplitSecondRunWaitsAndReportsTheFirstsBatches(t *testing.T) {
+	t.Parallel()
+	e := newSplitEnvPG(t, 8, 40, 3, 2)
+	ctx := context.Background()
+	plan, err := reshard.PlanSplit(ctx, e.cfg, []string{"pg_a", "pg_b"}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second run's own map, loaded from the catalog before the first
+	// flips anything: every shard in the monolith.
+	second := e.cfg
+	second.Map, err = shardmap.New(shardmap.Config{Databases: e.names, LogicalShards: 8, SchemaPattern: e.m.SchemaPattern(),
+		Assign: make([]int, 8), Shared: allShards(8)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cat.LoadMap(ctx, second.Map); err != nil {
+		t.Fatal(err)
+	}
+	created, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	var once bool
+	go func() {
+		first <- reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: func(s string) {
+			if s == "created" && !once {
+				once = true
+				close(created)
+				<-release
+			}
+		}}, nil)
+	}()
+	<-created
+	var results []reshard.SplitResult
+	secondDone := make(chan error, 1)
+	go func() {
+		secondDone <- reshard.RunSplit(ctx, second, plan, reshard.SplitOptions{LockWait: time.Minute}, func(_ int, res reshard.SplitResult) {
+			results = append(results, res)
+		})
+	}()
+	time.Sleep(300 * time.Millisecond) // the second waits for the lock
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-secondDone; err != nil {
+		t.Fatalf("the second run: %v", err)
+	}
+	if len(results) != len(plan.Batches) {
+		t.Fatalf("the second run reported %d batches of %d", len(results), len(plan.Batches))
+	}
+	for i, res := range results {
+		if !res.Resumed || res.Copied != 0 || res.Version != 0 {
+			t.Errorf("the second run's batch %d: %+v, want it resumed, nothing copied, no flip", i+1, res)
+		}
 	}
 }

@@ -17,15 +17,71 @@ import (
 // other declarations is refused until nothing is under way.
 const splitTablesTable = "shardid_split_tables"
 
-// declared returns what sp's triggers and sums follow in a canonical form,
-// as JSON: the logical shards (a key's shard is the key modulo them) and
-// the table declarations, sorted by name.
+// declaration is the record of splitTablesTable: what a split's
+// triggers and sums follow (the logical shards, a key's shard being the
+// key modulo them, and the table declarations), and where its shards go
+// and are recorded (the map's schema pattern, the catalog's table). A
+// record of an earlier version has no SchemaPattern and no Catalog.
+type declaration struct {
+	LogicalShards int
+	Tables        json.RawMessage
+	SchemaPattern string `json:",omitempty"`
+	Catalog       string `json:",omitempty"`
+}
+
+// declared returns sp's declaration in a canonical form, as JSON, the
+// tables sorted by name.
 func (sp *splitter) declared() string {
-	b, _ := json.Marshal(struct {
-		LogicalShards int
-		Tables        json.RawMessage
-	}{sp.shards, json.RawMessage(declaredTables(sp.tables))}) // never fails
+	d := declaration{LogicalShards: sp.shards, Tables: json.RawMessage(declaredTables(sp.tables)),
+		SchemaPattern: sp.cfg.Map.SchemaPattern(), Catalog: sp.catalogName()}
+	b, _ := json.Marshal(d) // strings and numbers: never fails
 	return string(b)
+}
+
+// catalogName is the table of sp's catalog, "" without one.
+func (sp *splitter) catalogName() string {
+	if sp.cfg.Catalog == nil {
+		return ""
+	}
+	name, err := sp.cfg.Catalog.table()
+	if err != nil {
+		return ""
+	}
+	return name
+}
+
+// sameDeclared reports whether the recorded declaration was is now's,
+// or an earlier version's record of the same logical shards and tables
+// (it kept no schema pattern and no catalog).
+func sameDeclared(was, now string) bool {
+	if was == now {
+		return true
+	}
+	var w, n declaration
+	if json.Unmarshal([]byte(was), &w) != nil || json.Unmarshal([]byte(now), &n) != nil {
+		return false
+	}
+	return w.SchemaPattern == "" && w.Catalog == "" && w.LogicalShards == n.LogicalShards && string(w.Tables) == string(n.Tables)
+}
+
+// declaredChange says how now differs from was in words, where it is the
+// map's schema pattern or the catalog, with the fix; "" otherwise (the
+// caller names both records).
+func declaredChange(was, now string) string {
+	var w, n declaration
+	if json.Unmarshal([]byte(was), &w) != nil || json.Unmarshal([]byte(now), &n) != nil {
+		return ""
+	}
+	var out []string
+	if w.Catalog != "" && w.Catalog != n.Catalog {
+		out = append(out, fmt.Sprintf("it records its map in the catalog table %s, and the configuration names %q (CatalogTable): name the catalog it began with, "+
+			"or routers following %s would never see the shards split from now on", w.Catalog, n.Catalog, w.Catalog))
+	}
+	if w.SchemaPattern != "" && w.SchemaPattern != n.SchemaPattern {
+		out = append(out, fmt.Sprintf("its shards' schemas are named by the pattern %s, and the map's pattern is %s now (SchemaPattern): give it the pattern it began with, "+
+			"or no one map could find both the shards split so far and those split from now on", w.SchemaPattern, n.SchemaPattern))
+	}
+	return strings.Join(out, "; ")
 }
 
 func declaredTables(tables []SplitTable) string {
@@ -128,6 +184,15 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 		return err
 	}
 	switch {
+	case was != "" && sameDeclared(was, now):
+		// An earlier version's record of the same split: recorded
+		// anew, with the pattern and the catalog, below.
+	case was != "" && declaredChange(was, now) != "":
+		msg := fmt.Sprintf("the split of %s: %s", sp.cfg.Monolith, declaredChange(was, now))
+		if s < 0 {
+			msg += " (no shard is split yet: aborting the split, with the configuration it began with, lets the next run begin anew)"
+		}
+		return withDetail(ErrTablesChanged, msg)
 	case was != "" && s >= 0:
 		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s began with %s, and the configuration says %s now, while shard %d is split or being split: "+
 			"declare them as they were (or roll back every split shard and abort the split before you change them)", sp.cfg.Monolith, was, now, s))
@@ -150,7 +215,7 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 	if !record {
 		return nil
 	}
-	if s < 0 {
+	if s < 0 && !sameDeclared(was, now) {
 		if err := sp.dropSplitTriggers(ctx); err != nil {
 			return fmt.Errorf("shardid: split: dropping the triggers of an earlier run: %w", err)
 		}
@@ -188,19 +253,25 @@ func (sp *splitter) checkDeclared(ctx context.Context, record bool) error {
 }
 
 // checkModulus returns ErrTablesChanged if the monolith records another
-// count of logical shards than sp's map has.
+// count of logical shards than sp's map has, another schema pattern, or
+// another catalog table (declaredChange).
 func (sp *splitter) checkModulus(ctx context.Context) error {
 	was, err := sp.readDeclared(ctx)
 	if err != nil || was == "" {
 		return err
 	}
-	var rec struct{ LogicalShards int }
+	var rec declaration
 	if err := json.Unmarshal([]byte(was), &rec); err != nil {
 		return fmt.Errorf("shardid: split: the tables it began with: %w", err)
 	}
 	if rec.LogicalShards != sp.shards {
 		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s began with %d logical shards, and the map has %d: give it the catalog's map",
 			sp.cfg.Monolith, rec.LogicalShards, sp.shards))
+	}
+	// Another catalog would place the shards otherwise, and another
+	// pattern name other schemas: what an abort drops follows both.
+	if change := declaredChange(was, sp.declared()); change != "" {
+		return withDetail(ErrTablesChanged, fmt.Sprintf("the split of %s: %s", sp.cfg.Monolith, change))
 	}
 	return nil
 }

@@ -12,6 +12,25 @@ import (
 	"github.com/shardid/shardid"
 )
 
+// CheckSplit checks, reading only, that plan can run with cfg: that it
+// was made for cfg's monolith and map (ErrInvalidPlan), refuses nothing,
+// and that a split under way on the monolith began with cfg's tables,
+// logical shards, schema pattern and catalog table (ErrTablesChanged).
+// RunSplit checks the same first; call CheckSplit before saving the map
+// of a catalog that holds none yet (Catalog.SaveMap), which a
+// configuration naming another catalog than the split's would otherwise
+// create.
+func CheckSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan) error {
+	if err := plan.check(cfg); err != nil {
+		return err
+	}
+	sp, err := newSplitter(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return sp.checkDeclared(ctx, false)
+}
+
 // RunSplit carries plan out, batch by batch (SplitShards), after
 // CleanSplit. The first batch it runs creates the empty, fenced schemas
 // (MySQL: databases) of the batches after it with its own, at once: a

@@ -71,6 +71,11 @@ type SplitResult struct {
 	Fenced   time.Duration // from the fence on the monolith to the targets taking writes
 	Version  int64         // the catalog's version after the flip
 	Deleted  int64         // rows deleted from the monolith once verified
+	// Resumed says the batch was found sealed on the monolith, by an
+	// earlier run stopped before its end or by another run meanwhile:
+	// this run copied nothing, and finished what was left of it (the
+	// flip, if Version is not 0; the targets let write).
+	Resumed bool
 }
 
 // SplitShards moves shards, a batch, out of the shared tables of the
@@ -281,7 +286,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 			continue
 		}
 		v := b.sub(sortedCopy(batch), nil)
-		res = SplitResult{Shards: v.shards}
+		res = SplitResult{Shards: v.shards, Resumed: true}
 		if err := v.checkPlaced(ctx, true); err != nil {
 			return res, err
 		}

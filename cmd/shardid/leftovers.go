@@ -13,8 +13,8 @@ import (
 	"github.com/shardid/shardid/reshard"
 )
 
-// stageHook is called as a move reaches each stage (MoveOptions.OnStage),
-// with the command's interrupt. It does nothing; tests pause a move there.
+// stageHook is called as a move or a split reaches each stage (OnStage),
+// with the command's interrupt. It does nothing; tests pause them there.
 var stageHook = func(stage string, in *interrupt) {}
 
 // moveFlags returns the flags that name a catalog, for the advice the

@@ -150,8 +150,8 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 		if err != nil {
 			return fmt.Errorf("--plan %s: %w", *planFile, err)
 		}
-		in.Leaves("A batch stopped at once may leave its rows fenced on the monolith until --fence-for runs out; run \"shardid split status --config " + *config + "\", then run the plan again or abort.")
-		return splitRun(ctx, stdout, env, plan, *fenceFor, f.together)
+		in.Leaves("A batch stopped at once may leave its rows fenced on the monolith until --fence-for runs out, or, once it is sealed there, until the plan runs again; run \"shardid split status --config " + *config + "\", then run the plan again or abort.")
+		return splitRun(ctx, stdout, env, in, plan, *fenceFor, f.together)
 	case "status":
 		return splitStatus(ctx, stdout, env)
 	case "rollback", "drop-copies":
@@ -362,8 +362,23 @@ func joinInts(ids []int64) string {
 }
 
 // splitRun carries the plan out with a line per batch.
-func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitPlan, fenceFor time.Duration, together bool) error {
+func splitRun(ctx context.Context, w io.Writer, env *splitEnv, in *interrupt, p *reshard.SplitPlan, fenceFor time.Duration, together bool) error {
+	// Nothing is written before the plan and the split under way (if
+	// any) are found to be the configuration's: a catalog of another name
+	// saved here would take the routers' map nowhere.
+	if err := reshard.CheckSplit(ctx, env.cfg, p); err != nil {
+		return err
+	}
 	if env.noMap {
+		st, err := reshard.ReadSplitStatus(ctx, env.cfg)
+		if err != nil {
+			return err
+		}
+		if under := slices.Concat(st.Sealed, st.Fenced, st.Moving, st.RollingBack); len(under) > 0 {
+			slices.Sort(under)
+			return fmt.Errorf("the catalog (table %s on %s) holds no map, yet a split of %s is under way (shards %s): it began with another catalog; "+
+				"name that one in the configuration (CatalogTable)", catalogTableName(env.cfg.Catalog), env.cfg.Monolith, env.cfg.Monolith, shardRange(slices.Compact(under)))
+		}
 		v, err := env.cfg.Catalog.SaveMap(ctx, env.cfg.Map)
 		if err != nil {
 			return err
@@ -374,6 +389,7 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 	for _, n := range p.Rows {
 		total += n
 	}
+	defer in.Release()
 	bar := startProgress(w, "rows copied", total)
 	var done, before, copied int64
 	cur := map[string]int64{}
@@ -390,6 +406,14 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 		}
 		bar.Set(before + copied)
 	}, OnStage: func(stage string) {
+		// From a batch's seal to its end (the flip, the foreign keys on
+		// its targets), stopping would leave its shards refusing writes,
+		// or their keys missing, until the plan runs again: a first
+		// Ctrl-C waits for the batch (released as it is reported).
+		if stage == "sealed" {
+			in.Hold(fmt.Sprintf("the batch is sealed on %s: flipping the catalog first", env.cfg.Monolith))
+		}
+		stageHook(stage, in)
 		if !together {
 			return
 		}
@@ -419,12 +443,22 @@ func splitRun(ctx context.Context, w io.Writer, env *splitEnv, p *reshard.SplitP
 			before += res.Copied
 			clear(cur)
 		}
-		bar.Printf("batch %d/%d: shards %s to %s: %d rows%s, fenced %v, catalog version %d\n",
-			i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Copied, copied,
-			res.Fenced.Round(time.Millisecond), res.Version)
+		switch {
+		case res.Resumed && res.Version == 0:
+			bar.Printf("batch %d/%d: shards %s to %s: split already, by an earlier or another run (nothing copied or flipped)\n",
+				i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "))
+		case res.Resumed:
+			bar.Printf("batch %d/%d: shards %s to %s: sealed by an earlier run, flipped now (nothing copied), catalog version %d\n",
+				i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Version)
+		default:
+			bar.Printf("batch %d/%d: shards %s to %s: %d rows%s, fenced %v, catalog version %d\n",
+				i+1, len(p.Batches), shardRange(res.Shards), strings.Join(to, ", "), res.Copied, copied,
+				res.Fenced.Round(time.Millisecond), res.Version)
+		}
 		if res.Deleted > 0 {
 			bar.Printf("every shard is split: %d rows deleted from %s, whose sharded tables now refuse writes\n", res.Deleted, p.Monolith)
 		}
+		in.Release()
 	})
 	bar.Finish()
 	if err != nil {
@@ -490,4 +524,12 @@ func shardRange(shards []int) string {
 		i = j + 1
 	}
 	return strings.Join(parts, ", ")
+}
+
+// catalogTableName is the table of cat, as the configuration names it.
+func catalogTableName(cat *reshard.Catalog) string {
+	if cat.Table == "" {
+		return "shardid_shard_map"
+	}
+	return cat.Table
 }
