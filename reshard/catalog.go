@@ -32,6 +32,10 @@ type Catalog struct {
 	AllowPasswords bool
 }
 
+// catalogSetup is what creates the catalog's tables, as ErrSetupRequired
+// names it: the method, and the commands that run it.
+const catalogSetup = "Catalog.Setup (the command: shardid catalog init, or shardid split run, which saves the monolith's map)"
+
 func (c *Catalog) table() (string, error) {
 	t := c.Table
 	if t == "" {
@@ -74,7 +78,7 @@ func (c *Catalog) Setup(ctx context.Context) error {
 
 // ensure creates the catalog's tables when one is missing.
 func (c *Catalog) ensure(ctx context.Context, t string) error {
-	return sqlddl.Ensure(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.Setup", t, catalogTables(t),
+	return sqlddl.Ensure(ctx, c.DB, shardid.ErrSetupRequired, catalogSetup, t, catalogTables(t),
 		"CREATE TABLE IF NOT EXISTS "+t+` (
 			shard    INT PRIMARY KEY,
 			db_name  VARCHAR(200) NOT NULL)`,
@@ -89,7 +93,7 @@ func (c *Catalog) ensure(ctx context.Context, t string) error {
 // explain returns err, or shardid.ErrSetupRequired naming the table when
 // one of the catalog's tables is missing.
 func (c *Catalog) explain(ctx context.Context, t string, err error) error {
-	return sqlddl.Explain(ctx, c.DB, shardid.ErrSetupRequired, "Catalog.Setup", catalogTables(t), err)
+	return sqlddl.Explain(ctx, c.DB, shardid.ErrSetupRequired, catalogSetup, catalogTables(t), err)
 }
 
 // Save stores r's current map as the catalog's first map and returns its

@@ -244,10 +244,12 @@ func withDetail(err error, detail string) error {
 
 // These errors can be returned by ParsePlan, Plan.Check and Plan.Apply.
 var (
-	// ErrInvalidPlan is returned when a plan is not one PlanRebalance could
-	// have made: not JSON of a plan's form (an unknown field, a field
-	// missing), an unknown measure or database, a move whose source is
-	// not where the plan's map puts the shard, a shard moved twice.
+	// ErrInvalidPlan is returned when a plan is not one PlanRebalance (or,
+	// for ParseSplitPlan and RunSplit, PlanSplit) could have made: not
+	// JSON of a plan's form (an unknown field, a field missing), an
+	// unknown measure or database, a move whose source is not where the
+	// plan's map puts the shard, a shard moved twice, a shard outside the
+	// plan's logical shards, a plan made for another map or other tables.
 	// errors.Is(err, shardid.ErrInvalidConfig) also holds.
 	ErrInvalidPlan error = &kindError{"shardid: invalid rebalancing plan", shardid.ErrInvalidConfig}
 
@@ -256,6 +258,12 @@ var (
 	// has moved, or a shard it moves is on neither the move's source nor
 	// its target. Make a new plan from the catalog's map.
 	ErrStalePlan = errors.New("shardid: the rebalancing plan is stale: the map changed since it was made")
+
+	// errInvalidSplitPlan and errStaleSplitPlan are ErrInvalidPlan and
+	// ErrStalePlan (errors.Is holds) for a split's plan, whose errors
+	// should not speak of rebalancing.
+	errInvalidSplitPlan error = &kindError{"shardid: invalid split plan", ErrInvalidPlan}
+	errStaleSplitPlan   error = &kindError{"shardid: the split plan is stale: the map changed since it was made", ErrStalePlan}
 )
 
 // These errors can be returned by the leftovers' functions.

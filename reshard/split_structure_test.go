@@ -305,3 +305,80 @@ func TestSplitSecondRunWaitsAndReportsTheFirstsBatches(t *testing.T) {
 		}
 	}
 }
+
+// A run stopped after its first batch created the schemas of every batch
+// on pg_a, then a plan onto pg_b: each batch drops what the first plan
+// left of its shards on pg_a (fenced for the mover, never flipped), and
+// once the split is done pg_a holds none of the shards' schemas.
+func TestSplitReplannedElsewhereDropsTheFirstPlansCopies(t *testing.T) {
+	t.Parallel()
+	testSplitReplannedElsewhere(t, newSplitEnvPG(t, 8, 40, 3, 2), false)
+}
+
+// TestSplitReplannedElsewhereOneServerMariaDB: my_a and my_b are
+// databases of one server, where a shard's database is the same seen
+// through either: the second plan's batches find the first's copies as
+// their own, and keep them (emptied and filled again).
+func TestSplitReplannedElsewhereOneServerMariaDB(t *testing.T) {
+	t.Parallel()
+	testSplitReplannedElsewhere(t, newSplitEnvMySQL(t, 8, 40, 3, 2), true)
+}
+
+func testSplitReplannedElsewhere(t *testing.T, e *splitEnv, oneServer bool) {
+	ctx := context.Background()
+	schemasOn := func(d int) int64 {
+		t.Helper()
+		var n int64
+		if err := e.dbs[d].Raw("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'shard\\_%'").Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	first, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:2], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("stopped")
+	cctx, cancel := context.WithCancelCause(ctx)
+	err = reshard.RunSplit(cctx, e.cfg, first, reshard.SplitOptions{OnStage: func(s string) {
+		if s == "copied" {
+			cancel(stop)
+		}
+	}}, nil)
+	cancel(nil)
+	if err == nil {
+		t.Fatal("the first run was not stopped")
+	}
+	if !oneServer {
+		if n := schemasOn(1); n != 8 {
+			t.Fatalf("pg_a holds %d shards' schemas after the first batch, want 8 (its own and those created ahead)", n)
+		}
+	}
+	second, err := reshard.PlanSplit(ctx, e.cfg, e.names[2:3], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reshard.RunSplit(ctx, e.cfg, second, reshard.SplitOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if oneServer {
+		var users int64
+		for s := range 8 {
+			var n int64
+			if err := e.dbs[2].Raw("SELECT count(*) FROM " + e.qt(e.m.SchemaOf(s), "users")).Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			users += n
+		}
+		if users != 40 {
+			t.Errorf("%d users in the shards after the split, want 40", users)
+		}
+		return
+	}
+	if n := schemasOn(1); n != 0 {
+		t.Errorf("pg_a holds %d shards' schemas after the split onto pg_b, want none", n)
+	}
+	if n := schemasOn(2); n != 8 {
+		t.Errorf("pg_b holds %d shards' schemas, want 8", n)
+	}
+}

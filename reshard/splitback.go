@@ -226,7 +226,7 @@ func (sp *splitter) planBack(ctx context.Context, shards []int, cols map[string]
 		}
 		for _, s := range shards {
 			if cp[s] != p[s] {
-				return nil, withDetail(ErrMapDiffers, fmt.Sprintf("the catalog places shard %d on %s (shared: %v), the map on %s (shared: %v): load the catalog's map first (Catalog.LoadMap)",
+				return nil, withDetail(ErrMapDiffers, fmt.Sprintf("the catalog places shard %d on %s (shared: %v), the map on %s (shared: %v): load the catalog's map first (Catalog.LoadMap; the command loads it as it starts: run it again)",
 					s, names[cp[s].DB], cp[s].Shared, names[p[s].DB], p[s].Shared))
 			}
 		}

@@ -427,7 +427,7 @@ func (sp *splitter) dropSplitTriggers(ctx context.Context) error {
 // cfg declares.
 func (p *SplitPlan) checkPlanTables(cfg SplitConfig) error {
 	if declaredTables(p.Tables) != declaredTables(cfg.Tables) {
-		return withDetail(ErrInvalidPlan, fmt.Sprintf("the plan was made for Tables %s, and they are %s now: plan again", declaredTables(p.Tables), declaredTables(cfg.Tables)))
+		return withDetail(errInvalidSplitPlan, fmt.Sprintf("the plan was made for Tables %s, and they are %s now: plan again", declaredTables(p.Tables), declaredTables(cfg.Tables)))
 	}
 	return nil
 }

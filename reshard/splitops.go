@@ -71,7 +71,7 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 				shards = append(shards, s)
 				to = append(to, plan.To[s])
 			} else {
-				return withDetail(ErrStalePlan, fmt.Sprintf("shard %d is on %s (shared: %v), neither in the monolith nor on %s", s, v.Database(s), v.Shared(s), plan.To[s]))
+				return withDetail(errStaleSplitPlan, fmt.Sprintf("shard %d is on %s (shared: %v), neither in the monolith nor on %s; plan again", s, v.Database(s), v.Shared(s), plan.To[s]))
 			}
 		}
 		// Split already, unless sealed and not flipped, or flipped with
@@ -155,6 +155,10 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 				if slices.Equal(sortedCopy(group[k]), res.Shards) {
 					return fmt.Errorf("batch %d of %d (shards %d to %d): %w", index[k]+1, len(plan.Batches), res.Shards[0], res.Shards[len(res.Shards)-1], err)
 				}
+			}
+			if len(run) == 1 {
+				shards := sortedCopy(group[run[0]])
+				return fmt.Errorf("batch %d of %d (shards %d to %d): %w", index[run[0]]+1, len(plan.Batches), shards[0], shards[len(shards)-1], err)
 			}
 			return fmt.Errorf("batches %d to %d of %d, copied together: %w", index[run[0]]+1, index[run[len(run)-1]]+1, len(plan.Batches), err)
 		}
@@ -326,44 +330,11 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 		}
 	}
 	// The copies left on the targets, fenced for the mover: never live.
-	schemas := map[string]int{}
-	var names []string
-	for _, s := range home {
-		schemas[cfg.Map.SchemaOf(s)] = s
-		names = append(names, cfg.Map.SchemaOf(s))
+	dropped, err := sp.dropUnflippedCopies(ctx, lock, home, nil)
+	if err != nil {
+		return res, err
 	}
-	for d, db := range cfg.DBs {
-		if d == sp.monoIdx || len(names) == 0 {
-			continue
-		}
-		found, err := schemasWithTable(ctx, db, names, fenceTable)
-		if err != nil {
-			return res, err
-		}
-		for _, sc := range found {
-			st, err := readFence(ctx, db, sc)
-			if err != nil {
-				return res, err
-			}
-			if !st.MoverOnly || st.Sealed {
-				continue // not a copy under way: left alone
-			}
-			// Dropped only as found, the lock held: a run of the batch
-			// that took the lock while this abort was paused may have
-			// flipped the copy since (dropCopyAsSeen).
-			seen, err := seeTarget(ctx, db, sc, false)
-			if err != nil {
-				return res, err
-			}
-			if err := lock.ensure(ctx, "dropping a split's copy"); err != nil {
-				return res, err
-			}
-			if err := dropCopyAsSeen(ctx, db, sc, sp.tableNames(), seen, lock, "dropping a split's copy"); err != nil {
-				return res, err
-			}
-			res.Dropped = append(res.Dropped, schemas[sc])
-		}
-	}
+	res.Dropped = append(res.Dropped, dropped...)
 	slices.Sort(res.Dropped)
 	// Nothing under way any more: the next run may declare the tables
 	// otherwise.
@@ -467,4 +438,92 @@ func sortedShards(m map[int]splitState) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// dropUnflippedCopies drops the copies of shards (shards the monolith
+// still holds) that a split left on the databases other than the
+// monolith and keep[shard] (-1 or absent: every other database): their
+// schemas fenced for the mover and not sealed, never flipped, which only
+// a mover writes, and a mover takes the split's lock (held: lock) first.
+// A batch drops those of an earlier plan that sent its shards elsewhere
+// (created ahead of their batch, or a batch stopped before its seal); an
+// abort drops them all. It returns the shards whose copies it dropped.
+//
+// Two databases of the map may be one server (MySQL's databases per
+// shard are seen through every connection to it) or one database: a
+// schema found through another database that holds the fence of the
+// one kept (the same random token) is the kept one, seen twice, and
+// stays.
+func (sp *splitter) dropUnflippedCopies(ctx context.Context, lock *moveLock, shards []int, keep map[int]int) ([]int, error) {
+	var out []int
+	kept := map[int]int64{} // a kept schema's fence token, where it has one
+	for _, s := range shards {
+		k, ok := keep[s]
+		if !ok || k < 0 {
+			continue
+		}
+		tok, _, has, err := fenceToken(ctx, sp.cfg.DBs[k], sp.cfg.Map.SchemaOf(s))
+		if err != nil {
+			return out, err
+		}
+		if has {
+			kept[s] = tok
+		}
+	}
+	for d, db := range sp.cfg.DBs {
+		if d == sp.monoIdx {
+			continue
+		}
+		schemas := map[string]int{}
+		var names []string
+		for _, s := range shards {
+			if k, ok := keep[s]; ok && k == d {
+				continue
+			}
+			schemas[sp.cfg.Map.SchemaOf(s)] = s
+			names = append(names, sp.cfg.Map.SchemaOf(s))
+		}
+		if len(names) == 0 {
+			continue
+		}
+		found, err := schemasWithTable(ctx, db, names, fenceTable)
+		if err != nil {
+			return out, err
+		}
+		for _, sc := range found {
+			st, err := readFence(ctx, db, sc)
+			if err != nil {
+				return out, err
+			}
+			if !st.MoverOnly || st.Sealed {
+				continue // not a copy under way: left alone
+			}
+			if tok, ok := kept[schemas[sc]]; ok {
+				now, _, has, err := fenceToken(ctx, db, sc)
+				if err != nil {
+					return out, err
+				}
+				if has && now == tok {
+					continue // the kept schema, through another database of the map
+				}
+			}
+			// Dropped only as found, the lock held: a run of the batch
+			// that took the lock while this one was paused may have
+			// flipped the copy since (dropCopyAsSeen).
+			seen, err := seeTarget(ctx, db, sc, false)
+			if err != nil {
+				return out, err
+			}
+			if err := lock.ensure(ctx, "dropping a split's copy"); err != nil {
+				return out, err
+			}
+			if err := dropCopyAsSeen(ctx, db, sc, sp.tableNames(), seen, lock, "dropping a split's copy"); err != nil {
+				return out, err
+			}
+			if !slices.Contains(out, schemas[sc]) {
+				out = append(out, schemas[sc])
+			}
+		}
+	}
+	return out, nil
 }

@@ -473,10 +473,10 @@ func ParseSplitPlan(data []byte) (*SplitPlan, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return nil, withDetail(ErrInvalidPlan, err.Error())
+		return nil, withDetail(errInvalidSplitPlan, err.Error())
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, withDetail(ErrInvalidPlan, "data after the plan")
+		return nil, withDetail(errInvalidSplitPlan, "data after the plan")
 	}
 	if err := p.validate(); err != nil {
 		return nil, err
@@ -489,22 +489,22 @@ func ParseSplitPlan(data []byte) (*SplitPlan, error) {
 // every shard with a target in a batch.
 func (p *SplitPlan) validate() error {
 	if p.Monolith == "" || p.LogicalShards <= 0 || len(p.Batches) == 0 && len(p.To) > 0 {
-		return withDetail(ErrInvalidPlan, "not a split plan")
+		return withDetail(errInvalidSplitPlan, "not a split plan")
 	}
 	seen := map[int]bool{}
 	for _, b := range p.Batches {
 		for _, s := range b {
 			if s < 0 || s >= p.LogicalShards {
-				return withDetail(ErrInvalidPlan, fmt.Sprintf("shard %d is not one of the plan's %d logical shards (0 to %d)", s, p.LogicalShards, p.LogicalShards-1))
+				return withDetail(errInvalidSplitPlan, fmt.Sprintf("shard %d is not one of the plan's %d logical shards (0 to %d)", s, p.LogicalShards, p.LogicalShards-1))
 			}
 			if _, ok := p.To[s]; !ok || seen[s] {
-				return withDetail(ErrInvalidPlan, fmt.Sprintf("shard %d is in no target, or in two batches", s))
+				return withDetail(errInvalidSplitPlan, fmt.Sprintf("shard %d is in no target, or in two batches", s))
 			}
 			seen[s] = true
 		}
 	}
 	if len(seen) != len(p.To) {
-		return withDetail(ErrInvalidPlan, "a shard with a target is in no batch")
+		return withDetail(errInvalidSplitPlan, "a shard with a target is in no batch")
 	}
 	return nil
 }
@@ -517,7 +517,7 @@ func (p *SplitPlan) check(cfg SplitConfig) error {
 	}
 	if p.Monolith != cfg.Monolith || p.LogicalShards != cfg.Map.LogicalShards() || p.SchemaPattern != cfg.Map.SchemaPattern() ||
 		!slices.Equal(p.Databases, cfg.Map.Databases()) {
-		return withDetail(ErrInvalidPlan, "the plan was made for another monolith or map")
+		return withDetail(errInvalidSplitPlan, "the plan was made for another monolith or map")
 	}
 	if err := p.checkPlanTables(cfg); err != nil {
 		return err

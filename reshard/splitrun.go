@@ -320,6 +320,13 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err := sp.checkStructure(ctx, "split"); err != nil {
 		return res, err
 	}
+	// Copies of these shards on other databases, which an earlier plan
+	// chose and a run stopped (or created ahead of their batch) left
+	// there: never flipped, empty or not, they would stay behind,
+	// fenced, once the shards live elsewhere.
+	if _, err := sp.dropUnflippedCopies(ctx, lock, copying, b.to); err != nil {
+		return res, fmt.Errorf("shardid: split: dropping what an earlier plan left of the batch's shards on other databases: %w", err)
+	}
 	slices.Sort(copying)
 	b.shards = copying
 	res = SplitResult{Shards: copying}
