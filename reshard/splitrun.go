@@ -294,6 +294,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 		if err != nil {
 			return res, err
 		}
+		if err := v.checkSealedCopies(ctx); err != nil {
+			return res, err
+		}
 		if res, err = v.flipAndClean(ctx, lock, res, tokens, nil, nil, time.Time{}, stage); err != nil {
 			return res, err
 		}
@@ -988,6 +991,50 @@ func (b *splitBatch) checkTargetsSealedCopy(ctx context.Context) (map[int]int64,
 		}
 	}
 	return tokens, nil
+}
+
+// checkSealedCopies compares each copy of b's shards on its target, a
+// batch sealed on the monolith before a flip that did not come, with what
+// its seal recorded as verified (each table's rows and sum): the flip is
+// to the copy that was verified, never to another schema of the shard
+// there, fenced for the mover as a copy is (one created ahead of its
+// batch, empty, by a plan that sends the shard to another database than
+// the one that sealed it). It returns ErrCopyDiffers naming the first
+// table that differs.
+func (b *splitBatch) checkSealedCopies(ctx context.Context) error {
+	verified, err := b.sp.readVerified(ctx, b.shards)
+	if err != nil {
+		return err
+	}
+	names := b.sp.cfg.Map.Databases()
+	for _, s := range b.shards {
+		db, sc := b.dst(s), b.schemaOf(s)
+		for _, t := range b.sp.tables {
+			want, ok := verified[s][t.Name]
+			if !ok {
+				return withDetail(ErrCopyDiffers, fmt.Sprintf("shard %d is sealed on the monolith with no verification of %s: it was not sealed by a split's batch", s, t.Name))
+			}
+			cols, err := want.hashedOver(b.cols[t.Name].all)
+			if err != nil {
+				return fmt.Errorf("%w (shard %d, table %s)", err, s, t.Name)
+			}
+			var got sentRows
+			err = readSession(ctx, db, func(q querier) error {
+				var err error
+				got, err = tableSumOn(ctx, q, db, quoteTable(db, sc, t.Name), textHashed(cols))
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("shardid: split: reading shard %d's copy of %s on %s: %w", s, t.Name, names[b.to[s]], err)
+			}
+			if got.rows != want.Rows || got.sum != want.Sum {
+				return withDetail(ErrCopyDiffers, fmt.Sprintf("shard %d was sealed on the monolith once its copy was verified, and its schema on %s is not that copy "+
+					"(%s: %d rows, %d verified): run the plan that sealed it (the shard's copy is on the database it sent it to), or abort the split, which lifts the seal",
+					s, names[b.to[s]], t.Name, got.rows, want.Rows))
+			}
+		}
+	}
+	return nil
 }
 
 // startChangeLog empties the split's change log and marks shards moving
