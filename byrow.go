@@ -199,7 +199,7 @@ func keyModel(s *schema.Schema) (*model, error) {
 		if !ok {
 			return nil, modelError(s, "sharding key "+f.Name+" is a "+f.IndirectFieldType.String()+"; want an integer, a string or a shardid.ID")
 		}
-		m.key, m.keyKind = f, kind
+		m.key, m.keyKind, m.keyTable = f, kind, keyTableOf(s, f)
 	}
 	return m, nil
 }
@@ -208,11 +208,8 @@ func keyModel(s *schema.Schema) (*model, error) {
 func (rr rowRoute) shardOf(ctx context.Context, row reflect.Value) (int, error) {
 	if rr.id != nil {
 		if idv := rr.id.ReflectValueOf(ctx, row); !idv.IsZero() {
-			if idv.CanUint() {
-				return rr.p.shardOfPreset(rr.m, ID(idv.Uint())), nil
-			}
-			id := ID(idv.Int())
-			if l := rr.r.legacy; l != nil && id < l.floor {
+			id := presetID(idv)
+			if l := rr.r.legacy; l != nil && !rr.m.pinterest && id < l.floor {
 				// A row from before the database adopted shardid: the
 				// shard recorded for its ID, as the plugin checks it.
 				return rr.r.ShardOfID(rr.table, id)
@@ -220,7 +217,7 @@ func (rr rowRoute) shardOf(ctx context.Context, row reflect.Value) (int, error) 
 			return rr.p.shardOfPreset(rr.m, id), nil
 		}
 	}
-	return rr.p.shardOfRow(ctx, rr.m, row)
+	return rr.p.shardOfRowVia(ctx, rr.m, row, rr.r)
 }
 
 // checkedShard refuses a shard the router does not have, such as the one a

@@ -20,7 +20,7 @@ func (p *Plugin) fillPinterest(stmt *gorm.Statement, m *model, row, idv reflect.
 	if !ok {
 		return invalidConfig("plugin", stmt.Schema.Name+" asks for the ID source "+strconv.Quote(m.source)+", which PluginConfig.Sources lacks")
 	}
-	shard, err := p.shardOfRow(stmt.Context, m, row)
+	shard, err := p.shardOfRowVia(stmt.Context, m, row, rt.router())
 	if err != nil {
 		return rowError(err, stmt.Schema, i)
 	}

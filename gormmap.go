@@ -40,7 +40,17 @@ func (p *Plugin) assignMap(stmt *gorm.Statement, m *model, row reflect.Value, i 
 	v := reflect.New(m.id.FieldType).Elem()
 	if n != 0 {
 		if m.namesShard() {
-			if err := p.checkRoute(rt, p.layout.Decompose(ID(n)).Shard, stmt, i); err != nil {
+			shard := p.layout.Decompose(ID(n)).Shard
+			if rt != nil && rt.r.legacy != nil && ID(n) < rt.r.legacy.floor {
+				// A legacy ID, as checkPreset reads one: the shard its
+				// row was recorded on.
+				s, err := rt.r.ShardOfID(stmt.Table, ID(n))
+				if err != nil {
+					return rowError(err, stmt.Schema, i)
+				}
+				shard = s
+			}
+			if err := p.checkRoute(rt, shard, stmt, i); err != nil {
 				return err
 			}
 		}

@@ -60,8 +60,13 @@ type model struct {
 	ambiguous []*schema.Field // several ID-typed primary-key fields, none chosen: zeros are refused
 	key       *schema.Field   // the tagged sharding-key field, or nil
 	keyKind   keyKind
-	method    bool  // *T implements ShardKeyer
-	err       error // a problem with the model's tags, reported on every create
+	// keyTable is the table whose rows the key, another row's ID (an ID
+	// or NullID field), refers to, by the model's belongs-to relation on
+	// it; "" if it has none. A legacy ID there is looked up in that table
+	// (legacyKeyShard).
+	keyTable string
+	method   bool  // *T implements ShardKeyer
+	err      error // a problem with the model's tags, reported on every create
 }
 
 // analyze finds the ID and the sharding key of s.
@@ -172,8 +177,25 @@ func analyze(s *schema.Schema) *model {
 			m.err = modelError(s, "sharding key "+m.key.Name+" is a "+m.key.IndirectFieldType.String()+"; want an integer, a string or a shardid.ID")
 		}
 		m.keyKind = kind
+		m.keyTable = keyTableOf(s, m.key)
 	}
 	return m
+}
+
+// keyTableOf returns the table that key refers to by a belongs-to
+// relation of s (Photo Photo beside PhotoID shardid.ID), or "".
+func keyTableOf(s *schema.Schema, key *schema.Field) string {
+	for _, rel := range s.Relationships.Relations {
+		if rel.Type != schema.BelongsTo || rel.FieldSchema == nil {
+			continue
+		}
+		for _, ref := range rel.References {
+			if ref.ForeignKey == key {
+				return rel.FieldSchema.Table
+			}
+		}
+	}
+	return ""
 }
 
 // foreignKeys returns the fields of s that are foreign keys of its
@@ -251,6 +273,54 @@ func (p *Plugin) keyOf(ctx context.Context, m *model, row reflect.Value) (shard 
 		v = v.Elem()
 	}
 	return p.shardOfValue(m, v)
+}
+
+// legacyKeyShard is, for a row of m routed through r, whose sharding key
+// is another row's ID (an ID or NullID field), the shard of that row when
+// the ID is legacy (below the layout's IDs, with RouterConfig.Legacy):
+// the shard its row was recorded on, in the table of the model's
+// belongs-to relation on the key (ForTableID's lookup), or in whichever
+// table recorded it without one (ForID's: ErrAmbiguousLegacyID when two
+// tables put it on different shards); not the shard its bits would name. found is false for a key that is not such an ID (the
+// caller computes the shard as KeyShard does), or when r is nil or has no
+// legacy record, or a ShardKey function or method gives the key.
+func (p *Plugin) legacyKeyShard(ctx context.Context, m *model, row reflect.Value, r *Router) (shard int, found bool, err error) {
+	if r == nil || r.legacy == nil || m.key == nil || p.cfg.ShardKey != nil || m.method && row.CanAddr() ||
+		m.keyKind != keyID && m.keyKind != keyNullID {
+		return 0, false, nil
+	}
+	v := m.key.ReflectValueOf(ctx, row)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return 0, false, nil
+		}
+		v = v.Elem()
+	}
+	var id ID
+	if m.keyKind == keyID {
+		id = ID(v.Int())
+	} else if v.Field(1).Bool() { // NullID.Valid
+		id = ID(v.Field(0).Int())
+	}
+	if id <= 0 || id >= r.legacy.floor {
+		return 0, false, nil
+	}
+	if m.keyTable != "" {
+		shard, err = r.ShardOfID(m.keyTable, id)
+		return shard, true, err
+	}
+	shard, _, err = r.legacy.ShardOfAny(id)
+	return shard, true, err
+}
+
+// shardOfRowVia is shardOfRow for a row routed through r (nil: none): a
+// key that is a legacy ID goes where its row was recorded
+// (legacyKeyShard).
+func (p *Plugin) shardOfRowVia(ctx context.Context, m *model, row reflect.Value, r *Router) (int, error) {
+	if s, found, err := p.legacyKeyShard(ctx, m, row, r); found {
+		return s, err
+	}
+	return p.shardOfRow(ctx, m, row)
 }
 
 // shardOfValue turns a key value of m's key kind into a shard, as

@@ -210,13 +210,8 @@ func (p *Plugin) checkPreset(rt *route, m *model, idv reflect.Value, stmt *gorm.
 	if rt == nil || !m.carriesShard() {
 		return nil
 	}
-	var id ID
-	if idv.CanUint() {
-		id = ID(idv.Uint())
-	} else {
-		id = ID(idv.Int())
-	}
-	if l := rt.r.legacy; l != nil && id < l.floor {
+	id := presetID(idv)
+	if l := rt.r.legacy; l != nil && !m.pinterest && id < l.floor {
 		// A row the database had before it adopted shardid: its shard is
 		// the one the split recorded for its ID.
 		s, err := rt.r.ShardOfID(stmt.Table, id)
@@ -226,6 +221,15 @@ func (p *Plugin) checkPreset(rt *route, m *model, idv reflect.Value, stmt *gorm.
 		return p.checkRoute(rt, s, stmt, i)
 	}
 	return p.checkRoute(rt, p.shardOfPreset(m, id), stmt, i)
+}
+
+// presetID reads the ID field idv, of a signed or an unsigned integer
+// type. A uint64 above 2^63-1 reads as a negative ID, which names no row.
+func presetID(idv reflect.Value) ID {
+	if idv.CanUint() {
+		return ID(idv.Uint())
+	}
+	return ID(idv.Int())
 }
 
 // shardOfPreset returns the shard an existing ID of m names.
@@ -272,7 +276,7 @@ func (p *Plugin) assignStruct(stmt *gorm.Statement, m *model, row reflect.Value,
 	if !m.namesShard() {
 		return p.fillOther(stmt, m, idv)
 	}
-	shard, err := p.shardOfRow(stmt.Context, m, row)
+	shard, err := p.shardOfRowVia(stmt.Context, m, row, rt.router())
 	if err != nil {
 		return rowError(err, stmt.Schema, -1)
 	}
@@ -346,7 +350,7 @@ func (p *Plugin) assignRows(stmt *gorm.Statement, m *model, rv reflect.Value, rt
 			}
 			continue
 		}
-		s, err := p.shardOfRow(stmt.Context, m, row)
+		s, err := p.shardOfRowVia(stmt.Context, m, row, rt.router())
 		if err != nil {
 			return rowError(err, stmt.Schema, i)
 		}

@@ -55,8 +55,39 @@ func (p *Plugin) ShardOfKey(key any) (int, error) { return keyShard(key, p.shard
 // ShardOfKey returns the logical shard of a sharding key of any type the
 // plugin accepts (see KeyShard): KeyShard(key, r.LogicalShards(), the
 // router's layout).
+//
+// With RouterConfig.Legacy, a key that is another row's legacy ID (an ID
+// or NullID below the layout's IDs) gives the shard that row was recorded
+// on, as ForID does, and an ID that is neither legacy nor the layout's
+// gives ErrInvalidID.
 func (r *Router) ShardOfKey(key any) (int, error) {
+	if r.legacy != nil {
+		if id, ok := idOfKey(key); ok && id > 0 && id < r.legacy.floor {
+			s, _, err := r.legacy.ShardOfAny(id)
+			return s, err
+		}
+	}
 	return keyShard(key, int64(r.LogicalShards()), r.Layout())
+}
+
+// idOfKey returns the ID a sharding key of type ID or NullID (or a
+// pointer to one) holds; false for another type, a nil pointer or NULL.
+func idOfKey(key any) (ID, bool) {
+	switch k := key.(type) {
+	case ID:
+		return k, true
+	case *ID:
+		if k != nil {
+			return *k, true
+		}
+	case NullID:
+		return k.ID, k.Valid
+	case *NullID:
+		if k != nil {
+			return k.ID, k.Valid
+		}
+	}
+	return 0, false
 }
 
 // ForKeyOf returns a *gorm.DB for the shard of a sharding key of any type
@@ -100,6 +131,11 @@ func (r *Router) forID(id ID) *gorm.DB {
 	if id < 0 {
 		return r.refused(&multiError{errs: []error{ErrShardRange, ErrInvalidID},
 			detail: "ID " + strconv.FormatInt(int64(id), 10) + " is negative: it names no shard"})
+	}
+	if id == 0 {
+		// The zero ID is no row's: an ID not assigned yet (ForTableID
+		// and the routers without GORM refuse it alike).
+		return r.refused(withDetail(ErrInvalidID, "ID 0 names no row (an ID not assigned yet)"))
 	}
 	s := r.ShardOf(id)
 	if s >= r.LogicalShards() {

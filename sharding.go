@@ -51,6 +51,14 @@ type route struct {
 	schema string
 }
 
+// router returns rt's router, nil if rt is (a statement not routed).
+func (rt *route) router() *Router {
+	if rt == nil {
+		return nil
+	}
+	return rt.r
+}
+
 // RouterConfig configures a Router.
 type RouterConfig struct {
 	// Databases are the physical databases. Several may share one server.
@@ -523,9 +531,11 @@ func (r *Router) ForShard(n int) *gorm.DB {
 // RouterConfig.Legacy, a legacy ID goes to the shard its row was recorded on
 // (in whichever table; ForTableID names the table when two tables recorded
 // it on different shards), and an ID that is neither legacy nor the
-// layout's gives a *gorm.DB that carries ErrInvalidID. A negative ID, or
-// one whose shard is out of range, gives a *gorm.DB that carries an error
-// naming the ID (errors.Is(err, ErrShardRange) holds).
+// layout's gives a *gorm.DB that carries ErrInvalidID. The zero ID (no
+// row's) gives ErrInvalidID; a negative ID, or one whose shard is out of
+// range, gives a *gorm.DB that carries an error naming the ID
+// (errors.Is(err, ErrShardRange) holds, and ErrInvalidID for a negative
+// one).
 func (r *Router) ForID(id ID) *gorm.DB {
 	if r.legacy != nil && id < r.legacy.floor {
 		s, _, err := r.legacy.ShardOfAny(id)

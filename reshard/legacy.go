@@ -58,11 +58,19 @@ func ReadLegacyIDs(ctx context.Context, db *gorm.DB, r *shardid.Router, adopted 
 		if t.Key != "" {
 			q = fmt.Sprintf("SELECT %s, %s FROM %s", t.ID, t.Key, t.Table)
 		} else {
-			p, ok := byName[t.Parent]
-			if !ok || p.Key == "" {
-				return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("legacy table %s follows %s, which is not a listed table with a Key", t.Table, t.Parent))
+			// The key of the chain's root: a child follows its parent,
+			// which may follow its own, as the split follows them.
+			from, alias, cur := t.Table+" c", "c", t
+			for depth := 0; cur.Key == ""; depth++ {
+				p, ok := byName[cur.Parent]
+				if !ok || depth >= len(byName) {
+					return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("legacy table %s follows %s, which is not a listed table (or its parents go round)", t.Table, cur.Parent))
+				}
+				next := fmt.Sprintf("p%d", depth)
+				from += fmt.Sprintf(" JOIN %s %s ON %s.%s = %s.%s", p.Table, next, next, p.ID, alias, cur.ParentID)
+				alias, cur = next, p
 			}
-			q = fmt.Sprintf("SELECT c.%s, p.%s FROM %s c JOIN %s p ON p.%s = c.%s", t.ID, p.Key, t.Table, p.Table, p.ID, t.ParentID)
+			q = fmt.Sprintf("SELECT c.%s, %s.%s FROM %s", t.ID, alias, cur.Key, from)
 		}
 		rows, err := db.WithContext(ctx).Raw(q).Rows()
 		if err != nil {
