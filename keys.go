@@ -62,8 +62,7 @@ func (p *Plugin) ShardOfKey(key any) (int, error) { return keyShard(key, p.shard
 // gives ErrInvalidID.
 func (r *Router) ShardOfKey(key any) (int, error) {
 	if r.legacy != nil {
-		if id, ok := idOfKey(key); ok && id > 0 && id < r.legacy.floor {
-			s, _, err := r.legacy.ShardOfAny(id)
+		if s, ok, err := r.legacy.ShardOfKey(key); ok {
 			return s, err
 		}
 	}

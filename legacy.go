@@ -188,6 +188,22 @@ func (x *LegacyIDs) ShardOfAny(id ID) (shard int, ok bool, err error) {
 	return shard, true, nil
 }
 
+// ShardOfKey is ShardOfAny for a sharding key that is another row's ID
+// (an ID or NullID, or a pointer to one) below the layout's IDs: the
+// shard that row was recorded on, or ErrInvalidID for an ID that is
+// neither legacy nor the layout's. ok is false for any other key (of
+// another type, NULL, or an ID of the layout's), which routes as KeyShard
+// says. The routers (Router.ShardOfKey and ForKeyOf, and those of
+// shardsql and shardpgx) route keys through it when they have a record.
+func (x *LegacyIDs) ShardOfKey(key any) (shard int, ok bool, err error) {
+	id, isID := idOfKey(key)
+	if !isID || id <= 0 || id >= x.floor {
+		return 0, false, nil
+	}
+	shard, _, err = x.ShardOfAny(id)
+	return shard, true, err
+}
+
 func (x *LegacyIDs) invalid(id ID) error {
 	return withDetail(ErrInvalidID, fmt.Sprintf("ID %d: legacy IDs are at most %d, the layout's at least %d", int64(id), int64(x.max), int64(x.floor)))
 }

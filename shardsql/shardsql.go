@@ -84,6 +84,7 @@ type Router struct {
 	m       *shardmap.Map
 	routes  routesql.Routes[Shard]
 	ids     routesql.IDs
+	legacy  *shardid.LegacyIDs // Config.Legacy: keys that are legacy IDs (ForKeyOf)
 	layout  shardid.Layout
 	dialect string
 	alias   string
@@ -128,7 +129,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("%w: %s", shardid.ErrInvalidConfig, why)
 	}
 	r.routes.Init(cfg.Map, r.to)
-	r.ids = routesql.NewIDs(cfg.Legacy, shardid.ErrInvalidID)
+	r.ids, r.legacy = routesql.NewIDs(cfg.Legacy, shardid.ErrInvalidID), cfg.Legacy
 	return r, nil
 }
 
@@ -196,8 +197,15 @@ func (r *Router) ForTableID(table string, id shardid.ID) Shard {
 
 // ForKeyOf returns the route of the shard of any sharding key the GORM
 // plugin accepts (integers, strings, IDs; see shardid.KeyShard), computed
-// as the plugin computes it.
+// as the plugin computes it. With Config.Legacy, a key that is another
+// row's legacy ID goes to the shard that row was recorded on
+// (shardid.LegacyIDs.ShardOfKey).
 func (r *Router) ForKeyOf(key any) Shard {
+	if r.legacy != nil {
+		if s, ok, err := r.legacy.ShardOfKey(key); ok {
+			return r.route(s, err)
+		}
+	}
 	return r.route(shardid.KeyShard(key, r.m.LogicalShards(), r.layout))
 }
 

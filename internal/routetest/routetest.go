@@ -73,6 +73,11 @@ func Legacy[S any, R Router[S]](t *testing.T, open func(m *shardmap.Map, l *shar
 		{"ForTableID of a layout ID", r.ForTableID("photos", layoutID), 3, nil},
 		{"ForID of a negative ID", r.ForID(-1), -1, shardid.ErrInvalidID},
 		{"ForKeyOf, as KeyShard", r.ForKeyOf("tenant-a"), keyShard, nil},
+		{"ForKeyOf of a key that is a legacy ID: its row's record, not its bits", r.ForKeyOf(shardid.ID(6)), 2, nil},
+		{"ForKeyOf of a NullID key that is a legacy ID", r.ForKeyOf(shardid.NullID{ID: 6, Valid: true}), 2, nil},
+		{"ForKeyOf of an ID key two tables recorded on two shards", r.ForKeyOf(shardid.ID(5)), -1, shardid.ErrAmbiguousLegacyID},
+		{"ForKeyOf of an ID key between the ranges", r.ForKeyOf(l.Max() + 1), -1, shardid.ErrInvalidID},
+		{"ForKeyOf of an ID key of the layout", r.ForKeyOf(layoutID), 3, nil},
 	} {
 		shard, err := of(tc.route)
 		if tc.err == nil && (shard != tc.shard || err != nil) {
