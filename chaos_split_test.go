@@ -111,11 +111,16 @@ func chooseSplit(rng *rand.Rand, counts map[string]int) chaosSplitPlan {
 }
 
 // edited runs the batch of plan as an operator who edited split.json
-// would: chaos_bs keyed by its id, not its user_id. While a batch of the
-// monolith is split, every step must refuse it (ErrTablesChanged) and
-// change nothing (the checker then finds every write where it belongs);
-// anything else is reported to fail. Before that, nothing is run: a first
-// run's declarations are the operator's to choose.
+// would, in turn (from their count, not a draw of the seed's): chaos_bs
+// keyed by its id, not its user_id; another CatalogTable, whose map no
+// router follows; another SchemaPattern, under which the shards split so
+// far are not found. While a batch of the monolith is split, every step
+// must refuse it (ErrTablesChanged) and change nothing (the checker then
+// finds every write where it belongs), an abort too for the catalog and
+// the pattern (it would lift, and drop, by another catalog's placements
+// or other schemas), and no other catalog's table may be created;
+// anything else is reported to fail. Before that, nothing is run: a
+// first run's configuration is the operator's to choose.
 func (sp *chaosSplitter) edited(plan *reshard.SplitPlan, fail func(kind, msg string)) string {
 	final, err := sp.c.loadMap()
 	if err != nil {
@@ -130,8 +135,29 @@ func (sp *chaosSplitter) edited(plan *reshard.SplitPlan, fail func(kind, msg str
 	if err != nil {
 		return fmt.Sprintf("split with split.json edited: skipped: %v", err)
 	}
-	cfg.Tables = slices.Clone(cfg.Tables)
-	cfg.Tables[1].Key = "id"
+	const otherCatalog = "chaos_other_map"
+	field := []string{"Tables", "CatalogTable", "SchemaPattern"}[sp.edits%3]
+	sp.edits++
+	switch field {
+	case "Tables":
+		cfg.Tables = slices.Clone(cfg.Tables)
+		cfg.Tables[1].Key = "id"
+	case "CatalogTable":
+		cfg.Catalog = &reshard.Catalog{DB: cfg.Catalog.DB, Table: otherCatalog}
+	case "SchemaPattern":
+		var assign, shared []int
+		for s, p := range final {
+			assign = append(assign, p.DB)
+			if p.Shared {
+				shared = append(shared, s)
+			}
+		}
+		m, err := shardmap.New(shardmap.Config{Databases: chaosNames, LogicalShards: chaosShards, SchemaPattern: "chaosx_%04d", Assign: assign, Shared: shared})
+		if err != nil {
+			return fmt.Sprintf("split with split.json edited (%s): skipped: %v", field, err)
+		}
+		cfg.Map = m
+	}
 	shards := plan.Batches[0]
 	to := make([]string, len(shards))
 	for i, s := range shards {
@@ -139,13 +165,26 @@ func (sp *chaosSplitter) edited(plan *reshard.SplitPlan, fail func(kind, msg str
 	}
 	_, err = reshard.SplitShards(ctx, cfg, shards, to, reshard.SplitOptions{FenceFor: chaosSplitFenceFor})
 	_, cerr := reshard.CleanSplit(ctx, cfg)
-	msg := fmt.Sprintf("split of shards %v with split.json edited: %v; CleanSplit: %v", shards, err, cerr)
+	aerr := reshard.ErrTablesChanged // not asked of an edit of Tables: an abort does not follow them
+	var ares reshard.AbortResult
+	if field != "Tables" {
+		ares, aerr = reshard.AbortSplit(ctx, cfg)
+	}
+	msg := fmt.Sprintf("split of shards %v with split.json edited (%s): %v; CleanSplit: %v; AbortSplit: %v", shards, field, err, cerr, aerr)
+	var made int64
+	if field == "CatalogTable" {
+		if qerr := cfg.Catalog.DB.WithContext(ctx).Raw("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE ?", otherCatalog+"%").Scan(&made).Error; qerr != nil {
+			msg += fmt.Sprintf("; looking for %s: %v", otherCatalog, qerr)
+		}
+	}
 	// A server restarting may stop it before its check: an error that
 	// is not a refusal, then, is no violation, but a success is.
 	switch {
-	case err == nil || cerr == nil:
-		fail("config-edited", msg+": not refused")
-	case errors.Is(err, reshard.ErrTablesChanged) && errors.Is(cerr, reshard.ErrTablesChanged):
+	case err == nil || cerr == nil || aerr == nil:
+		fail("config-edited", msg+fmt.Sprintf(": not refused (abort: %+v)", ares))
+	case made > 0:
+		fail("config-edited", msg+": a refused step created the catalog "+otherCatalog)
+	case errors.Is(err, reshard.ErrTablesChanged) && errors.Is(cerr, reshard.ErrTablesChanged) && errors.Is(aerr, reshard.ErrTablesChanged):
 		sp.count("split config edited refused")
 	default:
 		sp.count("split config edited failed otherwise")
@@ -216,6 +255,7 @@ type chaosSplitter struct {
 	ops     int  // splits and roll-backs begun: even ones begin as chaosOwner
 	nexts   int  // plans made by next: every other one holds two batches
 	twos    int  // runs of two batches: every other one copies them together
+	edits   int  // split.json edited: which field, from their count
 	// fail reports a violation: a run as the tables' owner refused for a
 	// privilege that the guide does not ask of a mover.
 	fail func(kind, msg string)
