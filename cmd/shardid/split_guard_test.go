@@ -15,17 +15,19 @@ import (
 
 // splitCmdFixture is a monolith of 16 logical shards (users, photos,
 // comments; countries global) and two empty targets on PostgreSQL, with
-// the split's configuration written by config, in a directory of the
-// test's own.
+// the split's configuration written by config in the test's working
+// directory (the caller's t.Chdir).
 type splitCmdFixture struct {
 	dbs  []*gorm.DB
 	conf []string
 }
 
-func newSplitCmdFixture(t *testing.T) *splitCmdFixture {
+// newSplitCmdFixture makes its databases, named prefix_<pid>_<n>_...,
+// and runs extra on the monolith after its tables and rows.
+func newSplitCmdFixture(t *testing.T, prefix string, extra ...string) *splitCmdFixture {
 	t.Helper()
 	admin := testdb.OpenPostgres(t)
-	base := fmt.Sprintf("splitguard_%d_%d", os.Getpid(), rand.IntN(1e9))
+	base := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), rand.IntN(1e9))
 	dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
 	f := &splitCmdFixture{}
 	for _, n := range []string{"mono", "pg_a", "pg_b"} {
@@ -45,7 +47,7 @@ func newSplitCmdFixture(t *testing.T) *splitCmdFixture {
 		f.dbs = append(f.dbs, db)
 		f.conf = append(f.conf, fmt.Sprintf(`{"Name": %q, "Dialect": "postgres", "DSN": %q}`, n, d))
 	}
-	for _, q := range []string{
+	for _, q := range append([]string{
 		"CREATE TABLE countries (id BIGSERIAL PRIMARY KEY, name TEXT)",
 		"CREATE TABLE users (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
 		"CREATE TABLE photos (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id), caption TEXT)",
@@ -53,12 +55,11 @@ func newSplitCmdFixture(t *testing.T) *splitCmdFixture {
 		"INSERT INTO users (name) SELECT 'u' || g FROM generate_series(1, 64) g",
 		"INSERT INTO photos (user_id, caption) SELECT 1 + g % 64, 'p' FROM generate_series(1, 256) g",
 		"INSERT INTO comments (photo_id, body) SELECT 1 + g % 256, 'c' FROM generate_series(1, 512) g",
-	} {
+	}, extra...) {
 		if err := f.dbs[0].Exec(q).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Chdir(t.TempDir())
 	return f
 }
 
@@ -103,7 +104,8 @@ func TestSplitRunInterruptedAtTheSeal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("splits in a child process")
 	}
-	f := newSplitCmdFixture(t)
+	f := newSplitCmdFixture(t, "splitguard")
+	t.Chdir(t.TempDir())
 	config := f.config(t, 16, "")
 	f.sh(t, 0, "split", "plan", "--config", config, "--batch", "4", "--out", "plan.json")
 	res := cmdChild(t, "sealed", false, []os.Signal{os.Interrupt}, "split", "run", "--config", config, "--plan", "plan.json")
@@ -145,7 +147,8 @@ func TestSplitRunRefusesAnotherConfiguration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("splits in a child process")
 	}
-	f := newSplitCmdFixture(t)
+	f := newSplitCmdFixture(t, "splitguard")
+	t.Chdir(t.TempDir())
 	config := f.config(t, 16, `, "CatalogTable": "app_map"`)
 	f.sh(t, 0, "split", "plan", "--config", config, "--batch", "4", "--out", "plan.json")
 	// The first batch only: stopped after its flip.
@@ -215,7 +218,8 @@ func mustRead(t *testing.T, name string) []byte {
 // written, not even the catalog's first map, which would then hold the
 // wrong count of logical shards and refuse every later step.
 func TestSplitRunChecksThePlanBeforeTheCatalog(t *testing.T) {
-	f := newSplitCmdFixture(t)
+	f := newSplitCmdFixture(t, "splitguard")
+	t.Chdir(t.TempDir())
 	config := f.config(t, 16, "")
 	f.sh(t, 0, "split", "plan", "--config", config, "--batch", "4", "--out", "plan.json")
 	config = f.config(t, 8, "")

@@ -2,58 +2,19 @@ package main
 
 import (
 	"bytes"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/shardid/shardid/internal/readme"
-	"github.com/shardid/shardid/internal/testdb"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
 )
 
 // TestSplitCommandPostgres takes a small monolith through the split
 // command: plan (refused, then fixed), run, status, abort.
 func TestSplitCommandPostgres(t *testing.T) {
-	admin := testdb.OpenPostgres(t)
-	base := fmt.Sprintf("splitcmd_%d_%d", os.Getpid(), rand.IntN(1e9))
-	dsn := testdb.EnvOr("SHARDID_TEST_POSTGRES_DSN", testdb.DefaultPostgresDSN)
-	var dbs []*gorm.DB
-	var conf []string
-	for _, n := range []string{"mono", "pg_a", "pg_b"} {
-		name := base + "_" + n
-		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
-			t.Fatal(err)
-		}
-		d := testdb.WithPostgresField(dsn, "dbname", name)
-		db, err := gorm.Open(postgres.Open(d), testdb.GormConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			closeGorm(db)
-			admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-		})
-		dbs = append(dbs, db)
-		conf = append(conf, fmt.Sprintf(`{"Name": %q, "Dialect": "postgres", "DSN": %q}`, n, d))
-	}
-	for _, q := range []string{
-		"CREATE TABLE countries (id BIGSERIAL PRIMARY KEY, name TEXT)",
-		"CREATE TABLE users (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
-		"CREATE TABLE photos (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id), caption TEXT)",
-		"CREATE TABLE comments (id BIGSERIAL PRIMARY KEY, photo_id BIGINT NOT NULL REFERENCES photos(id), body TEXT)",
-		"CREATE TABLE audit (id BIGSERIAL PRIMARY KEY, what TEXT)",
-		"INSERT INTO users (name) SELECT 'u' || g FROM generate_series(1, 64) g",
-		"INSERT INTO photos (user_id, caption) SELECT 1 + g % 64, 'p' FROM generate_series(1, 256) g",
-		"INSERT INTO comments (photo_id, body) SELECT 1 + g % 256, 'c' FROM generate_series(1, 512) g",
-	} {
-		if err := dbs[0].Exec(q).Error; err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := newSplitCmdFixture(t, "splitcmd", "CREATE TABLE audit (id BIGSERIAL PRIMARY KEY, what TEXT)")
+	dbs, conf := f.dbs, f.conf
 	guide, err := filepath.Abs(filepath.Join("..", "..", "docs", "resharding.md"))
 	if err != nil {
 		t.Fatal(err)
