@@ -15,6 +15,7 @@ import (
 // connections: its routes are what Legacy checks.
 type rule struct {
 	ids    routesql.IDs
+	legacy *shardid.LegacyIDs
 	shards int
 }
 
@@ -34,7 +35,14 @@ func (r rule) ForTableID(table string, id shardid.ID) route {
 	return route{s, err}
 }
 
+// ForKeyOf is the routers' ForKeyOf: a key that is a legacy ID by the
+// record (LegacyIDs.ShardOfKey), any other as KeyShard says.
 func (r rule) ForKeyOf(key any) route {
+	if r.legacy != nil {
+		if s, ok, err := r.legacy.ShardOfKey(key); ok {
+			return route{s, err}
+		}
+	}
 	s, err := shardid.KeyShard(key, r.shards, shardid.Instagram)
 	return route{s, err}
 }
@@ -43,7 +51,7 @@ func (r rule) ForKeyOf(key any) route {
 // and any other is refused, by the rule every router calls.
 func TestLegacyIDs(t *testing.T) {
 	routetest.Legacy(t, func(m *shardmap.Map, l *shardid.LegacyIDs) (rule, error) {
-		return rule{routesql.NewIDs(l, shardid.ErrInvalidID), m.LogicalShards()}, nil
+		return rule{routesql.NewIDs(l, shardid.ErrInvalidID), l, m.LogicalShards()}, nil
 	}, func(r route) (int, error) { return r.shard, r.err })
 }
 
