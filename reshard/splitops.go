@@ -457,17 +457,21 @@ func sortedShards(m map[int]splitState) []int {
 func (sp *splitter) dropUnflippedCopies(ctx context.Context, lock *moveLock, shards []int, keep map[int]int) ([]int, error) {
 	var out []int
 	kept := map[int]int64{} // a kept schema's fence token, where it has one
+	byKeep := map[int][]string{}
 	for _, s := range shards {
-		k, ok := keep[s]
-		if !ok || k < 0 {
-			continue
+		if k, ok := keep[s]; ok && k >= 0 {
+			byKeep[k] = append(byKeep[k], sp.cfg.Map.SchemaOf(s))
 		}
-		tok, _, has, err := fenceToken(ctx, sp.cfg.DBs[k], sp.cfg.Map.SchemaOf(s))
+	}
+	for k, names := range byKeep {
+		toks, err := sp.fenceTokensOf(ctx, sp.cfg.DBs[k], names)
 		if err != nil {
 			return out, err
 		}
-		if has {
-			kept[s] = tok
+		for _, s := range shards {
+			if tok, ok := toks[sp.cfg.Map.SchemaOf(s)]; ok && keep[s] == k {
+				kept[s] = tok
+			}
 		}
 	}
 	for d, db := range sp.cfg.DBs {
@@ -486,26 +490,24 @@ func (sp *splitter) dropUnflippedCopies(ctx context.Context, lock *moveLock, sha
 		if len(names) == 0 {
 			continue
 		}
-		found, err := schemasWithTable(ctx, db, names, fenceTable)
+		toks, err := sp.fenceTokensOf(ctx, db, names)
 		if err != nil {
 			return out, err
 		}
-		for _, sc := range found {
+		for _, sc := range names {
+			tok, ok := toks[sc]
+			if !ok {
+				continue // none there
+			}
+			if want, ok := kept[schemas[sc]]; ok && tok == want {
+				continue // the kept schema, through another database of the map
+			}
 			st, err := readFence(ctx, db, sc)
 			if err != nil {
 				return out, err
 			}
 			if !st.MoverOnly || st.Sealed {
 				continue // not a copy under way: left alone
-			}
-			if tok, ok := kept[schemas[sc]]; ok {
-				now, _, has, err := fenceToken(ctx, db, sc)
-				if err != nil {
-					return out, err
-				}
-				if has && now == tok {
-					continue // the kept schema, through another database of the map
-				}
 			}
 			// Dropped only as found, the lock held: a run of the batch
 			// that took the lock while this one was paused may have
@@ -523,6 +525,27 @@ func (sp *splitter) dropUnflippedCopies(ctx context.Context, lock *moveLock, sha
 			if !slices.Contains(out, schemas[sc]) {
 				out = append(out, schemas[sc])
 			}
+		}
+	}
+	return out, nil
+}
+
+// fenceTokensOf returns the fence token of each of schemas on db that has
+// a fence table, in one read of each 200.
+func (sp *splitter) fenceTokensOf(ctx context.Context, db *gorm.DB, schemas []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	fenced, err := schemasWithTable(ctx, db, schemas, fenceTable)
+	if err != nil {
+		return nil, err
+	}
+	for lo := 0; lo < len(fenced); lo += 200 {
+		chunk := fenced[lo:min(lo+200, len(fenced))]
+		var rows []struct{ I, Token int64 }
+		if err := db.WithContext(ctx).Raw(fenceTokensQuery(sp.mysql, chunk, false)).Scan(&rows).Error; err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			out[chunk[r.I]] = r.Token
 		}
 	}
 	return out, nil
