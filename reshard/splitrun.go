@@ -1006,9 +1006,15 @@ func (b *splitBatch) checkSealedCopies(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	names := b.sp.cfg.Map.Databases()
+	// The sums of the copies, by target, table and the columns they
+	// were verified over: a query of many shards' tables at a time.
+	type group struct {
+		d            int
+		table, which string
+	}
+	groups := map[group][]int{}
+	colsOf := map[group][]string{}
 	for _, s := range b.shards {
-		db, sc := b.dst(s), b.schemaOf(s)
 		for _, t := range b.sp.tables {
 			want, ok := verified[s][t.Name]
 			if !ok {
@@ -1018,21 +1024,38 @@ func (b *splitBatch) checkSealedCopies(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("%w (shard %d, table %s)", err, s, t.Name)
 			}
-			var got sentRows
-			err = readSession(ctx, db, func(q querier) error {
-				var err error
-				got, err = tableSumOn(ctx, q, db, quoteTable(db, sc, t.Name), textHashed(cols))
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("shardid: split: reading shard %d's copy of %s on %s: %w", s, t.Name, names[b.to[s]], err)
-			}
-			if got.rows != want.Rows || got.sum != want.Sum {
-				return withDetail(ErrCopyDiffers, fmt.Sprintf("shard %d was sealed on the monolith once its copy was verified, and its schema on %s is not that copy "+
-					"(%s: %d rows, %d verified): run the plan that sealed it (the shard's copy is on the database it sent it to), or abort the split, which lifts the seal",
-					s, names[b.to[s]], t.Name, got.rows, want.Rows))
+			g := group{b.to[s], t.Name, checkCols(cols)}
+			groups[g] = append(groups[g], s)
+			colsOf[g] = cols
+		}
+	}
+	names := b.sp.cfg.Map.Databases()
+	var differ []string
+	first := -1
+	for g, shards := range groups {
+		got, err := tableSums(ctx, b.sp.cfg.DBs[g.d], shards, b.schemaOf, g.table, colsOf[g])
+		if err != nil {
+			return fmt.Errorf("shardid: split: reading the copies of %s on %s: %w", g.table, names[g.d], err)
+		}
+		for _, s := range shards {
+			want := verified[s][g.table]
+			if c := got[s]; c.rows != want.Rows || c.sum != want.Sum {
+				if first < 0 || s < first {
+					first = s
+				}
+				differ = append(differ, fmt.Sprintf("shard %d's %s on %s: %d rows, %d verified", s, g.table, names[g.d], c.rows, want.Rows))
 			}
 		}
+	}
+	if len(differ) > 0 {
+		slices.Sort(differ)
+		list := strings.Join(differ[:min(len(differ), 6)], "; ")
+		if len(differ) > 6 {
+			list += fmt.Sprintf("; and %d more", len(differ)-6)
+		}
+		return withDetail(ErrCopyDiffers, fmt.Sprintf("shard %d was sealed on the monolith once its copy was verified, and its schema on %s is not that copy (%s): "+
+			"run the plan that sealed it (the shard's copy is on the database it sent it to), or abort the split, which lifts the seal",
+			first, names[b.to[first]], list))
 	}
 	return nil
 }
