@@ -46,7 +46,9 @@ type AggregateOptions struct {
 	Workers int
 
 	// PerShard runs the query once per logical shard, as
-	// GatherOptions.PerShard does.
+	// GatherOptions.PerShard does, except that a database's shared tables
+	// (the shards it holds without a schema of their own) are read once:
+	// the query cannot tell their shards' rows apart.
 	PerShard bool
 }
 
@@ -66,7 +68,11 @@ type AggregateRow struct {
 // Aggregate computes aggregates over every logical shard of r: on each
 // shard, the rows query selects (it sets the model or table and the
 // filter; Aggregate sets the SELECT list and GROUP BY), merged exactly
-// across shards. Groups come in no particular order.
+// across shards. Groups come in no particular order. An expression that
+// begins with DISTINCT is refused (ErrInvalidConfig): distinct values per
+// shard do not add up to distinct values across them. Groups and MIN and
+// MAX of text are merged by Go's comparison of the values, byte by byte,
+// not by the column's collation.
 //
 // It runs as Gather does: one statement per database on PostgreSQL and
 // MySQL with a SchemaPattern, each shard an arm of a UNION ALL. Groups of
@@ -83,6 +89,11 @@ func Aggregate(ctx context.Context, r *Router, opts AggregateOptions,
 	for i, c := range opts.Columns {
 		if strings.TrimSpace(c.Expr) == "" || c.Expr == "*" && c.Func != AggCount {
 			return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("AggregateOptions.Columns[%d]: expression %q", i, c.Expr))
+		}
+		if f := strings.Fields(strings.ToUpper(c.Expr)); len(f) > 0 && (f[0] == "DISTINCT" || strings.HasPrefix(f[0], "DISTINCT(")) {
+			// Each shard's distinct values, added or averaged, are not the
+			// distinct values of all of them.
+			return nil, withDetail(ErrInvalidConfig, fmt.Sprintf("AggregateOptions.Columns[%d]: %q: DISTINCT cannot be merged across shards: Gather the values and count them", i, c.Expr))
 		}
 		switch c.Func {
 		case AggCount:
@@ -106,7 +117,7 @@ func Aggregate(ctx context.Context, r *Router, opts AggregateOptions,
 		vals    []any
 		numeric []bool // per column: a decimal type, compared as a number
 	}
-	parts, err := fanout(ctx, r, fanOptions{perShard: opts.PerShard, workers: opts.Workers},
+	parts, err := fanout(ctx, r, fanOptions{perShard: opts.PerShard, sharedOnce: true, workers: opts.Workers},
 		func(ctx context.Context, db *gorm.DB) ([]partial, error) {
 			tx := query(ctx, db).Select(strings.Join(sel, ", "))
 			for _, g := range opts.GroupBy {

@@ -13,7 +13,12 @@ import (
 // fanOptions configures fanout.
 type fanOptions struct {
 	perShard bool
-	workers  int
+	// sharedOnce reads a database's shared tables (the shards it holds
+	// without a schema of their own) once, even with perShard: a query
+	// shardid composes (a page, an aggregate) cannot tell those shards'
+	// rows apart, and would count each of them once per shard.
+	sharedOnce bool
+	workers    int
 	// prep, if not nil, is applied to every session before query gets it
 	// (a page's keyset).
 	prep func(*gorm.DB) *gorm.DB
@@ -68,7 +73,7 @@ func fanout[T any](ctx context.Context, r *Router, o fanOptions,
 		shared := -1
 		for _, s := range on[d] {
 			switch {
-			case o.perShard || schemaOf(s) != "":
+			case o.perShard && !o.sharedOnce || schemaOf(s) != "":
 				out = append(out, fanTarget{db: d, shard: s, label: s})
 			case shared < 0:
 				shared = s

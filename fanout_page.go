@@ -59,7 +59,9 @@ type PageOptions struct {
 	Workers int
 
 	// PerShard runs the query once per logical shard, as
-	// GatherOptions.PerShard does.
+	// GatherOptions.PerShard does, except that a database's shared tables
+	// (the shards it holds without a schema of their own) are read once:
+	// the query cannot tell their shards' rows apart.
 	PerShard bool
 }
 
@@ -141,7 +143,7 @@ func GatherPage[T any](ctx context.Context, r *Router, opts PageOptions, id func
 	}
 	var quoted strings.Builder
 	r.Databases()[0].Dialector.QuoteTo(&quoted, column)
-	rows, err := fanout(ctx, r, fanOptions{perShard: opts.PerShard, workers: opts.Workers, prep: prep,
+	rows, err := fanout(ctx, r, fanOptions{perShard: opts.PerShard, sharedOnce: true, workers: opts.Workers, prep: prep,
 		require: "ORDER BY " + quoted.String()}, query)
 	sortByID(rows, id, opts.Desc)
 	for _, row := range rows {
