@@ -22,9 +22,11 @@ type fanOptions struct {
 	// prep, if not nil, is applied to every session before query gets it
 	// (a page's keyset).
 	prep func(*gorm.DB) *gorm.DB
-	// require is text every statement run as a union must have (a page's
-	// ORDER BY), else it is refused with ErrPageQuery.
-	require string
+	// orderBy is the column every statement run as a union must order by
+	// (a page's), as "ORDER BY" and the column quoted by the statement's
+	// own database (a router may mix dialects), else it is refused with
+	// ErrPageQuery.
+	orderBy string
 }
 
 // fanTarget is one query of a fan-out run on its own: one logical shard,
@@ -221,7 +223,12 @@ func unionQuery[T any](ctx context.Context, r *Router, o fanOptions, proxy *sql.
 		db.Dialector.QuoteTo(&b, name)
 		return b.String() + "."
 	}
-	pool := &unionPool{real: db.Statement.ConnPool, proxy: proxy, postgres: db.Dialector.Name() == "postgres", require: o.require}
+	pool := &unionPool{real: db.Statement.ConnPool, proxy: proxy, postgres: db.Dialector.Name() == "postgres"}
+	if o.orderBy != "" {
+		var b strings.Builder
+		db.Dialector.QuoteTo(&b, o.orderBy)
+		pool.require = "ORDER BY " + b.String()
+	}
 	rep, covered, shared := -1, make([]int, 0, len(shards)), false
 	for _, s := range shards {
 		schema := schemaOf(s)

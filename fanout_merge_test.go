@@ -3,6 +3,8 @@ package shardid_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/shardid/shardid"
@@ -78,5 +80,37 @@ func TestAggregateRefusesDistinct(t *testing.T) {
 		if !errors.Is(err, shardid.ErrInvalidConfig) {
 			t.Errorf("Aggregate of %q: %v, %v; want ErrInvalidConfig refusing DISTINCT", c.Expr, rows, err)
 		}
+	}
+}
+
+// TestGatherPageOverMixedDialects: a router over a PostgreSQL and a
+// MariaDB database pages both, each statement checked for its ORDER BY as
+// its own database quotes it (the check took the first database's
+// quoting, refused MariaDB's statements with ErrPageQuery, and dropped
+// their rows).
+func TestGatherPageOverMixedDialects(t *testing.T) {
+	dbs := []*gorm.DB{openPostgres(t), openMySQL(t)}
+	pattern := fmt.Sprintf("mixpage_%d_%%04d", rand.IntN(1e9))
+	r := fanRouter(t, dbs, pattern, 4)
+	all := seed(t, r, 2)
+	q := func(ctx context.Context, db *gorm.DB) ([]FPhoto, error) {
+		var ps []FPhoto
+		return ps, db.Find(&ps).Error
+	}
+	var got []FPhoto
+	opts := shardid.PageOptions{Size: 3}
+	for range 10 {
+		page, err := shardid.GatherPage(context.Background(), r, opts, photoID, q)
+		if err != nil {
+			t.Fatalf("page %d: %v", len(got)/3+1, err)
+		}
+		got = append(got, page.Rows...)
+		if page.Next == "" {
+			break
+		}
+		opts.Token = page.Next
+	}
+	if len(got) != len(all) {
+		t.Errorf("%d rows paged over PostgreSQL and MariaDB, want %d", len(got), len(all))
 	}
 }

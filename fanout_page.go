@@ -141,10 +141,8 @@ func GatherPage[T any](ctx context.Context, r *Router, opts PageOptions, id func
 		}
 		return db.Order(clause.OrderByColumn{Column: clause.Column{Name: column}, Desc: opts.Desc}).Limit(size + 1)
 	}
-	var quoted strings.Builder
-	r.Databases()[0].Dialector.QuoteTo(&quoted, column)
 	rows, err := fanout(ctx, r, fanOptions{perShard: opts.PerShard, sharedOnce: true, workers: opts.Workers, prep: prep,
-		require: "ORDER BY " + quoted.String()}, query)
+		orderBy: column}, query)
 	sortByID(rows, id, opts.Desc)
 	for _, row := range rows {
 		if v := id(row); after && (opts.Desc && v >= cursor || !opts.Desc && v <= cursor) {
