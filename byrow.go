@@ -208,13 +208,7 @@ func keyModel(s *schema.Schema) (*model, error) {
 func (rr rowRoute) shardOf(ctx context.Context, row reflect.Value) (int, error) {
 	if rr.id != nil {
 		if idv := rr.id.ReflectValueOf(ctx, row); !idv.IsZero() {
-			id := presetID(idv)
-			if l := rr.r.legacy; l != nil && !rr.m.pinterest && id < l.floor {
-				// A row from before the database adopted shardid: the
-				// shard recorded for its ID, as the plugin checks it.
-				return rr.r.ShardOfID(rr.table, id)
-			}
-			return rr.p.shardOfPreset(rr.m, id), nil
+			return rr.p.presetShard(rr.r, rr.m, rr.table, presetID(idv))
 		}
 	}
 	return rr.p.shardOfRowVia(ctx, rr.m, row, rr.r)

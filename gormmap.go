@@ -40,15 +40,9 @@ func (p *Plugin) assignMap(stmt *gorm.Statement, m *model, row reflect.Value, i 
 	v := reflect.New(m.id.FieldType).Elem()
 	if n != 0 {
 		if m.namesShard() {
-			shard := p.layout.Decompose(ID(n)).Shard
-			if rt != nil && rt.r.legacy != nil && ID(n) < rt.r.legacy.floor {
-				// A legacy ID, as checkPreset reads one: the shard its
-				// row was recorded on.
-				s, err := rt.r.ShardOfID(stmt.Table, ID(n))
-				if err != nil {
-					return rowError(err, stmt.Schema, i)
-				}
-				shard = s
+			shard, err := p.presetShard(rt.router(), m, stmt.Table, ID(n))
+			if err != nil {
+				return rowError(err, stmt.Schema, i)
 			}
 			if err := p.checkRoute(rt, shard, stmt, i); err != nil {
 				return err

@@ -210,17 +210,22 @@ func (p *Plugin) checkPreset(rt *route, m *model, idv reflect.Value, stmt *gorm.
 	if rt == nil || !m.carriesShard() {
 		return nil
 	}
-	id := presetID(idv)
-	if l := rt.r.legacy; l != nil && !m.pinterest && id < l.floor {
-		// A row the database had before it adopted shardid: its shard is
-		// the one the split recorded for its ID.
-		s, err := rt.r.ShardOfID(stmt.Table, id)
-		if err != nil {
-			return rowError(err, stmt.Schema, i)
-		}
-		return p.checkRoute(rt, s, stmt, i)
+	s, err := p.presetShard(rt.r, m, stmt.Table, presetID(idv))
+	if err != nil {
+		return rowError(err, stmt.Schema, i)
 	}
-	return p.checkRoute(rt, p.shardOfPreset(m, id), stmt, i)
+	return p.checkRoute(rt, s, stmt, i)
+}
+
+// presetShard returns the shard of a row of m in table whose ID is id,
+// set: with r's legacy record, for a legacy ID (a row the database had
+// before it adopted shardid), the shard recorded for it in table;
+// otherwise the shard the ID names. r may be nil (no router).
+func (p *Plugin) presetShard(r *Router, m *model, table string, id ID) (int, error) {
+	if r != nil && r.legacy != nil && !m.pinterest && id < r.legacy.floor {
+		return r.ShardOfID(table, id)
+	}
+	return p.shardOfPreset(m, id), nil
 }
 
 // presetID reads the ID field idv, of a signed or an unsigned integer
