@@ -92,6 +92,23 @@ type SplitConfig struct {
 	// (only the batch's shards, on the condition that they are still
 	// shared on the monolith).
 	Catalog *Catalog
+
+	// Layout, if not the zero Layout, is the layout of the IDs the plugin
+	// issues on the monolith (its RouterConfig's). The split then checks
+	// that each row's ID will find it in the shard its key puts it in: an
+	// ID of the layout must name that shard, and an older one be recorded
+	// on it by ReadLegacyIDs (Legacy). A row whose key changed since its
+	// ID was issued, or whose legacy ID was issued after the record, is
+	// refused by PlanSplit ("id-mismatch") and fails its batch before the
+	// flip with ErrKeyMismatch, naming it: copied, no lookup by its ID
+	// would find it. Without Layout nothing checks it, and PlanSplit warns.
+	Layout shardid.Layout
+
+	// Legacy is the record of the monolith's legacy IDs (ReadLegacyIDs)
+	// that Layout's check uses. Nil: the one Catalog keeps
+	// (Catalog.LoadLegacy), if any; without one, every ID must be the
+	// layout's.
+	Legacy *shardid.LegacyIDs
 }
 
 // splitter is a checked SplitConfig.
@@ -110,6 +127,9 @@ type splitter struct {
 	// cannot leave them to a role that its owner's runs may not act as.
 	// "" leaves them to the mover.
 	handTo string
+	// ids checks the rows' IDs (SplitConfig.Layout): set by the plan and
+	// the runs of batches (loadIDs), nil without a Layout.
+	ids *idCheck
 }
 
 // newSplitter checks cfg and reads the monolith's schema.

@@ -31,6 +31,9 @@ type splitBatch struct {
 	// sent is what the first copy sent of each table of each shard
 	// (splitstream.go), for verifyCopy.
 	sent map[string]map[int]*sentRows
+	// badIDs are the rows the copy found whose IDs would not find them
+	// (SplitConfig.Layout).
+	badIDs *idMismatches
 	// fresh are the shards whose schemas this run created: empty.
 	fresh map[int]bool
 	// ahead are the schemas RunSplit created ahead of this batch, with
@@ -549,7 +552,7 @@ func joinIDs(ids []int64) string {
 // go to their shard's schema. It returns the rows copied.
 func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 	targets, shards := b.byTarget()
-	b.sent = nil
+	b.sent, b.badIDs = nil, &idMismatches{}
 	for _, d := range targets {
 		db := b.sp.cfg.DBs[d]
 		// The shards this run did not create, emptied shardsPerTx a
@@ -586,7 +589,7 @@ func (b *splitBatch) copy(ctx context.Context) (int64, error) {
 		}
 		total += n
 	}
-	return total, nil
+	return total, b.badIDs.err("copying shards " + shardList(b.shards))
 }
 
 // shardsPerTx is how many shards' tables a transaction of a split's
@@ -636,6 +639,7 @@ func (b *splitBatch) emptyShards(ctx context.Context, db *gorm.DB, shards []int)
 // (b.sent) for verifyCopy.
 func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progress func(int64)) (int64, error) {
 	cols := b.cols[t.Name].write
+	idCol := idColumn(cols)
 	q := "SELECT shardid_s, " + rowHash(b.sp.mono, textHashed(b.cols[t.Name].all)) + ", " + columnList(b.sp.mono, cols) + " FROM " + b.sp.rel(t, b.shards)
 	sent := map[int]*sentRows{}
 	for _, s := range b.shards {
@@ -732,6 +736,13 @@ func (b *splitBatch) copyTableBatches(ctx context.Context, t SplitTable, progres
 			st, ok := sent[int(s)]
 			if !ok {
 				return fmt.Errorf("shardid: a row of %s of shard %d, not one of the batch's", t.Name, s)
+			}
+			if idCol >= 0 && b.sp.ids != nil {
+				id, err := asInt64(vals[2+idCol])
+				if err != nil {
+					return err
+				}
+				b.badIDs.check(b.sp.ids, t.Name, id, int(s))
 			}
 			st.rows++
 			st.sum += h
@@ -984,8 +995,13 @@ func (b *splitBatch) apply(ctx context.Context, log []splitChange) error {
 		}
 	}
 	groups := make([]group, 0, len(keys))
+	byTable := map[string][]int64{}
 	for g := range keys {
 		groups = append(groups, g)
+		byTable[g.table] = append(byTable[g.table], keys[g]...)
+	}
+	if err := b.checkApplied(ctx, byTable); err != nil {
+		return err
 	}
 	sort.Slice(groups, func(i, j int) bool {
 		if groups[i].table != groups[j].table {

@@ -127,6 +127,9 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 	if err != nil {
 		return nil, err
 	}
+	if sp.ids, err = newIDCheck(ctx, cfg); err != nil {
+		return nil, err
+	}
 	if batch <= 0 {
 		batch = 100
 	}
@@ -167,6 +170,12 @@ func PlanSplit(ctx context.Context, cfg SplitConfig, targets []string, batch int
 	}
 	if len(todo) > 0 {
 		if err := sp.countRows(ctx, p, todo, ok); err != nil {
+			return nil, err
+		}
+		if sp.ids == nil {
+			p.Warnings = append(p.Warnings, SplitWarning{Kind: "ids-unchecked", Database: cfg.Monolith,
+				Detail: "no Layout is given (split.json: Layout): a row whose key changed since its ID was issued would be copied where no lookup by its ID finds it"})
+		} else if err := sp.planIDs(ctx, todo, ok, refuse); err != nil {
 			return nil, err
 		}
 		b := &splitBatch{sp: sp, to: map[int]int{}}

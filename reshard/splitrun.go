@@ -147,6 +147,9 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if err != nil {
 		return res, err
 	}
+	if sp.ids, err = newIDCheck(ctx, cfg); err != nil {
+		return res, err
+	}
 	if len(shards) == 0 || len(shards) != len(to) {
 		return res, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: %d shards for %d targets", len(shards), len(to)))
 	}

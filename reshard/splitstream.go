@@ -64,6 +64,9 @@ type copyRouter struct {
 	partial  []byte
 	total    int64
 	progress func(int64)
+	// checkID, if not nil, is given each row's ID, column idCol.
+	checkID func(id int64, shard int)
+	idCol   int
 }
 
 func newCopyRouter(shards []int, send func(copyChunkOf) error, progress func(int64)) *copyRouter {
@@ -129,6 +132,14 @@ func (r *copyRouter) line(l []byte) error {
 	sent, ok := r.sent[s]
 	if !ok {
 		return fmt.Errorf("shardid: a copied row of shard %d, not one of the batch's", s)
+	}
+	if r.checkID != nil {
+		f, ok := copyField(data, r.idCol)
+		id, err := strconv.ParseInt(string(f), 10, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("shardid: a copied row with no id in column %d: %.60q", r.idCol, data)
+		}
+		r.checkID(id, s)
 	}
 	r.bufs[s] = append(r.bufs[s], data...)
 	r.rows[s]++
@@ -273,6 +284,10 @@ func (b *splitBatch) copyTablePG(ctx context.Context, t SplitTable, progress fun
 	}
 	router := newCopyRouter(b.shards, send, progress)
 	router.hasher = hasher
+	if b.sp.ids != nil {
+		router.idCol = idColumn(cols.write)
+		router.checkID = func(id int64, s int) { b.badIDs.check(b.sp.ids, t.Name, id, s) }
+	}
 	err := withPgx(ctx, b.sp.mono, func(c *pgx.Conn) error {
 		tx, err := c.Begin(ctx)
 		if err != nil {

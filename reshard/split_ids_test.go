@@ -1,0 +1,164 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/reshard"
+	"gorm.io/gorm"
+)
+
+type idCheckPhoto struct {
+	ID      shardid.ID
+	UserID  int64 `shardid:"key"`
+	Caption string
+}
+
+func (idCheckPhoto) TableName() string { return "photos" }
+
+func TestSplitChecksEachRowsIDPostgres(t *testing.T) {
+	t.Parallel()
+	testSplitChecksEachRowsID(t, newSplitEnvPG(t, 4, 8, 2, 1), "pg_a", "pg_b")
+}
+
+func TestSplitChecksEachRowsIDMariaDB(t *testing.T) {
+	t.Parallel()
+	testSplitChecksEachRowsID(t, newSplitEnvMySQL(t, 4, 8, 2, 1), "my_a", "my_b")
+}
+
+// testSplitChecksEachRowsID: with SplitConfig.Layout, a row whose ID would
+// not find it in the shard its key puts it in is refused by the plan
+// ("id-mismatch"), by the copy and by the catch-up (ErrKeyMismatch, before
+// the flip), naming it; once its key is put back, the split runs and every
+// ID, legacy or the layout's, finds its row. Without the check, a photo
+// whose user_id an UPDATE changed was copied to its new user's shard, where
+// no Get by its ID looks.
+func testSplitChecksEachRowsID(t *testing.T, e *splitEnv, a, b string) {
+	ctx := context.Background()
+	var appDBs []*gorm.DB
+	for _, db := range e.dbs {
+		d, err := gorm.Open(db.Dialector, &gorm.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		appDBs = append(appDBs, d)
+	}
+	adopted := time.Now().Add(-time.Second)
+	p, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: appDBs, ShardMap: e.m, Plugin: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A photo of the layout, of user 3 (shard 3).
+	photo := idCheckPhoto{UserID: 3, Caption: "of the layout"}
+	if err := r.Create(ctx, &photo); err != nil {
+		t.Fatal(err)
+	}
+	if photo.ID.Shard() != 3 {
+		t.Fatalf("the new photo names shard %d", photo.ID.Shard())
+	}
+	cfg := e.cfg
+	cfg.Layout = r.Layout()
+	targets := []string{a, b}
+	refusal := func(p *reshard.SplitPlan, err error, want ...string) {
+		t.Helper()
+		if !errors.Is(err, reshard.ErrSplitRefused) {
+			t.Fatalf("PlanSplit: %v, want ErrSplitRefused", err)
+		}
+		for _, x := range p.Refusals {
+			if x.Kind == "id-mismatch" && x.Table == "photos" {
+				for _, w := range want {
+					if !strings.Contains(x.Detail, w) {
+						t.Errorf("the refusal %q does not say %q", x.Detail, w)
+					}
+				}
+				return
+			}
+		}
+		t.Fatalf("no id-mismatch refusal of photos: %v", err)
+	}
+
+	// No legacy IDs recorded: the old rows' IDs name no shard.
+	pl, err := reshard.PlanSplit(ctx, cfg, targets, 2)
+	refusal(pl, err, "record the legacy IDs first")
+
+	legacy, err := reshard.ReadLegacyIDs(ctx, e.dbs[0], r, adopted, e.cfg.Tables...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Legacy = legacy
+	if pl, err = reshard.PlanSplit(ctx, cfg, targets, 2); err != nil {
+		t.Fatalf("PlanSplit with the legacy IDs: %v (%v)", err, pl.Refusals)
+	}
+	// Without a layout the plan warns.
+	if pl, err = reshard.PlanSplit(ctx, e.cfg, targets, 2); err != nil || len(pl.Warnings) == 0 || pl.Warnings[0].Kind != "ids-unchecked" {
+		t.Fatalf("PlanSplit without a Layout: %v, warnings %v", err, pl.Warnings)
+	}
+
+	// The keys of a photo of the layout and of a legacy one change.
+	var old int64
+	if err := e.dbs[0].Raw("SELECT id FROM photos WHERE user_id = 3 AND id < 1000 ORDER BY id LIMIT 1").Scan(&old).Error; err != nil || old == 0 {
+		t.Fatalf("a legacy photo of user 3: %d, %v", old, err)
+	}
+	move := func(id int64, user int) {
+		t.Helper()
+		if err := e.dbs[0].Exec("UPDATE photos SET user_id = ? WHERE id = ?", user, id).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	move(int64(photo.ID), 2)
+	move(old, 2)
+	pl, err = reshard.PlanSplit(ctx, cfg, targets, 2)
+	refusal(pl, err, fmt.Sprintf("photos %d (names shard 3, its key puts it on shard 2)", photo.ID),
+		fmt.Sprintf("photos %d (recorded on shard 3, its key now puts it on shard 2)", old))
+
+	// The copy refuses them too, and flips nothing.
+	_, err = reshard.SplitShards(ctx, cfg, []int{2, 3}, targets, reshard.SplitOptions{})
+	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d", photo.ID)) {
+		t.Fatalf("SplitShards of rows whose IDs name other shards: %v, want ErrKeyMismatch naming photo %d", err, photo.ID)
+	}
+	v := e.m.Load()
+	for _, s := range []int{2, 3} {
+		if !v.Shared(s) || v.DB(s) != 0 {
+			t.Fatalf("shard %d was flipped after a refused copy", s)
+		}
+	}
+
+	// Put back; a key changed after the copy is refused by the catch-up.
+	move(int64(photo.ID), 3)
+	move(old, 3)
+	_, err = reshard.SplitShards(ctx, cfg, []int{2, 3}, targets, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "copied" {
+			move(int64(photo.ID), 2)
+		}
+	}})
+	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d", photo.ID)) {
+		t.Fatalf("SplitShards with a key changed after the copy: %v, want ErrKeyMismatch naming photo %d", err, photo.ID)
+	}
+	if v := e.m.Load(); !v.Shared(2) || !v.Shared(3) {
+		t.Fatal("a shard was flipped after a refused catch-up")
+	}
+
+	move(int64(photo.ID), 3)
+	if _, err := reshard.SplitShards(ctx, cfg, []int{0, 1, 2, 3}, []string{a, b, a, b}, reshard.SplitOptions{}); err != nil {
+		t.Fatalf("SplitShards once the keys are back: %v", err)
+	}
+	app, err := shardid.NewRouter(shardid.RouterConfig{Databases: appDBs, ShardMap: e.m, Plugin: p, Legacy: legacy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []shardid.ID{photo.ID, shardid.ID(old)} {
+		var got idCheckPhoto
+		if err := app.Get(ctx, &got, id); err != nil || got.UserID != 3 {
+			t.Errorf("Get of photo %d after the split: %v (user %d)", id, err, got.UserID)
+		}
+	}
+}

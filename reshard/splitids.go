@@ -1,0 +1,258 @@
+package reshard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/shardid/shardid"
+)
+
+// A split puts each row in the shard of its sharding key, and the row's ID
+// must still find it there: Router.Get and ForID route an ID of the layout
+// by the shard its bits name, and an older one by the record of legacy IDs
+// (ReadLegacyIDs). A row whose key was changed since its ID was issued
+// (UPDATE photos SET user_id = ...), or whose legacy ID an old writer's
+// sequence issued after the record, would be copied where no lookup by its
+// ID goes. With SplitConfig.Layout, the plan checks every row of the
+// monolith, and each batch every row it copies or applies, before its flip.
+
+// idCheck tells whether a row's ID finds it in a shard.
+type idCheck struct {
+	layout shardid.Layout
+	legacy *shardid.LegacyIDs // nil: none recorded
+	shards int
+}
+
+// newIDCheck returns the check of cfg, or nil without a Layout. Without
+// Legacy it loads the record Catalog keeps, if any.
+func newIDCheck(ctx context.Context, cfg SplitConfig) (*idCheck, error) {
+	if cfg.Layout.Unit() == 0 {
+		if cfg.Legacy != nil {
+			return nil, withDetail(shardid.ErrInvalidConfig, "split: Legacy without Layout: give the layout the plugin issues IDs in")
+		}
+		return nil, nil
+	}
+	if n := cfg.Layout.Shards(); n < cfg.Map.LogicalShards() {
+		return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: the layout %s names %d shards, fewer than the map's %d", cfg.Layout.Name(), n, cfg.Map.LogicalShards()))
+	}
+	c := &idCheck{layout: cfg.Layout, legacy: cfg.Legacy, shards: cfg.Map.LogicalShards()}
+	if c.legacy == nil && cfg.Catalog != nil {
+		l, err := cfg.Catalog.LoadLegacy(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.legacy = l
+	}
+	return c, nil
+}
+
+// mismatch returns why the row id of table, put in shard, would not be
+// found by its ID, or "" when it would.
+func (c *idCheck) mismatch(table string, id int64, shard int) string {
+	row := table + " " + strconv.FormatInt(id, 10)
+	if c.legacy != nil {
+		s, legacy, err := c.legacy.Shard(table, shardid.ID(id))
+		switch {
+		case errors.Is(err, shardid.ErrNoLegacyRow):
+			return row + " (a legacy ID the record does not hold: issued by the old sequence after ReadLegacyIDs)"
+		case err != nil:
+			return row + " (" + strings.TrimPrefix(err.Error(), "shardid: ") + ")"
+		case legacy && s != shard:
+			return fmt.Sprintf("%s (recorded on shard %d, its key now puts it on shard %d)", row, s, shard)
+		case legacy:
+			return ""
+		}
+	}
+	if id <= 0 {
+		return row + " (not an ID)"
+	}
+	if s := c.layout.Decompose(shardid.ID(id)).Shard; s != shard {
+		if c.legacy == nil {
+			return fmt.Sprintf("%s (names shard %d, its key puts it on shard %d; if it is older than shardid, record the legacy IDs first: ReadLegacyIDs, Catalog.SaveLegacy)", row, s, shard)
+		}
+		return fmt.Sprintf("%s (names shard %d, its key puts it on shard %d)", row, s, shard)
+	}
+	return ""
+}
+
+// idMismatches gathers the rows a batch would lose the IDs of; safe for
+// concurrent use.
+type idMismatches struct {
+	mu    sync.Mutex
+	n     int64
+	first []string
+	ids   map[string][]int64
+}
+
+// check records row id of table in shard if it fails c; c may be nil.
+func (m *idMismatches) check(c *idCheck, table string, id int64, shard int) {
+	if c == nil {
+		return
+	}
+	why := c.mismatch(table, id, shard)
+	if why == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	if len(m.first) < 10 {
+		m.first = append(m.first, why)
+		if m.ids == nil {
+			m.ids = map[string][]int64{}
+		}
+		m.ids[table] = append(m.ids[table], id)
+	}
+}
+
+// err returns nil, or ErrKeyMismatch naming the first rows.
+func (m *idMismatches) err(what string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n == 0 {
+		return nil
+	}
+	return withDetail(ErrKeyMismatch, fmt.Sprintf("%s: %d row(s) whose IDs would not find them in the shards their keys put them in: %s%s; %s",
+		what, m.n, strings.Join(m.first, "; "), more(m.n, len(m.first)), idMismatchFix))
+}
+
+// idMismatchFix says what to do about rows whose IDs would not find them.
+const idMismatchFix = "change their keys back, or give them new IDs, or (legacy IDs) record them again with ReadLegacyIDs and Catalog.SaveLegacy, then run the split again"
+
+func more(n int64, shown int) string {
+	if n > int64(shown) {
+		return fmt.Sprintf(" and %d more", n-int64(shown))
+	}
+	return ""
+}
+
+// idColumn returns the index of "id" in cols, or -1.
+func idColumn(cols []string) int {
+	for i, c := range cols {
+		if c == "id" {
+			return i
+		}
+	}
+	return -1
+}
+
+// copyField returns field i of a COPY text row (columns separated by
+// tabs), without its line end.
+func copyField(row []byte, i int) ([]byte, bool) {
+	for ; i > 0; i-- {
+		j := bytes.IndexByte(row, '\t')
+		if j < 0 {
+			return nil, false
+		}
+		row = row[j+1:]
+	}
+	if j := bytes.IndexByte(row, '\t'); j >= 0 {
+		row = row[:j]
+	}
+	return bytes.TrimSuffix(row, []byte("\n")), true
+}
+
+// planIDs reads the shard and ID of every row of the shards todo of the
+// monolith's tables in ok, and refuses those whose IDs would not find them.
+func (sp *splitter) planIDs(ctx context.Context, todo []int, ok map[string]bool, refuse func(kind, table, detail string, ids []int64)) error {
+	for _, t := range sp.tables {
+		if !ok[t.Name] || t.Parent != "" && !ok[t.Parent] {
+			continue
+		}
+		var m idMismatches
+		err := readSession(ctx, sp.mono, func(q querier) error {
+			rows, err := q.QueryContext(ctx, "SELECT id, shardid_s FROM "+sp.rel(t, todo))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var s int
+				if err := rows.Scan(&id, &s); err != nil {
+					return err
+				}
+				m.check(sp.ids, t.Name, id, s)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return fmt.Errorf("shardid: reading the IDs of %s: %w", t.Name, err)
+		}
+		if m.n > 0 {
+			refuse("id-mismatch", t.Name, fmt.Sprintf("%d row(s) whose IDs would not find them in the shards their keys put them in: %s%s; %s",
+				m.n, strings.Join(m.first, "; "), more(m.n, len(m.first)), idMismatchFix), m.ids[t.Name])
+		}
+	}
+	return nil
+}
+
+// shardList writes ascending shards as ranges: "0-3, 8".
+func shardList(shards []int) string {
+	var parts []string
+	for i := 0; i < len(shards); {
+		j := i
+		for j+1 < len(shards) && shards[j+1] == shards[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(shards[i]))
+		} else {
+			parts = append(parts, strconv.Itoa(shards[i])+"-"+strconv.Itoa(shards[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkApplied checks the rows that a catch-up is about to apply, by table:
+// each as the monolith holds it now, in whichever of the batch's shards.
+// A row changed after the read is logged again, and checked again.
+func (b *splitBatch) checkApplied(ctx context.Context, ids map[string][]int64) error {
+	if b.sp.ids == nil {
+		return nil
+	}
+	var m idMismatches
+	for _, table := range slices.Sorted(maps.Keys(ids)) {
+		all := ids[table]
+		err := readSession(ctx, b.sp.mono, func(q querier) error {
+			for lo := 0; lo < len(all); lo += 1000 {
+				chunk := all[lo:min(lo+1000, len(all))]
+				args := make([]any, len(chunk))
+				for i, id := range chunk {
+					args[i] = id
+				}
+				rows, err := q.QueryContext(ctx, "SELECT id, shardid_s FROM "+b.sp.rel(b.sp.byName[table], b.shards)+
+					" WHERE id IN ("+placeholders(b.sp.mono, 0, len(chunk))+")", args...)
+				if err != nil {
+					return err
+				}
+				for rows.Next() {
+					var id int64
+					var s int
+					if err := rows.Scan(&id, &s); err != nil {
+						rows.Close()
+						return err
+					}
+					m.check(b.sp.ids, table, id, s)
+				}
+				rows.Close()
+				if err := rows.Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("shardid: reading the IDs of %s: %w", table, err)
+		}
+	}
+	return m.err("catching up with shards " + shardList(b.shards))
+}
