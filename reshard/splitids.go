@@ -56,6 +56,18 @@ func newIDCheck(ctx context.Context, cfg SplitConfig) (*idCheck, error) {
 // mismatch returns why the row id of table, put in shard, would not be
 // found by its ID, or "" when it would.
 func (c *idCheck) mismatch(table string, id int64, shard int) string {
+	if c.legacy != nil && shardid.ID(id) >= c.legacy.Floor() || c.legacy == nil && id > 0 {
+		// The common case, an ID of the layout, without allocating.
+		if c.layout.Decompose(shardid.ID(id)).Shard == shard {
+			return ""
+		}
+	}
+	if c.legacy != nil {
+		s, legacy, err := c.legacy.Shard(table, shardid.ID(id))
+		if legacy && err == nil && s == shard {
+			return ""
+		}
+	}
 	row := table + " " + strconv.FormatInt(id, 10)
 	if c.legacy != nil {
 		s, legacy, err := c.legacy.Shard(table, shardid.ID(id))
@@ -131,6 +143,32 @@ func more(n int64, shown int) string {
 		return fmt.Sprintf(" and %d more", n-int64(shown))
 	}
 	return ""
+}
+
+// parseDecimal parses b, a decimal int64 as COPY writes it, without
+// allocating.
+func parseDecimal(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' || v > (1<<63)/10 {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	switch {
+	case neg && v <= 1<<63:
+		return -int64(v), true
+	case !neg && v <= 1<<63-1:
+		return int64(v), true
+	}
+	return 0, false
 }
 
 // idColumn returns the index of "id" in cols, or -1.

@@ -135,8 +135,8 @@ func (r *copyRouter) line(l []byte) error {
 	}
 	if r.checkID != nil {
 		f, ok := copyField(data, r.idCol)
-		id, err := strconv.ParseInt(string(f), 10, 64)
-		if !ok || err != nil {
+		id, isInt := parseDecimal(f)
+		if !ok || !isInt {
 			return fmt.Errorf("shardid: a copied row with no id in column %d: %.60q", r.idCol, data)
 		}
 		r.checkID(id, s)

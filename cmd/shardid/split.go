@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
 	"github.com/shardid/shardid/shardmap"
 	"github.com/spf13/cobra"
@@ -17,7 +18,7 @@ import (
 )
 
 // splitSynopsis is the split command's synopsis.
-const splitSynopsis = "(plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] [--copy-together] | status | abort | clean |\n" +
+const splitSynopsis = "(legacy --adopted TIME | plan [--to NAMES] [--batch N] [--out FILE] | run --plan FILE [--fence-for D] [--copy-together] | status | abort | clean |\n" +
 	"  rollback --shards LIST [--fence-for D] [--after-last-batch] | drop-copies --shards LIST) --config FILE"
 
 // splitFile is the split command's configuration: the databases (the
@@ -34,35 +35,44 @@ type splitFile struct {
 	// CatalogTable is the catalog's table on the monolith (default
 	// shardid_shard_map).
 	CatalogTable string `json:",omitempty"`
+	// Layout names the layout the plugin issues IDs in (instagram, ...),
+	// and Epoch its epoch if not the layout's: the split then checks
+	// that every row's ID finds it in its shard, against the legacy IDs
+	// the catalog keeps (reshard.SplitConfig.Layout).
+	Layout string `json:",omitempty"`
+	Epoch  string `json:",omitempty"`
 }
 
 // newSplitCmd is the split command: shardid split ACTION --config FILE ...
 func newSplitCmd(s *streams) *cobra.Command {
 	var f splitFlags
 	cmd := &cobra.Command{
-		Use:   "split (plan|run|status|abort|clean|rollback|drop-copies) --config FILE [flags]",
+		Use:   "split (legacy|plan|run|status|abort|clean|rollback|drop-copies) --config FILE [flags]",
 		Short: "split a monolith into logical shards on other databases, online",
 		Long: "split distributes the sharded tables of a database from before the shards (a monolith) into\n" +
-			"logical shards on other databases while the application writes through the router: plan checks\n" +
+			"logical shards on other databases while the application writes through the router: legacy records\n" +
+			"where each row whose ID is older than shardid belongs, so that its ID still finds it, plan checks\n" +
 			"what would move and writes a plan file, run carries it out a batch at a time (run it again to\n" +
 			"resume), status tells where it is, abort lifts an unfinished batch's fence and drops its copies\n" +
 			"(and undoes a roll-back stopped before the monolith took its writes), clean empties the\n" +
 			"monolith's sharded tables once every shard is split (MySQL: run it once every process follows\n" +
 			"the catalog; PostgreSQL: the last batch does it), rollback returns split shards to the\n" +
 			"monolith (run it again to resume), drop-copies drops the old copies a roll-back left.",
-		Example: "  shardid split plan --config split.json --batch 100 --out split-plan.json\n" +
+		Example: "  shardid split legacy --config split.json --adopted 2026-11-20T00:00:00Z\n" +
+			"  shardid split plan --config split.json --batch 100 --out split-plan.json\n" +
 			"  shardid split run --config split.json --plan split-plan.json\n  shardid split status --config split.json\n" +
 			"  shardid split rollback --config split.json --shards all",
-		ValidArgs: []cobra.Completion{"plan", "run", "status", "abort", "clean", "rollback", "drop-copies"},
+		ValidArgs: []cobra.Completion{"legacy", "plan", "run", "status", "abort", "clean", "rollback", "drop-copies"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 || !slices.Contains([]string{"plan", "run", "status", "abort", "clean", "rollback", "drop-copies"}, args[0]) {
-				return badFlag("give one action: plan, run, status, abort, clean, rollback or drop-copies (shardid split %s)", splitSynopsis)
+			if len(args) != 1 || !slices.Contains([]string{"legacy", "plan", "run", "status", "abort", "clean", "rollback", "drop-copies"}, args[0]) {
+				return badFlag("give one action: legacy, plan, run, status, abort, clean, rollback or drop-copies (shardid split %s)", splitSynopsis)
 			}
 			return runSplit(s, args[0], &f, cmd.Flags().Changed)
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.config, "config", "", "the split's configuration `FILE` (JSON: Databases, Monolith, LogicalShards, SchemaPattern, Tables, Global) (required)")
+	fs.StringVar(&f.config, "config", "", "the split's configuration `FILE` (JSON: Databases, Monolith, LogicalShards, SchemaPattern, Tables, Global, Layout) (required)")
+	fs.StringVar(&f.adopted, "adopted", "", "legacy: when the plugin began issuing IDs, an RFC 3339 `TIME` (earlier is safe, later is not) (required)")
 	fs.StringVar(&f.to, "to", "", "plan: the target databases, comma-separated (default: every database but the monolith)")
 	intFlag(fs, &f.batch, "batch", 100, "plan: logical shards per step")
 	fs.StringVar(&f.out, "out", "split-plan.json", "plan: where to write the plan")
@@ -77,6 +87,7 @@ func newSplitCmd(s *streams) *cobra.Command {
 // splitFlags holds split's flags.
 type splitFlags struct {
 	config, to, out, plan string
+	adopted               string
 	shards                string
 	batch                 int
 	fenceFor              time.Duration
@@ -95,6 +106,21 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 	for _, name := range []string{"to", "batch", "out"} {
 		if changed(name) && action != "plan" {
 			return badFlag("--%s is for plan", name)
+		}
+	}
+	if changed("adopted") != (action == "legacy") {
+		if changed("adopted") {
+			return badFlag("--adopted is for legacy")
+		}
+		if action == "legacy" {
+			return badFlag("legacy needs --adopted: when the plugin began issuing IDs (RFC 3339)")
+		}
+	}
+	var adopted time.Time
+	if action == "legacy" {
+		var err error
+		if adopted, err = time.Parse(time.RFC3339Nano, f.adopted); err != nil {
+			return badFlag("--adopted %q: want an RFC 3339 time, such as 2026-11-20T00:00:00Z", f.adopted)
 		}
 	}
 	if changed("plan") && action != "run" {
@@ -133,6 +159,8 @@ func runSplit(ios *streams, action string, f *splitFlags, changed func(string) b
 	}
 	defer env.close()
 	switch action {
+	case "legacy":
+		return splitLegacy(ctx, stdout, env, adopted)
 	case "plan":
 		targets := slices.DeleteFunc(env.cfg.Map.Databases(), func(n string) bool { return n == env.cfg.Monolith })
 		if *to != "" {
@@ -219,6 +247,15 @@ func openSplit(ctx context.Context, path string) (*splitEnv, error) {
 		return nil, fmt.Errorf("--config %s: %w", path, err)
 	}
 	e := &splitEnv{catTable: f.CatalogTable}
+	var layout shardid.Layout
+	if f.Layout != "" || f.Epoch != "" {
+		if f.Layout == "" {
+			return nil, fmt.Errorf("--config %s: an Epoch without a Layout", path)
+		}
+		if layout, err = layoutFor(f.Layout, f.Epoch); err != nil {
+			return nil, fmt.Errorf("--config %s: %w", path, err)
+		}
+	}
 	var names []string
 	for _, d := range f.Databases {
 		var missing string
@@ -263,7 +300,7 @@ func openSplit(ctx context.Context, path string) (*splitEnv, error) {
 	} else {
 		e.noMap = true
 	}
-	e.cfg = reshard.SplitConfig{Map: m, DBs: e.dbs, Monolith: f.Monolith, Tables: f.Tables, Global: f.Global, Catalog: cat}
+	e.cfg = reshard.SplitConfig{Map: m, DBs: e.dbs, Monolith: f.Monolith, Tables: f.Tables, Global: f.Global, Catalog: cat, Layout: layout}
 	return e, nil
 }
 

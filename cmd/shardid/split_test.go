@@ -26,7 +26,7 @@ func TestSplitCommandPostgres(t *testing.T) {
 		t.Helper()
 		c := `{"Databases": [` + strings.Join(conf, ", ") + `], "Monolith": "mono", "LogicalShards": 16, "SchemaPattern": "shard_%04d",
 			"Tables": [{"Name": "users", "Key": "id"}, {"Name": "photos", "Key": "user_id"}, {"Name": "comments", "Parent": "photos", "Via": "photo_id"}],
-			"Global": [` + global + `]}`
+			"Global": [` + global + `], "Layout": "instagram"}`
 		if err := os.WriteFile(config, []byte(c), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,21 @@ func TestSplitCommandPostgres(t *testing.T) {
 	}
 	writeConfig(`"countries"`)
 	plan := "plan.json"
+	// Step 2 first: without the record of legacy IDs, the plan refuses
+	// every old row, whose ID names no shard.
 	out := sh(1, "split", "plan", "--config", config, "--batch", "5", "--out", plan)
+	if !strings.Contains(out, "id-mismatch") || !strings.Contains(out, "record the legacy IDs first") {
+		t.Errorf("plan with no legacy IDs recorded:\n%s", out)
+	}
+	sh(2, "split", "legacy", "--config", config)
+	sh(2, "split", "legacy", "--config", config, "--adopted", "yesterday")
+	sh(2, "split", "plan", "--config", config, "--adopted", "2026-11-20T00:00:00Z")
+	out = sh(0, "split", "legacy", "--config", config, "--adopted", "2026-11-20T00:00:00Z")
+	t.Log("\n" + out)
+	if err := readme.SameOutput(guide, "split legacy", "$ shardid split legacy --config split.json --adopted 2026-11-20T00:00:00Z\n"+out); err != nil {
+		t.Error(err)
+	}
+	out = sh(1, "split", "plan", "--config", config, "--batch", "5", "--out", plan)
 	if !strings.Contains(out, "REFUSED") || !strings.Contains(out, "unlisted-table") || !strings.Contains(out, "audit") {
 		t.Errorf("plan with a table no rule covers:\n%s", out)
 	}
@@ -67,6 +81,9 @@ func TestSplitCommandPostgres(t *testing.T) {
 	}
 	if strings.Count(out, "rows deleted") != 1 {
 		t.Errorf("run output: rows deleted before the last batch:\n%s", out)
+	}
+	if out := sh(1, "split", "legacy", "--config", config, "--adopted", "2026-11-20T00:00:00Z"); !strings.Contains(out, "is split already") {
+		t.Errorf("legacy after the split:\n%s", out)
 	}
 	t.Log("\n" + out)
 	out = sh(0, "split", "status", "--config", config)

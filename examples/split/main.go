@@ -2,7 +2,9 @@
 // PostgreSQL database with users, photos and comments keyed by bigserial,
 // foreign keys between them, and a global table of plans, is split into 16
 // logical shards on two other databases, 4 shards a step, while a writer
-// keeps writing through a shardid.Router. It needs a PostgreSQL server
+// keeps writing through a shardid.Router. The application adopts shardid
+// first: new photos get shardid IDs, the old rows' IDs are recorded as
+// legacy IDs, and after the split both kinds still find their rows. It needs a PostgreSQL server
 // (SHARDID_EXAMPLE_POSTGRES_DSN, by default the local one): it creates
 // three databases of its own and drops them at the end.
 package main
@@ -28,8 +30,8 @@ import (
 
 // Photo is a row of the monolith's photos: its shard is UserID % 16.
 type Photo struct {
-	ID      int64
-	UserID  int64
+	ID      shardid.ID // bigserial before the adoption, shardid's since
+	UserID  int64      `shardid:"key"`
 	Caption string
 }
 
@@ -54,7 +56,7 @@ func run(w io.Writer) error {
 	}
 	defer closeDB(admin)
 	names := []string{"mono", "east", "west"}
-	var dbs []*gorm.DB
+	var dbs, appDBs []*gorm.DB // the split's sessions, and the application's
 	for _, n := range names {
 		name := fmt.Sprintf("split_example_%s_%d", n, os.Getpid())
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
@@ -66,7 +68,12 @@ func run(w io.Writer) error {
 			return err
 		}
 		defer closeDB(db)
-		dbs = append(dbs, db)
+		app, err := gorm.Open(postgres.Open(withDBName(dsn, name)), cfg)
+		if err != nil {
+			return err
+		}
+		defer closeDB(app)
+		dbs, appDBs = append(dbs, db), append(appDBs, app)
 	}
 
 	// The monolith, as an application made it.
@@ -96,7 +103,14 @@ func run(w io.Writer) error {
 	if _, err := catalog.SaveMap(ctx, m); err != nil {
 		return err
 	}
-	router, err := shardid.NewRouter(shardid.RouterConfig{Databases: dbs, ShardMap: m})
+	// Step 1: the application adopts shardid. Its new rows get shardid IDs
+	// in the same bigint columns, with the shard of their user.
+	adopted := time.Now()
+	plugin, err := shardid.NewPlugin(shardid.PluginConfig{LogicalShards: 16})
+	if err != nil {
+		return err
+	}
+	router, err := shardid.NewRouter(shardid.RouterConfig{Databases: appDBs, ShardMap: m, Plugin: plugin})
 	if err != nil {
 		return err
 	}
@@ -107,7 +121,20 @@ func run(w io.Writer) error {
 			{Name: "comments", Parent: "photos", Via: "photo_id"}, // comments follow their photo's user
 		},
 		Global: []string{"plans"}, // stays on mono
+		// Each row's ID is checked against the shard its key puts it in.
+		Layout: router.Layout(),
 	}
+
+	// Step 2: where each row whose ID is older than shardid belongs, kept
+	// in the catalog, where the routers and the split find it.
+	legacy, err := reshard.ReadLegacyIDs(ctx, dbs[0], router, adopted, split.Tables...)
+	if err != nil {
+		return err
+	}
+	if err := catalog.SaveLegacy(ctx, legacy); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "legacy IDs: users %d, photos %d, comments %d\n", legacy.Rows("users"), legacy.Rows("photos"), legacy.Rows("comments"))
 
 	// The dry run.
 	plan, err := reshard.PlanSplit(ctx, split, []string{"east", "west"}, 4)
@@ -122,6 +149,7 @@ func run(w io.Writer) error {
 	var wg sync.WaitGroup
 	var written int
 	var longest time.Duration
+	var last shardid.ID
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -129,8 +157,10 @@ func run(w io.Writer) error {
 			user := 1 + i%100
 			start := time.Now()
 			for {
-				err := router.ForKey(user).Create(&Photo{ID: 1_000_000 + i, UserID: user, Caption: "written during the split"}).Error
+				p := Photo{UserID: user, Caption: "written during the split"}
+				err := router.Create(ctx, &p) // not wctx: a write under way ends, and is counted
 				if err == nil {
+					last = p.ID
 					break
 				}
 				if !errors.Is(err, shardid.ErrShardMoving) || wctx.Err() != nil {
@@ -176,6 +206,29 @@ func run(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "user 7's first photo: %q, from %s\n", p.Caption, m.Load().Database(7))
+
+	// Every ID still finds its row: a router given the legacy IDs (from
+	// the catalog) looks an old one up where the split put its row, and a
+	// new one where its bits say.
+	kept, err := catalog.LoadLegacy(ctx)
+	if err != nil {
+		return err
+	}
+	after, err := shardid.NewRouter(shardid.RouterConfig{Databases: appDBs, ShardMap: m, Plugin: plugin, Legacy: kept})
+	if err != nil {
+		return err
+	}
+	for _, id := range []shardid.ID{42, last} {
+		var p Photo
+		if err := after.Get(ctx, &p, id); err != nil {
+			return fmt.Errorf("photo %d after the split: %w", id, err)
+		}
+		s, err := after.ShardOfID("photos", id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "photo %d: user %d's, on shard %d on %s\n", id, p.UserID, s, m.Load().Database(s))
+	}
 	return nil
 }
 

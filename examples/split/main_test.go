@@ -31,7 +31,7 @@ func TestRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"plan: 16 shards in 4 steps", "step 4", "0 left in mono", "user 7's first photo"} {
+	for _, want := range []string{"plan: 16 shards in 4 steps", "step 4", "0 left in mono", "user 7's first photo", "photo 42: user 43's, on shard 11"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the example printed\n%s", out.String())
 		}
