@@ -67,7 +67,7 @@ func TestIDCheckMismatch(t *testing.T) {
 		{"photos", 5, 5, ""},
 		{"photos", layoutID, 2, "names shard 3, its key puts it on shard 2"},
 		{"photos", 5, 2, "recorded on shard 5, its key now puts it on shard 2"},
-		{"photos", 1001, 9, "invalid ID"},          // between the record and the layout
+		{"photos", 1001, 9, "invalid ID"}, // between the record and the layout
 		{"comments", 5, 5, "no legacy IDs were recorded for table comments"},
 		{"photos", 0, 0, "invalid ID"},
 	} {
