@@ -27,6 +27,10 @@ type fanOptions struct {
 	// own database (a router may mix dialects), else it is refused with
 	// ErrPageQuery.
 	orderBy string
+	// limit, if not 0, is the LIMIT every statement must end with (a
+	// page's size + 1), with no OFFSET: a query that sets its own reads
+	// a part of its shards' page, and the page skips the rest.
+	limit int
 }
 
 // fanTarget is one query of a fan-out run on its own: one logical shard,
@@ -149,6 +153,9 @@ func fanout[T any](ctx context.Context, r *Router, o fanOptions,
 				// to the database, with the placement the shard had there.
 				db := r.session(tg.db, tg.shard).WithContext(ctx)
 				db.Statement.ConnPool = r.pinnedPool(tg.db, tg.shard, schemaOf(tg.shard))
+				if o.limit > 0 {
+					db.Statement.ConnPool = &pagePool{routedPool: r.pinnedPool(tg.db, tg.shard, schemaOf(tg.shard)), limit: o.limit}
+				}
 				if o.prep != nil {
 					db = o.prep(db).Session(&gorm.Session{})
 				}
@@ -229,6 +236,7 @@ func unionQuery[T any](ctx context.Context, r *Router, o fanOptions, proxy *sql.
 		db.Dialector.QuoteTo(&b, o.orderBy)
 		pool.require = "ORDER BY " + b.String()
 	}
+	pool.limit = o.limit
 	rep, covered, shared := -1, make([]int, 0, len(shards)), false
 	for _, s := range shards {
 		schema := schemaOf(s)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,7 +101,9 @@ type Page[T any] struct {
 //
 // Raw SQL ignores the keyset: a statement run as a union that lacks the
 // keyset's ORDER BY is refused with ErrPageQuery, and so is a result with
-// a row outside the page. When a shard fails, the page has the rows of the
+// a row outside the page, and a statement that does not end with the
+// page's LIMIT (a query that sets its own Limit or Offset would read a part
+// of each shard's page, and the page would skip the rest). When a shard fails, the page has the rows of the
 // others and the error, as Gather's, and no Next: continuing would skip the
 // failed shards' rows; read the same token again.
 func GatherPage[T any](ctx context.Context, r *Router, opts PageOptions, id func(T) ID,
@@ -142,7 +146,7 @@ func GatherPage[T any](ctx context.Context, r *Router, opts PageOptions, id func
 		return db.Order(clause.OrderByColumn{Column: clause.Column{Name: column}, Desc: opts.Desc}).Limit(size + 1)
 	}
 	rows, err := fanout(ctx, r, fanOptions{perShard: opts.PerShard, sharedOnce: true, workers: opts.Workers, prep: prep,
-		orderBy: column}, query)
+		orderBy: column, limit: size + 1}, query)
 	sortByID(rows, id, opts.Desc)
 	for _, row := range rows {
 		if v := id(row); after && (opts.Desc && v >= cursor || !opts.Desc && v <= cursor) {
@@ -157,6 +161,71 @@ func GatherPage[T any](ctx context.Context, r *Router, opts PageOptions, id func
 	}
 	page.Rows = rows
 	return page, err
+}
+
+// pagePool is the pool of a page's query run on one shard: it refuses a
+// statement that does not read the page's LIMIT (pageLimit).
+type pagePool struct {
+	*routedPool
+	limit int
+}
+
+// QueryContext implements [gorm.ConnPool].
+func (p *pagePool) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := pageLimit(query, args, p.limit); err != nil {
+		return nil, err
+	}
+	return p.routedPool.QueryContext(ctx, query, args...)
+}
+
+// pageLimit returns nil if want is 0, or if query, run with args, ends
+// with LIMIT want and no OFFSET: it reads the page's rows from the start of
+// its keyset. A query that sets its own Limit or Offset (or Raw SQL) reads
+// a part of it, and the page, which takes the rows of every shard up to
+// its size, would skip the rest. Otherwise the error is ErrPageQuery.
+func pageLimit(query string, args []any, want int) error {
+	if want == 0 {
+		return nil
+	}
+	q := strings.TrimRight(query, " \t\n;")
+	i := strings.LastIndex(strings.ToUpper(q), "LIMIT ")
+	if i < 0 {
+		return withDetail(ErrPageQuery, fmt.Sprintf("the query's SQL has no LIMIT, where the page put LIMIT %d: a query that removes it (Limit(-1)) reads past the page: %s", want, sqlStart(query)))
+	}
+	f := strings.Fields(q[i+len("LIMIT "):])
+	var got any
+	switch {
+	case len(f) == 0:
+	case len(f) > 1 && !strings.EqualFold(f[1], "FOR"):
+		return withDetail(ErrPageQuery, fmt.Sprintf("the query reads from an offset (%s): with the page's keyset, that skips rows; filter, and let the token say where to go on", strings.Join(f, " ")))
+	case f[0] == "?" && len(args) > 0:
+		got = args[len(args)-1] // LIMIT's is the last argument: only FOR, with none, follows it
+	case strings.HasPrefix(f[0], "$"):
+		if n, err := strconv.Atoi(f[0][1:]); err == nil && n >= 1 && n <= len(args) {
+			got = args[n-1]
+		}
+	default:
+		if n, err := strconv.Atoi(f[0]); err == nil {
+			got = n
+		}
+	}
+	if v, ok := asInt(got); !ok || v != int64(want) {
+		return withDetail(ErrPageQuery, fmt.Sprintf("the query's LIMIT is %v, not the page's %d (Size + 1): a query that sets its own Limit makes pages skip rows; filter, and let PageOptions.Size size the page", got, want))
+	}
+	return nil
+}
+
+// asInt returns v as an int64, if it is an integer.
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int64:
+		return x, true
+	case int32:
+		return int64(x), true
+	}
+	return 0, false
 }
 
 // pageColumn reports whether c is a column name, maybe qualified.

@@ -267,3 +267,57 @@ func mustNext(t *testing.T, r *shardid.Router, opts shardid.PageOptions, q func(
 	}
 	return p.Next
 }
+
+// TestGatherPageRefusesItsOwnLimit: a query that sets its own Limit or
+// Offset reads only a part of each shard's page, and the page, cut at its
+// size across the shards, then skipped the rest silently (a page of 3 over
+// 4 shards with Limit(1): every shard's second row was never shown). It is
+// refused with ErrPageQuery, run as a union or shard by shard, on both
+// dialects; the same query without it pages every row.
+func TestGatherPageRefusesItsOwnLimit(t *testing.T) {
+	for _, kind := range []string{"postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			r := fanRouter(t, fanDBs(t, kind), "fo_lim_%04d", 4)
+			all := seed(t, r, 3)
+			ctx := context.Background()
+			with := func(f func(*gorm.DB) *gorm.DB) func(context.Context, *gorm.DB) ([]FPhoto, error) {
+				return func(ctx context.Context, db *gorm.DB) ([]FPhoto, error) {
+					var ps []FPhoto
+					return ps, f(db).Find(&ps).Error
+				}
+			}
+			for _, perShard := range []bool{false, true} {
+				for name, f := range map[string]func(*gorm.DB) *gorm.DB{
+					"Limit(1)":   func(db *gorm.DB) *gorm.DB { return db.Limit(1) },
+					"Limit(100)": func(db *gorm.DB) *gorm.DB { return db.Limit(100) },
+					"Limit(-1)":  func(db *gorm.DB) *gorm.DB { return db.Limit(-1) },
+					"Offset(1)":  func(db *gorm.DB) *gorm.DB { return db.Offset(1) },
+				} {
+					_, err := shardid.GatherPage(ctx, r, shardid.PageOptions{Size: 3, PerShard: perShard}, photoID, with(f))
+					if !errors.Is(err, shardid.ErrPageQuery) {
+						t.Errorf("PerShard %v, %s: %v, want ErrPageQuery", perShard, name, err)
+					}
+				}
+				// Filtered, not limited: every row, once.
+				var got []shardid.ID
+				opts := shardid.PageOptions{Size: 3, PerShard: perShard}
+				for {
+					p, err := shardid.GatherPage(ctx, r, opts, photoID, with(func(db *gorm.DB) *gorm.DB { return db.Where("likes >= ?", 0) }))
+					if err != nil {
+						t.Fatalf("PerShard %v: %v", perShard, err)
+					}
+					for _, row := range p.Rows {
+						got = append(got, row.ID)
+					}
+					if p.Next == "" {
+						break
+					}
+					opts.Token = p.Next
+				}
+				if len(got) != len(all) {
+					t.Errorf("PerShard %v: %d rows paged, want %d", perShard, len(got), len(all))
+				}
+			}
+		})
+	}
+}

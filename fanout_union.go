@@ -48,6 +48,7 @@ type unionPool struct {
 	rep      string        // the representative shard's quoted schema, with its dot
 	arms     []string      // per arm: a quoted schema with its dot, or "" for shared tables
 	require  string        // text each statement must have (a page's ORDER BY), or ""
+	limit    int           // the LIMIT each statement must end with (pageLimit), or 0
 
 	mu      sync.Mutex // protects the fields below
 	queries int        // statements received
@@ -86,8 +87,11 @@ func (p *unionPool) QueryContext(ctx context.Context, query string, args ...any)
 		p.mu.Unlock()
 		return nil, errNotUnion
 	}
-	if p.require != "" && !strings.Contains(query, p.require) {
-		err := withDetail(ErrPageQuery, "the query's SQL lacks "+p.require+": "+sqlStart(query))
+	err := pageLimit(query, args, p.limit)
+	if err == nil && p.require != "" && !strings.Contains(query, p.require) {
+		err = withDetail(ErrPageQuery, "the query's SQL lacks "+p.require+": "+sqlStart(query))
+	}
+	if err != nil {
 		p.mu.Lock()
 		p.refused = err
 		p.mu.Unlock()
