@@ -160,7 +160,10 @@ var (
 	// *gorm.DB belongs to a shard that lives elsewhere: another schema, or
 	// another database. GORM creates children on their parent's connection,
 	// so a child keyed to another database would otherwise land in the
-	// wrong place.
+	// wrong place. A monolith being split (package reshard, with
+	// SplitConfig.Layout) also refuses with it a write that would leave a
+	// row whose ID names another shard than its key: an ID the split could
+	// not find the row by.
 	ErrWrongShard = errors.New("shardid: row belongs to another shard than the statement is routed to")
 
 	// ErrShardMoving is returned by routed writes to a logical shard whose

@@ -18,7 +18,9 @@ import (
 // routed write that fails with it fails with ErrShardMoving.
 const FenceMessage = routesql.FenceMessage
 
-// markMoving turns the fence's error into ErrShardMoving. It is registered
+// markMoving turns the fence's error into ErrShardMoving, and the refusal
+// of a split's triggers of a row whose ID names another shard than its key
+// (routesql.KeyMismatchMessage) into ErrWrongShard. It is registered
 // after GORM's create, update, delete and raw (Exec) callbacks, and its
 // query and row ones (an UPDATE ... RETURNING through Raw). The
 // fence's error is told by its message (routesql.IsFence), as the
@@ -26,6 +28,9 @@ const FenceMessage = routesql.FenceMessage
 func markMoving(db *gorm.DB) {
 	if db.Error != nil && !errors.Is(db.Error, ErrShardMoving) && routesql.IsFence(db.Error) {
 		db.Error = errors.Join(ErrShardMoving, db.Error)
+	}
+	if db.Error != nil && !errors.Is(db.Error, ErrWrongShard) && routesql.IsKeyMismatch(db.Error) {
+		db.Error = errors.Join(ErrWrongShard, db.Error)
 	}
 }
 
@@ -137,8 +142,8 @@ func (r *Router) returning(ctx context.Context, pool gorm.ConnPool, d int, schem
 // error gets ErrShardMoving (as markMoving gives it), for Row and Rows,
 // whose errors come after the callbacks.
 func relayErr(_ int, _ string, err error) error {
-	if routesql.IsFence(err) && !errors.Is(err, ErrShardMoving) {
-		return routesql.Classify(err, ErrShardMoving, ErrPooledPreparedStatement)
+	if routesql.IsFence(err) && !errors.Is(err, ErrShardMoving) || routesql.IsKeyMismatch(err) && !errors.Is(err, ErrWrongShard) {
+		return routesql.Classify(err, ErrShardMoving, ErrPooledPreparedStatement, ErrWrongShard)
 	}
 	return err
 }

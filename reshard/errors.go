@@ -302,7 +302,7 @@ var (
 	// every split shard and abort the split first. AbortSplit returns it
 	// for another count of logical shards, pattern or catalog.
 	// errors.Is(err, ErrSplitRefused) also holds.
-	ErrTablesChanged error = &kindError{"shardid: the split's tables are declared otherwise than when it began", ErrSplitRefused}
+	ErrTablesChanged error = &kindError{"shardid: the split is configured otherwise than when it began (its tables, logical shards, schema pattern or catalog)", ErrSplitRefused}
 
 	// ErrNotShared is returned when a split is asked to move a shard that
 	// the map (or the catalog) does not place in the monolith's shared

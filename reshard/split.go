@@ -431,10 +431,10 @@ BEGIN
 	END IF;
 	sn := %[2]s;
 	IF TG_OP = 'INSERT' OR NEW.id IS DISTINCT FROM OLD.id OR sn IS DISTINCT FROM so THEN
-		PERFORM "%[3]s".shardid_split_check(TG_TABLE_NAME, NEW.id, sn);
+		PERFORM "%[3]s".shardid_split_check(TG_TABLE_NAME, NEW.id, sn);%[6]s
 	END IF;
 	RETURN NEW;
-END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema, sp.q(splitStateTable), unsealed)
+END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema, sp.q(splitStateTable), unsealed, sp.ids.idRulePG(sp.q(splitStateTable)))
 }
 
 // splitFunction names the split's trigger function (PostgreSQL) of table.
@@ -741,11 +741,15 @@ func (sp *splitter) installTriggersMySQL(ctx context.Context, users []string) er
 			return err
 		}
 	}
-	var have []string
+	var triggers []struct{ Name, Body string }
 	// Every trigger of the schema: a long table's is named by a hash
 	// (splitTriggerMySQL), not shardid_split_*.
-	if err := db.Raw("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE "+triggersOfSchema, sp.schema).Scan(&have).Error; err != nil {
+	if err := db.Raw("SELECT TRIGGER_NAME AS name, ACTION_STATEMENT AS body FROM information_schema.TRIGGERS WHERE "+triggersOfSchema, sp.schema).Scan(&triggers).Error; err != nil {
 		return err
+	}
+	have := map[string]string{}
+	for _, t := range triggers {
+		have[t.Name] = t.Body
 	}
 	bodies := sp.splitTriggerBodiesMySQL()
 	var stmts []string
@@ -753,8 +757,14 @@ func (sp *splitter) installTriggersMySQL(ctx context.Context, users []string) er
 	for _, t := range sp.tables {
 		for _, ev := range mysqlFenceEvents {
 			name := splitTriggerMySQL(ev.letter, t.Name)
-			if slices.Contains(have, name) {
-				continue
+			if body, ok := have[name]; ok {
+				// Made again when only its ID rule differs: Layout, or the
+				// record of legacy IDs, changed since (or an earlier
+				// version made it).
+				if body == bodies[name] || withoutIDRule(body) != withoutIDRule(bodies[name]) {
+					continue
+				}
+				stmts = append(stmts, fmt.Sprintf("DROP TRIGGER `%s`.`%s`", sp.schema, name))
 			}
 			stmts = append(stmts, fmt.Sprintf("CREATE TRIGGER `%s`.`%s` AFTER %s ON %s FOR EACH ROW %s",
 				sp.schema, name, ev.event, sp.q(t.Name), bodies[name]))
@@ -784,10 +794,17 @@ func (sp *splitter) splitTriggerBodiesMySQL() map[string]string {
 	out := map[string]string{}
 	for _, t := range sp.tables {
 		decl := "DECLARE s INT; DECLARE u DATETIME(6); DECLARE m BOOLEAN; DECLARE sl BOOLEAN; "
+		if sp.ids != nil {
+			decl += idRuleStart + " DECLARE so INT; " + idRuleEnd
+		}
 		body := map[string]string{
-			"i": check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
+			"i": check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)) + sp.ids.idRuleMySQL("TRUE", st),
 			"d": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)),
 			"u": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)) + check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
+		}
+		if sp.ids != nil {
+			body["u"] = check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)) + idRuleStart + " SET so = s; " + idRuleEnd + check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)) +
+				sp.ids.idRuleMySQL("(NEW.id <> OLD.id OR NOT (so <=> s))", st)
 		}
 		for _, ev := range mysqlFenceEvents {
 			out[splitTriggerMySQL(ev.letter, t.Name)] = "BEGIN " + decl + body[ev.letter] + " END"

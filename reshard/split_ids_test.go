@@ -120,36 +120,84 @@ func testSplitChecksEachRowsID(t *testing.T, e *splitEnv, a, b string) {
 	refusal(pl, err, fmt.Sprintf("photos %d (names shard 3, its key puts it on shard 2)", photo.ID),
 		fmt.Sprintf("photos %d (recorded on shard 3, its key now puts it on shard 2)", old))
 
-	// The copy refuses them too, and flips nothing.
+	// The first run installs the split's triggers, then checks every row
+	// left in the monolith: it refuses them, and flips nothing.
 	_, err = reshard.SplitShards(ctx, cfg, []int{2, 3}, targets, reshard.SplitOptions{})
-	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d", photo.ID)) {
-		t.Fatalf("SplitShards of rows whose IDs name other shards: %v, want ErrKeyMismatch naming photo %d", err, photo.ID)
+	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d", photo.ID)) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("photos %d (recorded", old)) {
+		t.Fatalf("SplitShards of rows whose IDs name other shards: %v, want ErrKeyMismatch naming photos %d and %d", err, photo.ID, old)
 	}
 	v := e.m.Load()
 	for _, s := range []int{2, 3} {
 		if !v.Shared(s) || v.DB(s) != 0 {
-			t.Fatalf("shard %d was flipped after a refused copy", s)
+			t.Fatalf("shard %d was flipped after a refused run", s)
 		}
 	}
+	created := triggersCreated(t, e)
 
-	// Put back; a key changed after the copy is refused by the catch-up.
-	move(int64(photo.ID), 3)
-	move(old, 3)
-	_, err = reshard.SplitShards(ctx, cfg, []int{2, 3}, targets, reshard.SplitOptions{OnStage: func(stage string) {
-		if stage == "copied" {
-			move(int64(photo.ID), 2)
+	// From then on the monolith refuses a write that would leave a row
+	// where its ID does not find it, but lets one through that puts a
+	// row of the layout back where its ID says.
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "names another shard than its sharding key") {
+			t.Errorf("%s: %v, want the split's refusal", what, err)
 		}
+	}
+	refused("a photo of the layout moved to shard 1", e.dbs[0].Exec("UPDATE photos SET user_id = 1 WHERE id = ?", photo.ID).Error)
+	refused("a legacy photo put back on its shard", e.dbs[0].Exec("UPDATE photos SET user_id = 3 WHERE id = ?", old).Error)
+	refused("a row with a legacy ID written now", e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (900000, 4, 'old writer')").Error)
+	var other shardid.ID
+	if other, err = r.Layout().Compose(shardid.Parts{Time: time.Now(), Shard: 1}); err != nil {
+		t.Fatal(err)
+	}
+	refused("a row whose ID names shard 1 written in shard 0", e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (?, 4, 'mismatched')", other).Error)
+	// Through the router, the refusal is ErrWrongShard.
+	err = r.ForKey(2).Model(&idCheckPhoto{}).Where("id = ?", photo.ID).Update("user_id", 1).Error
+	refused("a photo moved through the router", err)
+	if !errors.Is(err, shardid.ErrWrongShard) {
+		t.Errorf("the refusal through the router: %v, want ErrWrongShard", err)
+	}
+	move(int64(photo.ID), 3)
+	// A legacy row's key goes back as recorded in an operator's session
+	// that says so, while no batch is under way.
+	inSession(t, e, "fix_key", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 3 WHERE id = ?", old).Error })
+
+	// During a batch, the operator's setting lets nothing through; a
+	// write that would (here, one the mover's setting lets through)
+	// is refused by the catch-up, which reads the row wherever its key
+	// took it: out of the batch, its copy would be deleted and the flip
+	// would send its ID where it is not.
+	_, err = reshard.SplitShards(ctx, cfg, []int{2, 3}, targets, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage != "copied" {
+			return
+		}
+		refused("a legacy photo moved in the operator's session during a batch", func() error {
+			return inSessionErr(e, "fix_key", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 1 WHERE id = ?", old).Error })
+		}())
+		inSession(t, e, "mover", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 1 WHERE id = ?", photo.ID).Error })
 	}})
 	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d", photo.ID)) {
-		t.Fatalf("SplitShards with a key changed after the copy: %v, want ErrKeyMismatch naming photo %d", err, photo.ID)
+		t.Fatalf("SplitShards with a key moved out of the batch after the copy: %v, want ErrKeyMismatch naming photo %d", err, photo.ID)
 	}
 	if v := e.m.Load(); !v.Shared(2) || !v.Shared(3) {
 		t.Fatal("a shard was flipped after a refused catch-up")
 	}
+	inSession(t, e, "mover", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 3 WHERE id = ?", photo.ID).Error })
+	if got := triggersCreated(t, e); got != created {
+		t.Errorf("the split's triggers were made again by a run with the same layout and record: %s, then %s", created, got)
+	}
 
-	move(int64(photo.ID), 3)
+	// The same rows recorded with an earlier adoption: another floor,
+	// which MySQL's triggers hold, so they are made again.
+	if cfg.Legacy, err = reshard.ReadLegacyIDs(ctx, e.dbs[0], r, adopted.Add(-time.Minute), e.cfg.Tables...); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := reshard.SplitShards(ctx, cfg, []int{0, 1, 2, 3}, []string{a, b, a, b}, reshard.SplitOptions{}); err != nil {
 		t.Fatalf("SplitShards once the keys are back: %v", err)
+	}
+	if got := triggersCreated(t, e); got == created && created != "" {
+		t.Errorf("the split's triggers were not made again for another record of legacy IDs: %s", got)
 	}
 	app, err := shardid.NewRouter(shardid.RouterConfig{Databases: appDBs, ShardMap: e.m, Plugin: p, Legacy: legacy})
 	if err != nil {
@@ -161,4 +209,46 @@ func testSplitChecksEachRowsID(t *testing.T, e *splitEnv, a, b string) {
 			t.Errorf("Get of photo %d after the split: %v (user %d)", id, err, got.UserID)
 		}
 	}
+}
+
+// inSession runs f in a transaction of the monolith whose session has the
+// split's setting name on: "fix_key" (an operator's) or "mover".
+func inSession(t *testing.T, e *splitEnv, name string, f func(tx *gorm.DB) error) {
+	t.Helper()
+	if err := inSessionErr(e, name, f); err != nil {
+		t.Fatalf("with shardid.%s: %v", name, err)
+	}
+}
+
+func inSessionErr(e *splitEnv, name string, f func(tx *gorm.DB) error) error {
+	return e.dbs[0].Transaction(func(tx *gorm.DB) error {
+		set, unset := "SET LOCAL shardid."+name+" = on", ""
+		if tx.Dialector.Name() == "mysql" {
+			set, unset = "SET @shardid_"+name+" = 1", "SET @shardid_"+name+" = NULL"
+		}
+		if err := tx.Exec(set).Error; err != nil {
+			return err
+		}
+		if unset != "" {
+			defer tx.Exec(unset)
+		}
+		return f(tx)
+	})
+}
+
+// triggersCreated returns when the split's triggers on the monolith were
+// made (MySQL; "" on PostgreSQL, whose function every batch replaces).
+func triggersCreated(t *testing.T, e *splitEnv) string {
+	t.Helper()
+	if e.dbs[0].Dialector.Name() != "mysql" {
+		return ""
+	}
+	var got []string
+	if err := e.dbs[0].Raw("SELECT CONCAT(TRIGGER_NAME, '@', CREATED) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() ORDER BY TRIGGER_NAME").Scan(&got).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 {
+		t.Fatal("no trigger on the monolith")
+	}
+	return strings.Join(got, ", ")
 }

@@ -311,7 +311,7 @@ func (sp *splitter) triggersMatch(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	for _, h := range have {
-		if b, ok := want[h.Name]; !ok || withoutElsewhere(b) != withoutElsewhere(h.Body) {
+		if b, ok := want[h.Name]; !ok || withoutElsewhere(withoutIDRule(b)) != withoutElsewhere(withoutIDRule(h.Body)) {
 			return false, nil
 		}
 	}

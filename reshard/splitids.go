@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/internal/routesql"
 )
 
 // A split puts each row in the shard of its sharding key, and the row's ID
@@ -136,7 +137,7 @@ func (m *idMismatches) err(what string) error {
 }
 
 // idMismatchFix says what to do about rows whose IDs would not find them.
-const idMismatchFix = "change their keys back, or give them new IDs, or (legacy IDs) record them again with ReadLegacyIDs and Catalog.SaveLegacy, then run the split again"
+const idMismatchFix = "change their keys back (once the split's triggers are on the monolith, a legacy row's in a session with shardid.fix_key set: SET shardid.fix_key = on on PostgreSQL, SET @shardid_fix_key = 1 on MySQL) or give them new IDs, then run the split again"
 
 func more(n int64, shown int) string {
 	if n > int64(shown) {
@@ -251,8 +252,10 @@ func shardList(shards []int) string {
 }
 
 // checkApplied checks the rows that a catch-up is about to apply, by table:
-// each as the monolith holds it now, in whichever of the batch's shards.
-// A row changed after the read is logged again, and checked again.
+// each as the monolith holds it now, in whichever shard, of the batch or
+// not (a row whose key left the batch would otherwise be deleted from
+// its copy, and the flip would send its ID where it is not). A row changed
+// after the read is logged again, and checked again.
 func (b *splitBatch) checkApplied(ctx context.Context, ids map[string][]int64) error {
 	if b.sp.ids == nil {
 		return nil
@@ -267,8 +270,9 @@ func (b *splitBatch) checkApplied(ctx context.Context, ids map[string][]int64) e
 				for i, id := range chunk {
 					args[i] = id
 				}
-				rows, err := q.QueryContext(ctx, "SELECT id, shardid_s FROM "+b.sp.rel(b.sp.byName[table], b.shards)+
-					" WHERE id IN ("+placeholders(b.sp.mono, 0, len(chunk))+")", args...)
+				from, shard := b.sp.from(b.sp.byName[table])
+				rows, err := q.QueryContext(ctx, "SELECT x.id, "+shard+" FROM "+from+
+					" WHERE x.id IN ("+placeholders(b.sp.mono, 0, len(chunk))+")", args...)
 				if err != nil {
 					return err
 				}
@@ -293,4 +297,115 @@ func (b *splitBatch) checkApplied(ctx context.Context, ids map[string][]int64) e
 		}
 	}
 	return m.err("catching up with shards " + shardList(b.shards))
+}
+
+// The ID rule in the split's triggers (PostgreSQL's function, MySQL's
+// triggers) is marked, for triggersMatch: it follows Layout and the record
+// of legacy IDs, not the declared tables.
+const (
+	idRuleStart = "/* shardid: ids */"
+	idRuleEnd   = "/* shardid: ids end */"
+)
+
+// withoutIDRule is a trigger body without its ID rule (each part of it).
+func withoutIDRule(body string) string {
+	for {
+		i := strings.Index(body, idRuleStart)
+		j := strings.Index(body, idRuleEnd)
+		if i < 0 || j < i {
+			return body
+		}
+		body = body[:i] + body[j+len(idRuleEnd):]
+	}
+}
+
+// shardShift returns the position of the layout's shard bits.
+func (c *idCheck) shardShift() int {
+	for b := range 63 {
+		if c.layout.Decompose(shardid.ID(1)<<b).Shard == 1 {
+			return b
+		}
+	}
+	return 0 // newIDCheck refuses layouts without shard bits
+}
+
+// floor is the first ID of the layout at the adoption (0 with no record:
+// every ID is then checked by its bits).
+func (c *idCheck) floor() int64 {
+	if c.legacy == nil {
+		return 0
+	}
+	return int64(c.legacy.Floor())
+}
+
+// sqlBroken is the SQL condition that the row ref's ID (NEW) would not find
+// it in the shard shard (an expression): an ID below the layout's (a legacy
+// one, which only the record places), or one whose shard bits name another.
+func (c *idCheck) sqlBroken(ref, shard string) string {
+	return fmt.Sprintf("(%[1]s.id < %[2]d OR ((%[1]s.id >> %[3]d) & %[4]d) <> %[5]s)", ref, c.floor(), c.shardShift(), c.layout.Shards()-1, shard)
+}
+
+// idRulePG is the ID rule of the split's trigger function of a table
+// (PostgreSQL), run where a row is written with a new ID or shard (sn),
+// or "" without a Layout. A write that would leave the row where its ID
+// does not find it fails with routesql.KeyMismatchMessage: from the first
+// run's triggers on, the monolith keeps every row findable by its ID. The
+// mover's writes (a roll-back's) pass, and so does, while no batch is
+// under way, a session that sets shardid.fix_key: an operator putting a
+// legacy row's key back as recorded (the record is not in the database;
+// the next run checks every row again, checkAllIDs).
+func (c *idCheck) idRulePG(state string) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf(`%[1]s
+		IF sn IS NOT NULL AND %[2]s AND coalesce(current_setting('shardid.mover', true), '') <> 'on' THEN
+			IF coalesce(current_setting('shardid.fix_key', true), '') <> 'on' OR EXISTS (SELECT 1 FROM %[5]s WHERE moving) THEN
+				RAISE EXCEPTION '%[3]s: %% %% in shard %%', TG_TABLE_NAME, NEW.id, sn USING ERRCODE = '23514',
+					HINT = 'a row keeps the shard its ID names: give a new row the ID of its key''s shard (the plugin does), and do not change a row''s key during the split; to put a legacy row''s key back as the record has it, SET shardid.fix_key = on in that session while no batch is under way';
+			END IF;
+		END IF;%[4]s`, idRuleStart, c.sqlBroken("NEW", "sn"), routesql.KeyMismatchMessage, idRuleEnd, state)
+}
+
+// idRuleMySQL is idRulePG for MySQL's INSERT and UPDATE triggers: s is the
+// row's new shard, changed whether its ID or its shard changed (TRUE for
+// an INSERT).
+func (c *idCheck) idRuleMySQL(changed, state string) string {
+	if c == nil {
+		return ""
+	}
+	return idRuleStart + " IF " + changed + " AND s IS NOT NULL AND " + c.sqlBroken("NEW", "s") + " AND COALESCE(@shardid_mover, 0) <> 1 THEN" +
+		" IF COALESCE(@shardid_fix_key, 0) <> 1 OR EXISTS (SELECT 1 FROM " + state + " WHERE moving) THEN" +
+		" SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + routesql.KeyMismatchMessage + "'; END IF; END IF; " + idRuleEnd
+}
+
+// checkAllIDs checks the ID of every row of the shards still in the
+// monolith, and returns ErrKeyMismatch naming those that would not be
+// found.
+func (sp *splitter) checkAllIDs(ctx context.Context) error {
+	v := sp.cfg.Map.Load()
+	var todo []int
+	for s := range sp.shards {
+		if v.Shared(s) && v.DB(s) == sp.monoIdx {
+			todo = append(todo, s)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	ok := map[string]bool{}
+	for _, t := range sp.tables {
+		ok[t.Name] = true
+	}
+	var found []string
+	err := sp.planIDs(ctx, todo, ok, func(_, table, detail string, _ []int64) {
+		found = append(found, table+": "+detail)
+	})
+	if err != nil {
+		return err
+	}
+	if len(found) > 0 {
+		return withDetail(ErrKeyMismatch, "the monolith holds rows written before the split's triggers: "+strings.Join(found, "; "))
+	}
+	return nil
 }

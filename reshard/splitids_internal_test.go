@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/shardid/shardid"
+	"github.com/shardid/shardid/shardmap"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
 )
 
 func TestCopyField(t *testing.T) {
@@ -165,4 +169,60 @@ func FuzzParseDecimal(f *testing.F) {
 			t.Fatalf("parseDecimal(%q) = %d, %v; ParseInt: %d, %v", s, got, ok, want, err)
 		}
 	})
+}
+
+// TestIDRuleStrips: a trigger body with the ID rule, stripped of it, is the
+// body without it, on both dialects: triggersMatch judges the declarations
+// of a split with no record by the bodies, whatever Layout said.
+func TestIDRuleStrips(t *testing.T) {
+	c, _ := idCheckFixture(t)
+	for _, mysql := range []bool{false, true} {
+		var dialector gorm.Dialector = postgres.Dialector{}
+		if mysql {
+			dialector = gormmysql.Dialector{}
+		}
+		sp := &splitter{shards: 16, schema: "public", byName: map[string]SplitTable{}, mysql: mysql,
+			mono: &gorm.DB{Config: &gorm.Config{Dialector: dialector}}}
+		sp.tables = []SplitTable{{Name: "users", Key: "id"}, {Name: "photos", Key: "user_id"}, {Name: "comments", Parent: "photos", Via: "photo_id"}}
+		for _, tb := range sp.tables {
+			sp.byName[tb.Name] = tb
+		}
+		sp.cfg.Map = mustMap(t, 16)
+		without := map[string]string{}
+		if mysql {
+			without = sp.splitTriggerBodiesMySQL()
+		} else {
+			for _, tb := range sp.tables {
+				without[tb.Name] = sp.splitFunctionBodyPG(tb)
+			}
+		}
+		sp.ids = c
+		with := map[string]string{}
+		if mysql {
+			with = sp.splitTriggerBodiesMySQL()
+		} else {
+			for _, tb := range sp.tables {
+				with[tb.Name] = sp.splitFunctionBodyPG(tb)
+			}
+		}
+		for name, w := range with {
+			if w == without[name] {
+				t.Errorf("mysql %v, %s: the body has no ID rule", mysql, name)
+			}
+			if got := withoutIDRule(w); got != without[name] {
+				t.Errorf("mysql %v, %s: stripped of its ID rule:\n%s\nwant\n%s", mysql, name, got, without[name])
+			}
+		}
+	}
+}
+
+// mustMap is a map of shards logical shards, every one shared on "mono".
+func mustMap(t *testing.T, shards int) *shardmap.Map {
+	t.Helper()
+	m, err := shardmap.New(shardmap.Config{Databases: []string{"mono", "a"}, LogicalShards: shards, SchemaPattern: "s_%04d",
+		Assign: make([]int, shards), Shared: allShards(shards)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -56,6 +56,7 @@ func RunSplit(ctx context.Context, cfg SplitConfig, plan *SplitPlan, opts SplitO
 	if err := plan.check(cfg); err != nil {
 		return err
 	}
+	opts.idsChecked = new(bool)
 	mono := cfg.Map.DatabaseIndex(cfg.Monolith)
 	var (
 		group   [][]int    // the batches left to do

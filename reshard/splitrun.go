@@ -60,6 +60,10 @@ type SplitOptions struct {
 	// every shard's tables at once overruns the server's table caches at
 	// their defaults, and every statement opens its tables again).
 	CopyTogether bool
+
+	// idsChecked, set by RunSplit, is true once a batch of the run has
+	// checked the ID of every row left in the monolith (checkAllIDs).
+	idsChecked *bool
 }
 
 // SplitResult says what SplitShards did.
@@ -325,6 +329,17 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	}
 	if err := sp.checkStructure(ctx, "split"); err != nil {
 		return res, err
+	}
+	// Every row left in the monolith, once a run: its triggers refuse a
+	// write that would leave a row where its ID does not find it from
+	// their first run on, but not what was written before them.
+	if sp.ids != nil && (opts.idsChecked == nil || !*opts.idsChecked) {
+		if err := sp.checkAllIDs(ctx); err != nil {
+			return res, err
+		}
+		if opts.idsChecked != nil {
+			*opts.idsChecked = true
+		}
 	}
 	// Copies of these shards on other databases, which an earlier plan
 	// chose and a run stopped (or created ahead of their batch) left

@@ -296,7 +296,7 @@ func wrap(shard int, database string, err error) error {
 // joined when PostgreSQL reports a prepared statement a transaction pooler
 // lost, and err unchanged otherwise.
 func Classify(err error) error {
-	return routesql.Classify(err, shardid.ErrShardMoving, shardid.ErrPooledPreparedStatement)
+	return routesql.Classify(err, shardid.ErrShardMoving, shardid.ErrPooledPreparedStatement, shardid.ErrWrongShard)
 }
 
 // querier is what a pool and a transaction share.

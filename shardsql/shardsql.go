@@ -339,7 +339,7 @@ func wrap(shard int, database string, err error) error {
 // prepared statement a transaction pooler lost, and err unchanged
 // otherwise. errors.As still finds the driver's error in the result.
 func Classify(err error) error {
-	return routesql.Classify(err, shardid.ErrShardMoving, shardid.ErrPooledPreparedStatement)
+	return routesql.Classify(err, shardid.ErrShardMoving, shardid.ErrPooledPreparedStatement, shardid.ErrWrongShard)
 }
 
 // ExecContext runs query in the shard.

@@ -26,6 +26,13 @@ const Placeholder = "{{schema}}"
 // PostgreSQL and 45000 (SIGNAL, error 1644) on MySQL.
 const FenceMessage = "shardid: shard is fenced for a move"
 
+// KeyMismatchMessage is the message of the error that the triggers of a
+// monolith being split (package reshard, with SplitConfig.Layout) raise for
+// a write that would leave a row whose ID names another shard than its
+// sharding key: once split, no lookup by its ID would find it. SQLSTATE
+// 23514 on PostgreSQL, 45000 on MySQL (whose messages hold 128 characters).
+const KeyMismatchMessage = "shardid: row ID names another shard than its sharding key, in a monolith being split"
+
 // The tables that only shardid's triggers read, in a shard's schema or in
 // a monolith being split (package reshard): a move's change log, a fence's
 // state, a split's state and its change log.
@@ -87,14 +94,23 @@ func IsPooledStatement(err error) bool {
 	return false
 }
 
+// IsKeyMismatch reports whether err is the error that a split's triggers
+// raise for a row whose ID names another shard than its key
+// (KeyMismatchMessage), told by its message as IsFence tells the fence's.
+func IsKeyMismatch(err error) bool {
+	return err != nil && strings.Contains(err.Error(), KeyMismatchMessage)
+}
+
 // Classify returns err with moving joined when it is the error a move's
 // fence raised (IsFence), with pooled joined when it is a prepared
-// statement a transaction pooler lost (IsPooledStatement), and err
-// unchanged otherwise, or when it matches that error already. errors.As
-// still finds the driver's error in the result. moving and pooled are
-// shardid.ErrShardMoving and shardid.ErrPooledPreparedStatement, which
-// this package cannot import.
-func Classify(err, moving, pooled error) error {
+// statement a transaction pooler lost (IsPooledStatement), with wrong
+// joined when a split's triggers refused a row whose ID names another
+// shard than its key (IsKeyMismatch), and err unchanged otherwise, or when
+// it matches that error already. errors.As still finds the driver's error
+// in the result. moving, pooled and wrong are shardid.ErrShardMoving,
+// shardid.ErrPooledPreparedStatement and shardid.ErrWrongShard, which this
+// package cannot import.
+func Classify(err, moving, pooled, wrong error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -102,6 +118,8 @@ func Classify(err, moving, pooled error) error {
 		return &classified{kind: moving, err: err}
 	case IsPooledStatement(err) && !errors.Is(err, pooled):
 		return &classified{kind: pooled, err: err}
+	case IsKeyMismatch(err) && !errors.Is(err, wrong):
+		return &classified{kind: wrong, err: err}
 	}
 	return err
 }

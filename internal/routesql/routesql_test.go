@@ -63,21 +63,30 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// TestClassify: the fence's error and a lost prepared statement match
-// their sentinel, once, and still unwrap to the driver's error.
+// TestClassify: the fence's error, a lost prepared statement and a split's
+// refusal of a row whose ID names another shard match their sentinel, once,
+// and still unwrap to the driver's error.
 func TestClassify(t *testing.T) {
-	moving, pooled := errors.New("moving"), errors.New("pooled")
+	moving, pooled, wrong := errors.New("moving"), errors.New("pooled"), errors.New("wrong")
 	fence := fmt.Errorf("ERROR: %s (SQLSTATE 55000)", FenceMessage)
-	if got := Classify(fence, moving, pooled); !errors.Is(got, moving) || !errors.Is(got, fence) || got.Error() != "moving: "+fence.Error() {
+	if got := Classify(fence, moving, pooled, wrong); !errors.Is(got, moving) || !errors.Is(got, fence) || got.Error() != "moving: "+fence.Error() {
 		t.Errorf("fence: %v", got)
 	}
-	if got := Classify(fmt.Errorf("%w: %w", moving, fence), moving, pooled); got.Error() != "moving: "+fence.Error() {
+	if got := Classify(fmt.Errorf("%w: %w", moving, fence), moving, pooled, wrong); got.Error() != "moving: "+fence.Error() {
 		t.Errorf("fence classified twice: %v", got)
 	}
-	if got := Classify(stateErr("26000"), moving, pooled); !errors.Is(got, pooled) || !errors.Is(got, stateErr("26000")) {
+	if got := Classify(stateErr("26000"), moving, pooled, wrong); !errors.Is(got, pooled) || !errors.Is(got, stateErr("26000")) {
 		t.Errorf("lost statement: %v", got)
 	}
-	if other := stateErr("23505"); Classify(other, moving, pooled) != error(other) || Classify(nil, moving, pooled) != nil {
+	for _, key := range []error{
+		fmt.Errorf("ERROR: %s: photos 7 in shard 3 (SQLSTATE 23514)", KeyMismatchMessage),
+		fmt.Errorf("Error 1644 (45000): %s", KeyMismatchMessage),
+	} {
+		if got := Classify(key, moving, pooled, wrong); !errors.Is(got, wrong) || !errors.Is(got, key) || errors.Is(got, moving) {
+			t.Errorf("key mismatch %q: %v", key, got)
+		}
+	}
+	if other := stateErr("23505"); Classify(other, moving, pooled, wrong) != error(other) || Classify(nil, moving, pooled, wrong) != nil {
 		t.Error("other errors are left alone")
 	}
 }
