@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -34,6 +35,10 @@ func splitLegacy(ctx context.Context, w io.Writer, env *splitEnv, adopted time.T
 	if err != nil {
 		return err
 	}
+	was, err := env.cfg.Catalog.LoadLegacy(ctx)
+	if err != nil {
+		return err
+	}
 	if err := env.cfg.Catalog.SaveLegacy(ctx, l); err != nil {
 		return err
 	}
@@ -42,5 +47,12 @@ func splitLegacy(ctx context.Context, w io.Writer, env *splitEnv, adopted time.T
 		fmt.Fprintf(w, "  %-24s %12d\n", t.Name, l.Rows(t.Name))
 	}
 	fmt.Fprintf(w, "recorded in the catalog: IDs up to %d are legacy, the layout's begin at %d\n", l.Max(), l.Floor())
+	if was != nil {
+		a, _ := was.MarshalBinary()
+		b, _ := l.MarshalBinary()
+		if !bytes.Equal(a, b) {
+			fmt.Fprintln(w, "it replaced another record: rebuild every router from the catalog's record before the first batch (a router keeps the record it was built with)")
+		}
+	}
 	return nil
 }

@@ -50,6 +50,12 @@ func TestSplitCommandPostgres(t *testing.T) {
 	sh(2, "split", "legacy", "--config", config)
 	sh(2, "split", "legacy", "--config", config, "--adopted", "yesterday")
 	sh(2, "split", "plan", "--config", config, "--adopted", "2026-11-20T00:00:00Z")
+	if out := sh(0, "split", "legacy", "--config", config, "--adopted", "2026-11-21T00:00:00Z"); strings.Contains(out, "replaced another record") {
+		t.Errorf("the first record said it replaced another:\n%s", out)
+	}
+	if out := sh(0, "split", "legacy", "--config", config, "--adopted", "2026-11-20T00:00:00Z"); !strings.Contains(out, "it replaced another record: rebuild every router") {
+		t.Errorf("a record with another adoption did not say it replaced one:\n%s", out)
+	}
 	out = sh(0, "split", "legacy", "--config", config, "--adopted", "2026-11-20T00:00:00Z")
 	t.Log("\n" + out)
 	if err := readme.SameOutput(guide, "split legacy", "$ shardid split legacy --config split.json --adopted 2026-11-20T00:00:00Z\n"+out); err != nil {
