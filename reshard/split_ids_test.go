@@ -120,8 +120,9 @@ func testSplitChecksEachRowsID(t *testing.T, e *splitEnv, a, b string) {
 	refusal(pl, err, fmt.Sprintf("photos %d (names shard 3, its key puts it on shard 2)", photo.ID),
 		fmt.Sprintf("photos %d (recorded on shard 3, its key now puts it on shard 2)", old))
 
-	// The first run installs the split's triggers, then checks every row
-	// left in the monolith: it refuses them, and flips nothing.
+	// A first run checks every row of the monolith before it installs
+	// its triggers: it refuses them, and changes nothing (its triggers
+	// would refuse an old writer's writes until the split is aborted).
 	_, err = reshard.SplitShards(ctx, cfg, []int{2, 3}, targets, reshard.SplitOptions{})
 	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d", photo.ID)) ||
 		!strings.Contains(err.Error(), fmt.Sprintf("photos %d (recorded", old)) {
@@ -133,48 +134,45 @@ func testSplitChecksEachRowsID(t *testing.T, e *splitEnv, a, b string) {
 			t.Fatalf("shard %d was flipped after a refused run", s)
 		}
 	}
-	created := triggersCreated(t, e)
+	if e.dbs[0].Migrator().HasTable("shardid_split_state") {
+		t.Error("a run refused before it began installed the split's triggers")
+	}
+	move(int64(photo.ID), 3)
+	move(old, 3)
 
-	// From then on the monolith refuses a write that would leave a row
-	// where its ID does not find it, but lets one through that puts a
-	// row of the layout back where its ID says.
+	// Once the triggers are on, the monolith refuses a write that would
+	// leave a row where its ID does not find it; the operator's setting
+	// lets nothing through while a batch is under way; a write that
+	// would (here, one the mover's setting lets through) is refused by
+	// the catch-up, which reads the row wherever its key took it: out of
+	// the batch, its copy would be deleted and the flip would send its ID
+	// where it is not.
 	refused := func(what string, err error) {
 		t.Helper()
 		if err == nil || !strings.Contains(err.Error(), "names another shard than its sharding key") {
 			t.Errorf("%s: %v, want the split's refusal", what, err)
 		}
 	}
-	refused("a photo of the layout moved to shard 1", e.dbs[0].Exec("UPDATE photos SET user_id = 1 WHERE id = ?", photo.ID).Error)
-	refused("a legacy photo put back on its shard", e.dbs[0].Exec("UPDATE photos SET user_id = 3 WHERE id = ?", old).Error)
-	refused("a row with a legacy ID written now", e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (900000, 4, 'old writer')").Error)
 	var other shardid.ID
 	if other, err = r.Layout().Compose(shardid.Parts{Time: time.Now(), Shard: 1}); err != nil {
 		t.Fatal(err)
 	}
-	refused("a row whose ID names shard 1 written in shard 0", e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (?, 4, 'mismatched')", other).Error)
-	// Through the router, the refusal is ErrWrongShard.
-	err = r.ForKey(2).Model(&idCheckPhoto{}).Where("id = ?", photo.ID).Update("user_id", 1).Error
-	refused("a photo moved through the router", err)
-	if !errors.Is(err, shardid.ErrWrongShard) {
-		t.Errorf("the refusal through the router: %v, want ErrWrongShard", err)
-	}
-	move(int64(photo.ID), 3)
-	// A legacy row's key goes back as recorded in an operator's session
-	// that says so, while no batch is under way.
-	inSession(t, e, "fix_key", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 3 WHERE id = ?", old).Error })
-
-	// During a batch, the operator's setting lets nothing through; a
-	// write that would (here, one the mover's setting lets through)
-	// is refused by the catch-up, which reads the row wherever its key
-	// took it: out of the batch, its copy would be deleted and the flip
-	// would send its ID where it is not.
 	_, err = reshard.SplitShards(ctx, cfg, []int{2, 3}, targets, reshard.SplitOptions{OnStage: func(stage string) {
 		if stage != "copied" {
 			return
 		}
-		refused("a legacy photo moved in the operator's session during a batch", func() error {
-			return inSessionErr(e, "fix_key", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 1 WHERE id = ?", old).Error })
-		}())
+		refused("a photo of the layout moved to shard 1", e.dbs[0].Exec("UPDATE photos SET user_id = 1 WHERE id = ?", photo.ID).Error)
+		refused("a legacy photo moved", e.dbs[0].Exec("UPDATE photos SET user_id = 2 WHERE id = ?", old).Error)
+		refused("a row with a legacy ID written now", e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (900000, 4, 'old writer')").Error)
+		refused("a row whose ID names shard 1 written in shard 0", e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (?, 4, 'mismatched')", other).Error)
+		// Through the router, the refusal is ErrWrongShard.
+		err := r.ForKey(3).Model(&idCheckPhoto{}).Where("id = ?", photo.ID).Update("user_id", 1).Error
+		refused("a photo moved through the router", err)
+		if !errors.Is(err, shardid.ErrWrongShard) {
+			t.Errorf("the refusal through the router: %v, want ErrWrongShard", err)
+		}
+		refused("a legacy photo moved in the operator's session during a batch",
+			inSessionErr(e, "fix_key", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 1 WHERE id = ?", old).Error }))
 		inSession(t, e, "mover", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 1 WHERE id = ?", photo.ID).Error })
 	}})
 	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d", photo.ID)) {
@@ -183,7 +181,18 @@ func testSplitChecksEachRowsID(t *testing.T, e *splitEnv, a, b string) {
 	if v := e.m.Load(); !v.Shared(2) || !v.Shared(3) {
 		t.Fatal("a shard was flipped after a refused catch-up")
 	}
-	inSession(t, e, "mover", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 3 WHERE id = ?", photo.ID).Error })
+	created := triggersCreated(t, e)
+	// A row of the layout goes back where its ID says; a legacy row's
+	// key, only in an operator's session that says so, between batches.
+	move(int64(photo.ID), 3)
+	inSession(t, e, "mover", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 2 WHERE id = ?", old).Error })
+	refused("a legacy photo put back as recorded", e.dbs[0].Exec("UPDATE photos SET user_id = 3 WHERE id = ?", old).Error)
+	// The next run checks every row again, triggers or not.
+	if _, err = reshard.SplitShards(ctx, cfg, []int{2, 3}, targets, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrKeyMismatch) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("photos %d (recorded on shard 3", old)) {
+		t.Fatalf("SplitShards with a legacy key changed between runs: %v, want ErrKeyMismatch naming photo %d", err, old)
+	}
+	inSession(t, e, "fix_key", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 3 WHERE id = ?", old).Error })
 	if got := triggersCreated(t, e); got != created {
 		t.Errorf("the split's triggers were made again by a run with the same layout and record: %s, then %s", created, got)
 	}

@@ -257,6 +257,21 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if grants != nil {
 		users = grants.users
 	}
+	// Rows whose IDs would not find them, refused before a first run
+	// installs the triggers, which would then refuse the writes of such
+	// rows (an old writer's) until the split is aborted; checked again
+	// once they are on (below).
+	if sp.ids != nil {
+		installed, err := tableExists(ctx, sp.mono, sp.schema, splitStateTable)
+		if err != nil {
+			return res, err
+		}
+		if !installed {
+			if err := sp.checkAllIDs(ctx); err != nil {
+				return res, err
+			}
+		}
+	}
 	// Its objects, created, go to the tables' owner in the same
 	// transaction (sp.handTo).
 	if err := sp.installTriggers(ctx, users); err != nil {
