@@ -256,6 +256,9 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 	// their last operations left; refused ones nowhere.
 	ops := map[shardid.ID][]chaosOp{}
 	for _, o := range h.Ops {
+		if o.Outcome == "idrefused" {
+			v.fail("id-refused", "process %d op %d (%s of row %v, key %d) was refused by the split's triggers as a row whose ID names another shard than its key", o.Proc, o.Seq, o.Kind, o.ID, o.Key)
+		}
 		ops[o.ID] = append(ops[o.ID], o)
 		v.Ops++
 		if o.Outcome == "ack" {
@@ -271,6 +274,8 @@ func chaosCheck(h chaosHistory, rows []chaosRow, finalMap []int) chaosVerdict {
 			for i, r := range a.Rows {
 				checkChaosRow(&v, a, i, r, ops[r.ID], live[r.ID], stored[r.ID], finalMap)
 			}
+		case a.Outcome == "idrefused":
+			v.fail("id-refused", "process %d attempt %d (%s, IDs %v) was refused by the split's triggers as rows whose IDs name other shards than their keys", a.Proc, a.Seq, a.Table, chaosIDs(a.Rows, 4))
 		case chaosRefused[a.Outcome]:
 			for _, r := range a.Rows {
 				if r.ID != 0 && stored[r.ID] {

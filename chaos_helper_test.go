@@ -698,6 +698,8 @@ func chaosOutcome(err error) string {
 		return "clock"
 	case errors.Is(err, shardid.ErrSequenceExhausted):
 		return "exhausted"
+	case strings.Contains(err.Error(), "names another shard than its sharding key, in a monolith being split"):
+		return "idrefused" // the split's triggers (Layout): never right for the writers' rows
 	case errors.Is(err, shardid.ErrWrongShard):
 		return "wrongshard"
 	case strings.Contains(err.Error(), "23505"):

@@ -277,7 +277,7 @@ func (c *chaosCluster) splitConfig(ctx context.Context, dbs []*gorm.DB) (reshard
 	if _, err := c.catalog.LoadMap(ctx, m); err != nil {
 		return reshard.SplitConfig{}, fmt.Errorf("loading the catalog: %w", err)
 	}
-	return reshard.SplitConfig{Map: m, DBs: dbs, Monolith: chaosNames[chaosMono], Tables: chaosSplitTables, Catalog: c.catalog}, nil
+	return reshard.SplitConfig{Map: m, DBs: dbs, Monolith: chaosNames[chaosMono], Tables: chaosSplitTables, Catalog: c.catalog, Layout: chaosLayout}, nil
 }
 
 // next returns the plan of the next batch to split: the shards still in

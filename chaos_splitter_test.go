@@ -166,7 +166,7 @@ func chaosSplitterMain() {
 		n, _ := strconv.Atoi(s)
 		shards = append(shards, n)
 	}
-	cfg := reshard.SplitConfig{Map: m, DBs: dbs, Monolith: chaosNames[chaosMono], Tables: chaosSplitTables, Catalog: c}
+	cfg := reshard.SplitConfig{Map: m, DBs: dbs, Monolith: chaosNames[chaosMono], Tables: chaosSplitTables, Catalog: c, Layout: chaosLayout}
 	onStage := func(stage string) {
 		fmt.Println("stage", stage)
 		switch stage {

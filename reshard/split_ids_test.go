@@ -261,3 +261,36 @@ func triggersCreated(t *testing.T, e *splitEnv) string {
 	}
 	return strings.Join(got, ", ")
 }
+
+// TestSplitRefusesAUserKeyedByItsOwnLayoutID: users keyed by their own id
+// (Key: "id") are split by id % LogicalShards; a user whose ID the plugin
+// gave (of the layout, naming another shard) is refused, and the refusal
+// says why.
+func TestSplitRefusesAUserKeyedByItsOwnLayoutID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 4, 1, 1)
+	id, err := shardid.Instagram.Compose(shardid.Parts{Time: time.Now(), Shard: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its sequence bits are 0: id % 4 is 0, not the shard 1 it names.
+	if err := e.dbs[0].Exec("INSERT INTO users (id, name, plan_id) VALUES (?, 'new', 1)", id).Error; err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.Layout = shardid.Instagram
+	p, err := reshard.PlanSplit(ctx, cfg, []string{"pg_a", "pg_b"}, 2)
+	if !errors.Is(err, reshard.ErrSplitRefused) {
+		t.Fatalf("PlanSplit: %v, want ErrSplitRefused", err)
+	}
+	for _, r := range p.Refusals {
+		if r.Kind == "id-mismatch" && r.Table == "users" {
+			if !strings.Contains(r.Detail, fmt.Sprintf("users %d (names shard 1", id)) || !strings.Contains(r.Detail, "keyed by its own id") {
+				t.Errorf("the refusal: %s", r.Detail)
+			}
+			return
+		}
+	}
+	t.Errorf("no id-mismatch refusal of users: %v", p.Refusals)
+}

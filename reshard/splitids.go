@@ -226,8 +226,14 @@ func (sp *splitter) planIDs(ctx context.Context, todo []int, ok map[string]bool,
 			return fmt.Errorf("shardid: reading the IDs of %s: %w", t.Name, err)
 		}
 		if m.n > 0 {
-			refuse("id-mismatch", t.Name, fmt.Sprintf("%d row(s) whose IDs would not find them in the shards their keys put them in: %s%s; %s",
-				m.n, strings.Join(m.first, "; "), more(m.n, len(m.first)), idMismatchFix), m.ids[t.Name])
+			hint := ""
+			if t.Key == "id" {
+				// Keyed by its own ID: new rows the plugin gave IDs of
+				// the layout name the shard the plugin chose.
+				hint = "; " + t.Name + " is keyed by its own id, which the split takes modulo the logical shards: rows given IDs of the layout cannot be split so (keep their IDs plain integers, docs/resharding.md, step 1)"
+			}
+			refuse("id-mismatch", t.Name, fmt.Sprintf("%d row(s) whose IDs would not find them in the shards their keys put them in: %s%s%s; %s",
+				m.n, strings.Join(m.first, "; "), more(m.n, len(m.first)), hint, idMismatchFix), m.ids[t.Name])
 		}
 	}
 	return nil
