@@ -171,6 +171,20 @@ func testSplitChecksEachRowsID(t *testing.T, e *splitEnv, a, b string) {
 		if !errors.Is(err, shardid.ErrWrongShard) {
 			t.Errorf("the refusal through the router: %v, want ErrWrongShard", err)
 		}
+		// A user keyed by its own id takes the sequence's next ID: found by
+		// its key, where the split puts it.
+		if err := e.dbs[0].Exec("INSERT INTO users (name, plan_id) VALUES ('signed up during the split', 1)").Error; err != nil {
+			t.Errorf("a new user with the sequence's ID: %v", err)
+		}
+		// An upsert of a legacy row that is there (GORM's save of a loaded
+		// parent) writes nothing: not refused.
+		upsert := "INSERT INTO photos (id, user_id, caption) VALUES (?, 3, 'again') ON CONFLICT DO NOTHING"
+		if e.dbs[0].Dialector.Name() == "mysql" {
+			upsert = "INSERT IGNORE INTO photos (id, user_id, caption) VALUES (?, 3, 'again')"
+		}
+		if err := e.dbs[0].Exec(upsert, old).Error; err != nil {
+			t.Errorf("an upsert of legacy photo %d, which is there: %v", old, err)
+		}
 		refused("a legacy photo moved in the operator's session during a batch",
 			inSessionErr(e, "fix_key", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 1 WHERE id = ?", old).Error }))
 		inSession(t, e, "mover", func(tx *gorm.DB) error { return tx.Exec("UPDATE photos SET user_id = 1 WHERE id = ?", photo.ID).Error })
@@ -293,4 +307,53 @@ func TestSplitRefusesAUserKeyedByItsOwnLayoutID(t *testing.T) {
 		}
 	}
 	t.Errorf("no id-mismatch refusal of users: %v", p.Refusals)
+}
+
+func TestSplitAbortDropsTheIDRulePostgres(t *testing.T) {
+	t.Parallel()
+	testSplitAbortDropsTheIDRule(t, newSplitEnvPG(t, 4, 8, 2, 1), "pg_a")
+}
+
+func TestSplitAbortDropsTheIDRuleMariaDB(t *testing.T) {
+	t.Parallel()
+	testSplitAbortDropsTheIDRule(t, newSplitEnvMySQL(t, 4, 8, 2, 1), "my_a")
+}
+
+// testSplitAbortDropsTheIDRule: the split's triggers refuse an old
+// writer's insert (a legacy ID written after the record) while a split is
+// under way; once it is aborted with nothing split, they are gone, and the
+// insert passes (they stayed, and refused it for ever).
+func testSplitAbortDropsTheIDRule(t *testing.T, e *splitEnv, a string) {
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, ShardMap: e.m, Layout: shardid.Instagram})
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := reshard.ReadLegacyIDs(context.Background(), e.dbs[0], r, time.Now().Add(-time.Second), e.cfg.Tables...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.Layout, cfg.Legacy = shardid.Instagram, legacy
+	oldWriter := func(id int) error {
+		return e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (?, 2, 'an old writer')", id).Error
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err = reshard.SplitShards(ctx, cfg, []int{2}, []string{a}, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "created" {
+			if err := oldWriter(900000); err == nil || !strings.Contains(err.Error(), "names another shard than its sharding key") {
+				t.Errorf("an old writer's insert during the split: %v, want the split's refusal", err)
+			}
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("SplitShards cancelled: %v", err)
+	}
+	if _, err := reshard.AbortSplit(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := oldWriter(900001); err != nil {
+		t.Errorf("an old writer's insert after the abort, with nothing split: %v", err)
+	}
 }

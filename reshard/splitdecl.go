@@ -344,12 +344,12 @@ func withoutElsewhere(body string) string {
 // (checkDeclared), so it waits, finds no record and makes its own. (A
 // plain read found the record, the run went on, and the deletion left a
 // split under way with none.)
-func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) error {
+func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) (forgot bool, err error) {
 	if was, err := sp.readDeclared(ctx); err != nil || was == "" {
-		return err
+		return false, err
 	}
 	pauseAt(ctx, "abort forget")
-	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+	err = lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
 		var held []int
 		if err := tx.Raw("SELECT id FROM " + sp.q(splitTablesTable) + " WHERE id = 1 FOR UPDATE").Scan(&held).Error; err != nil {
 			return err
@@ -364,8 +364,10 @@ func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) error {
 			return err
 		}
 		pauseAt(ctx, "abort forget held")
+		forgot = true
 		return tx.Exec("DELETE FROM " + sp.q(splitTablesTable)).Error
 	})
+	return forgot && err == nil, err
 }
 
 // dropSplitTriggers drops every trigger of the split on the monolith's

@@ -3,6 +3,7 @@ package reshard
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/internal/routesql"
@@ -29,6 +31,11 @@ type idCheck struct {
 	layout shardid.Layout
 	legacy *shardid.LegacyIDs // nil: none recorded
 	shards int
+	// ownKey are the tables keyed by their own id (users, Key "id"): a
+	// plain integer ID (the model's int64 primary key, which the plugin
+	// leaves to the sequence) is found by its key, ForKey(id), where the
+	// split puts it, recorded or not; only IDs of the layout are checked.
+	ownKey map[string]bool
 }
 
 // newIDCheck returns the check of cfg, or nil without a Layout. Without
@@ -43,7 +50,12 @@ func newIDCheck(ctx context.Context, cfg SplitConfig) (*idCheck, error) {
 	if n := cfg.Layout.Shards(); n < cfg.Map.LogicalShards() {
 		return nil, withDetail(shardid.ErrInvalidConfig, fmt.Sprintf("split: the layout %s names %d shards, fewer than the map's %d", cfg.Layout.Name(), n, cfg.Map.LogicalShards()))
 	}
-	c := &idCheck{layout: cfg.Layout, legacy: cfg.Legacy, shards: cfg.Map.LogicalShards()}
+	c := &idCheck{layout: cfg.Layout, legacy: cfg.Legacy, shards: cfg.Map.LogicalShards(), ownKey: map[string]bool{}}
+	for _, t := range cfg.Tables {
+		if t.Key == "id" {
+			c.ownKey[t.Name] = true
+		}
+	}
 	if c.legacy == nil && cfg.Catalog != nil {
 		l, err := cfg.Catalog.LoadLegacy(ctx)
 		if err != nil {
@@ -57,6 +69,9 @@ func newIDCheck(ctx context.Context, cfg SplitConfig) (*idCheck, error) {
 // mismatch returns why the row id of table, put in shard, would not be
 // found by its ID, or "" when it would.
 func (c *idCheck) mismatch(table string, id int64, shard int) string {
+	if c.ownKey[table] && id >= 0 && id < c.plainBelow() {
+		return "" // a plain integer ID, which is its key
+	}
 	if c.legacy != nil && shardid.ID(id) >= c.legacy.Floor() || c.legacy == nil && id > 0 {
 		// The common case, an ID of the layout, without allocating.
 		if c.layout.Decompose(shardid.ID(id)).Shard == shard {
@@ -109,10 +124,13 @@ func (m *idMismatches) check(c *idCheck, table string, id int64, shard int) {
 	if c == nil {
 		return
 	}
-	why := c.mismatch(table, id, shard)
-	if why == "" {
-		return
+	if why := c.mismatch(table, id, shard); why != "" {
+		m.add(table, id, why)
 	}
+}
+
+// add records row id of table, which fails for the reason why.
+func (m *idMismatches) add(table string, id int64, why string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.n++
@@ -137,7 +155,7 @@ func (m *idMismatches) err(what string) error {
 }
 
 // idMismatchFix says what to do about rows whose IDs would not find them.
-const idMismatchFix = "change their keys back (once the split's triggers are on the monolith, a legacy row's in a session with shardid.fix_key set: SET shardid.fix_key = on on PostgreSQL, SET @shardid_fix_key = 1 on MySQL) or give them new IDs, then run the split again"
+const idMismatchFix = "change their keys back (once the split's triggers are on the monolith, a legacy row's in an operator's transaction that sets shardid.fix_key, while no batch is under way: SET LOCAL shardid.fix_key = on on PostgreSQL; SET @shardid_fix_key = 1, then SET @shardid_fix_key = NULL, on MySQL) or give them new IDs, then run the split again"
 
 func more(n int64, shown int) string {
 	if n > int64(shown) {
@@ -284,12 +302,16 @@ func (b *splitBatch) checkApplied(ctx context.Context, ids map[string][]int64) e
 				}
 				for rows.Next() {
 					var id int64
-					var s int
+					var s sql.NullInt64
 					if err := rows.Scan(&id, &s); err != nil {
 						rows.Close()
 						return err
 					}
-					m.check(b.sp.ids, table, id, s)
+					if !s.Valid {
+						m.add(table, id, fmt.Sprintf("%s %d (its key is NULL or negative now: no shard holds it)", table, id))
+						continue
+					}
+					m.check(b.sp.ids, table, id, int(s.Int64))
 				}
 				rows.Close()
 				if err := rows.Err(); err != nil {
@@ -344,11 +366,31 @@ func (c *idCheck) floor() int64 {
 	return int64(c.legacy.Floor())
 }
 
-// sqlBroken is the SQL condition that the row ref's ID (NEW) would not find
-// it in the shard shard (an expression): an ID below the layout's (a legacy
-// one, which only the record places), or one whose shard bits name another.
-func (c *idCheck) sqlBroken(ref, shard string) string {
-	return fmt.Sprintf("(%[1]s.id < %[2]d OR ((%[1]s.id >> %[3]d) & %[4]d) <> %[5]s)", ref, c.floor(), c.shardShift(), c.layout.Shards()-1, shard)
+// plainBelow is where the IDs of a table keyed by its own id stop being
+// plain integers: the adoption's floor, or without a record the layout's
+// ID of its epoch's second day, above any sequence's values and below any
+// ID the layout gives today.
+func (c *idCheck) plainBelow() int64 {
+	if c.legacy != nil {
+		return int64(c.legacy.Floor())
+	}
+	id, err := c.layout.Compose(shardid.Parts{Time: c.layout.Epoch().Add(24 * time.Hour)})
+	if err != nil {
+		return 0
+	}
+	return int64(id)
+}
+
+// sqlBroken is the SQL condition that the row ref's ID (NEW) of table would
+// not find it in the shard shard (an expression): an ID below the layout's
+// (a legacy one, which only the record places), or one whose shard bits
+// name another. A table keyed by its own id takes plain integer IDs.
+func (c *idCheck) sqlBroken(table, ref, shard string) string {
+	bits := fmt.Sprintf("((%[1]s.id >> %[2]d) & %[3]d) <> %[4]s", ref, c.shardShift(), c.layout.Shards()-1, shard)
+	if c.ownKey[table] {
+		return fmt.Sprintf("(%s.id >= %d AND %s)", ref, c.plainBelow(), bits)
+	}
+	return fmt.Sprintf("(%s.id < %d OR %s)", ref, c.floor(), bits)
 }
 
 // idRulePG is the ID rule of the split's trigger function of a table
@@ -360,27 +402,31 @@ func (c *idCheck) sqlBroken(ref, shard string) string {
 // under way, a session that sets shardid.fix_key: an operator putting a
 // legacy row's key back as recorded (the record is not in the database;
 // the next run checks every row again, checkAllIDs).
-func (c *idCheck) idRulePG(state string) string {
+func (c *idCheck) idRulePG(state, table, quoted string) string {
 	if c == nil {
 		return ""
 	}
+	// An INSERT of a row that is there already is an upsert (ON CONFLICT:
+	// GORM's save of a loaded parent): it writes nothing, or updates,
+	// which the UPDATE is checked as.
 	return fmt.Sprintf(`%[1]s
-		IF sn IS NOT NULL AND %[2]s AND coalesce(current_setting('shardid.mover', true), '') <> 'on' THEN
+		IF sn IS NOT NULL AND %[2]s AND coalesce(current_setting('shardid.mover', true), '') <> 'on'
+			AND NOT (TG_OP = 'INSERT' AND EXISTS (SELECT 1 FROM %[6]s WHERE id = NEW.id)) THEN
 			IF coalesce(current_setting('shardid.fix_key', true), '') <> 'on' OR EXISTS (SELECT 1 FROM %[5]s WHERE moving) THEN
 				RAISE EXCEPTION '%[3]s: %% %% in shard %%', TG_TABLE_NAME, NEW.id, sn USING ERRCODE = '23514',
-					HINT = 'a row keeps the shard its ID names: give a new row the ID of its key''s shard (the plugin does), and do not change a row''s key during the split; to put a legacy row''s key back as the record has it, SET shardid.fix_key = on in that session while no batch is under way';
+					HINT = 'a row keeps the shard its ID names: give a new row the ID of its key''s shard (the plugin does), and do not change a row''s key during the split; to put a legacy row''s key back as the record has it, SET LOCAL shardid.fix_key = on in an operator''s transaction while no batch is under way';
 			END IF;
-		END IF;%[4]s`, idRuleStart, c.sqlBroken("NEW", "sn"), routesql.KeyMismatchMessage, idRuleEnd, state)
+		END IF;%[4]s`, idRuleStart, c.sqlBroken(table, "NEW", "sn"), routesql.KeyMismatchMessage, idRuleEnd, state, quoted)
 }
 
 // idRuleMySQL is idRulePG for MySQL's INSERT and UPDATE triggers: s is the
 // row's new shard, changed whether its ID or its shard changed (TRUE for
 // an INSERT).
-func (c *idCheck) idRuleMySQL(changed, state string) string {
+func (c *idCheck) idRuleMySQL(changed, state, table string) string {
 	if c == nil {
 		return ""
 	}
-	return idRuleStart + " IF " + changed + " AND s IS NOT NULL AND " + c.sqlBroken("NEW", "s") + " AND COALESCE(@shardid_mover, 0) <> 1 THEN" +
+	return idRuleStart + " IF " + changed + " AND s IS NOT NULL AND " + c.sqlBroken(table, "NEW", "s") + " AND COALESCE(@shardid_mover, 0) <> 1 THEN" +
 		" IF COALESCE(@shardid_fix_key, 0) <> 1 OR EXISTS (SELECT 1 FROM " + state + " WHERE moving) THEN" +
 		" SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + routesql.KeyMismatchMessage + "'; END IF; END IF; " + idRuleEnd
 }

@@ -257,19 +257,14 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	if grants != nil {
 		users = grants.users
 	}
-	// Rows whose IDs would not find them, refused before a first run
-	// installs the triggers, which would then refuse the writes of such
-	// rows (an old writer's) until the split is aborted; checked again
-	// once they are on (below).
-	if sp.ids != nil {
-		installed, err := tableExists(ctx, sp.mono, sp.schema, splitStateTable)
-		if err != nil {
+	// Rows whose IDs would not find them, refused before the run
+	// installs or changes the triggers, whose ID rule would then refuse
+	// the writes of such rows (an old writer's) until the split is
+	// aborted; checked again once they are on (below), once a run.
+	idsChecked := sp.ids == nil || opts.idsChecked != nil && *opts.idsChecked
+	if !idsChecked {
+		if err := sp.checkAllIDs(ctx); err != nil {
 			return res, err
-		}
-		if !installed {
-			if err := sp.checkAllIDs(ctx); err != nil {
-				return res, err
-			}
 		}
 	}
 	// Its objects, created, go to the tables' owner in the same
@@ -348,7 +343,7 @@ func splitShards(ctx context.Context, cfg SplitConfig, shards []int, to []string
 	// Every row left in the monolith, once a run: its triggers refuse a
 	// write that would leave a row where its ID does not find it from
 	// their first run on, but not what was written before them.
-	if sp.ids != nil && (opts.idsChecked == nil || !*opts.idsChecked) {
+	if !idsChecked {
 		if err := sp.checkAllIDs(ctx); err != nil {
 			return res, err
 		}
