@@ -434,7 +434,7 @@ BEGIN
 		PERFORM "%[3]s".shardid_split_check(TG_TABLE_NAME, NEW.id, sn);%[6]s
 	END IF;
 	RETURN NEW;
-END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema, sp.q(splitStateTable), unsealed, sp.ids.idRulePG(sp.q(splitStateTable), t.Name, sp.q(t.Name)))
+END `, sp.rowShard(t, "OLD", 0), sp.rowShard(t, "NEW", 0), sp.schema, sp.q(splitStateTable), unsealed, sp.ids.idRulePG(sp.q(splitStateTable), sp.q(splitTablesTable), t.Name, sp.q(t.Name)))
 }
 
 // splitFunction names the split's trigger function (PostgreSQL) of table.
@@ -798,13 +798,13 @@ func (sp *splitter) splitTriggerBodiesMySQL() map[string]string {
 			decl += idRuleStart + " DECLARE so INT; " + idRuleEnd
 		}
 		body := map[string]string{
-			"i": check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)) + sp.ids.idRuleMySQL("TRUE", st, t.Name),
+			"i": check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)) + sp.ids.idRuleMySQL("TRUE", st, sp.q(splitTablesTable), t.Name),
 			"d": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)),
 			"u": check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)) + check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)),
 		}
 		if sp.ids != nil {
 			body["u"] = check(t.Name, "OLD", sp.rowShard(t, "OLD", 0)) + idRuleStart + " SET so = s; " + idRuleEnd + check(t.Name, "NEW", sp.rowShard(t, "NEW", 0)) +
-				sp.ids.idRuleMySQL("(NEW.id <> OLD.id OR NOT (so <=> s))", st, t.Name)
+				sp.ids.idRuleMySQL("(NEW.id <> OLD.id OR NOT (so <=> s))", st, sp.q(splitTablesTable), t.Name)
 		}
 		for _, ev := range mysqlFenceEvents {
 			out[splitTriggerMySQL(ev.letter, t.Name)] = "BEGIN " + decl + body[ev.letter] + " END"

@@ -309,21 +309,22 @@ func TestSplitRefusesAUserKeyedByItsOwnLayoutID(t *testing.T) {
 	t.Errorf("no id-mismatch refusal of users: %v", p.Refusals)
 }
 
-func TestSplitAbortDropsTheIDRulePostgres(t *testing.T) {
+func TestSplitAbortEndsTheIDRulePostgres(t *testing.T) {
 	t.Parallel()
-	testSplitAbortDropsTheIDRule(t, newSplitEnvPG(t, 4, 8, 2, 1), "pg_a")
+	testSplitAbortEndsTheIDRule(t, newSplitEnvPG(t, 4, 8, 2, 1), "pg_a")
 }
 
-func TestSplitAbortDropsTheIDRuleMariaDB(t *testing.T) {
+func TestSplitAbortEndsTheIDRuleMariaDB(t *testing.T) {
 	t.Parallel()
-	testSplitAbortDropsTheIDRule(t, newSplitEnvMySQL(t, 4, 8, 2, 1), "my_a")
+	testSplitAbortEndsTheIDRule(t, newSplitEnvMySQL(t, 4, 8, 2, 1), "my_a")
 }
 
-// testSplitAbortDropsTheIDRule: the split's triggers refuse an old
+// testSplitAbortEndsTheIDRule: the split's triggers refuse an old
 // writer's insert (a legacy ID written after the record) while a split is
-// under way; once it is aborted with nothing split, they are gone, and the
-// insert passes (they stayed, and refused it for ever).
-func testSplitAbortDropsTheIDRule(t *testing.T, e *splitEnv, a string) {
+// under way; once it is aborted with nothing split, the rule has ended
+// with the split's declared tables, and the insert passes (it refused it
+// for ever).
+func testSplitAbortEndsTheIDRule(t *testing.T, e *splitEnv, a string) {
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, ShardMap: e.m, Layout: shardid.Instagram})
 	if err != nil {
 		t.Fatal(err)

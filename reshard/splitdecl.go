@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/shardid/shardid/internal/routesql"
 	"gorm.io/gorm"
 )
 
@@ -15,7 +16,7 @@ import (
 // logical shards: the triggers, the change log, the seals and the verified
 // sums of the shards split so far all follow those keys and that modulus. A split run, plan, roll-back or clean-up with
 // other declarations is refused until nothing is under way.
-const splitTablesTable = "shardid_split_tables"
+const splitTablesTable = routesql.SplitTablesTable
 
 // declaration is the record of splitTablesTable: what a split's
 // triggers and sums follow (the logical shards, a key's shard being the
@@ -344,12 +345,12 @@ func withoutElsewhere(body string) string {
 // (checkDeclared), so it waits, finds no record and makes its own. (A
 // plain read found the record, the run went on, and the deletion left a
 // split under way with none.)
-func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) (forgot bool, err error) {
+func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) error {
 	if was, err := sp.readDeclared(ctx); err != nil || was == "" {
-		return false, err
+		return err
 	}
 	pauseAt(ctx, "abort forget")
-	err = lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
+	return lockedTx(ctx, sp.mono, sp.schema, func(tx *gorm.DB) error {
 		var held []int
 		if err := tx.Raw("SELECT id FROM " + sp.q(splitTablesTable) + " WHERE id = 1 FOR UPDATE").Scan(&held).Error; err != nil {
 			return err
@@ -364,10 +365,8 @@ func (sp *splitter) forgetDeclared(ctx context.Context, lock *moveLock) (forgot 
 			return err
 		}
 		pauseAt(ctx, "abort forget held")
-		forgot = true
 		return tx.Exec("DELETE FROM " + sp.q(splitTablesTable)).Error
 	})
-	return forgot && err == nil, err
 }
 
 // dropSplitTriggers drops every trigger of the split on the monolith's

@@ -24,7 +24,10 @@ import (
 // (UPDATE photos SET user_id = ...), or whose legacy ID an old writer's
 // sequence issued after the record, would be copied where no lookup by its
 // ID goes. With SplitConfig.Layout, the plan checks every row of the
-// monolith, and each batch every row it copies or applies, before its flip.
+// monolith; each run every row left in it, before it installs its triggers
+// and again once they are on; the triggers every write from then on
+// (idRulePG, idRuleMySQL); and each batch every row it copies or applies,
+// before its flip.
 
 // idCheck tells whether a row's ID finds it in a shard.
 type idCheck struct {
@@ -398,11 +401,14 @@ func (c *idCheck) sqlBroken(table, ref, shard string) string {
 // or "" without a Layout. A write that would leave the row where its ID
 // does not find it fails with routesql.KeyMismatchMessage: from the first
 // run's triggers on, the monolith keeps every row findable by its ID. The
-// mover's writes (a roll-back's) pass, and so does, while no batch is
+// mover's writes (a roll-back's) pass; so does every write once the
+// split's tables are no longer declared (an abort with nothing split
+// forgets them, in the transaction that ends the rule with them); and so
+// does, while no batch is
 // under way, a session that sets shardid.fix_key: an operator putting a
 // legacy row's key back as recorded (the record is not in the database;
 // the next run checks every row again, checkAllIDs).
-func (c *idCheck) idRulePG(state, table, quoted string) string {
+func (c *idCheck) idRulePG(state, declared, table, quoted string) string {
 	if c == nil {
 		return ""
 	}
@@ -412,22 +418,23 @@ func (c *idCheck) idRulePG(state, table, quoted string) string {
 	return fmt.Sprintf(`%[1]s
 		IF sn IS NOT NULL AND %[2]s AND coalesce(current_setting('shardid.mover', true), '') <> 'on'
 			AND NOT (TG_OP = 'INSERT' AND EXISTS (SELECT 1 FROM %[6]s WHERE id = NEW.id)) THEN
-			IF coalesce(current_setting('shardid.fix_key', true), '') <> 'on' OR EXISTS (SELECT 1 FROM %[5]s WHERE moving) THEN
+			IF EXISTS (SELECT 1 FROM %[7]s)
+				AND (coalesce(current_setting('shardid.fix_key', true), '') <> 'on' OR EXISTS (SELECT 1 FROM %[5]s WHERE moving)) THEN
 				RAISE EXCEPTION '%[3]s: %% %% in shard %%', TG_TABLE_NAME, NEW.id, sn USING ERRCODE = '23514',
 					HINT = 'a row keeps the shard its ID names: give a new row the ID of its key''s shard (the plugin does), and do not change a row''s key during the split; to put a legacy row''s key back as the record has it, SET LOCAL shardid.fix_key = on in an operator''s transaction while no batch is under way';
 			END IF;
-		END IF;%[4]s`, idRuleStart, c.sqlBroken(table, "NEW", "sn"), routesql.KeyMismatchMessage, idRuleEnd, state, quoted)
+		END IF;%[4]s`, idRuleStart, c.sqlBroken(table, "NEW", "sn"), routesql.KeyMismatchMessage, idRuleEnd, state, quoted, declared)
 }
 
 // idRuleMySQL is idRulePG for MySQL's INSERT and UPDATE triggers: s is the
 // row's new shard, changed whether its ID or its shard changed (TRUE for
 // an INSERT).
-func (c *idCheck) idRuleMySQL(changed, state, table string) string {
+func (c *idCheck) idRuleMySQL(changed, state, declared, table string) string {
 	if c == nil {
 		return ""
 	}
 	return idRuleStart + " IF " + changed + " AND s IS NOT NULL AND " + c.sqlBroken(table, "NEW", "s") + " AND COALESCE(@shardid_mover, 0) <> 1 THEN" +
-		" IF COALESCE(@shardid_fix_key, 0) <> 1 OR EXISTS (SELECT 1 FROM " + state + " WHERE moving) THEN" +
+		" IF EXISTS (SELECT 1 FROM " + declared + ") AND (COALESCE(@shardid_fix_key, 0) <> 1 OR EXISTS (SELECT 1 FROM " + state + " WHERE moving)) THEN" +
 		" SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + routesql.KeyMismatchMessage + "'; END IF; END IF; " + idRuleEnd
 }
 

@@ -339,16 +339,10 @@ func AbortSplit(ctx context.Context, cfg SplitConfig) (AbortResult, error) {
 	slices.Sort(res.Dropped)
 	// Nothing under way any more: the next run may declare the tables
 	// otherwise.
-	forgot, err := sp.forgetDeclared(ctx, lock)
-	if err != nil {
+	// With them, the triggers' ID rule (SplitConfig.Layout) ends: it
+	// refuses only while the split's tables are declared.
+	if err := sp.forgetDeclared(ctx, lock); err != nil {
 		return res, err
-	}
-	if forgot {
-		// And its triggers, whose ID rule (SplitConfig.Layout) would go
-		// on refusing writes: the next run makes them anew.
-		if err := sp.dropSplitTriggers(ctx); err != nil {
-			return res, fmt.Errorf("shardid: split: dropping its triggers once nothing is split: %w", err)
-		}
 	}
 	return res, nil
 }

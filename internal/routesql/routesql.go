@@ -35,12 +35,13 @@ const KeyMismatchMessage = "shardid: row ID names another shard than its shardin
 
 // The tables that only shardid's triggers read, in a shard's schema or in
 // a monolith being split (package reshard): a move's change log, a fence's
-// state, a split's state and its change log.
+// state, a split's state, its change log and its declared tables.
 const (
 	ChangeLogTable      = "shardid_changes"
 	FenceStateTable     = "shardid_fence_state"
 	SplitStateTable     = "shardid_split_state"
 	SplitChangeLogTable = "shardid_split_changes"
+	SplitTablesTable    = "shardid_split_tables"
 )
 
 // IsFence reports whether err is the error the fence of a moving shard
@@ -67,7 +68,7 @@ func IsFence(err error) bool {
 	if !strings.Contains(msg, "Table '") {
 		return false
 	}
-	for _, t := range []string{ChangeLogTable, FenceStateTable, SplitStateTable, SplitChangeLogTable} {
+	for _, t := range []string{ChangeLogTable, FenceStateTable, SplitStateTable, SplitChangeLogTable, SplitTablesTable} {
 		if strings.Contains(msg, "."+t+"' doesn't exist") {
 			return true
 		}
