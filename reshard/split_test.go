@@ -429,6 +429,7 @@ func testSplitWithWriters(t *testing.T, e *splitEnv, viaPlan bool) {
 	wg := w.run(wctx, 4, users)
 	time.Sleep(200 * time.Millisecond)
 	var copied int64
+	var longest time.Duration // the longest fence of a batch
 	if viaPlan {
 		plan, err := reshard.PlanSplit(ctx, e.cfg, e.names[1:], 4)
 		if err != nil {
@@ -457,6 +458,7 @@ func testSplitWithWriters(t *testing.T, e *splitEnv, viaPlan bool) {
 		err = reshard.RunSplit(ctx, e.cfg, plan, reshard.SplitOptions{OnStage: onStage, CopyTogether: true}, func(batch int, res reshard.SplitResult) {
 			batches = append(batches, res.Shards)
 			copied += res.Copied
+			longest = max(longest, res.Fenced)
 			t.Logf("batch %d %v: copied %d in %v, fenced %v, deleted %d, version %d", batch+1, res.Shards, res.Copied, res.CopyTime, res.Fenced, res.Deleted, res.Version)
 		})
 		if err != nil {
@@ -497,6 +499,7 @@ func testSplitWithWriters(t *testing.T, e *splitEnv, viaPlan bool) {
 			t.Fatalf("batch %v: %v", batch, err)
 		}
 		copied += res.Copied
+		longest = max(longest, res.Fenced)
 		t.Logf("batch %v: copied %d in %v, fenced %v, deleted %d, version %d", batch, res.Copied, res.CopyTime, res.Fenced, res.Deleted, res.Version)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -531,9 +534,12 @@ func testSplitWithWriters(t *testing.T, e *splitEnv, viaPlan bool) {
 	w.check(t, want)
 	// The goal is under a second (BenchmarkSplitPostgres measures it on
 	// a quiet machine); this run is under -race, on a machine that may be
-	// busy with other tests.
-	if w.stall > 3*time.Second {
-		t.Errorf("a writer stalled %v", w.stall)
+	// busy with other tests: there, on the slowest machine seen (M, CI's
+	// parallel packages on 2 cores), a batch's fence took 3.1 s and a
+	// writer waited it out, 3.4 s. A writer waits for no more than a
+	// fence and a round trip, and no fence lasts over 4 s.
+	if w.stall > max(3*time.Second, longest+time.Second) || longest > 4*time.Second {
+		t.Errorf("a writer stalled %v, the longest fence %v", w.stall, longest)
 	}
 }
 
