@@ -358,3 +358,79 @@ func testSplitAbortEndsTheIDRule(t *testing.T, e *splitEnv, a string) {
 		t.Errorf("an old writer's insert after the abort, with nothing split: %v", err)
 	}
 }
+
+// TestSplitLayoutAddedLaterChecksBeforeItsRule: a split begun without
+// Layout (its triggers on, without the ID rule) and run again with it
+// checks every row before it changes the triggers: refused, it leaves the
+// old writers' writes alone (the rule went on first, and refused them
+// until an abort).
+func TestSplitLayoutAddedLaterChecksBeforeItsRule(t *testing.T) {
+	t.Parallel()
+	e := newSplitEnvPG(t, 4, 8, 2, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := reshard.SplitShards(ctx, e.cfg, []int{2}, []string{"pg_a"}, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "created" {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first run, cancelled: %v", err)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, ShardMap: e.m, Layout: shardid.Instagram})
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := reshard.ReadLegacyIDs(context.Background(), e.dbs[0], r, time.Now().Add(-time.Second), e.cfg.Tables...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.Layout, cfg.Legacy = shardid.Instagram, legacy
+	// A row an old writer wrote since the record: refused by the run.
+	if err := e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (900000, 2, 'an old writer')").Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reshard.SplitShards(context.Background(), cfg, []int{2}, []string{"pg_a"}, reshard.SplitOptions{}); !errors.Is(err, reshard.ErrKeyMismatch) ||
+		!strings.Contains(err.Error(), "photos 900000") {
+		t.Fatalf("the run with Layout: %v, want ErrKeyMismatch naming photos 900000", err)
+	}
+	if err := e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (900001, 2, 'an old writer')").Error; err != nil {
+		t.Errorf("an old writer's insert after the refused run: %v (the rule went on before the check)", err)
+	}
+}
+
+// TestSplitCatchUpNamesARowWithNoShard: a batch's row whose key the
+// application sets to NULL during the copy is named by the catch-up's
+// check (it failed with a scan error of the NULL shard).
+func TestSplitCatchUpNamesARowWithNoShard(t *testing.T) {
+	t.Parallel()
+	e := newSplitEnvPG(t, 4, 8, 2, 1)
+	if err := e.dbs[0].Exec("ALTER TABLE photos ALTER COLUMN user_id DROP NOT NULL").Error; err != nil {
+		t.Fatal(err)
+	}
+	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, ShardMap: e.m, Layout: shardid.Instagram})
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := reshard.ReadLegacyIDs(context.Background(), e.dbs[0], r, time.Now().Add(-time.Second), e.cfg.Tables...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.Layout, cfg.Legacy = shardid.Instagram, legacy
+	var photo int64
+	if err := e.dbs[0].Raw("SELECT id FROM photos WHERE user_id % 4 = 2 ORDER BY id LIMIT 1").Scan(&photo).Error; err != nil || photo == 0 {
+		t.Fatalf("a photo of shard 2: %d, %v", photo, err)
+	}
+	_, err = reshard.SplitShards(context.Background(), cfg, []int{2}, []string{"pg_a"}, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "copied" {
+			if err := e.dbs[0].Exec("UPDATE photos SET user_id = NULL WHERE id = ?", photo).Error; err != nil {
+				t.Errorf("the key set to NULL: %v", err)
+			}
+		}
+	}})
+	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d (its key is NULL", photo)) {
+		t.Fatalf("SplitShards with a key set to NULL during the copy: %v, want ErrKeyMismatch naming photo %d", err, photo)
+	}
+}
