@@ -325,22 +325,13 @@ func TestSplitAbortEndsTheIDRuleMariaDB(t *testing.T) {
 // with the split's declared tables, and the insert passes (it refused it
 // for ever).
 func testSplitAbortEndsTheIDRule(t *testing.T, e *splitEnv, a string) {
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, ShardMap: e.m, Layout: shardid.Instagram})
-	if err != nil {
-		t.Fatal(err)
-	}
-	legacy, err := reshard.ReadLegacyIDs(context.Background(), e.dbs[0], r, time.Now().Add(-time.Second), e.cfg.Tables...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.cfg
-	cfg.Layout, cfg.Legacy = shardid.Instagram, legacy
+	cfg := withLayout(t, e)
 	oldWriter := func(id int) error {
 		return e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (?, 2, 'an old writer')", id).Error
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err = reshard.SplitShards(ctx, cfg, []int{2}, []string{a}, reshard.SplitOptions{OnStage: func(stage string) {
+	_, err := reshard.SplitShards(ctx, cfg, []int{2}, []string{a}, reshard.SplitOptions{OnStage: func(stage string) {
 		if stage == "created" {
 			if err := oldWriter(900000); err == nil || !strings.Contains(err.Error(), "names another shard than its sharding key") {
 				t.Errorf("an old writer's insert during the split: %v, want the split's refusal", err)
@@ -377,16 +368,7 @@ func TestSplitLayoutAddedLaterChecksBeforeItsRule(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the first run, cancelled: %v", err)
 	}
-	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, ShardMap: e.m, Layout: shardid.Instagram})
-	if err != nil {
-		t.Fatal(err)
-	}
-	legacy, err := reshard.ReadLegacyIDs(context.Background(), e.dbs[0], r, time.Now().Add(-time.Second), e.cfg.Tables...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.cfg
-	cfg.Layout, cfg.Legacy = shardid.Instagram, legacy
+	cfg := withLayout(t, e)
 	// A row an old writer wrote since the record: refused by the run.
 	if err := e.dbs[0].Exec("INSERT INTO photos (id, user_id, caption) VALUES (900000, 2, 'an old writer')").Error; err != nil {
 		t.Fatal(err)
@@ -409,6 +391,27 @@ func TestSplitCatchUpNamesARowWithNoShard(t *testing.T) {
 	if err := e.dbs[0].Exec("ALTER TABLE photos ALTER COLUMN user_id DROP NOT NULL").Error; err != nil {
 		t.Fatal(err)
 	}
+	cfg := withLayout(t, e)
+	var photo int64
+	if err := e.dbs[0].Raw("SELECT id FROM photos WHERE user_id % 4 = 2 ORDER BY id LIMIT 1").Scan(&photo).Error; err != nil || photo == 0 {
+		t.Fatalf("a photo of shard 2: %d, %v", photo, err)
+	}
+	_, err := reshard.SplitShards(context.Background(), cfg, []int{2}, []string{"pg_a"}, reshard.SplitOptions{OnStage: func(stage string) {
+		if stage == "copied" {
+			if err := e.dbs[0].Exec("UPDATE photos SET user_id = NULL WHERE id = ?", photo).Error; err != nil {
+				t.Errorf("the key set to NULL: %v", err)
+			}
+		}
+	}})
+	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d (its key is NULL", photo)) {
+		t.Fatalf("SplitShards with a key set to NULL during the copy: %v, want ErrKeyMismatch naming photo %d", err, photo)
+	}
+}
+
+// withLayout returns e's configuration with the Instagram layout and the
+// legacy IDs of the monolith's rows, recorded now.
+func withLayout(t *testing.T, e *splitEnv) reshard.SplitConfig {
+	t.Helper()
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, ShardMap: e.m, Layout: shardid.Instagram})
 	if err != nil {
 		t.Fatal(err)
@@ -419,18 +422,5 @@ func TestSplitCatchUpNamesARowWithNoShard(t *testing.T) {
 	}
 	cfg := e.cfg
 	cfg.Layout, cfg.Legacy = shardid.Instagram, legacy
-	var photo int64
-	if err := e.dbs[0].Raw("SELECT id FROM photos WHERE user_id % 4 = 2 ORDER BY id LIMIT 1").Scan(&photo).Error; err != nil || photo == 0 {
-		t.Fatalf("a photo of shard 2: %d, %v", photo, err)
-	}
-	_, err = reshard.SplitShards(context.Background(), cfg, []int{2}, []string{"pg_a"}, reshard.SplitOptions{OnStage: func(stage string) {
-		if stage == "copied" {
-			if err := e.dbs[0].Exec("UPDATE photos SET user_id = NULL WHERE id = ?", photo).Error; err != nil {
-				t.Errorf("the key set to NULL: %v", err)
-			}
-		}
-	}})
-	if !errors.Is(err, reshard.ErrKeyMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("photos %d (its key is NULL", photo)) {
-		t.Fatalf("SplitShards with a key set to NULL during the copy: %v, want ErrKeyMismatch naming photo %d", err, photo)
-	}
+	return cfg
 }

@@ -81,34 +81,30 @@ func (c *idCheck) mismatch(table string, id int64, shard int) string {
 			return ""
 		}
 	}
-	if c.legacy != nil {
-		s, legacy, err := c.legacy.Shard(table, shardid.ID(id))
-		if legacy && err == nil && s == shard {
-			return ""
-		}
-	}
-	row := table + " " + strconv.FormatInt(id, 10)
+	row := func() string { return table + " " + strconv.FormatInt(id, 10) }
 	if c.legacy != nil {
 		s, legacy, err := c.legacy.Shard(table, shardid.ID(id))
 		switch {
+		case legacy && err == nil && s == shard:
+			return ""
 		case errors.Is(err, shardid.ErrNoLegacyRow):
-			return row + " (a legacy ID the record does not hold: issued by the old sequence after ReadLegacyIDs)"
+			return row() + " (a legacy ID the record does not hold: issued by the old sequence after ReadLegacyIDs)"
 		case err != nil:
-			return row + " (" + strings.TrimPrefix(err.Error(), "shardid: ") + ")"
+			return row() + " (" + strings.TrimPrefix(err.Error(), "shardid: ") + ")"
 		case legacy && s != shard:
-			return fmt.Sprintf("%s (recorded on shard %d, its key now puts it on shard %d)", row, s, shard)
+			return fmt.Sprintf("%s (recorded on shard %d, its key now puts it on shard %d)", row(), s, shard)
 		case legacy:
 			return ""
 		}
 	}
 	if id <= 0 {
-		return row + " (not an ID)"
+		return row() + " (not an ID)"
 	}
 	if s := c.layout.Decompose(shardid.ID(id)).Shard; s != shard {
 		if c.legacy == nil {
-			return fmt.Sprintf("%s (names shard %d, its key puts it on shard %d; if it is older than shardid, record the legacy IDs first: ReadLegacyIDs, Catalog.SaveLegacy)", row, s, shard)
+			return fmt.Sprintf("%s (names shard %d, its key puts it on shard %d; if it is older than shardid, record the legacy IDs first: ReadLegacyIDs, Catalog.SaveLegacy)", row(), s, shard)
 		}
-		return fmt.Sprintf("%s (names shard %d, its key puts it on shard %d)", row, s, shard)
+		return fmt.Sprintf("%s (names shard %d, its key puts it on shard %d)", row(), s, shard)
 	}
 	return ""
 }
