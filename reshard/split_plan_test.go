@@ -381,6 +381,9 @@ func TestSplitPlanRefusalsMariaDB(t *testing.T) {
 		"CREATE TABLE shares (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, photo_id BIGINT NOT NULL, FOREIGN KEY (photo_id) REFERENCES photos(id))",
 		"INSERT INTO shares VALUES (100, 2, 2), (101, 3, 2)",
 		"ALTER TABLE users ADD CONSTRAINT users_plan FOREIGN KEY (plan_id) REFERENCES plans(id)",
+		// MySQL fires no trigger for a cascade's rows: refused.
+		"CREATE TABLE pins (id BIGINT PRIMARY KEY, photo_id BIGINT NOT NULL, CONSTRAINT pins_photo FOREIGN KEY (photo_id) REFERENCES photos(id) ON DELETE CASCADE)",
+		"INSERT INTO pins VALUES (200, 1)",
 	)
 	target := e.m.SchemaOf(1)
 	for _, q := range []string{"CREATE DATABASE " + target, "CREATE TABLE " + target + ".users (id BIGINT PRIMARY KEY)", "INSERT INTO " + target + ".users VALUES (41)"} {
@@ -393,7 +396,8 @@ func TestSplitPlanRefusalsMariaDB(t *testing.T) {
 		reshard.SplitTable{Name: "tags", Key: "user_id"},
 		reshard.SplitTable{Name: "likes", Key: "user_id"},
 		reshard.SplitTable{Name: "notes", Parent: "photos", Via: "photo_id"},
-		reshard.SplitTable{Name: "shares", Key: "user_id"})
+		reshard.SplitTable{Name: "shares", Key: "user_id"},
+		reshard.SplitTable{Name: "pins", Parent: "photos", Via: "photo_id"})
 	p, err := reshard.PlanSplit(ctx, cfg, []string{"my_a", "my_b"}, 4)
 	if !errors.Is(err, reshard.ErrSplitRefused) || !errors.Is(err, reshard.ErrTargetHoldsData) {
 		t.Fatalf("err = %v", err)
@@ -405,6 +409,7 @@ func TestSplitPlanRefusalsMariaDB(t *testing.T) {
 		{Kind: "null-key", Table: "notes", IDs: []int64{11}},
 		{Kind: "cross-shard-key", Table: "shares", IDs: []int64{100}},
 		{Kind: "global-key", Table: "users"},
+		{Kind: "cascade-key", Table: "pins"},
 		{Kind: "target-holds-data", Table: target + ".users", IDs: []int64{41}},
 	} {
 		if !slices.ContainsFunc(p.Refusals, func(r reshard.SplitRefusal) bool {
@@ -413,11 +418,16 @@ func TestSplitPlanRefusalsMariaDB(t *testing.T) {
 			t.Errorf("no refusal %s of %s with ids %v in %v", want.Kind, want.Table, want.IDs, p.Refusals)
 		}
 	}
-	if len(p.Refusals) != 7 {
+	if len(p.Refusals) != 8 {
 		t.Errorf("%d refusals: %v", len(p.Refusals), p.Refusals)
 	}
+	if i := slices.IndexFunc(p.Refusals, func(r reshard.SplitRefusal) bool { return r.Kind == "cascade-key" }); i >= 0 && (!strings.Contains(p.Refusals[i].Detail, "pins_photo") ||
+		!strings.Contains(p.Refusals[i].Detail, "ON DELETE CASCADE") || !strings.Contains(p.Refusals[i].Detail, "RESTRICT or NO ACTION")) {
+		t.Errorf("the cascade's refusal does not name its key, its action and the fix: %s", p.Refusals[i])
+	}
 	run("DROP TABLE stray", "ALTER TABLE tags ADD PRIMARY KEY (id)", "DELETE FROM likes WHERE id > 1", "DELETE FROM notes WHERE id = 11",
-		"DELETE FROM shares WHERE id = 100", "ALTER TABLE users DROP FOREIGN KEY users_plan")
+		"DELETE FROM shares WHERE id = 100", "ALTER TABLE users DROP FOREIGN KEY users_plan",
+		"ALTER TABLE pins DROP FOREIGN KEY pins_photo", "ALTER TABLE pins ADD CONSTRAINT pins_photo FOREIGN KEY (photo_id) REFERENCES photos(id)")
 	if err := a.Exec("DROP DATABASE " + target).Error; err != nil {
 		t.Fatal(err)
 	}

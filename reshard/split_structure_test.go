@@ -22,7 +22,8 @@ import (
 // key checks off the rows it deletes would leave the new table's rows
 // pointing at nothing, with them on it would delete them too). Declared
 // global, its key dropped, the split goes on, and none of its rows is
-// touched.
+// touched. On MySQL a cascading key made between two of the split's
+// tables since the plan is refused by the next batch too (cascade-key).
 func TestSplitRefusesATableAddedSincePostgres(t *testing.T) {
 	t.Parallel()
 	testSplitRefusesATableAddedSince(t, newSplitEnvPG(t, 8, 40, 3, 2), "pg_a", false)
@@ -107,13 +108,31 @@ func testSplitRefusesATableAddedSince(t *testing.T, e *splitEnv, target string, 
 		}
 		return
 	}
-	// MySQL: every batch runs; the clean-up, a step of its own, is what
+	// MySQL: a cascading key made since the plan between two of the
+	// split's tables is refused by the next batch (the server would not
+	// fire the triggers for its rows), before it copies anything.
+	if err := mono.Exec("ALTER TABLE comments ADD CONSTRAINT comments_cascade FOREIGN KEY (photo_id) REFERENCES photos (id) ON UPDATE CASCADE").Error; err != nil {
+		t.Fatal(err)
+	}
+	_, err := reshard.SplitShards(ctx, e.cfg, second, targets, reshard.SplitOptions{})
+	if !errors.Is(err, reshard.ErrSplitRefused) || !strings.Contains(err.Error(), "cascade-key: comments: foreign key comments_cascade") {
+		t.Fatalf("the next batch with a cascading key made since the plan: %v, want ErrSplitRefused naming it", err)
+	}
+	for _, s := range second {
+		if !e.m.Load().Shared(s) {
+			t.Fatalf("shard %d left the monolith in a refused batch", s)
+		}
+	}
+	if err := mono.Exec("ALTER TABLE comments DROP FOREIGN KEY comments_cascade").Error; err != nil {
+		t.Fatal(err)
+	}
+	// Every batch runs; the clean-up, a step of its own, is what
 	// deletes, and it is refused.
 	if _, err := reshard.SplitShards(ctx, e.cfg, second, targets, reshard.SplitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	addLikes()
-	_, err := reshard.CleanSplit(ctx, e.cfg)
+	_, err = reshard.CleanSplit(ctx, e.cfg)
 	refused(err, "the clean-up")
 	likesLeft("after the refused clean-up")
 	dropKey()

@@ -71,8 +71,8 @@ func (w SplitWarning) String() string { return w.Kind + ": " + w.Database + ": "
 // SplitRefusal is one reason a monolith cannot be split safely.
 type SplitRefusal struct {
 	// Kind is one of "no-primary-key", "null-key", "cross-shard-key",
-	// "global-key", "unlisted-table", "target-holds-data", "bad-table",
-	// "tables-changed", "privileges" (Table names the database: what the
+	// "global-key", "cascade-key", "unlisted-table", "target-holds-data",
+	// "bad-table", "tables-changed", "privileges" (Table names the database: what the
 	// mover may not do there, and the fix).
 	Kind   string
 	Table  string
@@ -363,6 +363,14 @@ func (sp *splitter) checkTables(ctx context.Context, refuse func(kind, table, de
 			refuse("global-key", fk.Table, fmt.Sprintf("foreign key %s references %s: one is sharded, the other not, and they will be on different databases; drop the key first",
 				fk.Name, fk.RefTable), nil)
 			continue
+		case sp.mysql && fk.cascades():
+			// MySQL fires no trigger for the rows a cascade changes: the
+			// change log would miss them, and a batch's copy would keep a
+			// child its parent's delete took, or leave one its update moved.
+			refuse("cascade-key", fk.Table, fmt.Sprintf("foreign key %s references %s with ON DELETE %s ON UPDATE %s: MySQL fires no trigger for the rows a cascade changes, "+
+				"so the split cannot capture them; make the key RESTRICT or NO ACTION (and delete or update the child rows yourself) before the split",
+				fk.Name, fk.RefTable, fk.OnDelete, fk.OnUpdate), nil)
+			continue
 		case !rows || !ok[fk.Table] || !ok[fk.RefTable]:
 			continue
 		}
@@ -415,14 +423,26 @@ func primaryKey(ctx context.Context, db *gorm.DB, schema, table string) ([]strin
 type foreignKey struct {
 	Name, Table, RefTable string
 	Cols, RefCols         []string
+	// OnDelete and OnUpdate are the key's actions, as SQL spells them
+	// (CASCADE, SET NULL, SET DEFAULT, RESTRICT, NO ACTION).
+	OnDelete, OnUpdate string
+}
+
+// cascades reports whether fk changes rows of its table when its
+// referenced rows are deleted or updated.
+func (fk foreignKey) cascades() bool {
+	quiet := func(rule string) bool { return rule == "RESTRICT" || rule == "NO ACTION" }
+	return !quiet(fk.OnDelete) || !quiet(fk.OnUpdate)
 }
 
 // foreignKeys returns the foreign keys between tables of schema.
 func foreignKeys(ctx context.Context, db *gorm.DB, schema string) ([]foreignKey, error) {
 	var rows []struct {
-		Name, Tbl, RefTbl, Col, RefCol string
+		Name, Tbl, RefTbl, Col, RefCol, OnDelete, OnUpdate string
 	}
-	q := `SELECT con.conname AS name, c.relname AS tbl, rc.relname AS ref_tbl, a.attname AS col, ra.attname AS ref_col
+	rule := `CASE %s WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END`
+	q := `SELECT con.conname AS name, c.relname AS tbl, rc.relname AS ref_tbl, a.attname AS col, ra.attname AS ref_col,
+		` + fmt.Sprintf(rule, "con.confdeltype") + ` AS on_delete, ` + fmt.Sprintf(rule, "con.confupdtype") + ` AS on_update
 		FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_class rc ON rc.oid = con.confrelid JOIN pg_namespace rn ON rn.oid = rc.relnamespace
 		CROSS JOIN LATERAL unnest(con.conkey, con.confkey) WITH ORDINALITY AS k(attnum, refnum, ord)
@@ -431,8 +451,11 @@ func foreignKeys(ctx context.Context, db *gorm.DB, schema string) ([]foreignKey,
 		WHERE con.contype = 'f' AND (n.nspname = ? OR rn.nspname = ?) ORDER BY 2, 1, k.ord`
 	args := []any{schema, schema}
 	if db.Dialector.Name() == "mysql" {
-		q = "SELECT CONSTRAINT_NAME AS name, TABLE_NAME AS tbl, REFERENCED_TABLE_NAME AS ref_tbl, COLUMN_NAME AS col, REFERENCED_COLUMN_NAME AS ref_col" +
-			" FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = ? AND REFERENCED_TABLE_NAME IS NOT NULL ORDER BY 2, 1, ORDINAL_POSITION"
+		q = "SELECT k.CONSTRAINT_NAME AS name, k.TABLE_NAME AS tbl, k.REFERENCED_TABLE_NAME AS ref_tbl, k.COLUMN_NAME AS col, k.REFERENCED_COLUMN_NAME AS ref_col," +
+			" r.DELETE_RULE AS on_delete, r.UPDATE_RULE AS on_update" +
+			" FROM information_schema.KEY_COLUMN_USAGE AS k JOIN information_schema.REFERENTIAL_CONSTRAINTS AS r" +
+			" ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME AND r.TABLE_NAME = k.TABLE_NAME" +
+			" WHERE k.TABLE_SCHEMA = ? AND k.REFERENCED_TABLE_NAME IS NOT NULL ORDER BY 2, 1, k.ORDINAL_POSITION"
 		args = args[:1]
 	}
 	if err := db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
@@ -441,7 +464,7 @@ func foreignKeys(ctx context.Context, db *gorm.DB, schema string) ([]foreignKey,
 	var out []foreignKey
 	for _, r := range rows {
 		if n := len(out); n == 0 || out[n-1].Name != r.Name || out[n-1].Table != r.Tbl {
-			out = append(out, foreignKey{Name: r.Name, Table: r.Tbl, RefTable: r.RefTbl})
+			out = append(out, foreignKey{Name: r.Name, Table: r.Tbl, RefTable: r.RefTbl, OnDelete: r.OnDelete, OnUpdate: r.OnUpdate})
 		}
 		fk := &out[len(out)-1]
 		fk.Cols = append(fk.Cols, r.Col)
