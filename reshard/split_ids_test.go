@@ -410,7 +410,7 @@ func TestSplitCatchUpNamesARowWithNoShard(t *testing.T) {
 
 // withLayout returns e's configuration with the Instagram layout and the
 // legacy IDs of the monolith's rows, recorded now.
-func withLayout(t *testing.T, e *splitEnv) reshard.SplitConfig {
+func withLayout(t testing.TB, e *splitEnv) reshard.SplitConfig {
 	t.Helper()
 	r, err := shardid.NewRouter(shardid.RouterConfig{Databases: e.dbs, ShardMap: e.m, Layout: shardid.Instagram})
 	if err != nil {
