@@ -309,6 +309,66 @@ func TestSplitRefusesAUserKeyedByItsOwnLayoutID(t *testing.T) {
 	t.Errorf("no id-mismatch refusal of users: %v", p.Refusals)
 }
 
+// TestSplitRefusesAKeyHoldingLayoutIDs: comments keyed by their photo's
+// ID (Key: "photo_id"), a comment given an ID in its photo's shard, as
+// the plugin gives it with a shardid.ID key: the split, which takes the
+// key modulo the logical shards, would put it in another shard. The
+// refusal says to declare comments a child of photos, and so declared
+// they are split with their photos.
+func TestSplitRefusesAKeyHoldingLayoutIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newSplitEnvPG(t, 4, 4, 1, 1)
+	cfg := withLayout(t, e)
+	gen, err := shardid.NewGenerator(shardid.Instagram)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A photo of user 1 (shard 1) and a comment of it, in shard 1; the
+	// photo's ID modulo 4 is another shard.
+	var photo, comment shardid.ID
+	for photo == 0 || int(photo%4) == 1 {
+		if photo, err = gen.Next(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if comment, err = gen.Next(1); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"INSERT INTO photos (id, user_id, caption) VALUES (?, 1, 'new')", "INSERT INTO comments (id, photo_id, body) VALUES (?, ?, 'new')"} {
+		args := []any{int64(photo)}
+		if strings.Contains(q, "comments") {
+			args = []any{int64(comment), int64(photo)}
+		}
+		if err := e.dbs[0].Exec(q, args...).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	byKey := cfg
+	byKey.Tables = []reshard.SplitTable{{Name: "users", Key: "id"}, {Name: "photos", Key: "user_id"}, {Name: "comments", Key: "photo_id"}}
+	p, err := reshard.PlanSplit(ctx, byKey, []string{"pg_a", "pg_b"}, 2)
+	if !errors.Is(err, reshard.ErrSplitRefused) {
+		t.Fatalf("PlanSplit, comments keyed by photo_id: %v, want ErrSplitRefused", err)
+	}
+	found := false
+	for _, r := range p.Refusals {
+		if r.Kind == "id-mismatch" && r.Table == "comments" {
+			found = true
+			if !strings.Contains(r.Detail, fmt.Sprintf("comments %d (names shard 1", comment)) || !strings.Contains(r.Detail, "1 row(s) of comments hold IDs of the layout in photo_id") ||
+				!strings.Contains(r.Detail, `(Parent, with Via: "photo_id")`) {
+				t.Errorf("the refusal: %s", r.Detail)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no id-mismatch refusal of comments: %v", p.Refusals)
+	}
+	// Declared a child of photos (e's configuration), it follows them.
+	if p, err = reshard.PlanSplit(ctx, cfg, []string{"pg_a", "pg_b"}, 2); err != nil {
+		t.Fatalf("PlanSplit, comments a child of photos: %v (%v)", err, p.Refusals)
+	}
+}
+
 func TestSplitAbortEndsTheIDRulePostgres(t *testing.T) {
 	t.Parallel()
 	testSplitAbortEndsTheIDRule(t, newSplitEnvPG(t, 4, 8, 2, 1), "pg_a")

@@ -248,6 +248,19 @@ func (sp *splitter) planIDs(ctx context.Context, todo []int, ok map[string]bool,
 				// Keyed by its own ID: new rows the plugin gave IDs of
 				// the layout name the shard the plugin chose.
 				hint = "; " + t.Name + " is keyed by its own id, which the split takes modulo the logical shards: rows given IDs of the layout cannot be split so (keep their IDs plain integers, docs/resharding.md, step 1)"
+			} else if t.Key != "" {
+				// A key holding IDs of the layout (a comment's photo_id):
+				// the plugin routes by the shard they name, the split by
+				// the key modulo the logical shards.
+				var n int64
+				k := quoteIdent(sp.mono, t.Key)
+				if err := sp.mono.WithContext(ctx).Raw("SELECT count(*) FROM "+sp.q(t.Name)+" WHERE "+k+" >= ?", sp.ids.plainBelow()).Scan(&n).Error; err != nil {
+					return fmt.Errorf("shardid: reading the keys of %s: %w", t.Name, err)
+				}
+				if n > 0 {
+					hint = fmt.Sprintf("; %d row(s) of %s hold IDs of the layout in %s, which the split takes modulo the logical shards while the plugin routes by the shard they name: "+
+						"declare %s a child of the table whose IDs they are (Parent, with Via: %q), so that each row follows its parent's shard", n, t.Name, t.Key, t.Name, t.Key)
+				}
 			}
 			refuse("id-mismatch", t.Name, fmt.Sprintf("%d row(s) whose IDs would not find them in the shards their keys put them in: %s%s%s; %s",
 				m.n, strings.Join(m.first, "; "), more(m.n, len(m.first)), hint, idMismatchFix), m.ids[t.Name])
