@@ -72,8 +72,8 @@ func (w SplitWarning) String() string { return w.Kind + ": " + w.Database + ": "
 type SplitRefusal struct {
 	// Kind is one of "no-primary-key", "null-key", "cross-shard-key",
 	// "global-key", "cascade-key", "unlisted-table", "target-holds-data",
-	// "bad-table", "tables-changed", "privileges" (Table names the database: what the
-	// mover may not do there, and the fix).
+	// "bad-table", "id-mismatch", "tables-changed", "privileges" (Table
+	// names the database: what the mover may not do there, and the fix).
 	Kind   string
 	Table  string
 	Detail string
