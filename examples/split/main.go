@@ -1,17 +1,28 @@
 // Command split takes a small monolith through an online split: one
-// PostgreSQL database with users, photos and comments keyed by bigserial,
-// foreign keys between them, and a global table of plans, is split into 16
-// logical shards on two other databases, 4 shards a step, while a writer
-// keeps writing through a shardid.Router. The application adopts shardid
-// first: new photos get shardid IDs, the old rows' IDs are recorded as
-// legacy IDs, and after the split both kinds still find their rows. It needs a PostgreSQL server
-// (SHARDID_EXAMPLE_POSTGRES_DSN, by default the local one): it creates
-// three databases of its own and drops them at the end.
+// database with users, photos and comments keyed by bigserial (or
+// AUTO_INCREMENT), foreign keys between them, and a global table of plans,
+// is split into 16 logical shards on two other databases, 4 shards a step,
+// while a writer keeps writing through a shardid.Router. The application
+// adopts shardid first: new photos get shardid IDs, the old rows' IDs are
+// recorded as legacy IDs, and after the split both kinds still find their
+// rows.
+//
+// It runs on PostgreSQL (SHARDID_EXAMPLE_POSTGRES_DSN, by default the
+// local server), where each shard is a schema of its target database, or
+// with -mysql on MySQL or MariaDB (SHARDID_EXAMPLE_MYSQL_DSN, by default
+// the local server as root), where each shard is a database of its own:
+//
+//	go run ./examples/split
+//	go run ./examples/split -mysql
+//
+// It creates three databases of its own (and on MySQL the shards'), and
+// drops them at the end.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -20,9 +31,11 @@ import (
 	"sync"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
 	"github.com/shardid/shardid/shardmap"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -35,22 +48,71 @@ type Photo struct {
 	Caption string
 }
 
-const defaultDSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres sslmode=disable"
+const (
+	defaultDSN      = "host=127.0.0.1 port=5432 user=postgres dbname=postgres sslmode=disable"
+	defaultMySQLDSN = "root@tcp(127.0.0.1:3306)/?parseTime=true"
+)
 
-func main() {
-	if err := run(os.Stdout); err != nil {
-		log.Fatal(err)
-	}
+// server is what the example needs to know of its server: how to reach a
+// database of it, and the monolith's tables in its SQL.
+type server struct {
+	dsn    string
+	open   func(dsn string) gorm.Dialector
+	withDB func(dsn, name string) string
+	drop   string   // DROP DATABASE, a %s for the name
+	tables []string // the monolith's tables, plans first
+	// shards is the pattern of the shards' schemas (PostgreSQL: in each
+	// target database) or databases (MySQL: on the server, so named for
+	// this run, and dropped at the end: shardDBs).
+	shards   string
+	shardDBs bool
 }
 
-func run(w io.Writer) error {
-	ctx := context.Background()
+func postgresServer() server {
 	dsn := os.Getenv("SHARDID_EXAMPLE_POSTGRES_DSN")
 	if dsn == "" {
 		dsn = defaultDSN
 	}
+	return server{dsn: dsn, open: postgres.Open, withDB: withDBName, drop: "DROP DATABASE IF EXISTS %s WITH (FORCE)", shards: "shard_%04d",
+		tables: []string{
+			"CREATE TABLE plans (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
+			"CREATE TABLE users (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
+			"CREATE TABLE photos (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id), caption TEXT NOT NULL)",
+			"CREATE TABLE comments (id BIGSERIAL PRIMARY KEY, photo_id BIGINT NOT NULL REFERENCES photos(id), body TEXT NOT NULL)",
+		}}
+}
+
+func mysqlServer() server {
+	dsn := os.Getenv("SHARDID_EXAMPLE_MYSQL_DSN")
+	if dsn == "" {
+		dsn = defaultMySQLDSN
+	}
+	return server{dsn: dsn, open: mysql.Open, withDB: withMySQLDBName, drop: "DROP DATABASE IF EXISTS %s",
+		shards: fmt.Sprintf("split_example_%d_shard_%%04d", os.Getpid()), shardDBs: true,
+		tables: []string{
+			"CREATE TABLE plans (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL)",
+			"CREATE TABLE users (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL)",
+			"CREATE TABLE photos (id BIGINT AUTO_INCREMENT PRIMARY KEY, user_id BIGINT NOT NULL, caption VARCHAR(100) NOT NULL, FOREIGN KEY (user_id) REFERENCES users(id))",
+			"CREATE TABLE comments (id BIGINT AUTO_INCREMENT PRIMARY KEY, photo_id BIGINT NOT NULL, body VARCHAR(100) NOT NULL, FOREIGN KEY (photo_id) REFERENCES photos(id))",
+		}}
+}
+
+func main() {
+	onMySQL := flag.Bool("mysql", false, "split a MySQL or MariaDB monolith (SHARDID_EXAMPLE_MYSQL_DSN) instead of a PostgreSQL one")
+	flag.Parse()
+	srv := postgresServer()
+	if *onMySQL {
+		srv = mysqlServer()
+	}
+	if err := run(os.Stdout, srv); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(w io.Writer, srv server) error {
+	ctx := context.Background()
 	cfg := &gorm.Config{Logger: logger.Discard}
-	admin, err := gorm.Open(postgres.Open(dsn), cfg)
+	admin, err := gorm.Open(srv.open(srv.dsn), cfg)
 	if err != nil {
 		return err
 	}
@@ -62,13 +124,13 @@ func run(w io.Writer) error {
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
 			return err
 		}
-		defer admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-		db, err := gorm.Open(postgres.Open(withDBName(dsn, name)), cfg)
+		defer admin.Exec(fmt.Sprintf(srv.drop, name))
+		db, err := gorm.Open(srv.open(srv.withDB(srv.dsn, name)), cfg)
 		if err != nil {
 			return err
 		}
 		defer closeDB(db)
-		app, err := gorm.Open(postgres.Open(withDBName(dsn, name)), cfg)
+		app, err := gorm.Open(srv.open(srv.withDB(srv.dsn, name)), cfg)
 		if err != nil {
 			return err
 		}
@@ -76,28 +138,48 @@ func run(w io.Writer) error {
 		dbs, appDBs = append(dbs, db), append(appDBs, app)
 	}
 
-	// The monolith, as an application made it.
-	for _, q := range []string{
-		"CREATE TABLE plans (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
-		"CREATE TABLE users (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
-		"CREATE TABLE photos (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id), caption TEXT NOT NULL)",
-		"CREATE TABLE comments (id BIGSERIAL PRIMARY KEY, photo_id BIGINT NOT NULL REFERENCES photos(id), body TEXT NOT NULL)",
-		"INSERT INTO plans (name) VALUES ('free'), ('pro')",
-		"INSERT INTO users (name) SELECT 'user ' || g FROM generate_series(1, 100) g",
-		"INSERT INTO photos (user_id, caption) SELECT 1 + g % 100, 'photo ' || g FROM generate_series(1, 1000) g",
-		"INSERT INTO comments (photo_id, body) SELECT 1 + g % 1000, 'comment ' || g FROM generate_series(1, 3000) g",
-	} {
+	// The monolith, as an application made it: 100 users, 1,000 photos,
+	// 3,000 comments.
+	for _, q := range srv.tables {
 		if err := dbs[0].Exec(q).Error; err != nil {
+			return err
+		}
+	}
+	fill := []struct {
+		table, cols string
+		n           int
+		row         func(g int) []any
+	}{
+		{"plans", "name", 2, func(g int) []any { return []any{[]string{"free", "pro"}[g-1]} }},
+		{"users", "name", 100, func(g int) []any { return []any{fmt.Sprint("user ", g)} }},
+		{"photos", "user_id, caption", 1000, func(g int) []any { return []any{1 + g%100, fmt.Sprint("photo ", g)} }},
+		{"comments", "photo_id, body", 3000, func(g int) []any { return []any{1 + g%1000, fmt.Sprint("comment ", g)} }},
+	}
+	for _, f := range fill {
+		var rows []string
+		var args []any
+		for g := 1; g <= f.n; g++ {
+			row := f.row(g)
+			rows = append(rows, "("+strings.TrimSuffix(strings.Repeat("?, ", len(row)), ", ")+")")
+			args = append(args, row...)
+		}
+		if err := dbs[0].Exec("INSERT INTO "+f.table+" ("+f.cols+") VALUES "+strings.Join(rows, ", "), args...).Error; err != nil {
 			return err
 		}
 	}
 
 	// Every logical shard starts in the monolith's own tables (Shared),
-	// and is split into a schema of its own, shard_0005, on east or west.
-	m, err := shardmap.New(shardmap.Config{Databases: names, LogicalShards: 16, SchemaPattern: "shard_%04d",
+	// and is split into a schema of its own, shard_0005, on east or west
+	// (on MySQL a database of its own).
+	m, err := shardmap.New(shardmap.Config{Databases: names, LogicalShards: 16, SchemaPattern: srv.shards,
 		Assign: make([]int, 16), Shared: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}})
 	if err != nil {
 		return err
+	}
+	if srv.shardDBs {
+		for s := range 16 {
+			defer admin.Exec(fmt.Sprintf(srv.drop, fmt.Sprintf(srv.shards, s)))
+		}
 	}
 	catalog := &reshard.Catalog{DB: dbs[0]}
 	if _, err := catalog.SaveMap(ctx, m); err != nil {
@@ -173,13 +255,25 @@ func run(w io.Writer) error {
 		}
 	}()
 	err = reshard.RunSplit(ctx, split, plan, reshard.SplitOptions{}, func(i int, res reshard.SplitResult) {
-		fmt.Fprintf(w, "step %d: shards %d-%d: %d rows copied, writes to them held %v\n",
-			i+1, res.Shards[0], res.Shards[len(res.Shards)-1], res.Copied, res.Fenced.Round(10*time.Millisecond))
+		fmt.Fprintf(w, "step %d: shards %v: %d rows copied, writes to them held %v\n",
+			i+1, res.Shards, res.Copied, res.Fenced.Round(10*time.Millisecond))
 	})
 	stop()
 	wg.Wait()
 	if err != nil {
 		return err
+	}
+	// The split shards' rows stay on the monolith, sealed, until no router
+	// can route with the map from before the split. PostgreSQL's last step
+	// empties them (its statement triggers refuse a stale router's writes);
+	// on MySQL, once every router follows the catalog (the writer's
+	// did), CleanSplit does.
+	deleted, err := reshard.CleanSplit(ctx, split)
+	if err != nil {
+		return err
+	}
+	if deleted > 0 {
+		fmt.Fprintf(w, "clean-up: %d rows of the split shards deleted from mono\n", deleted)
 	}
 
 	// Every photo, old and new, is on its shard's database now; the
@@ -230,6 +324,16 @@ func run(w io.Writer) error {
 		fmt.Fprintf(w, "photo %d: user %d's, on shard %d on %s\n", id, p.UserID, s, m.Load().Database(s))
 	}
 	return nil
+}
+
+// withMySQLDBName returns the MySQL dsn with its database replaced.
+func withMySQLDBName(dsn, name string) string {
+	c, err := mysqldriver.ParseDSN(dsn)
+	if err != nil {
+		return dsn // gorm.Open reports it
+	}
+	c.DBName = name
+	return c.FormatDSN()
 }
 
 // withDBName returns dsn with its dbname replaced.
