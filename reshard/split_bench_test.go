@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/shardid/shardid"
 	"github.com/shardid/shardid/reshard"
 	"gorm.io/gorm"
 )
@@ -189,6 +190,20 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		// to the monolith through the map: what the machine left a copy
 		// beside them. The writers' writes are checked with the split's.
 		w := newSplitWriters(e)
+		// SHARDID_SPLIT_LAYOUT=1 splits with SplitConfig.Layout, as the
+		// guide asks: the monolith's IDs recorded as legacy first (not
+		// timed), every row's ID checked by the plan, each run and each
+		// batch, the triggers' ID rule on every write, and the writers'
+		// new photos and comments given IDs of the layout.
+		cfg := e.cfg
+		if os.Getenv("SHARDID_SPLIT_LAYOUT") == "1" {
+			cfg = withLayout(b, e)
+			gen, err := shardid.NewGenerator(cfg.Layout)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w.gen = gen
+		}
 		// SHARDID_SPLIT_WRITE_RATE: writes a second per writer (0, the
 		// default: as fast as they can).
 		if v, err := strconv.Atoi(os.Getenv("SHARDID_SPLIT_WRITE_RATE")); err == nil && v > 0 {
@@ -206,7 +221,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			w.stall, w.stallAt, w.stallOn, w.ops = 0, time.Time{}, "", 0
 		}
 
-		plan, err := reshard.PlanSplit(ctx, e.cfg, []string{e.names[1], e.names[2]}, batch)
+		plan, err := reshard.PlanSplit(ctx, cfg, []string{e.names[1], e.names[2]}, batch)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -257,7 +272,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 		onStage = steps.wrap(onStage)
 		start := time.Now()
 		opts := reshard.SplitOptions{OnStage: onStage, CopyTogether: os.Getenv("SHARDID_SPLIT_TOGETHER") == "1"}
-		err = reshard.RunSplit(steps.context(ctx), e.cfg, plan, opts, func(i int, res reshard.SplitResult) {
+		err = reshard.RunSplit(steps.context(ctx), cfg, plan, opts, func(i int, res reshard.SplitResult) {
 			copied += res.Copied
 			if opts.CopyTogether {
 				copyTime = max(copyTime, res.CopyTime) // each batch reports the one copy
@@ -280,7 +295,7 @@ func benchSplit(b *testing.B, newEnv func(shards, users int) *splitEnv, topUp st
 			}
 		}
 		if mysql { // the operator's step, not timed
-			if _, err := reshard.CleanSplit(ctx, e.cfg); err != nil {
+			if _, err := reshard.CleanSplit(ctx, cfg); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -151,6 +151,24 @@ type splitWriters struct {
 	// backoff retries a refused write with shardid.RetryMoving, as the
 	// docs tell an application to; otherwise every millisecond.
 	backoff bool
+	// gen, if not nil, gives new photos and comments IDs of its layout in
+	// their user's shard, as the plugin does (a split with
+	// SplitConfig.Layout refuses others); users keep plain integers.
+	gen *shardid.Generator
+}
+
+// newID returns the ID of a new photo or comment of user.
+func (w *splitWriters) newID(user int64) (int64, error) {
+	if w.gen == nil {
+		return w.nextID.Add(1), nil
+	}
+	id, err := w.gen.Next(int(user % int64(w.e.m.LogicalShards())))
+	if err != nil {
+		w.mu.Lock()
+		w.errs = append(w.errs, err)
+		w.mu.Unlock()
+	}
+	return int64(id), err
 }
 
 func (w *splitWriters) write(ctx context.Context, key int64, table string, f func(db *gorm.DB, tbl string) error) bool {
@@ -218,7 +236,10 @@ func (w *splitWriters) run(ctx context.Context, n int, users int64) *sync.WaitGr
 					w.mu.Unlock()
 				case 1: // a photo of an old user
 					uid := 1 + r.Int64N(users)
-					pid := w.nextID.Add(1)
+					pid, err := w.newID(uid)
+					if err != nil {
+						return
+					}
 					if !w.write(ctx, uid, "photos", func(db *gorm.DB, tbl string) error {
 						return db.Exec("INSERT INTO "+tbl+" (id, user_id, caption) VALUES (?, ?, 'new')", pid, uid).Error
 					}) {
@@ -266,7 +287,10 @@ func (w *splitWriters) run(ctx context.Context, n int, users int64) *sync.WaitGr
 						w.mu.Unlock()
 						continue
 					}
-					id := w.nextID.Add(1)
+					id, err := w.newID(uid)
+					if err != nil {
+						return
+					}
 					body := fmt.Sprintf("comment %d", id)
 					if !w.write(ctx, uid, "comments", func(db *gorm.DB, tbl string) error {
 						return db.Exec("INSERT INTO "+tbl+" (id, photo_id, body) VALUES (?, ?, ?)", id, pid, body).Error
