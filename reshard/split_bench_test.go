@@ -39,7 +39,9 @@ import (
 // monolith (x-loaded-floor-and-ddl: what the machine leaves a copy beside
 // them, and loaded-floor-shard-copy-s; under CI=true: 10,000 rows, 40
 // shards, batches of 20, unless the variables say otherwise). SHARDID_SPLIT_TOGETHER=1 copies the
-// batches together (SplitOptions.CopyTogether). Each database's pool keeps
+// batches together (SplitOptions.CopyTogether). SHARDID_SPLIT_LAYOUT=1
+// splits with SplitConfig.Layout, as the guide asks (every row's ID
+// checked, the triggers' ID rule on each write). Each database's pool keeps
 // SHARDID_SPLIT_IDLE idle sessions (16). A writer refused by a
 // fence tries again every millisecond, as hard on the fence as a writer
 // can be; SHARDID_SPLIT_BACKOFF=1 makes it retry with shardid.RetryMoving,
