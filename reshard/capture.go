@@ -757,6 +757,10 @@ func uniqueIndexes(ctx context.Context, db *gorm.DB, schema, table string) ([]un
 	return slices.DeleteFunc(out, func(u uniqueIndex) bool { return slices.Contains(u.cols, "") }), nil
 }
 
+// pgKeyAction spells, as SQL does, the action of a foreign key in
+// pg_constraint's confdeltype or confupdtype (the column for its %s).
+const pgKeyAction = `CASE %s WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END`
+
 // checkCascades refuses to move tables of which one has a foreign key with
 // a cascading action (CASCADE, SET NULL, SET DEFAULT) where the cascade
 // would escape the change log or the verification. MySQL and MariaDB fire
@@ -790,9 +794,8 @@ func checkCascades(ctx context.Context, src, dst *gorm.DB, schema string, tables
 		if super == "on" {
 			return nil
 		}
-		rule := `CASE %s WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END`
 		err := src.WithContext(ctx).Raw(`SELECT c.relname AS table, con.conname AS constraint,
-			`+fmt.Sprintf(rule, "con.confdeltype")+` AS on_delete, `+fmt.Sprintf(rule, "con.confupdtype")+` AS on_update
+			`+fmt.Sprintf(pgKeyAction, "con.confdeltype")+` AS on_delete, `+fmt.Sprintf(pgKeyAction, "con.confupdtype")+` AS on_update
 			FROM pg_constraint con JOIN pg_class c ON con.conrelid = c.oid JOIN pg_namespace n ON c.relnamespace = n.oid
 			WHERE con.contype = 'f' AND n.nspname = ? AND c.relname IN ?
 			AND (con.confdeltype IN ('c', 'n', 'd') OR con.confupdtype IN ('c', 'n', 'd'))

@@ -40,8 +40,8 @@ func (sp *splitter) splitForeignKeysPG(ctx context.Context) ([]foreignKeyPG, err
 			(SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord) FROM unnest(con.confkey) WITH ORDINALITY AS k(attnum, ord)
 				JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.attnum) AS ref_cols,
 			CASE con.confmatchtype WHEN 'f' THEN ' MATCH FULL' ELSE '' END ||
-			' ON UPDATE ' || CASE con.confupdtype WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' ELSE 'NO ACTION' END ||
-			' ON DELETE ' || CASE con.confdeltype WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' ELSE 'NO ACTION' END ||
+			' ON UPDATE ' || ` + fmt.Sprintf(pgKeyAction, "con.confupdtype") + ` ||
+			' ON DELETE ' || ` + fmt.Sprintf(pgKeyAction, "con.confdeltype") + ` ||
 			CASE WHEN con.condeferrable THEN ' DEFERRABLE' || CASE WHEN con.condeferred THEN ' INITIALLY DEFERRED' ELSE '' END ELSE '' END AS clause
 		FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_class rc ON rc.oid = con.confrelid JOIN pg_namespace rn ON rn.oid = rc.relnamespace

@@ -440,9 +440,8 @@ func foreignKeys(ctx context.Context, db *gorm.DB, schema string) ([]foreignKey,
 	var rows []struct {
 		Name, Tbl, RefTbl, Col, RefCol, OnDelete, OnUpdate string
 	}
-	rule := `CASE %s WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END`
 	q := `SELECT con.conname AS name, c.relname AS tbl, rc.relname AS ref_tbl, a.attname AS col, ra.attname AS ref_col,
-		` + fmt.Sprintf(rule, "con.confdeltype") + ` AS on_delete, ` + fmt.Sprintf(rule, "con.confupdtype") + ` AS on_update
+		` + fmt.Sprintf(pgKeyAction, "con.confdeltype") + ` AS on_delete, ` + fmt.Sprintf(pgKeyAction, "con.confupdtype") + ` AS on_update
 		FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_class rc ON rc.oid = con.confrelid JOIN pg_namespace rn ON rn.oid = rc.relnamespace
 		CROSS JOIN LATERAL unnest(con.conkey, con.confkey) WITH ORDINALITY AS k(attnum, refnum, ord)

@@ -60,7 +60,7 @@ type server struct {
 	open   func(dsn string) gorm.Dialector
 	withDB func(dsn, name string) string
 	drop   string   // DROP DATABASE, a %s for the name
-	tables []string // the monolith's tables, plans first
+	tables []string // the monolith's tables
 	// shards is the pattern of the shards' schemas (PostgreSQL: in each
 	// target database) or databases (MySQL: on the server, so named for
 	// this run, and dropped at the end: shardDBs).
@@ -139,31 +139,14 @@ func run(w io.Writer, srv server) error {
 	}
 
 	// The monolith, as an application made it: 100 users, 1,000 photos,
-	// 3,000 comments.
-	for _, q := range srv.tables {
+	// 3,000 comments (rows written out, which both servers read alike).
+	for _, q := range append(srv.tables,
+		"INSERT INTO plans (name) VALUES ('free'), ('pro')",
+		"INSERT INTO users (name) VALUES "+rows(100, func(g int) string { return fmt.Sprintf("('user %d')", g) }),
+		"INSERT INTO photos (user_id, caption) VALUES "+rows(1000, func(g int) string { return fmt.Sprintf("(%d, 'photo %d')", 1+g%100, g) }),
+		"INSERT INTO comments (photo_id, body) VALUES "+rows(3000, func(g int) string { return fmt.Sprintf("(%d, 'comment %d')", 1+g%1000, g) }),
+	) {
 		if err := dbs[0].Exec(q).Error; err != nil {
-			return err
-		}
-	}
-	fill := []struct {
-		table, cols string
-		n           int
-		row         func(g int) []any
-	}{
-		{"plans", "name", 2, func(g int) []any { return []any{[]string{"free", "pro"}[g-1]} }},
-		{"users", "name", 100, func(g int) []any { return []any{fmt.Sprint("user ", g)} }},
-		{"photos", "user_id, caption", 1000, func(g int) []any { return []any{1 + g%100, fmt.Sprint("photo ", g)} }},
-		{"comments", "photo_id, body", 3000, func(g int) []any { return []any{1 + g%1000, fmt.Sprint("comment ", g)} }},
-	}
-	for _, f := range fill {
-		var rows []string
-		var args []any
-		for g := 1; g <= f.n; g++ {
-			row := f.row(g)
-			rows = append(rows, "("+strings.TrimSuffix(strings.Repeat("?, ", len(row)), ", ")+")")
-			args = append(args, row...)
-		}
-		if err := dbs[0].Exec("INSERT INTO "+f.table+" ("+f.cols+") VALUES "+strings.Join(rows, ", "), args...).Error; err != nil {
 			return err
 		}
 	}
@@ -326,11 +309,21 @@ func run(w io.Writer, srv server) error {
 	return nil
 }
 
-// withMySQLDBName returns the MySQL dsn with its database replaced.
+// rows returns the rows row(1) to row(n), separated by commas.
+func rows(n int, row func(g int) string) string {
+	out := make([]string, n)
+	for g := 1; g <= n; g++ {
+		out[g-1] = row(g)
+	}
+	return strings.Join(out, ", ")
+}
+
+// withMySQLDBName returns the MySQL dsn with its database replaced. The
+// dsn parses: the server's session opened with it first.
 func withMySQLDBName(dsn, name string) string {
 	c, err := mysqldriver.ParseDSN(dsn)
 	if err != nil {
-		return dsn // gorm.Open reports it
+		return dsn
 	}
 	c.DBName = name
 	return c.FormatDSN()
