@@ -198,13 +198,17 @@ func (s *failingStore) Renew(ctx context.Context, c shardid.Claim, ttl time.Dura
 // next holder of the worker id starts after the last unit the first could
 // have used; once the first can renew again, it learns it lost the lease.
 func TestLeaseExpiryAndTakeover(t *testing.T) {
+	// The leases' TTL: long enough that a renewal is not late under CI's
+	// load (at 600 ms, one on MariaDB was, and A lost its lease before
+	// the cut), short enough to wait out.
+	const ttl = 2 * time.Second
 	for _, st := range leaseStores {
 		t.Run(st.name, func(t *testing.T) {
 			ns := "shardid_takeover_" + st.name
 			store := &failingStore{LeaseStore: st.make(t, ns)}
 			ctx := context.Background()
 			// Instagram has no worker bits: one worker id, for both holders.
-			a, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: store, Layout: shardid.Instagram, TTL: 600 * time.Millisecond})
+			a, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: store, Layout: shardid.Instagram, TTL: ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,18 +233,18 @@ func TestLeaseExpiryAndTakeover(t *testing.T) {
 					t.Fatal(err)
 				}
 				lastA = id
-				if time.Since(cut) > 600*time.Millisecond {
+				if time.Since(cut) > ttl {
 					t.Fatalf("A still issued IDs %v after its renewals stopped", time.Since(cut))
 				}
 			}
 
 			b, err := shardid.AcquireLease(ctx, shardid.LeaseConfig{Store: store.LeaseStore, Layout: shardid.Instagram,
-				TTL: 600 * time.Millisecond, Wait: true})
+				TTL: ttl, Wait: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer b.Close(ctx)
-			if time.Since(cut) < 400*time.Millisecond {
+			if time.Since(cut) < ttl*2/3 {
 				t.Errorf("B took the id %v after A's last renewal, before A's lease could expire", time.Since(cut))
 			}
 			firstB, err := b.Generator().Next(9)
@@ -252,7 +256,7 @@ func TestLeaseExpiryAndTakeover(t *testing.T) {
 			}
 
 			store.fail.Store(false)
-			time.Sleep(400 * time.Millisecond) // A's next renewal finds B there
+			time.Sleep(ttl * 2 / 3) // A's next renewal finds B there
 			if _, err := a.Generator().Next(9); !errors.Is(err, shardid.ErrLeaseLost) {
 				t.Errorf("A after B took over: %v, want ErrLeaseLost", err)
 			}

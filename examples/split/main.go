@@ -109,7 +109,7 @@ func main() {
 	}
 }
 
-func run(w io.Writer, srv server) error {
+func run(w io.Writer, srv server) (rerr error) {
 	ctx := context.Background()
 	cfg := &gorm.Config{Logger: logger.Discard}
 	admin, err := gorm.Open(srv.open(srv.dsn), cfg)
@@ -117,6 +117,24 @@ func run(w io.Writer, srv server) error {
 		return err
 	}
 	defer closeDB(admin)
+	// drop drops a database the example made, once its sessions are
+	// closed (defers run last first), trying again if the server ended
+	// the session meanwhile; what it cannot drop is the run's error.
+	drop := func(name string) {
+		var err error
+		for range 3 {
+			if err = admin.Exec(fmt.Sprintf(srv.drop, name)).Error; err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		rerr = errors.Join(rerr, fmt.Errorf("dropping %s: %w", name, err))
+	}
+	if srv.shardDBs { // on MySQL the shards' databases are the server's
+		for s := range 16 {
+			defer drop(fmt.Sprintf(srv.shards, s))
+		}
+	}
 	names := []string{"mono", "east", "west"}
 	var dbs, appDBs []*gorm.DB // the split's sessions, and the application's
 	for _, n := range names {
@@ -124,7 +142,7 @@ func run(w io.Writer, srv server) error {
 		if err := admin.Exec("CREATE DATABASE " + name).Error; err != nil {
 			return err
 		}
-		defer admin.Exec(fmt.Sprintf(srv.drop, name))
+		defer drop(name)
 		db, err := gorm.Open(srv.open(srv.withDB(srv.dsn, name)), cfg)
 		if err != nil {
 			return err
@@ -158,11 +176,6 @@ func run(w io.Writer, srv server) error {
 		Assign: make([]int, 16), Shared: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}})
 	if err != nil {
 		return err
-	}
-	if srv.shardDBs {
-		for s := range 16 {
-			defer admin.Exec(fmt.Sprintf(srv.drop, fmt.Sprintf(srv.shards, s)))
-		}
 	}
 	catalog := &reshard.Catalog{DB: dbs[0]}
 	if _, err := catalog.SaveMap(ctx, m); err != nil {
